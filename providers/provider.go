@@ -1,0 +1,130 @@
+// Package providers owns the sandbox contract: the Provider interface and its
+// Capabilities, the Spec a sandbox is created from, the registry that maps
+// provider names to factories, and the rules every backend shares (workspace
+// path resolution, output capping). Backends live in sub-packages named after
+// what they talk to (providers/local, providers/docker); providertest is the
+// conformance suite every backend must pass.
+//
+// It knows sessions and actions (runtime) and nothing about tasks, policies,
+// rewards or datasets: setup and start commands are run by the pool through a
+// Sandbox's Act like any other action.
+package providers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/forkline/forkline/runtime"
+)
+
+// Provider creates sandboxes, freezes them into checkpoints and forks
+// replicas from checkpoints. Implementations are safe for concurrent use.
+type Provider interface {
+	// Name is the registry name, e.g. "local" or "docker".
+	Name() string
+	// Capabilities says what the provider can really do. A provider that
+	// cannot checkpoint says so here; callers then recreate instead, and
+	// nobody fakes a fork.
+	Capabilities() Capabilities
+	// Create makes a fresh sandbox from spec: an empty workspace with
+	// spec.Files written into it.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+	// Checkpoint freezes the current filesystem state of sb under label.
+	// sb stays usable and later changes to it do not reach the checkpoint.
+	// Returns ErrNotSupported when Capabilities().Checkpoint is false.
+	Checkpoint(ctx context.Context, sb Sandbox, label string) (Checkpoint, error)
+	// Fork makes a new sandbox whose filesystem starts equal to cp. Writes in
+	// a fork are invisible to cp and to every other fork.
+	Fork(ctx context.Context, cp Checkpoint) (Sandbox, error)
+	// Release deletes cp. It is idempotent. Forks made from cp may or may not
+	// outlive it, per provider; callers release checkpoints last.
+	Release(ctx context.Context, cp Checkpoint) error
+	// Close releases everything the provider still holds (sandboxes,
+	// checkpoints, mounts) and is idempotent.
+	Close(ctx context.Context) error
+}
+
+// Sandbox is a live environment: a runtime.Session with an identity.
+// Close destroys it and everything it made; Close is idempotent.
+type Sandbox interface {
+	runtime.Session
+	Info() SandboxInfo
+}
+
+// SandboxInfo describes how a sandbox came to be.
+type SandboxInfo struct {
+	ID       string
+	Provider string
+	// Origin is how the sandbox was made: "create", or the fork method the
+	// provider used ("overlay", "copy", "image" ...), so reports can say which
+	// path really ran.
+	Origin string
+	// Checkpoint is the id of the checkpoint it was forked from, if any.
+	Checkpoint string
+	// Workspace is the path of the workspace as commands see it.
+	Workspace string
+}
+
+// Checkpoint is a frozen filesystem state that forks start from.
+type Checkpoint struct {
+	ID       string
+	Label    string
+	Provider string
+	// Bytes is the size of the frozen state when the provider knows it
+	// (local: the workspace; docker: the committed diff).
+	Bytes int64
+	// Took is how long the checkpoint took to make.
+	Took time.Duration
+}
+
+// Capabilities lists what a provider can do.
+type Capabilities struct {
+	Checkpoint bool   // can freeze a sandbox's filesystem
+	Fork       bool   // can start sandboxes from a checkpoint
+	GUI        bool   // can host a browser/desktop
+	Isolation  string // "none" (host processes) or "container"; never claim more than is true
+	ForkMethod string // how Fork works here, e.g. "overlay", "copy", "image"
+}
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	// Image names the base image for providers that use one (docker).
+	// Providers without images ignore it and say so in their docs.
+	Image string
+	// Files are written into the workspace before anything runs, keyed by
+	// workspace-relative path.
+	Files map[string][]byte
+	// Env is extra environment for every command, as KEY=VALUE.
+	Env []string
+	// Resources bound the sandbox where the provider can enforce it.
+	Resources Resources
+	// OutputCap bounds the bytes kept of one action's output; zero means
+	// DefaultOutputCap.
+	OutputCap int
+	// Labels are attached to every object the provider makes for this
+	// sandbox, where the backend has labels.
+	Labels map[string]string
+}
+
+// Resources are limits on one sandbox.
+type Resources struct {
+	CPUs     float64 // cores; 0 = provider default
+	MemoryMB int64
+	Pids     int64
+	Network  string // "none" (default) or a provider-specific mode
+}
+
+// DefaultOutputCap is the per-action output cap when a Spec sets none.
+const DefaultOutputCap = 1 << 20
+
+// DefaultExecTimeout bounds an exec whose action and session set no timeout,
+// so no command hangs an episode for ever.
+const DefaultExecTimeout = 10 * time.Minute
+
+// ErrNotSupported is returned by Checkpoint and Fork on providers whose
+// Capabilities say they cannot.
+var ErrNotSupported = errors.New("providers: not supported by this provider")
+
+// ErrClosed is returned by operations on a closed sandbox or provider.
+var ErrClosed = errors.New("providers: closed")

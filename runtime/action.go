@@ -1,0 +1,331 @@
+package runtime
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ActionKind names one canonical action of the agent-computer interface.
+type ActionKind string
+
+// The canonical actions. Their JSON form is fixed (see Action); trajectories
+// stay model-agnostic and replayable because every policy emits these.
+const (
+	ActExec       ActionKind = "exec"       // run a shell command: cmd, timeout_ms
+	ActReadFile   ActionKind = "read_file"  // path
+	ActWriteFile  ActionKind = "write_file" // path, content
+	ActScreenshot ActionKind = "screenshot" // no fields
+	ActClick      ActionKind = "click"      // x, y, button
+	ActType       ActionKind = "type"       // text
+	ActKey        ActionKind = "key"        // keys
+	ActScroll     ActionKind = "scroll"     // dx, dy
+	ActNavigate   ActionKind = "navigate"   // url
+	ActWait       ActionKind = "wait"       // ms
+	ActDone       ActionKind = "done"       // answer
+)
+
+// actionFields lists, per kind, the JSON fields that kind carries and which
+// of them are required. The order is the canonical field order on the wire.
+var actionFields = map[ActionKind][]fieldSpec{
+	ActExec:       {{"cmd", true}, {"timeout_ms", false}},
+	ActReadFile:   {{"path", true}},
+	ActWriteFile:  {{"path", true}, {"content", false}},
+	ActScreenshot: {},
+	ActClick:      {{"x", true}, {"y", true}, {"button", false}},
+	ActType:       {{"text", true}},
+	ActKey:        {{"keys", true}},
+	ActScroll:     {{"dx", false}, {"dy", false}},
+	ActNavigate:   {{"url", true}},
+	ActWait:       {{"ms", true}},
+	ActDone:       {{"answer", false}},
+}
+
+type fieldSpec struct {
+	name     string
+	required bool
+}
+
+// ActionKinds returns every canonical kind, sorted.
+func ActionKinds() []ActionKind {
+	out := make([]ActionKind, 0, len(actionFields))
+	for k := range actionFields {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// ActionFieldNames returns the JSON field names of kind in canonical order, and
+// whether each is required. It lets consumers (tool schemas, parsers) derive
+// their shapes from the one definition here.
+func ActionFieldNames(kind ActionKind) (names []string, required []bool, ok bool) {
+	specs, ok := actionFields[kind]
+	if !ok {
+		return nil, nil, false
+	}
+	for _, f := range specs {
+		names = append(names, f.name)
+		required = append(required, f.required)
+	}
+	return names, required, true
+}
+
+// Action is one canonical action. Only the fields of its Kind are meaningful;
+// its JSON form is {"kind": K, ...fields of K} with nothing else, e.g.
+//
+//	{"kind":"exec","cmd":"ls -la","timeout_ms":5000}
+//	{"kind":"click","x":10,"y":20,"button":"left"}
+//
+// Durations are integers in milliseconds (timeout_ms, ms) so the unit is in
+// the name and the value survives every JSON implementation unchanged.
+type Action struct {
+	Kind ActionKind
+
+	Cmd       string // exec
+	TimeoutMS int64  // exec; 0 means the session's default
+	Path      string // read_file, write_file
+	Content   string // write_file
+	X, Y      int    // click
+	Button    string // click: left (default), right, middle
+	Text      string // type
+	Keys      string // key, e.g. "Enter" or "Control+a"
+	DX, DY    int    // scroll
+	URL       string // navigate
+	MS        int64  // wait
+	Answer    string // done
+}
+
+// ErrInvalidAction is wrapped by every error that Validate and UnmarshalJSON
+// return for an action that is not canonical.
+var ErrInvalidAction = errors.New("invalid action")
+
+// Validate reports whether a is a well-formed canonical action.
+func (a Action) Validate() error {
+	if _, ok := actionFields[a.Kind]; !ok {
+		return fmt.Errorf("runtime: %w: unknown kind %q (known: %s)", ErrInvalidAction, a.Kind, kindList())
+	}
+	switch a.Kind {
+	case ActExec:
+		if strings.TrimSpace(a.Cmd) == "" {
+			return fmt.Errorf("runtime: %w: exec needs a non-empty cmd", ErrInvalidAction)
+		}
+		if a.TimeoutMS < 0 {
+			return fmt.Errorf("runtime: %w: exec timeout_ms is negative", ErrInvalidAction)
+		}
+	case ActReadFile, ActWriteFile:
+		if a.Path == "" {
+			return fmt.Errorf("runtime: %w: %s needs a path", ErrInvalidAction, a.Kind)
+		}
+	case ActClick:
+		switch a.Button {
+		case "", "left", "right", "middle":
+		default:
+			return fmt.Errorf("runtime: %w: click button %q (known: left, middle, right)", ErrInvalidAction, a.Button)
+		}
+	case ActKey:
+		if a.Keys == "" {
+			return fmt.Errorf("runtime: %w: key needs keys", ErrInvalidAction)
+		}
+	case ActNavigate:
+		if a.URL == "" {
+			return fmt.Errorf("runtime: %w: navigate needs a url", ErrInvalidAction)
+		}
+	case ActWait:
+		if a.MS < 0 {
+			return fmt.Errorf("runtime: %w: wait ms is negative", ErrInvalidAction)
+		}
+	}
+	return nil
+}
+
+func kindList() string {
+	ks := ActionKinds()
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
+}
+
+// fieldValue returns the Go value of the named JSON field of a.
+func (a *Action) fieldValue(name string) any {
+	switch name {
+	case "cmd":
+		return a.Cmd
+	case "timeout_ms":
+		return a.TimeoutMS
+	case "path":
+		return a.Path
+	case "content":
+		return a.Content
+	case "x":
+		return a.X
+	case "y":
+		return a.Y
+	case "button":
+		return a.Button
+	case "text":
+		return a.Text
+	case "keys":
+		return a.Keys
+	case "dx":
+		return a.DX
+	case "dy":
+		return a.DY
+	case "url":
+		return a.URL
+	case "ms":
+		return a.MS
+	case "answer":
+		return a.Answer
+	}
+	panic("runtime: no action field " + name)
+}
+
+// fieldPointer returns a pointer to the named field, for decoding.
+func (a *Action) fieldPointer(name string) any {
+	switch name {
+	case "cmd":
+		return &a.Cmd
+	case "timeout_ms":
+		return &a.TimeoutMS
+	case "path":
+		return &a.Path
+	case "content":
+		return &a.Content
+	case "x":
+		return &a.X
+	case "y":
+		return &a.Y
+	case "button":
+		return &a.Button
+	case "text":
+		return &a.Text
+	case "keys":
+		return &a.Keys
+	case "dx":
+		return &a.DX
+	case "dy":
+		return &a.DY
+	case "url":
+		return &a.URL
+	case "ms":
+		return &a.MS
+	case "answer":
+		return &a.Answer
+	}
+	panic("runtime: no action field " + name)
+}
+
+// MarshalJSON writes the canonical form: kind first, then the kind's fields in
+// canonical order. Optional fields at their zero value are left out, so equal
+// actions always have equal bytes.
+//
+// The zero Action (no kind) marshals as null: it marks a model turn that
+// produced no action.
+func (a Action) MarshalJSON() ([]byte, error) {
+	if a.Kind == "" {
+		return []byte("null"), nil
+	}
+	specs, ok := actionFields[a.Kind]
+	if !ok {
+		return nil, fmt.Errorf("runtime: %w: unknown kind %q", ErrInvalidAction, a.Kind)
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"kind":`)
+	k, _ := json.Marshal(string(a.Kind))
+	b.Write(k)
+	for _, f := range specs {
+		v := a.fieldValue(f.name)
+		if !f.required && isZero(v) {
+			continue
+		}
+		enc, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString(`,"` + f.name + `":`)
+		b.Write(enc)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+func isZero(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return x == ""
+	case int:
+		return x == 0
+	case int64:
+		return x == 0
+	}
+	return false
+}
+
+// UnmarshalJSON accepts exactly the canonical form: a known kind, only that
+// kind's fields, required fields present. Errors name the offending field.
+func (a *Action) UnmarshalJSON(data []byte) error {
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		*a = Action{}
+		return nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return fmt.Errorf("runtime: %w: %v", ErrInvalidAction, err)
+	}
+	kindRaw, ok := raw["kind"]
+	if !ok {
+		return fmt.Errorf("runtime: %w: missing field \"kind\" (known kinds: %s)", ErrInvalidAction, kindList())
+	}
+	var kind string
+	if err := json.Unmarshal(kindRaw, &kind); err != nil {
+		return fmt.Errorf("runtime: %w: field \"kind\" must be a string", ErrInvalidAction)
+	}
+	specs, ok := actionFields[ActionKind(kind)]
+	if !ok {
+		return fmt.Errorf("runtime: %w: unknown kind %q (known: %s)", ErrInvalidAction, kind, kindList())
+	}
+	out := Action{Kind: ActionKind(kind)}
+	allowed := map[string]bool{"kind": true}
+	for _, f := range specs {
+		allowed[f.name] = true
+		v, present := raw[f.name]
+		if !present {
+			if f.required {
+				return fmt.Errorf("runtime: %w: %s needs field %q", ErrInvalidAction, kind, f.name)
+			}
+			continue
+		}
+		if err := json.Unmarshal(v, out.fieldPointer(f.name)); err != nil {
+			return fmt.Errorf("runtime: %w: %s field %q: %v", ErrInvalidAction, kind, f.name, err)
+		}
+	}
+	for name := range raw {
+		if !allowed[name] {
+			names := []string{}
+			for _, f := range specs {
+				names = append(names, f.name)
+			}
+			return fmt.Errorf("runtime: %w: %s has no field %q (its fields: %s)", ErrInvalidAction, kind, name, strings.Join(names, ", "))
+		}
+	}
+	if err := out.Validate(); err != nil {
+		return err
+	}
+	*a = out
+	return nil
+}
+
+// String returns the canonical JSON, for logs and diffs.
+func (a Action) String() string {
+	b, err := a.MarshalJSON()
+	if err != nil {
+		return fmt.Sprintf("<invalid action %q>", a.Kind)
+	}
+	return string(b)
+}

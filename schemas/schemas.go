@@ -1,0 +1,171 @@
+// Package schemas owns forkline's native, versioned dataset tables: the row
+// types of the steps, episodes, rewards and blobs tables, their Parquet
+// schemas, and the schema version written into every file and manifest.
+// docs/SCHEMA.md documents every column; a test keeps the two in step.
+//
+// It knows column layouts only. It does not know how rows are produced
+// (capture), where files go (formats/shard), or what trainers want
+// (formats/verl, formats/hf, formats/chat).
+package schemas
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// Version is the native schema version. It is bumped whenever a column is
+// added, removed or changes meaning; readers refuse versions they do not know.
+const Version = 1
+
+// Parquet key/value metadata keys written into every shard.
+const (
+	MetaSchemaVersion = "forkline.schema_version"
+	MetaTable         = "forkline.table"
+	MetaRunID         = "forkline.run_id"
+)
+
+// Table names; they are also the directory names in a dataset.
+const (
+	TableSteps    = "steps"
+	TableEpisodes = "episodes"
+	TableRewards  = "rewards"
+	TableBlobs    = "blobs"
+)
+
+// Tables lists the tables in commit order.
+var Tables = []string{TableSteps, TableEpisodes, TableRewards, TableBlobs}
+
+// StepRow is one row of the steps table: one action and what it produced.
+type StepRow struct {
+	EpisodeID string `parquet:"episode_id"`
+	StepIndex int32  `parquet:"step_index"`
+	TaskID    string `parquet:"task_id"`
+	StartedAt int64  `parquet:"started_at_ms"` // unix milliseconds
+
+	ActionKind string `parquet:"action_kind"` // "" when the model turn produced no action
+	ActionJSON string `parquet:"action_json"` // canonical runtime.Action JSON, "null" when none
+
+	Output      string  `parquet:"output"`                     // valid UTF-8 (invalid bytes → U+FFFD), capped per capture policy
+	OutputRaw   []byte  `parquet:"output_raw,optional"`        // exact bytes, only when the output was not valid UTF-8
+	OutputBytes int64   `parquet:"output_bytes"`               // size before any cap
+	Truncated   bool    `parquet:"truncated"`                  // output was capped (by the sandbox or the capture policy)
+	ExitCode    int32   `parquet:"exit_code"`                  // -1 when killed or not a command
+	IsError     bool    `parquet:"is_error"`                   // the action failed
+	ErrorKind   string  `parquet:"error_kind"`                 // runtime.ErrorKind, "" when none
+	TimedOut    bool    `parquet:"timed_out"`                  // per-action timeout fired
+	Screenshot  []byte  `parquet:"screenshot,optional"`        // PNG, when pixels=full
+	ScreenHash  string  `parquet:"screenshot_sha256,optional"` // hex sha256 of the PNG, when any screenshot was taken
+	ScreenW     int32   `parquet:"screenshot_width,optional"`  // pixels
+	ScreenH     int32   `parquet:"screenshot_height,optional"` // pixels
+	AXTree      string  `parquet:"a11y_tree,optional"`         // compact JSON accessibility tree
+	PolicyMS    float64 `parquet:"policy_ms"`                  // time the policy took to decide
+	EnvMS       float64 `parquet:"env_ms"`                     // time the environment took to act
+
+	Model            *string   `parquet:"model,optional"`
+	ModelText        *string   `parquet:"model_text,optional"` // raw assistant text
+	Reasoning        *string   `parquet:"reasoning,optional"`
+	FinishReason     *string   `parquet:"finish_reason,optional"`
+	PromptIDs        []int32   `parquet:"prompt_ids,list"`
+	ResponseIDs      []int32   `parquet:"response_ids,list"`
+	ResponseMask     []int32   `parquet:"response_mask,list"`
+	ResponseLogprobs []float32 `parquet:"response_logprobs,list"`
+	PromptTokens     *int32    `parquet:"prompt_tokens,optional"`
+	CompletionTokens *int32    `parquet:"completion_tokens,optional"`
+	ModelMS          *float64  `parquet:"model_latency_ms,optional"`
+}
+
+// EpisodeRow is one row of the episodes table.
+type EpisodeRow struct {
+	EpisodeID string `parquet:"episode_id"`
+	RunID     string `parquet:"run_id"`
+	TaskID    string `parquet:"task_id"`
+	TaskHash  string `parquet:"task_hash"` // sha256 of the canonical task spec
+	Repeat    int32  `parquet:"repeat"`
+	Seed      int64  `parquet:"seed"`
+	Replica   int32  `parquet:"replica"` // worker slot that ran it
+	Attempt   int32  `parquet:"attempt"` // 1 + number of replaced replicas before this one
+
+	Provider      string  `parquet:"provider"`
+	GoldenID      string  `parquet:"golden_id"`      // checkpoint id; "" for recreate
+	ResetStrategy string  `parquet:"reset_strategy"` // fork | recreate
+	ResetOrigin   string  `parquet:"reset_origin"`   // how the sandbox was made: overlay, copy, image, create
+	ResetMS       float64 `parquet:"reset_ms"`       // fork/recreate + start commands
+	GoldenBuildMS float64 `parquet:"golden_build_ms"`
+	GoldenBytes   int64   `parquet:"golden_bytes"`
+
+	ExitReason string  `parquet:"exit_reason"` // runtime.ExitReason
+	Detail     string  `parquet:"detail"`      // what went wrong, when something did
+	Answer     string  `parquet:"answer"`      // the done action's answer
+	Steps      int32   `parquet:"steps"`
+	StartedAt  int64   `parquet:"started_at_ms"`
+	DurationMS float64 `parquet:"duration_ms"`
+	PolicyMS   float64 `parquet:"policy_ms"`
+	EnvMS      float64 `parquet:"env_ms"`
+	VerifyMS   float64 `parquet:"verify_ms"`
+
+	TokenDrift bool `parquet:"token_drift"` // a later prompt did not extend the earlier token ids
+}
+
+// RewardRow is one row of the rewards table: a reward attached out-of-band to
+// an episode (StepIndex nil) or to one of its steps.
+type RewardRow struct {
+	EpisodeID string   `parquet:"episode_id"`
+	StepIndex *int32   `parquet:"step_index,optional"`
+	Name      string   `parquet:"name"`           // e.g. "verify"
+	Value     *float64 `parquet:"value,optional"` // nil when the verifier could not produce one
+	Source    string   `parquet:"source"`         // what produced it, e.g. the verify command
+	Detail    string   `parquet:"detail"`         // verifier output tail or error
+	ExitCode  int32    `parquet:"exit_code"`
+}
+
+// BlobRow is one row of the blobs table: a content-addressed payload.
+type BlobRow struct {
+	SHA256 string `parquet:"sha256"`
+	Media  string `parquet:"media_type"`
+	Data   []byte `parquet:"data"`
+}
+
+// Millis converts a duration to float64 milliseconds, the unit of every *_ms column.
+func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Schema returns the Parquet schema of a table's row type.
+func Schema(table string) (*parquet.Schema, error) {
+	t, err := RowType(table)
+	if err != nil {
+		return nil, err
+	}
+	return parquet.SchemaOf(reflect.New(t).Elem().Interface()), nil
+}
+
+// RowType returns the Go row type of a table.
+func RowType(table string) (reflect.Type, error) {
+	switch table {
+	case TableSteps:
+		return reflect.TypeFor[StepRow](), nil
+	case TableEpisodes:
+		return reflect.TypeFor[EpisodeRow](), nil
+	case TableRewards:
+		return reflect.TypeFor[RewardRow](), nil
+	case TableBlobs:
+		return reflect.TypeFor[BlobRow](), nil
+	}
+	return nil, fmt.Errorf("schemas: unknown table %q (known: %s)", table, strings.Join(Tables, ", "))
+}
+
+// Columns returns the column names of a table in schema order.
+func Columns(table string) ([]string, error) {
+	t, err := RowType(table)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("parquet"), ",")
+		out = append(out, name)
+	}
+	return out, nil
+}
