@@ -1,0 +1,40 @@
+// Package testenv decides what a test does when an outside component it needs
+// (a Docker engine, Chromium, mount privileges) is missing: skip with the
+// reason on a developer's machine, fail under CI, where FORKLINE_REQUIRE names
+// the components that must be present (restic's RESTIC_TEST_DISALLOW_SKIP
+// habit). A green CI run therefore means the real thing ran.
+//
+// It knows nothing about how to find a component; callers probe and pass the
+// reason.
+package testenv
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// RequireEnv is the environment variable listing required components,
+// comma-separated (e.g. "docker,chromium,overlay"), or "all".
+const RequireEnv = "FORKLINE_REQUIRE"
+
+// Required reports whether component must be present in this run.
+func Required(component string) bool {
+	for _, c := range strings.Split(os.Getenv(RequireEnv), ",") {
+		c = strings.TrimSpace(c)
+		if c == component || c == "all" {
+			return true
+		}
+	}
+	return false
+}
+
+// Missing ends the test because component is unavailable: t.Skip with the
+// reason, or t.Fatal when FORKLINE_REQUIRE names the component.
+func Missing(t testing.TB, component, reason string) {
+	t.Helper()
+	if Required(component) {
+		t.Fatalf("%s is required (%s=%s) but missing: %s", component, RequireEnv, os.Getenv(RequireEnv), reason)
+	}
+	t.Skipf("SKIP: %s missing: %s (set %s=%s to make this a failure)", component, reason, RequireEnv, component)
+}
