@@ -101,7 +101,7 @@ type Step struct {
 }
 
 // ExitReason says why an episode ended. Scaffold losses (the policy or the
-// environment failed) are kept apart from task outcomes.
+// environment failed) are kept apart from the outcomes of the work itself.
 type ExitReason string
 
 // The exit reasons.
@@ -139,7 +139,7 @@ func ParseExitReason(s string) ExitReason {
 func (r ExitReason) Completed() bool { return r == ExitDone }
 
 // ScaffoldLoss reports whether the episode was lost to the scaffold (policy,
-// parser, model limits or environment) rather than ending on the task's
+// parser, model limits or environment) rather than ending on the episode's own
 // terms. Unknown reasons count as losses.
 func (r ExitReason) ScaffoldLoss() bool {
 	switch r {
