@@ -1,0 +1,395 @@
+// Package pool owns golden checkpoints and replicas: it builds one golden
+// checkpoint per template (create, setup, checkpoint — once), forks replicas
+// from it, runs each template's start commands in every replica, measures the
+// reset, and schedules episodes over a bounded number of replicas in
+// parallel. A replica whose sandbox breaks is discarded and replaced; the
+// run goes on.
+//
+// It knows providers and runtime sessions. It does not know task files,
+// policies, rewards or datasets: a Template carries the commands, and the
+// caller's episode function does the rest.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/runtime"
+)
+
+// Strategy is how a replica is reset for its next episode.
+type Strategy string
+
+// Reset strategies.
+const (
+	// Fork starts every episode from the golden checkpoint. It needs a
+	// provider that can checkpoint.
+	Fork Strategy = "fork"
+	// Recreate builds every episode's sandbox from scratch and replays the
+	// setup: the slow baseline peers use.
+	Recreate Strategy = "recreate"
+	// Auto forks when the provider can, else recreates, and says so.
+	Auto Strategy = "auto"
+)
+
+// ParseStrategy reads a strategy name.
+func ParseStrategy(s string) (Strategy, error) {
+	switch Strategy(s) {
+	case Fork, Recreate, Auto:
+		return Strategy(s), nil
+	}
+	return "", fmt.Errorf("pool: unknown reset strategy %q (known: auto, fork, recreate)", s)
+}
+
+// Template is what replicas of one task are made from.
+type Template struct {
+	Key   string         // unique per template, e.g. task id + hash
+	Spec  providers.Spec // sandbox to create
+	Setup []string       // run once, into the golden checkpoint (or per episode when recreating)
+	Start []string       // run in every replica before its episode
+	// CommandTimeout bounds each setup and start command.
+	CommandTimeout time.Duration
+}
+
+// Job is one episode to run.
+type Job struct {
+	Template *Template
+	// Payload is the caller's own data for the episode, passed back untouched.
+	Payload any
+}
+
+// Replica is a sandbox ready for one episode, with how it was made.
+type Replica struct {
+	Sandbox  providers.Sandbox
+	Slot     int      // worker slot, 0..Replicas-1
+	Attempt  int      // 1 for the first sandbox tried for this job
+	Strategy Strategy // what was really used: fork or recreate
+	Origin   string   // the provider's account of how the sandbox was made
+	Golden   *Golden  // nil when recreating
+	Reset    time.Duration
+}
+
+// Golden is a built golden checkpoint.
+type Golden struct {
+	Checkpoint providers.Checkpoint
+	BuildTime  time.Duration // create + setup + checkpoint
+}
+
+// Outcome tells the pool what became of a replica after its episode.
+type Outcome int
+
+// Outcomes.
+const (
+	// Done: the episode finished; the replica is destroyed (forks are cheap
+	// and never reused, so no state leaks between episodes).
+	Done Outcome = iota
+	// Broken: the sandbox failed underneath the episode.
+	Broken
+)
+
+// EpisodeFunc runs one job on a ready replica. When the pool could not get a
+// replica (the golden build or every reset failed), it calls the function
+// with a nil Sandbox and err describing why, so the caller can record the
+// episode as an environment error; the run goes on.
+type EpisodeFunc func(ctx context.Context, job Job, r Replica, err error) Outcome
+
+// Config configures a pool.
+type Config struct {
+	Provider providers.Provider
+	Replicas int      // episodes in parallel; default 1
+	Strategy Strategy // default Auto
+	// MaxAttempts bounds how many sandboxes are tried for one job when
+	// resets fail; default 3.
+	MaxAttempts int
+	// Log receives one line per notable event (fallbacks, replacements).
+	Log func(format string, args ...any)
+}
+
+// Pool runs jobs over replicas. Build one per run.
+type Pool struct {
+	cfg      Config
+	strategy Strategy
+
+	mu      sync.Mutex
+	goldens map[string]*goldenEntry
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+type goldenEntry struct {
+	once   sync.Once
+	golden *Golden
+	err    error
+}
+
+// Stats counts what the pool did.
+type Stats struct {
+	GoldenBuilds int
+	Resets       int
+	Replacements int
+}
+
+// ErrSetup wraps a failed setup or start command.
+var ErrSetup = errors.New("pool: setup failed")
+
+// New validates cfg and returns a pool. With Strategy Auto on a provider that
+// cannot checkpoint, it falls back to Recreate and logs that loudly; with
+// Strategy Fork on such a provider it fails.
+func New(cfg Config) (*Pool, error) {
+	if cfg.Provider == nil {
+		return nil, errors.New("pool: no provider")
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
+	}
+	if cfg.Log == nil {
+		cfg.Log = func(string, ...any) {}
+	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = Auto
+	}
+	caps := cfg.Provider.Capabilities()
+	canFork := caps.Checkpoint && caps.Fork
+	strategy := cfg.Strategy
+	switch cfg.Strategy {
+	case Fork:
+		if !canFork {
+			return nil, fmt.Errorf("pool: provider %s cannot checkpoint and fork; use -reset recreate or auto", cfg.Provider.Name())
+		}
+	case Auto:
+		if canFork {
+			strategy = Fork
+		} else {
+			strategy = Recreate
+			cfg.Log("WARNING: provider %s cannot checkpoint; every episode will recreate its sandbox and replay setup (slow)", cfg.Provider.Name())
+		}
+	case Recreate:
+	default:
+		return nil, fmt.Errorf("pool: unknown reset strategy %q (known: auto, fork, recreate)", cfg.Strategy)
+	}
+	return &Pool{cfg: cfg, strategy: strategy, goldens: map[string]*goldenEntry{}}, nil
+}
+
+// Strategy returns the strategy really in use (Auto resolved).
+func (p *Pool) Strategy() Strategy { return p.strategy }
+
+// Stats returns counters so far.
+func (p *Pool) Stats() Stats {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	return p.stats
+}
+
+// Run runs every job from jobs with at most Replicas in parallel, calling fn
+// for each, and returns when all have run or ctx is cancelled (jobs not yet
+// started are then skipped). Panics in fn propagate. Goldens stay built until
+// Close, so Run may be called again.
+func (p *Pool) Run(ctx context.Context, jobs <-chan Job, fn EpisodeFunc) {
+	slots := make(chan int, p.cfg.Replicas)
+	for i := range p.cfg.Replicas {
+		slots <- i
+	}
+	wp := pool.New().WithMaxGoroutines(p.cfg.Replicas)
+	for {
+		var job Job
+		var ok bool
+		select {
+		case <-ctx.Done():
+			wp.Wait()
+			return
+		case job, ok = <-jobs:
+		}
+		if !ok {
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wp.Go(func() {
+			slot := <-slots
+			defer func() { slots <- slot }()
+			p.runJob(ctx, job, slot, fn)
+		})
+	}
+	wp.Wait()
+}
+
+func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
+	var lastErr error
+	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
+		if ctx.Err() != nil {
+			fn(ctx, job, Replica{Slot: slot, Attempt: attempt}, ctx.Err())
+			return
+		}
+		r, err := p.acquire(ctx, job.Template)
+		r.Slot, r.Attempt = slot, attempt
+		if err != nil {
+			lastErr = err
+			// A golden that cannot be built will not build on a retry.
+			if errors.Is(err, errGolden) || ctx.Err() != nil {
+				break
+			}
+			p.count(func(s *Stats) { s.Replacements++ })
+			p.cfg.Log("replica for %s failed to reset (attempt %d/%d): %v", job.Template.Key, attempt, p.cfg.MaxAttempts, err)
+			continue
+		}
+		out := fn(ctx, job, r, nil)
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := r.Sandbox.Close(closeCtx); err != nil {
+			p.cfg.Log("closing sandbox %s: %v", r.Sandbox.Info().ID, err)
+		}
+		cancel()
+		if out == Broken {
+			p.count(func(s *Stats) { s.Replacements++ })
+			p.cfg.Log("replica %d broke during an episode of %s; replaced", slot, job.Template.Key)
+		}
+		return
+	}
+	fn(ctx, job, Replica{Slot: slot, Attempt: p.cfg.MaxAttempts}, lastErr)
+}
+
+func (p *Pool) count(f func(*Stats)) {
+	p.statsMu.Lock()
+	f(&p.stats)
+	p.statsMu.Unlock()
+}
+
+var errGolden = errors.New("golden build failed")
+
+// acquire returns a ready sandbox for t: forked from its golden (built on
+// first use) or recreated, with start commands run.
+func (p *Pool) acquire(ctx context.Context, t *Template) (Replica, error) {
+	began := time.Now()
+	r := Replica{Strategy: p.strategy}
+	var sb providers.Sandbox
+	var err error
+	if p.strategy == Fork {
+		g, gerr := p.Golden(ctx, t)
+		if gerr != nil {
+			return r, fmt.Errorf("%w: %w", errGolden, gerr)
+		}
+		r.Golden = g
+		began = time.Now() // the reset is the fork, not the one-off build
+		sb, err = p.cfg.Provider.Fork(ctx, g.Checkpoint)
+		if err != nil {
+			return r, fmt.Errorf("pool: fork of %s: %w", t.Key, err)
+		}
+	} else {
+		sb, err = p.cfg.Provider.Create(ctx, t.Spec)
+		if err != nil {
+			return r, fmt.Errorf("pool: create for %s: %w", t.Key, err)
+		}
+		if err := runCommands(ctx, sb, "setup", t.Setup, t.CommandTimeout); err != nil {
+			sb.Close(context.WithoutCancel(ctx))
+			return r, err
+		}
+	}
+	if err := runCommands(ctx, sb, "start", t.Start, t.CommandTimeout); err != nil {
+		sb.Close(context.WithoutCancel(ctx))
+		return r, err
+	}
+	r.Sandbox = sb
+	r.Origin = sb.Info().Origin
+	r.Reset = time.Since(began)
+	p.count(func(s *Stats) { s.Resets++ })
+	return r, nil
+}
+
+// Golden returns t's golden checkpoint, building it on first use: create the
+// sandbox, run setup, checkpoint, destroy the builder sandbox. Concurrent
+// callers wait for one build. A failed build is remembered and returned to
+// every caller, so a broken task fails fast instead of rebuilding per
+// episode.
+func (p *Pool) Golden(ctx context.Context, t *Template) (*Golden, error) {
+	p.mu.Lock()
+	e, ok := p.goldens[t.Key]
+	if !ok {
+		e = &goldenEntry{}
+		p.goldens[t.Key] = e
+	}
+	p.mu.Unlock()
+	e.once.Do(func() {
+		e.golden, e.err = p.buildGolden(ctx, t)
+		if e.err == nil {
+			p.count(func(s *Stats) { s.GoldenBuilds++ })
+		}
+	})
+	return e.golden, e.err
+}
+
+func (p *Pool) buildGolden(ctx context.Context, t *Template) (*Golden, error) {
+	began := time.Now()
+	sb, err := p.cfg.Provider.Create(ctx, t.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("pool: golden for %s: create: %w", t.Key, err)
+	}
+	defer sb.Close(context.WithoutCancel(ctx))
+	if err := runCommands(ctx, sb, "setup", t.Setup, t.CommandTimeout); err != nil {
+		return nil, fmt.Errorf("pool: golden for %s: %w", t.Key, err)
+	}
+	cp, err := p.cfg.Provider.Checkpoint(ctx, sb, t.Key)
+	if err != nil {
+		return nil, fmt.Errorf("pool: golden for %s: checkpoint: %w", t.Key, err)
+	}
+	return &Golden{Checkpoint: cp, BuildTime: time.Since(began)}, nil
+}
+
+// runCommands runs setup or start commands in order and fails on the first
+// that does not exit 0, naming it with its exit code and output tail.
+func runCommands(ctx context.Context, sb providers.Sandbox, phase string, cmds []string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	for i, c := range cmds {
+		obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: c, TimeoutMS: timeout.Milliseconds()})
+		if err != nil {
+			return fmt.Errorf("%w: %s[%d] %q: %w", ErrSetup, phase, i, c, err)
+		}
+		if obs.Error {
+			why := fmt.Sprintf("exit code %d", obs.ExitCode)
+			if obs.TimedOut {
+				why = "timed out after " + timeout.String()
+			}
+			return fmt.Errorf("%w: %s[%d] %q: %s; output tail:\n%s", ErrSetup, phase, i, c, why, outputTail(obs.Text(), 1024))
+		}
+	}
+	return nil
+}
+
+func outputTail(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	if len(s) > n {
+		s = "…" + strings.ToValidUTF8(s[len(s)-n:], "")
+	}
+	if s == "" {
+		return "(no output)"
+	}
+	return s
+}
+
+// Close releases every golden checkpoint.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for k, e := range p.goldens {
+		if e.golden != nil {
+			if err := p.cfg.Provider.Release(ctx, e.golden.Checkpoint); err != nil {
+				errs = append(errs, fmt.Errorf("pool: release golden %s: %w", k, err))
+			}
+		}
+		delete(p.goldens, k)
+	}
+	return errors.Join(errs...)
+}
