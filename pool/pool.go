@@ -97,7 +97,9 @@ const (
 // EpisodeFunc runs one job on a ready replica. When the pool could not get a
 // replica (the golden build or every reset failed), it calls the function
 // with a nil Sandbox and err describing why, so the caller can record the
-// episode as an environment error; the run goes on.
+// episode as an environment error; the run goes on. A job whose replica was
+// not ready when ctx was cancelled is not passed to fn at all: it never
+// started.
 type EpisodeFunc func(ctx context.Context, job Job, r Replica, err error) Outcome
 
 // Config configures a pool.
@@ -229,12 +231,14 @@ func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
 	var lastErr error
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if ctx.Err() != nil {
-			fn(ctx, job, Replica{Slot: slot, Attempt: attempt}, ctx.Err())
-			return
+			return // never started: the caller will find it missing and may resume it
 		}
 		r, err := p.acquire(ctx, job.Template)
 		r.Slot, r.Attempt = slot, attempt
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			lastErr = err
 			// A golden that cannot be built will not build on a retry.
 			if errors.Is(err, errGolden) || ctx.Err() != nil {

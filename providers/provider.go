@@ -80,11 +80,11 @@ type Checkpoint struct {
 
 // Capabilities lists what a provider can do.
 type Capabilities struct {
-	Checkpoint bool   // can freeze a sandbox's filesystem
-	Fork       bool   // can start sandboxes from a checkpoint
-	GUI        bool   // can host a browser/desktop
-	Isolation  string // "none" (host processes) or "container"; never claim more than is true
-	ForkMethod string // how Fork works here, e.g. "overlay", "copy", "image"
+	Checkpoint bool   `json:"checkpoint"`  // can freeze a sandbox's filesystem
+	Fork       bool   `json:"fork"`        // can start sandboxes from a checkpoint
+	GUI        bool   `json:"gui"`         // can host a browser/desktop
+	Isolation  string `json:"isolation"`   // "none" (host processes) or "container"; never claim more than is true
+	ForkMethod string `json:"fork_method"` // how Fork works here, e.g. "overlay", "copy", "image"
 }
 
 // Spec describes a sandbox to create.

@@ -1,0 +1,179 @@
+// Command collect runs a collection: it builds a golden checkpoint per task,
+// forks replicas from it, drives them with a policy and writes a native
+// dataset (manifest.json + Parquet shards).
+//
+//	collect -tasks examples/tasks -replicas 4 -repeats 4 -out runs/demo
+//
+// Exit codes:
+//
+//	0    the run is complete (every planned episode is kept, whatever its outcome)
+//	1    the run failed or ended partial for a reason other than a signal
+//	2    bad input: flags, task files, unknown names, an occupied output directory
+//	130  interrupted by SIGINT/SIGTERM: running episodes were kept as cancelled,
+//	     the manifest says partial, and -resume finishes the run
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/pool"
+	"github.com/forkline/forkline/providers"
+
+	_ "github.com/forkline/forkline/providers/local"
+)
+
+// Exit codes.
+const (
+	exitOK        = 0
+	exitFailed    = 1
+	exitBadInput  = 2
+	exitCancelled = 130
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+// kv collects repeated -provider-opt key=value flags.
+type kv map[string]string
+
+func (m kv) String() string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k+"="+m[k])
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+func (m kv) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	m[k] = v
+	return nil
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("collect", flag.ContinueOnError)
+	cfg := collect.Config{ProviderParams: map[string]string{}}
+	fs.StringVar(&cfg.Tasks, "tasks", "", "task spec `FILE` or directory of *.yaml specs (required)")
+	fs.StringVar(&cfg.Out, "out", "", "output dataset `DIR` (required)")
+	fs.StringVar(&cfg.Provider, "provider", "local", "sandbox provider: "+strings.Join(providers.Names(), ", "))
+	fs.Var(kv(cfg.ProviderParams), "provider-opt", "provider setting `key=value` (repeatable), e.g. fork=copy for local")
+	fs.IntVar(&cfg.Replicas, "replicas", 4, "episodes run in parallel")
+	fs.IntVar(&cfg.Repeats, "repeats", 1, "episodes per task")
+	fs.Int64Var(&cfg.Seed, "seed", 0, "run seed; part of every episode id")
+	fs.StringVar(&cfg.Policy, "policy", "script", "policy: "+strings.Join(collect.PolicyNames(), ", "))
+	fs.StringVar(&cfg.ScriptFile, "script", "", "for -policy script: a `FILE` of actions (JSONL) to replay instead of each task's solution")
+	reset := fs.String("reset", "auto", "reset strategy: auto, fork, recreate")
+	fs.BoolVar(&cfg.Resume, "resume", false, "finish the run in -out, skipping episodes it already kept")
+	fs.BoolVar(&cfg.Force, "force", false, "replace the run in -out")
+	fs.StringVar(&cfg.WorkDir, "workdir", "", "where sandboxes live on the host (default: a temporary directory)")
+	text := fs.String("text", "full", "capture: observation text, full or cap:N bytes")
+	fs.StringVar(&cfg.Capture.Pixels, "pixels", "hash", "capture: screenshots full, hash (stored once in blobs/) or none")
+	fs.StringVar(&cfg.Capture.A11y, "a11y", "full", "capture: accessibility trees full or none")
+	fs.StringVar(&cfg.Capture.Tokens, "tokens", "keep", "capture: token ids, masks and logprobs keep or drop")
+	rollMB := fs.Int64("roll-mb", 64, "close a shard generation after about this many MB")
+	rollEvery := fs.Duration("roll-interval", time.Minute, "close a shard generation at least this often (bounds what a crash can lose)")
+	quiet := fs.Bool("quiet", false, "no progress output")
+	jsonOut := fs.Bool("json", false, "print the summary as JSON on stdout")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: collect -tasks DIR|FILE -out DIR [flags]\n\nExit codes: 0 complete, 1 failed or partial, 2 bad input, 130 interrupted.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitBadInput
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "collect: unexpected arguments %q\n", fs.Args())
+		return exitBadInput
+	}
+	var err error
+	if cfg.Reset, err = pool.ParseStrategy(*reset); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return exitBadInput
+	}
+	if cfg.Capture.TextCap, err = capture.ParseText(*text); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return exitBadInput
+	}
+	cfg.Shards = shard.DefaultConfig()
+	cfg.Shards.RollBytes = *rollMB << 20
+	cfg.Shards.RollInterval = *rollEvery
+	cfg.Log = os.Stderr
+	if !*quiet {
+		cfg.Progress = os.Stderr
+		cfg.ProgressTTY = isTerminal(os.Stderr)
+	}
+
+	ctx, stop := withSignals()
+	defer stop()
+	sum, err := collect.Run(ctx, cfg)
+	if sum != nil {
+		rep := sum.Report()
+		if *jsonOut {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(rep)
+		} else {
+			rep.Print(os.Stdout, cfg.Out)
+		}
+	}
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintf(os.Stderr, "collect: interrupted; the run is partial. Finish it with: collect -resume -tasks %s -out %s -repeats %d -seed %d\n", cfg.Tasks, cfg.Out, cfg.Repeats, cfg.Seed)
+		return exitCancelled
+	case errors.Is(err, collect.ErrConfig):
+		fmt.Fprintln(os.Stderr, err)
+		return exitBadInput
+	default:
+		fmt.Fprintln(os.Stderr, err)
+		return exitFailed
+	}
+}
+
+// withSignals returns a context cancelled by the first SIGINT or SIGTERM:
+// running episodes end as cancelled, shards close, the manifest says partial.
+// A second signal exits at once; closed shards stay valid and only the open
+// generation is lost.
+func withSignals() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s, ok := <-ch
+		if !ok {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "\ncollect: %v: stopping; finishing episodes in flight as cancelled (signal again to stop at once)\n", s)
+		cancel()
+		if _, ok := <-ch; ok {
+			fmt.Fprintln(os.Stderr, "collect: second signal: exiting now")
+			os.Exit(exitCancelled)
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); close(ch); cancel() }
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

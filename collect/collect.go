@@ -1,0 +1,538 @@
+// Package collect is the collector as a library: it plans the episodes of a
+// run (tasks × repeats, with deterministic ids), opens the provider and the
+// pool, drives every episode with its policy, verifies it, captures its steps
+// and commits everything to the native dataset, episode by episode, so that a
+// crash loses at most one open shard generation and a resumed run skips what
+// is already kept. cmd/collect is a thin wrapper around Run.
+//
+// It is where the consumer-side pieces meet (task, policy, pool, capture,
+// formats/shard); none of those know about each other through it.
+package collect
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy/script"
+	"github.com/forkline/forkline/pool"
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
+)
+
+// Version is the tool version written into manifests.
+const Version = "0.1.0"
+
+// Config is everything a run needs. cmd/collect fills it from flags.
+type Config struct {
+	Tasks          string            // a task file or a directory of them
+	Provider       string            // registry name, e.g. "local"
+	ProviderParams map[string]string // backend settings
+	Replicas       int               // episodes in parallel
+	Repeats        int               // episodes per task
+	Seed           int64
+	Policy         string // registry name, e.g. "script"
+	ScriptFile     string // for policy script: actions to replay instead of each task's solution
+	Reset          pool.Strategy
+	Capture        capture.Policy
+	Shards         shard.Config
+	Out            string
+	Resume         bool // finish the run in Out, skipping kept episodes
+	Force          bool // replace the run in Out
+	WorkDir        string
+
+	// Progress, when set, receives a live progress line (TTY) or periodic
+	// progress lines, and the summary is not printed by Run.
+	Progress    io.Writer
+	ProgressTTY bool
+	// Log receives warnings (fallbacks, replaced replicas).
+	Log io.Writer
+}
+
+// ErrOutputExists is returned when Out holds another run and neither Resume
+// nor Force is set.
+var ErrOutputExists = errors.New("collect: output directory holds another run (use --resume to finish it or --force to replace it)")
+
+// ErrConfig is wrapped by every error that comes from bad input — flags,
+// task files, names of providers or policies, the output directory — as
+// opposed to a failure during the run. cmd/collect maps it to exit code 2.
+var ErrConfig = errors.New("collect: bad input")
+
+type configError struct{ err error }
+
+func (e configError) Error() string   { return e.err.Error() }
+func (e configError) Unwrap() []error { return []error{e.err, ErrConfig} }
+func badInput(err error) error {
+	if err == nil {
+		return nil
+	}
+	return configError{err}
+}
+
+// ErrIncompatibleResume is returned when a resumed run's tasks or plan differ
+// from the ones recorded in its manifest.
+var ErrIncompatibleResume = errors.New("collect: cannot resume")
+
+// PolicyFactory builds the policy for one episode.
+type PolicyFactory func(cfg Config, t task.Spec) (runtime.Policy, error)
+
+var policies = map[string]PolicyFactory{
+	"script": func(cfg Config, t task.Spec) (runtime.Policy, error) {
+		if cfg.ScriptFile != "" {
+			acts, err := script.LoadFile(cfg.ScriptFile)
+			if err != nil {
+				return nil, err
+			}
+			return script.New(acts), nil
+		}
+		if len(t.Solution) == 0 {
+			return nil, fmt.Errorf("collect: task %s (%s) has no solution for the script policy (add solution: or pass -script FILE)", t.ID, t.Source)
+		}
+		return script.New(t.Solution), nil
+	},
+}
+
+// RegisterPolicy adds a policy by name. It panics on an empty name, a nil
+// factory or a duplicate.
+func RegisterPolicy(name string, f PolicyFactory) {
+	if name == "" || f == nil {
+		panic("collect: RegisterPolicy needs a name and a factory")
+	}
+	if _, dup := policies[name]; dup {
+		panic("collect: RegisterPolicy called twice for " + name)
+	}
+	policies[name] = f
+}
+
+// PolicyNames lists the registered policies, sorted.
+func PolicyNames() []string {
+	out := make([]string, 0, len(policies))
+	for n := range policies {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// EpisodeID derives an episode's id from what defines it, so that a rerun or
+// a resume produces the same ids and never duplicates an episode.
+func EpisodeID(taskID, taskHash string, repeat int, seed int64) string {
+	h := sha256.New()
+	h.Write([]byte(taskID))
+	h.Write([]byte{0})
+	h.Write([]byte(taskHash))
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(repeat))
+	binary.BigEndian.PutUint64(b[8:], uint64(seed))
+	h.Write(b[:])
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// planned is one episode of the plan.
+type planned struct {
+	id     string
+	task   *task.Spec
+	hash   string
+	repeat int
+}
+
+// taskRecord is how a task is recorded in the manifest.
+type taskRecord struct {
+	ID   string    `json:"id"`
+	Hash string    `json:"hash"`
+	Spec task.Spec `json:"spec"`
+}
+
+type planRecord struct {
+	Repeats  int    `json:"repeats"`
+	Seed     int64  `json:"seed"`
+	Replicas int    `json:"replicas"`
+	Reset    string `json:"reset"`
+	Episodes int    `json:"episodes"`
+}
+
+// Run collects a dataset. It returns the summary and an error; on
+// cancellation it finishes the episodes in flight as cancelled, closes the
+// shards, marks the manifest partial and returns an error wrapping
+// context.Canceled.
+func Run(ctx context.Context, cfg Config) (*Summary, error) {
+	if err := validate(&cfg); err != nil {
+		return nil, badInput(err)
+	}
+	specs, err := task.Load(cfg.Tasks)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	newPolicy, ok := policies[cfg.Policy]
+	if !ok {
+		return nil, badInput(fmt.Errorf("collect: unknown policy %q (known: %s)", cfg.Policy, strings.Join(PolicyNames(), ", ")))
+	}
+	for i := range specs {
+		specs[i] = specs[i].WithDefaults()
+		if _, err := newPolicy(cfg, specs[i]); err != nil {
+			return nil, badInput(err)
+		}
+	}
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, "collect: "+format+"\n", args...)
+		}
+	}
+
+	// Plan.
+	var plan []planned
+	var records []taskRecord
+	for i := range specs {
+		s := &specs[i]
+		h := s.Hash()
+		records = append(records, taskRecord{ID: s.ID, Hash: h, Spec: *s})
+		for r := range cfg.Repeats {
+			plan = append(plan, planned{id: EpisodeID(s.ID, h, r, cfg.Seed), task: s, hash: h, repeat: r})
+		}
+	}
+
+	// The provider and pool are opened before the output, so a bad provider
+	// name or setting leaves no half-made run behind.
+	runID := newRunID()
+	if cfg.Resume {
+		if ds, err := shard.Open(cfg.Out); err == nil {
+			runID = ds.Manifest().RunID
+		}
+	}
+	prov, err := providers.Open(cfg.Provider, providers.Options{RunID: runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
+	if err != nil {
+		return nil, badInput(err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := prov.Close(closeCtx); err != nil {
+			logf("closing provider: %v", err)
+		}
+	}()
+	pl, err := pool.New(pool.Config{Provider: prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: logf})
+	if err != nil {
+		return nil, badInput(err)
+	}
+	defer pl.Close(context.Background())
+
+	w, err := openOutput(cfg, runID, records, len(plan))
+	if err != nil {
+		return nil, badInput(err)
+	}
+	committed := w.Committed()
+
+	providerRec, _ := json.Marshal(map[string]any{"name": prov.Name(), "capabilities": prov.Capabilities(), "params": cfg.ProviderParams, "reset": pl.Strategy()})
+	policyRec, _ := json.Marshal(map[string]any{"name": cfg.Policy, "script_file": cfg.ScriptFile})
+	w.Update(func(m *shard.Manifest) {
+		m.Provider, m.Policy, m.Capture = providerRec, policyRec, cfg.Capture.MarshalManifest()
+	})
+
+	templates := map[string]*pool.Template{}
+	for i := range specs {
+		s := &specs[i]
+		templates[s.ID] = templateFor(s, runID)
+	}
+
+	sum := newSummary(len(plan), len(committed))
+	rec := &recorder{w: w, seen: capture.SetIndex{}, capture: cfg.Capture, sum: sum}
+	if cfg.Capture.Pixels == "hash" {
+		if err := rec.loadBlobs(cfg.Out); err != nil {
+			w.Close(shard.StatusPartial)
+			return nil, err
+		}
+	}
+
+	jobs := make(chan pool.Job)
+	go func() {
+		defer close(jobs)
+		for i := range plan {
+			if committed[plan[i].id] {
+				continue
+			}
+			select {
+			case jobs <- pool.Job{Template: templates[plan[i].task.ID], Payload: &plan[i]}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	stopProgress := startProgress(cfg, sum)
+	began := time.Now()
+	runner := episodeRunner{cfg: cfg, runID: runID, provider: prov.Name(), rec: rec, newPolicy: newPolicy, log: logf}
+	pl.Run(ctx, jobs, runner.run)
+	sum.finish(time.Since(began), pl.Stats())
+	stopProgress()
+
+	status := shard.StatusComplete
+	var runErr error
+	if ctx.Err() != nil {
+		status, runErr = shard.StatusPartial, fmt.Errorf("collect: %w", context.Canceled)
+	}
+	if err := rec.failed(); err != nil {
+		status, runErr = shard.StatusPartial, err
+	}
+	if kept := len(committed) + sum.Done(); kept < len(plan) && status == shard.StatusComplete {
+		status = shard.StatusPartial
+		runErr = fmt.Errorf("collect: %d of %d planned episodes are missing", len(plan)-kept, len(plan))
+	}
+	sumJSON, _ := json.Marshal(sum.Report())
+	w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
+	if err := w.Close(status); err != nil {
+		return sum, errors.Join(runErr, err)
+	}
+	sum.Status = string(status)
+	return sum, runErr
+}
+
+func validate(cfg *Config) error {
+	if cfg.Tasks == "" {
+		return errors.New("collect: no tasks given (-tasks DIR|FILE)")
+	}
+	if cfg.Out == "" {
+		return errors.New("collect: no output directory given (-out DIR)")
+	}
+	if cfg.Provider == "" {
+		cfg.Provider = "local"
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = "script"
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Repeats <= 0 {
+		cfg.Repeats = 1
+	}
+	if cfg.Reset == "" {
+		cfg.Reset = pool.Auto
+	}
+	if cfg.Capture == (capture.Policy{}) {
+		cfg.Capture = capture.DefaultPolicy()
+	}
+	if err := cfg.Capture.Validate(); err != nil {
+		return err
+	}
+	if cfg.Shards == (shard.Config{}) {
+		cfg.Shards = shard.DefaultConfig()
+	}
+	if cfg.Resume && cfg.Force {
+		return errors.New("collect: --resume and --force contradict each other")
+	}
+	return cfg.Shards.Validate()
+}
+
+func newRunID() string {
+	var b [6]byte
+	f, err := os.Open("/dev/urandom")
+	if err == nil {
+		io.ReadFull(f, b[:])
+		f.Close()
+	}
+	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+}
+
+// openOutput creates, resumes or replaces the dataset in cfg.Out.
+func openOutput(cfg Config, runID string, tasks []taskRecord, episodes int) (*shard.Writer, error) {
+	planRec, _ := json.Marshal(planRecord{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset), Episodes: episodes})
+	tasksRec, _ := json.Marshal(tasks)
+	_, statErr := os.Stat(filepath.Join(cfg.Out, "manifest.json"))
+	exists := statErr == nil
+	switch {
+	case exists && cfg.Resume:
+		w, err := shard.Resume(cfg.Out, cfg.Shards)
+		if err != nil {
+			return nil, err
+		}
+		if err := compatible(w.Manifest(), tasks, cfg); err != nil {
+			w.Close(shard.StatusPartial)
+			return nil, err
+		}
+		w.Update(func(m *shard.Manifest) { m.Plan = planRec })
+		return w, nil
+	case exists && cfg.Force:
+		if err := removeRun(cfg.Out); err != nil {
+			return nil, err
+		}
+	case exists:
+		return nil, fmt.Errorf("%w: %s", ErrOutputExists, cfg.Out)
+	case cfg.Resume:
+		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
+	}
+	if entries, err := os.ReadDir(cfg.Out); err == nil && len(entries) > 0 && !cfg.Force {
+		return nil, fmt.Errorf("collect: output directory %s is not empty and holds no forkline run; choose an empty or new directory", cfg.Out)
+	}
+	m := shard.Manifest{
+		SchemaVersion: schemas.Version, Tool: "forkline", ToolVersion: Version, RunID: runID,
+		Tasks: tasksRec, Plan: planRec, Capture: cfg.Capture.MarshalManifest(),
+	}
+	return shard.Create(cfg.Out, m, cfg.Shards)
+}
+
+// compatible refuses a resume whose tasks or plan would produce other
+// episodes than the run being resumed.
+func compatible(m shard.Manifest, tasks []taskRecord, cfg Config) error {
+	var old []taskRecord
+	if err := json.Unmarshal(m.Tasks, &old); err != nil {
+		return fmt.Errorf("%w: manifest tasks unreadable: %v", ErrIncompatibleResume, err)
+	}
+	oldHash := map[string]string{}
+	for _, t := range old {
+		oldHash[t.ID] = t.Hash
+	}
+	for _, t := range tasks {
+		h, ok := oldHash[t.ID]
+		if !ok {
+			return fmt.Errorf("%w: task %s is not in the run being resumed", ErrIncompatibleResume, t.ID)
+		}
+		if h != t.Hash {
+			return fmt.Errorf("%w: task %s changed since the run started (spec hash %s, was %s)", ErrIncompatibleResume, t.ID, t.Hash[:12], h[:12])
+		}
+		delete(oldHash, t.ID)
+	}
+	for id := range oldHash {
+		return fmt.Errorf("%w: task %s of the run being resumed is missing from -tasks", ErrIncompatibleResume, id)
+	}
+	var plan planRecord
+	if err := json.Unmarshal(m.Plan, &plan); err == nil {
+		if plan.Repeats != cfg.Repeats || plan.Seed != cfg.Seed {
+			return fmt.Errorf("%w: the run used -repeats %d -seed %d; pass the same values", ErrIncompatibleResume, plan.Repeats, plan.Seed)
+		}
+	}
+	if m.Capture != nil {
+		var was, now map[string]any
+		json.Unmarshal(m.Capture, &was)
+		json.Unmarshal(cfg.Capture.MarshalManifest(), &now)
+		if !reflect.DeepEqual(was, now) {
+			return fmt.Errorf("%w: the run used capture policy %s; pass the same capture flags", ErrIncompatibleResume, cfg.Capture.MarshalManifest())
+		}
+	}
+	return nil
+}
+
+// removeRun deletes a forkline run directory's known contents only, so a
+// mistyped -out with --force cannot wipe unrelated files.
+func removeRun(dir string) error {
+	known := map[string]bool{"manifest.json": true, "manifest.json.tmp": true, ".lock": true}
+	for _, t := range schemas.Tables {
+		known[t] = true
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("collect: %w", err)
+	}
+	for _, e := range entries {
+		if !known[e.Name()] {
+			return fmt.Errorf("collect: --force refuses to clear %s: it holds %q, which is not part of a forkline run", dir, e.Name())
+		}
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("collect: %w", err)
+		}
+	}
+	return nil
+}
+
+func templateFor(s *task.Spec, runID string) *pool.Template {
+	files := map[string][]byte{}
+	for p, c := range s.Files {
+		files[p] = []byte(c)
+	}
+	env := make([]string, 0, len(s.Env))
+	for k, v := range s.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return &pool.Template{
+		Key: s.ID + "@" + s.Hash()[:12],
+		Spec: providers.Spec{
+			Image:     s.Image,
+			Files:     files,
+			Env:       env,
+			OutputCap: s.Limits.OutputCap,
+			Resources: providers.Resources{CPUs: s.Limits.CPUs, MemoryMB: s.Limits.MemoryMB, Pids: s.Limits.Pids},
+			Labels:    map[string]string{"forkline.task": s.ID},
+		},
+		Setup:          s.Setup,
+		Start:          s.Start,
+		CommandTimeout: 5 * time.Minute,
+	}
+}
+
+// recorder serialises commits and keeps the run-wide blob index. Blobs are
+// deduplicated at commit time, under the lock, so a blob is always written in
+// the same generation as — or an earlier one than — the first episode that
+// references it.
+type recorder struct {
+	w       *shard.Writer
+	capture capture.Policy
+	sum     *Summary
+
+	mu   sync.Mutex
+	seen capture.SetIndex
+	err  error
+}
+
+func (r *recorder) loadBlobs(dir string) error {
+	if len(r.w.Manifest().Shards) == 0 {
+		return nil
+	}
+	ds, err := shard.Open(dir)
+	if err != nil {
+		return err
+	}
+	for b, err := range ds.Blobs() {
+		if err != nil {
+			return err
+		}
+		r.seen.Add(b.SHA256)
+	}
+	return nil
+}
+
+func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := b.Blobs[:0]
+	deduped := 0
+	for _, bl := range b.Blobs {
+		if r.seen.Add(bl.SHA256) {
+			kept = append(kept, bl)
+		} else {
+			deduped++
+		}
+	}
+	b.Blobs = kept
+	if err := r.w.Commit(ctx, b); err != nil {
+		if r.err == nil {
+			r.err = err
+		}
+		return err
+	}
+	r.sum.addEpisode(b, deduped)
+	return nil
+}
+
+func (r *recorder) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}

@@ -1,0 +1,265 @@
+package collect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+
+	_ "github.com/forkline/forkline/providers/local"
+)
+
+func baseConfig(t *testing.T, tasks string) Config {
+	return Config{
+		Tasks: tasks, Out: filepath.Join(t.TempDir(), "run"), Provider: "local",
+		Replicas: 4, Repeats: 2, WorkDir: t.TempDir(),
+	}
+}
+
+func readAll(t *testing.T, dir string) (map[string]schemas.EpisodeRow, map[string][]schemas.StepRow, map[string]schemas.RewardRow) {
+	t.Helper()
+	ds, err := shard.Open(dir)
+	require.NoError(t, err)
+	eps := map[string]schemas.EpisodeRow{}
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		_, dup := eps[e.EpisodeID]
+		require.False(t, dup, "episode %s appears twice", e.EpisodeID)
+		eps[e.EpisodeID] = e
+	}
+	steps := map[string][]schemas.StepRow{}
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		steps[s.EpisodeID] = append(steps[s.EpisodeID], s)
+	}
+	rewards := map[string]schemas.RewardRow{}
+	for r, err := range ds.Rewards() {
+		require.NoError(t, err)
+		rewards[r.EpisodeID] = r
+	}
+	return eps, steps, rewards
+}
+
+func TestCollectExamplesEndToEnd(t *testing.T) {
+	cfg := baseConfig(t, "../examples/tasks")
+	sum, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	rep := sum.Report()
+	require.Equal(t, 6, rep.Episodes)
+	require.Equal(t, 6, rep.ByExit["done"])
+
+	ds, err := shard.Open(cfg.Out)
+	require.NoError(t, err)
+	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
+	vr, err := shard.Verify(cfg.Out)
+	require.NoError(t, err)
+	require.True(t, vr.OK(), "verify: %+v", vr)
+
+	eps, steps, rewards := readAll(t, cfg.Out)
+	require.Len(t, eps, 6)
+	byTask := map[string][]string{}
+	for id, e := range eps {
+		byTask[e.TaskID] = append(byTask[e.TaskID], id)
+		require.Equal(t, EpisodeID(e.TaskID, e.TaskHash, int(e.Repeat), 0), id, "episode ids are derived, not random")
+		require.Equal(t, "fork", e.ResetStrategy)
+		require.NotEmpty(t, e.GoldenID)
+		require.Greater(t, e.ResetMS, 0.0)
+		require.Len(t, steps[id], int(e.Steps))
+		for i, s := range steps[id] {
+			require.Equal(t, int32(i), s.StepIndex)
+		}
+	}
+	for _, id := range byTask["fix-sum"] {
+		require.Equal(t, 1.0, *rewards[id].Value)
+		first := steps[id][0]
+		require.Equal(t, "exec", first.ActionKind)
+		require.Contains(t, first.Output, "FAIL: sum.sh 3 = 3, want 6", "the unfixed script fails its test in step 0")
+		require.EqualValues(t, 1, first.ExitCode)
+		require.True(t, first.IsError)
+	}
+	for _, id := range byTask["config-migrate"] {
+		require.Equal(t, 0.5, *rewards[id].Value, "the scripted attempt is half right")
+		require.EqualValues(t, 1, rewards[id].ExitCode, "and its verification fails")
+	}
+	for _, id := range byTask["error-report"] {
+		require.Equal(t, 1.0, *rewards[id].Value, rewards[id].Detail)
+	}
+}
+
+func TestCollectBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("id: x\ninstruction: y\nlimits:\n  max_stepz: 3\n"), 0o644))
+
+	cases := []struct {
+		name string
+		mod  func(*Config)
+		want []string
+	}{
+		{"unknown provider", func(c *Config) { c.Provider = "nope" }, []string{`unknown provider "nope"`, "known: ", "local"}},
+		{"unknown policy", func(c *Config) { c.Policy = "gpt" }, []string{`unknown policy "gpt"`, "known: script"}},
+		{"malformed task", func(c *Config) { c.Tasks = bad }, []string{"bad.yaml:4:3", "limits.max_stepz", "unknown field"}},
+		{"unknown provider setting", func(c *Config) { c.ProviderParams = map[string]string{"frok": "copy"} }, []string{`"frok"`, "known: "}},
+		{"bad capture", func(c *Config) { c.Capture.Pixels = "jpeg"; c.Capture.A11y = "full"; c.Capture.Tokens = "keep" }, []string{`pixels "jpeg"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := baseConfig(t, "../examples/tasks")
+			c.mod(&cfg)
+			_, err := Run(context.Background(), cfg)
+			require.Error(t, err)
+			require.True(t, errors.Is(err, ErrConfig), "%v is not a config error", err)
+			for _, w := range c.want {
+				require.Contains(t, err.Error(), w)
+			}
+			_, statErr := os.Stat(filepath.Join(cfg.Out, "manifest.json"))
+			require.True(t, os.IsNotExist(statErr), "bad input must leave no run behind")
+		})
+	}
+}
+
+func TestCollectRefusesOccupiedOutput(t *testing.T) {
+	cfg := baseConfig(t, "../examples/tasks/fix-sum.yaml")
+	_, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+
+	_, err = Run(context.Background(), cfg)
+	require.ErrorIs(t, err, ErrOutputExists)
+	require.ErrorContains(t, err, "--resume")
+
+	// Resume of a complete run runs nothing and duplicates nothing.
+	cfg.Resume = true
+	sum, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, 0, sum.Report().Episodes)
+	require.Equal(t, 2, sum.Report().Skipped)
+	eps, _, _ := readAll(t, cfg.Out)
+	require.Len(t, eps, 2)
+
+	// Force replaces it.
+	cfg.Resume, cfg.Force = false, true
+	_, err = Run(context.Background(), cfg)
+	require.NoError(t, err)
+
+	// Force refuses a directory that is not a run.
+	other := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(other, "manifest.json"), []byte("{}"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(other, "thesis.tex"), []byte("precious"), 0o644))
+	cfg.Out = other
+	_, err = Run(context.Background(), cfg)
+	require.ErrorContains(t, err, "thesis.tex")
+	_, err = os.Stat(filepath.Join(other, "thesis.tex"))
+	require.NoError(t, err)
+}
+
+const slowTask = `id: slow
+instruction: wait a little, several times
+setup:
+  - echo ready > state
+solution:
+  - {kind: exec, cmd: sleep 0.2}
+  - {kind: exec, cmd: sleep 0.2}
+  - {kind: exec, cmd: sleep 0.2}
+  - {kind: exec, cmd: sleep 0.2}
+  - {kind: done}
+`
+
+func TestCollectCancelThenResume(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "slow.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(slowTask), 0o644))
+	cfg := baseConfig(t, spec)
+	cfg.Replicas, cfg.Repeats = 2, 8
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(1200*time.Millisecond, cancel)
+	_, err := Run(ctx, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+
+	ds, err := shard.Open(cfg.Out)
+	require.NoError(t, err)
+	require.Equal(t, shard.StatusPartial, ds.Manifest().Status)
+	eps, steps, _ := readAll(t, cfg.Out)
+	require.NotEmpty(t, eps)
+	require.Less(t, len(eps), 8, "cancellation came before the run could finish")
+	cancelled := 0
+	for id, e := range eps {
+		if e.ExitReason == string(runtime.ExitCancelled) {
+			cancelled++
+			require.NotEmpty(t, steps[id], "a cancelled episode keeps its steps")
+			last := steps[id][len(steps[id])-1]
+			require.Equal(t, string(runtime.ErrInterrupted), last.ErrorKind)
+		}
+	}
+	require.Positive(t, cancelled, "episodes in flight are kept as cancelled")
+
+	cfg.Resume = true
+	_, err = Run(context.Background(), cfg)
+	require.NoError(t, err)
+	eps, _, _ = readAll(t, cfg.Out)
+	var got, want []string
+	for id := range eps {
+		got = append(got, id)
+	}
+	ds, err = shard.Open(cfg.Out)
+	require.NoError(t, err)
+	var recs []taskRecord
+	require.NoError(t, json.Unmarshal(ds.Manifest().Tasks, &recs))
+	h := recs[0].Hash
+	for r := range 8 {
+		want = append(want, EpisodeID("slow", h, r, 0))
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	require.Equal(t, want, got, "resume completes exactly the planned episodes")
+	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
+}
+
+func TestFailingSetupAndHangingCommandsAreObservations(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte(`id: broken
+instruction: never starts
+setup:
+  - echo preparing; echo 'no such database' >&2; exit 7
+solution:
+  - {kind: done}
+`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "hang.yaml"), []byte(`id: hang
+instruction: a command that never ends
+limits:
+  action_timeout: 1s
+solution:
+  - {kind: exec, cmd: "sleep 1000 & sleep 1000"}
+  - {kind: exec, cmd: echo still alive}
+  - {kind: done}
+`), 0o644))
+	cfg := baseConfig(t, dir)
+	cfg.Repeats = 1
+	_, err := Run(context.Background(), cfg)
+	require.NoError(t, err, "a broken task does not stop the run")
+	eps, steps, _ := readAll(t, cfg.Out)
+	require.Len(t, eps, 2)
+	for id, e := range eps {
+		switch e.TaskID {
+		case "broken":
+			require.Equal(t, string(runtime.ExitEnvError), e.ExitReason)
+			require.Contains(t, e.Detail, "setup[0]")
+			require.Contains(t, e.Detail, "exit code 7")
+			require.Contains(t, e.Detail, "no such database")
+		case "hang":
+			require.Equal(t, string(runtime.ExitDone), e.ExitReason)
+			require.True(t, steps[id][0].TimedOut)
+			require.Equal(t, "still alive\n", steps[id][1].Output)
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package collect
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/pool"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+)
+
+// episodeRunner runs one planned episode on a replica and commits it.
+type episodeRunner struct {
+	cfg       Config
+	runID     string
+	provider  string
+	rec       *recorder
+	newPolicy PolicyFactory
+	log       func(format string, args ...any)
+}
+
+// stepBuffer is the episode's StepSink: it converts each step to a row as it
+// arrives (so screenshots are hashed and dropped from memory at once under
+// pixels=hash/none) and holds the rows until the episode commits.
+type stepBuffer struct {
+	episodeID, taskID string
+	capture           capture.Policy
+	seen              capture.SetIndex
+	rows              []schemas.StepRow
+	blobs             []schemas.BlobRow
+	drift             bool
+	lastPrompt        []int32
+}
+
+func (b *stepBuffer) WriteStep(_ context.Context, s runtime.Step) error {
+	row, blobs := b.capture.Row(b.episodeID, b.taskID, s, b.seen)
+	b.rows = append(b.rows, row)
+	b.blobs = append(b.blobs, blobs...)
+	if m := s.Model; m != nil && len(m.PromptIDs) > 0 {
+		// A later prompt must extend the earlier prompt and response; when
+		// it does not (template drift), the episode is flagged so nobody
+		// builds a wrong loss mask from it.
+		if b.lastPrompt != nil && !hasPrefix(m.PromptIDs, b.lastPrompt) {
+			b.drift = true
+		}
+		b.lastPrompt = append(append([]int32(nil), m.PromptIDs...), m.ResponseIDs...)
+	}
+	return nil
+}
+
+func hasPrefix(s, prefix []int32) bool {
+	if len(prefix) > len(s) {
+		return false
+	}
+	for i := range prefix {
+		if s[i] != prefix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
+	p := job.Payload.(*planned)
+	spec := p.task
+	ep := schemas.EpisodeRow{
+		EpisodeID: p.id, RunID: er.runID, TaskID: spec.ID, TaskHash: p.hash,
+		Repeat: int32(p.repeat), Seed: er.cfg.Seed, Replica: int32(rep.Slot), Attempt: int32(rep.Attempt),
+		Provider: er.provider, ResetStrategy: string(rep.Strategy), ResetOrigin: rep.Origin,
+		ResetMS: schemas.Millis(rep.Reset), StartedAt: time.Now().UnixMilli(),
+	}
+	if rep.Golden != nil {
+		ep.GoldenID = rep.Golden.Checkpoint.ID
+		ep.GoldenBuildMS = schemas.Millis(rep.Golden.BuildTime)
+		ep.GoldenBytes = rep.Golden.Checkpoint.Bytes
+	}
+	buf := &stepBuffer{episodeID: p.id, taskID: spec.ID, capture: er.cfg.Capture, seen: capture.SetIndex{}}
+	batch := shard.EpisodeBatch{}
+	outcome := pool.Done
+
+	if acquireErr != nil {
+		ep.ExitReason = string(runtime.ExitEnvError)
+		if errors.Is(acquireErr, context.Canceled) || ctx.Err() != nil {
+			ep.ExitReason = string(runtime.ExitCancelled)
+		}
+		ep.Detail = acquireErr.Error()
+		er.log("episode %s of %s: %v", p.id[:12], spec.ID, acquireErr)
+	} else {
+		pol, err := er.newPolicy(er.cfg, *spec)
+		if err != nil {
+			ep.ExitReason, ep.Detail = string(runtime.ExitPolicyError), err.Error()
+		} else {
+			began := time.Now()
+			res, err := runtime.Rollout(ctx, rep.Sandbox, pol, runtime.History{Instruction: spec.Instruction}, spec.Limits.Runtime(), buf)
+			if err != nil {
+				res.Exit, res.Detail = runtime.ExitUnknown, err.Error()
+			}
+			ep.ExitReason, ep.Detail, ep.Answer = string(res.Exit), res.Detail, res.Answer
+			ep.DurationMS = schemas.Millis(time.Since(began))
+			ep.PolicyMS, ep.EnvMS = schemas.Millis(res.PolicyTime), schemas.Millis(res.EnvTime)
+			if res.Exit == runtime.ExitEnvError {
+				outcome = pool.Broken
+			}
+			// Verify unless the sandbox broke or the run is stopping.
+			if spec.Verify != nil && outcome != pool.Broken && ctx.Err() == nil {
+				r, verr := spec.Verify.Run(ctx, rep.Sandbox)
+				ep.VerifyMS = schemas.Millis(r.Took)
+				rw := schemas.RewardRow{EpisodeID: p.id, Name: "verify", Value: r.Value, Source: spec.Verify.Cmd,
+					Detail: r.Detail, ExitCode: int32(r.ExitCode)}
+				if verr != nil {
+					rw.Detail = verr.Error()
+					outcome = pool.Broken
+				}
+				batch.Rewards = append(batch.Rewards, rw)
+			}
+		}
+	}
+	if ep.ExitReason == string(runtime.ExitCancelled) && len(buf.rows) == 0 {
+		// Cancelled before its first step: nothing to keep, and leaving it
+		// out lets a resumed run do it.
+		return outcome
+	}
+	ep.Steps = int32(len(buf.rows))
+	ep.TokenDrift = buf.drift
+	batch.Episode, batch.Steps, batch.Blobs = ep, buf.rows, buf.blobs
+	if err := er.rec.commit(context.WithoutCancel(ctx), batch); err != nil {
+		er.log("episode %s of %s could not be written: %v", p.id[:12], spec.ID, err)
+	}
+	return outcome
+}
