@@ -1,0 +1,401 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/forkline/forkline/schemas"
+	"github.com/parquet-go/parquet-go"
+)
+
+// Rows read per batch. Blob rows are large (screenshots), so fewer.
+const (
+	readBatchRows = 256
+	readBatchBlob = 8
+	readBatchKeys = 4096
+)
+
+// Dataset reads a dataset directory. It reads only the shards its manifest
+// lists, so a run that is still being written, or crashed, reads as its
+// closed generations. It is safe for concurrent use.
+type Dataset struct {
+	dir string
+	m   Manifest
+
+	blobOnce sync.Once
+	blobIdx  map[string]blobLoc
+	blobErr  error
+}
+
+type blobLoc struct {
+	shard ShardInfo
+	row   int64
+}
+
+// Open reads dir's manifest. It fails with ErrNoDataset when there is none,
+// with ErrSchemaVersion for a schema version this build does not read, and
+// with ErrCorrupt when a shard entry is malformed.
+func Open(dir string) (*Dataset, error) {
+	m, err := readManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range m.Shards {
+		if err := checkShardEntry(s); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortStableFunc(m.Shards, compareShards)
+	return &Dataset{dir: dir, m: m}, nil
+}
+
+// checkShardEntry rejects a manifest entry that names an unknown table or
+// a file outside its table's directory.
+func checkShardEntry(s ShardInfo) error {
+	if _, err := schemas.RowType(s.Table); err != nil {
+		return fmt.Errorf("%w: shard %q: %v", ErrCorrupt, s.File, err)
+	}
+	if want := path.Join(s.Table, shardName(s.Generation)); s.File != want {
+		return fmt.Errorf("%w: shard %q of table %s generation %d should be %q", ErrCorrupt, s.File, s.Table, s.Generation, want)
+	}
+	return nil
+}
+
+// compareShards orders shards by generation, then in schemas.Tables order.
+func compareShards(a, b ShardInfo) int {
+	if a.Generation != b.Generation {
+		return a.Generation - b.Generation
+	}
+	return slices.Index(schemas.Tables, a.Table) - slices.Index(schemas.Tables, b.Table)
+}
+
+// Dir returns the dataset directory.
+func (d *Dataset) Dir() string { return d.dir }
+
+// Manifest returns a copy of the manifest, shards in generation order.
+func (d *Dataset) Manifest() Manifest { return d.m.Clone() }
+
+// Shards returns a table's listed shards in generation order.
+func (d *Dataset) Shards(table string) []ShardInfo {
+	var out []ShardInfo
+	for _, s := range d.m.Shards {
+		if s.Table == table {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// shard returns a table's shard of generation gen, if any.
+func (d *Dataset) shard(table string, gen int) (ShardInfo, bool) {
+	for _, s := range d.m.Shards {
+		if s.Table == table && s.Generation == gen {
+			return s, true
+		}
+	}
+	return ShardInfo{}, false
+}
+
+// Episodes streams the episodes table, shard by shard in generation order.
+// The iteration stops after yielding an error.
+func (d *Dataset) Episodes() iter.Seq2[schemas.EpisodeRow, error] {
+	return readShards[schemas.EpisodeRow](d.dir, d.Shards(schemas.TableEpisodes), readBatchRows)
+}
+
+// Steps streams the steps table, shard by shard in generation order; within
+// a shard, in the episodes' order and then in step order.
+func (d *Dataset) Steps() iter.Seq2[schemas.StepRow, error] {
+	return readShards[schemas.StepRow](d.dir, d.Shards(schemas.TableSteps), readBatchRows)
+}
+
+// Rewards streams the rewards table in generation order.
+func (d *Dataset) Rewards() iter.Seq2[schemas.RewardRow, error] {
+	return readShards[schemas.RewardRow](d.dir, d.Shards(schemas.TableRewards), readBatchRows)
+}
+
+// Blobs streams the blobs table in generation order. A hash may appear once
+// per generation.
+func (d *Dataset) Blobs() iter.Seq2[schemas.BlobRow, error] {
+	return readShards[schemas.BlobRow](d.dir, d.Shards(schemas.TableBlobs), readBatchBlob)
+}
+
+// Blob returns the payload with the given hex sha256, or ErrBlobNotFound.
+// The first call indexes the blobs' hash column (not their data).
+func (d *Dataset) Blob(sha256 string) ([]byte, error) {
+	d.blobOnce.Do(d.indexBlobs)
+	if d.blobErr != nil {
+		return nil, d.blobErr
+	}
+	loc, ok := d.blobIdx[sha256]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrBlobNotFound, sha256)
+	}
+	f, pf, err := openShard(d.dir, loc.shard)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := newReader[schemas.BlobRow](pf)
+	if err != nil {
+		return nil, fmt.Errorf("shard: read %s: %w", loc.shard.File, err)
+	}
+	defer r.Close()
+	if err := r.SeekToRow(loc.row); err != nil {
+		return nil, fmt.Errorf("shard: read %s: %w", loc.shard.File, err)
+	}
+	row := make([]schemas.BlobRow, 1)
+	if n, err := r.Read(row); n != 1 {
+		return nil, fmt.Errorf("shard: read %s row %d: %w", loc.shard.File, loc.row, err)
+	}
+	return row[0].Data, nil
+}
+
+type keyRow struct {
+	SHA256 string `parquet:"sha256"`
+}
+
+func (d *Dataset) indexBlobs() {
+	d.blobIdx = map[string]blobLoc{}
+	for _, s := range d.Shards(schemas.TableBlobs) {
+		var row int64
+		for k, err := range readShard[keyRow](d.dir, s, readBatchKeys) {
+			if err != nil {
+				d.blobErr = err
+				return
+			}
+			if _, dup := d.blobIdx[k.SHA256]; !dup {
+				d.blobIdx[k.SHA256] = blobLoc{shard: s, row: row}
+			}
+			row++
+		}
+	}
+}
+
+// EachEpisode calls fn for every episode with its steps in step order and
+// its rewards, generation by generation. It holds one episode in memory at
+// a time: within a generation, steps and rewards follow the episodes'
+// order. It stops at the first error, fn's included, and returns it.
+func (d *Dataset) EachEpisode(fn func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error) error {
+	for _, gen := range d.m.Generations() {
+		if err := d.eachEpisodeOf(gen, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Dataset) eachEpisodeOf(gen int, fn func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error) error {
+	eps, ok := d.shard(schemas.TableEpisodes, gen)
+	if !ok {
+		return fmt.Errorf("%w: generation %d has shards but no episodes shard", ErrCorrupt, gen)
+	}
+	steps := pullShard[schemas.StepRow](d, schemas.TableSteps, gen)
+	defer steps.stop()
+	rewards := pullShard[schemas.RewardRow](d, schemas.TableRewards, gen)
+	defer rewards.stop()
+
+	for ep, err := range readShard[schemas.EpisodeRow](d.dir, eps, readBatchRows) {
+		if err != nil {
+			return err
+		}
+		var st []schemas.StepRow
+		for steps.ok && steps.cur.EpisodeID == ep.EpisodeID {
+			st = append(st, steps.cur)
+			steps.advance()
+		}
+		if steps.err != nil {
+			return steps.err
+		}
+		var rw []schemas.RewardRow
+		for rewards.ok && rewards.cur.EpisodeID == ep.EpisodeID {
+			rw = append(rw, rewards.cur)
+			rewards.advance()
+		}
+		if rewards.err != nil {
+			return rewards.err
+		}
+		if int(ep.Steps) != len(st) {
+			return fmt.Errorf("%w: generation %d: episode %q has steps = %d but %d step rows follow the episodes' order",
+				ErrCorrupt, gen, ep.EpisodeID, ep.Steps, len(st))
+		}
+		for i := range st {
+			if int(st[i].StepIndex) != i {
+				return fmt.Errorf("%w: generation %d: episode %q: step row %d has step_index %d", ErrCorrupt, gen, ep.EpisodeID, i, st[i].StepIndex)
+			}
+		}
+		if err := fn(ep, st, rw); err != nil {
+			return err
+		}
+	}
+	if steps.ok {
+		return fmt.Errorf("%w: generation %d: step rows of episode %q do not follow the episodes' order", ErrCorrupt, gen, steps.cur.EpisodeID)
+	}
+	if rewards.ok {
+		return fmt.Errorf("%w: generation %d: reward rows of episode %q do not follow the episodes' order", ErrCorrupt, gen, rewards.cur.EpisodeID)
+	}
+	return nil
+}
+
+// puller turns a row stream into a cursor with one row of look-ahead.
+type puller[T any] struct {
+	next func() (T, error, bool)
+	stop func()
+	cur  T
+	ok   bool // cur holds a row
+	err  error
+}
+
+func (p *puller[T]) advance() {
+	row, err, ok := p.next()
+	switch {
+	case !ok:
+		p.ok = false
+	case err != nil:
+		p.ok, p.err = false, err
+	default:
+		p.cur, p.ok = row, true
+	}
+}
+
+func pullShard[T any](d *Dataset, table string, gen int) *puller[T] {
+	seq := func(func(T, error) bool) {}
+	if s, ok := d.shard(table, gen); ok {
+		seq = readShard[T](d.dir, s, readBatchRows)
+	}
+	p := &puller[T]{}
+	p.next, p.stop = iter.Pull2(seq)
+	p.advance()
+	return p
+}
+
+// readShards streams the rows of several shards in order.
+func readShards[T any](dir string, shards []ShardInfo, batch int) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for _, s := range shards {
+			for row, err := range readShard[T](dir, s, batch) {
+				if !yield(row, err) || err != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+// readShard streams one shard's rows, batch rows at a time. T may be a
+// projection of the table's row type (a struct with some of its columns).
+func readShard[T any](dir string, s ShardInfo, batch int) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		var zero T
+		f, pf, err := openShard(dir, s)
+		if err != nil {
+			yield(zero, err)
+			return
+		}
+		defer f.Close()
+		r, err := newReader[T](pf)
+		if err != nil {
+			yield(zero, fmt.Errorf("shard: read %s: %w", s.File, err))
+			return
+		}
+		defer r.Close()
+		buf := make([]T, batch)
+		var seen int64
+		for {
+			clear(buf) // rows handed out must not share memory with the next batch
+			n, err := r.Read(buf)
+			for i := range n {
+				if !yield(buf[i], nil) {
+					return
+				}
+			}
+			seen += int64(n)
+			if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+				if seen != s.Rows {
+					yield(zero, fmt.Errorf("%w: %s: read %d rows, the manifest says %d", ErrCorrupt, s.File, seen, s.Rows))
+				}
+				return
+			}
+			if err != nil {
+				yield(zero, fmt.Errorf("shard: read %s: %w", s.File, err))
+				return
+			}
+		}
+	}
+}
+
+// openShard opens a listed shard and checks it against its manifest entry:
+// size, row count and the forkline key/value metadata.
+func openShard(dir string, s ShardInfo) (*os.File, *parquet.File, error) {
+	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(s.File)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: listed shard %s: %v", ErrCorrupt, s.File, err)
+	}
+	fail := func(err error) (*os.File, *parquet.File, error) {
+		f.Close()
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fail(fmt.Errorf("shard: %s: %w", s.File, err))
+	}
+	if fi.Size() != s.Bytes {
+		return fail(fmt.Errorf("%w: %s has %d bytes, the manifest says %d", ErrCorrupt, s.File, fi.Size(), s.Bytes))
+	}
+	pf, err := parquet.OpenFile(f, fi.Size())
+	if err != nil {
+		return fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, s.File, err))
+	}
+	if err := checkShardMeta(pf, s); err != nil {
+		return fail(err)
+	}
+	return f, pf, nil
+}
+
+// checkShardMeta compares a shard's footer with its manifest entry.
+func checkShardMeta(pf *parquet.File, s ShardInfo) error {
+	v, _ := pf.Lookup(schemas.MetaSchemaVersion)
+	if v != strconv.Itoa(schemas.Version) {
+		return fmt.Errorf("%w: %s has %s = %q; this build reads %d", ErrSchemaVersion, s.File, schemas.MetaSchemaVersion, v, schemas.Version)
+	}
+	if t, _ := pf.Lookup(schemas.MetaTable); t != s.Table {
+		return fmt.Errorf("%w: %s has %s = %q, the manifest says %q", ErrCorrupt, s.File, schemas.MetaTable, t, s.Table)
+	}
+	if pf.NumRows() != s.Rows {
+		return fmt.Errorf("%w: %s holds %d rows, the manifest says %d", ErrCorrupt, s.File, pf.NumRows(), s.Rows)
+	}
+	return nil
+}
+
+// newReader is parquet.NewGenericReader, which panics on a schema that
+// does not fit T, returning an error instead.
+func newReader[T any](pf *parquet.File) (r *parquet.GenericReader[T], err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("schema does not fit %T: %v", *new(T), p)
+		}
+	}()
+	return parquet.NewGenericReader[T](pf), nil
+}
+
+type episodeKey struct {
+	EpisodeID string `parquet:"episode_id"`
+}
+
+// readEpisodeIDs streams the episode_id column of a shard.
+func readEpisodeIDs(dir string, s ShardInfo) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for k, err := range readShard[episodeKey](dir, s, readBatchKeys) {
+			if !yield(k.EpisodeID, err) || err != nil {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package shard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/forkline/forkline/schemas"
+)
+
+// ManifestFile is the manifest's file name inside a dataset directory.
+const ManifestFile = "manifest.json"
+
+// ToolName is the Manifest.Tool value forkline writes.
+const ToolName = "forkline"
+
+// Status is the state of a run as its manifest records it.
+type Status string
+
+// The statuses.
+const (
+	StatusRunning  Status = "running"  // a Writer has the run open, or crashed
+	StatusPartial  Status = "partial"  // stopped before every planned episode ran
+	StatusComplete Status = "complete" // every planned episode is committed
+)
+
+// ShardInfo describes one closed shard file.
+type ShardInfo struct {
+	File       string `json:"file"` // relative to the dataset, slash-separated: "steps/part-00003.parquet"
+	Table      string `json:"table"`
+	Generation int    `json:"generation"`
+	Rows       int64  `json:"rows"`
+	Bytes      int64  `json:"bytes"`
+	SHA256     string `json:"sha256"` // hex
+}
+
+// Manifest is the content of manifest.json. The writer owns SchemaVersion,
+// RunID, Status, CreatedAt, UpdatedAt, Shards and Counts; the collector owns
+// the rest, which this package stores as given.
+type Manifest struct {
+	SchemaVersion int       `json:"schema_version"`
+	Tool          string    `json:"tool"`
+	ToolVersion   string    `json:"tool_version"`
+	RunID         string    `json:"run_id"`
+	Status        Status    `json:"status"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+
+	Provider json.RawMessage `json:"provider,omitempty"`
+	Policy   json.RawMessage `json:"policy,omitempty"`
+	Capture  json.RawMessage `json:"capture,omitempty"`
+	Tasks    json.RawMessage `json:"tasks,omitempty"`
+	Plan     json.RawMessage `json:"plan,omitempty"`
+	Summary  json.RawMessage `json:"summary,omitempty"`
+
+	Shards []ShardInfo      `json:"shards"`
+	Counts map[string]int64 `json:"counts"` // rows per table over the listed shards
+}
+
+// Clone returns a deep copy of m.
+func (m Manifest) Clone() Manifest {
+	c := m
+	c.Provider = bytes.Clone(m.Provider)
+	c.Policy = bytes.Clone(m.Policy)
+	c.Capture = bytes.Clone(m.Capture)
+	c.Tasks = bytes.Clone(m.Tasks)
+	c.Plan = bytes.Clone(m.Plan)
+	c.Summary = bytes.Clone(m.Summary)
+	c.Shards = slices.Clone(m.Shards)
+	c.Counts = maps.Clone(m.Counts)
+	return c
+}
+
+// Generations returns the generation numbers that have shards, ascending.
+func (m Manifest) Generations() []int {
+	var gens []int
+	for _, s := range m.Shards {
+		gens = append(gens, s.Generation)
+	}
+	slices.Sort(gens)
+	return slices.Compact(gens)
+}
+
+// readManifest reads and decodes dir's manifest and checks its schema
+// version.
+func readManifest(dir string) (Manifest, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Manifest{}, fmt.Errorf("%w: %s has no %s", ErrNoDataset, dir, ManifestFile)
+	}
+	if err != nil {
+		return Manifest{}, fmt.Errorf("shard: read manifest: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, filepath.Join(dir, ManifestFile), err)
+	}
+	if m.SchemaVersion != schemas.Version {
+		return Manifest{}, fmt.Errorf("%w: %s was written with schema version %d; this build of forkline reads version %d only",
+			ErrSchemaVersion, dir, m.SchemaVersion, schemas.Version)
+	}
+	if m.Counts == nil {
+		m.Counts = map[string]int64{}
+	}
+	return m, nil
+}
+
+// writeManifest replaces dir's manifest atomically: temporary file, fsync,
+// rename, fsync of the directory.
+func writeManifest(dir string, m Manifest) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("shard: encode manifest: %w", err)
+	}
+	data = append(data, '\n')
+	final := filepath.Join(dir, ManifestFile)
+	tmp := final + ".tmp"
+	if err := writeFileSync(tmp, data); err != nil {
+		return fmt.Errorf("shard: write manifest: %w", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("shard: write manifest: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("shard: write manifest: %w", err)
+	}
+	return nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// syncDir fsyncs a directory so that renames and removals in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

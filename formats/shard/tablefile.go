@@ -1,0 +1,129 @@
+package shard
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+
+	"github.com/forkline/forkline/schemas"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
+)
+
+// shardName returns the file name of generation g's shard.
+func shardName(g int) string { return fmt.Sprintf("part-%05d.parquet", g) }
+
+// tmpName returns the hidden name a shard has while its generation is open.
+func tmpName(g int) string { return "." + shardName(g) + ".tmp" }
+
+// shardWriter is the interface the generation needs from a tableFile of any
+// row type.
+type shardWriter interface {
+	finish() (ShardInfo, error)
+	abandon()
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return len(p), nil
+}
+
+// tableFile is one table's shard of the open generation: a Parquet writer
+// over a temporary file, hashing and counting every byte on its way out.
+type tableFile[T any] struct {
+	table    string
+	gen      int
+	dir      string // the table's directory
+	f        *os.File
+	sum      hash.Hash
+	size     countWriter
+	pw       *parquet.GenericWriter[T]
+	rows     int64
+	buffered int64 // estimated bytes since the last row-group flush
+	groupMax int64
+}
+
+func createTableFile[T any](root, table string, gen int, runID string, codec compress.Codec, rowGroupBytes int64) (*tableFile[T], error) {
+	dir := filepath.Join(root, table)
+	f, err := os.OpenFile(filepath.Join(dir, tmpName(gen)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("shard: create %s shard %d: %w", table, gen, err)
+	}
+	t := &tableFile[T]{table: table, gen: gen, dir: dir, f: f, sum: sha256.New(), groupMax: rowGroupBytes}
+	t.pw = parquet.NewGenericWriter[T](io.MultiWriter(f, t.sum, &t.size),
+		parquet.Compression(codec),
+		parquet.KeyValueMetadata(schemas.MetaSchemaVersion, strconv.Itoa(schemas.Version)),
+		parquet.KeyValueMetadata(schemas.MetaTable, table),
+		parquet.KeyValueMetadata(schemas.MetaRunID, runID),
+	)
+	return t, nil
+}
+
+// write appends rows whose estimated size is bytes, flushing the row group
+// when enough is buffered.
+func (t *tableFile[T]) write(rows []T, bytes int64) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	if _, err := t.pw.Write(rows); err != nil {
+		return fmt.Errorf("shard: write %s shard %d: %w", t.table, t.gen, err)
+	}
+	t.rows += int64(len(rows))
+	t.buffered += bytes
+	if t.buffered >= t.groupMax {
+		if err := t.pw.Flush(); err != nil {
+			return fmt.Errorf("shard: flush %s shard %d: %w", t.table, t.gen, err)
+		}
+		t.buffered = 0
+	}
+	return nil
+}
+
+// finish writes the footer, fsyncs, closes and renames the file to its
+// final name. The caller fsyncs the directory.
+func (t *tableFile[T]) finish() (ShardInfo, error) {
+	fail := func(step string, err error) (ShardInfo, error) {
+		t.abandon()
+		return ShardInfo{}, fmt.Errorf("shard: %s %s shard %d: %w", step, t.table, t.gen, err)
+	}
+	if err := t.pw.Close(); err != nil {
+		return fail("close", err)
+	}
+	if err := t.f.Sync(); err != nil {
+		return fail("sync", err)
+	}
+	if err := t.f.Close(); err != nil {
+		t.f = nil
+		return fail("close", err)
+	}
+	t.f = nil
+	if err := os.Rename(filepath.Join(t.dir, tmpName(t.gen)), filepath.Join(t.dir, shardName(t.gen))); err != nil {
+		return fail("rename", err)
+	}
+	return ShardInfo{
+		File:       path.Join(t.table, shardName(t.gen)),
+		Table:      t.table,
+		Generation: t.gen,
+		Rows:       t.rows,
+		Bytes:      t.size.n,
+		SHA256:     hex.EncodeToString(t.sum.Sum(nil)),
+	}, nil
+}
+
+// abandon releases the file without finishing it; the temporary file stays
+// behind for Resume to remove.
+func (t *tableFile[T]) abandon() {
+	if t.f != nil {
+		t.f.Close()
+		t.f = nil
+	}
+}
