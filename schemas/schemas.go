@@ -41,92 +41,92 @@ var Tables = []string{TableSteps, TableEpisodes, TableRewards, TableBlobs}
 
 // StepRow is one row of the steps table: one action and what it produced.
 type StepRow struct {
-	EpisodeID string `parquet:"episode_id"`
-	StepIndex int32  `parquet:"step_index"`
-	TaskID    string `parquet:"task_id"`
-	StartedAt int64  `parquet:"started_at_ms"` // unix milliseconds
+	EpisodeID string `parquet:"episode_id" json:"episode_id"`
+	StepIndex int32  `parquet:"step_index" json:"step_index"`
+	TaskID    string `parquet:"task_id" json:"task_id"`
+	StartedAt int64  `parquet:"started_at_ms" json:"started_at_ms"` // unix milliseconds
 
-	ActionKind string `parquet:"action_kind"` // "" when the model turn produced no action
-	ActionJSON string `parquet:"action_json"` // canonical runtime.Action JSON, "null" when none
+	ActionKind string `parquet:"action_kind" json:"action_kind"` // "" when the model turn produced no action
+	ActionJSON string `parquet:"action_json" json:"action_json"` // canonical runtime.Action JSON, "null" when none
 
-	Output      string  `parquet:"output"`                     // valid UTF-8 (invalid bytes → U+FFFD), capped per capture policy
-	OutputRaw   []byte  `parquet:"output_raw,optional"`        // exact bytes, only when the output was not valid UTF-8
-	OutputBytes int64   `parquet:"output_bytes"`               // size before any cap
-	Truncated   bool    `parquet:"truncated"`                  // output was capped (by the sandbox or the capture policy)
-	ExitCode    int32   `parquet:"exit_code"`                  // -1 when killed or not a command
-	IsError     bool    `parquet:"is_error"`                   // the action failed
-	ErrorKind   string  `parquet:"error_kind"`                 // runtime.ErrorKind, "" when none
-	TimedOut    bool    `parquet:"timed_out"`                  // per-action timeout fired
-	Screenshot  []byte  `parquet:"screenshot,optional"`        // PNG, when pixels=full
-	ScreenHash  string  `parquet:"screenshot_sha256,optional"` // hex sha256 of the PNG, when any screenshot was taken
-	ScreenW     int32   `parquet:"screenshot_width,optional"`  // pixels
-	ScreenH     int32   `parquet:"screenshot_height,optional"` // pixels
-	AXTree      string  `parquet:"a11y_tree,optional"`         // compact JSON accessibility tree
-	PolicyMS    float64 `parquet:"policy_ms"`                  // time the policy took to decide
-	EnvMS       float64 `parquet:"env_ms"`                     // time the environment took to act
+	Output      string  `parquet:"output" json:"output"`                                          // valid UTF-8 (invalid bytes → U+FFFD), capped per capture policy
+	OutputRaw   []byte  `parquet:"output_raw,optional" json:"output_raw,omitempty"`               // exact bytes, only when the output was not valid UTF-8
+	OutputBytes int64   `parquet:"output_bytes" json:"output_bytes"`                              // size before any cap
+	Truncated   bool    `parquet:"truncated" json:"truncated"`                                    // output was capped (by the sandbox or the capture policy)
+	ExitCode    int32   `parquet:"exit_code" json:"exit_code"`                                    // -1 when killed or not a command
+	IsError     bool    `parquet:"is_error" json:"is_error"`                                      // the action failed
+	ErrorKind   string  `parquet:"error_kind" json:"error_kind"`                                  // runtime.ErrorKind, "" when none
+	TimedOut    bool    `parquet:"timed_out" json:"timed_out"`                                    // per-action timeout fired
+	Screenshot  []byte  `parquet:"screenshot,optional" json:"screenshot,omitempty"`               // PNG, when pixels=full
+	ScreenHash  string  `parquet:"screenshot_sha256,optional" json:"screenshot_sha256,omitempty"` // hex sha256 of the PNG, when any screenshot was taken
+	ScreenW     int32   `parquet:"screenshot_width,optional" json:"screenshot_width,omitempty"`   // pixels
+	ScreenH     int32   `parquet:"screenshot_height,optional" json:"screenshot_height,omitempty"` // pixels
+	AXTree      string  `parquet:"a11y_tree,optional" json:"a11y_tree,omitempty"`                 // compact JSON accessibility tree
+	PolicyMS    float64 `parquet:"policy_ms" json:"policy_ms"`                                    // time the policy took to decide
+	EnvMS       float64 `parquet:"env_ms" json:"env_ms"`                                          // time the environment took to act
 
-	Model            *string   `parquet:"model,optional"`
-	ModelText        *string   `parquet:"model_text,optional"` // raw assistant text
-	Reasoning        *string   `parquet:"reasoning,optional"`
-	FinishReason     *string   `parquet:"finish_reason,optional"`
-	PromptIDs        []int32   `parquet:"prompt_ids,list"`
-	ResponseIDs      []int32   `parquet:"response_ids,list"`
-	ResponseMask     []int32   `parquet:"response_mask,list"`
-	ResponseLogprobs []float32 `parquet:"response_logprobs,list"`
-	PromptTokens     *int32    `parquet:"prompt_tokens,optional"`
-	CompletionTokens *int32    `parquet:"completion_tokens,optional"`
-	ModelMS          *float64  `parquet:"model_latency_ms,optional"`
+	Model            *string   `parquet:"model,optional" json:"model,omitempty"`
+	ModelText        *string   `parquet:"model_text,optional" json:"model_text,omitempty"` // raw assistant text
+	Reasoning        *string   `parquet:"reasoning,optional" json:"reasoning,omitempty"`
+	FinishReason     *string   `parquet:"finish_reason,optional" json:"finish_reason,omitempty"`
+	PromptIDs        []int32   `parquet:"prompt_ids,list" json:"prompt_ids"`
+	ResponseIDs      []int32   `parquet:"response_ids,list" json:"response_ids"`
+	ResponseMask     []int32   `parquet:"response_mask,list" json:"response_mask"`
+	ResponseLogprobs []float32 `parquet:"response_logprobs,list" json:"response_logprobs"`
+	PromptTokens     *int32    `parquet:"prompt_tokens,optional" json:"prompt_tokens,omitempty"`
+	CompletionTokens *int32    `parquet:"completion_tokens,optional" json:"completion_tokens,omitempty"`
+	ModelMS          *float64  `parquet:"model_latency_ms,optional" json:"model_latency_ms,omitempty"`
 }
 
 // EpisodeRow is one row of the episodes table.
 type EpisodeRow struct {
-	EpisodeID string `parquet:"episode_id"`
-	RunID     string `parquet:"run_id"`
-	TaskID    string `parquet:"task_id"`
-	TaskHash  string `parquet:"task_hash"` // sha256 of the canonical task spec
-	Repeat    int32  `parquet:"repeat"`
-	Seed      int64  `parquet:"seed"`
-	Replica   int32  `parquet:"replica"` // worker slot that ran it
-	Attempt   int32  `parquet:"attempt"` // 1 + number of replaced replicas before this one
+	EpisodeID string `parquet:"episode_id" json:"episode_id"`
+	RunID     string `parquet:"run_id" json:"run_id"`
+	TaskID    string `parquet:"task_id" json:"task_id"`
+	TaskHash  string `parquet:"task_hash" json:"task_hash"` // sha256 of the canonical task spec
+	Repeat    int32  `parquet:"repeat" json:"repeat"`
+	Seed      int64  `parquet:"seed" json:"seed"`
+	Replica   int32  `parquet:"replica" json:"replica"` // worker slot that ran it
+	Attempt   int32  `parquet:"attempt" json:"attempt"` // 1 + number of replaced replicas before this one
 
-	Provider      string  `parquet:"provider"`
-	GoldenID      string  `parquet:"golden_id"`      // checkpoint id; "" for recreate
-	ResetStrategy string  `parquet:"reset_strategy"` // fork | recreate
-	ResetOrigin   string  `parquet:"reset_origin"`   // how the sandbox was made: overlay, copy, image, create
-	ResetMS       float64 `parquet:"reset_ms"`       // fork/recreate + start commands
-	GoldenBuildMS float64 `parquet:"golden_build_ms"`
-	GoldenBytes   int64   `parquet:"golden_bytes"`
+	Provider      string  `parquet:"provider" json:"provider"`
+	GoldenID      string  `parquet:"golden_id" json:"golden_id"`           // checkpoint id; "" for recreate
+	ResetStrategy string  `parquet:"reset_strategy" json:"reset_strategy"` // fork | recreate
+	ResetOrigin   string  `parquet:"reset_origin" json:"reset_origin"`     // how the sandbox was made: overlay, copy, image, create
+	ResetMS       float64 `parquet:"reset_ms" json:"reset_ms"`             // fork/recreate + start commands
+	GoldenBuildMS float64 `parquet:"golden_build_ms" json:"golden_build_ms"`
+	GoldenBytes   int64   `parquet:"golden_bytes" json:"golden_bytes"`
 
-	ExitReason string  `parquet:"exit_reason"` // runtime.ExitReason
-	Detail     string  `parquet:"detail"`      // what went wrong, when something did
-	Answer     string  `parquet:"answer"`      // the done action's answer
-	Steps      int32   `parquet:"steps"`
-	StartedAt  int64   `parquet:"started_at_ms"`
-	DurationMS float64 `parquet:"duration_ms"`
-	PolicyMS   float64 `parquet:"policy_ms"`
-	EnvMS      float64 `parquet:"env_ms"`
-	VerifyMS   float64 `parquet:"verify_ms"`
+	ExitReason string  `parquet:"exit_reason" json:"exit_reason"` // runtime.ExitReason
+	Detail     string  `parquet:"detail" json:"detail"`           // what went wrong, when something did
+	Answer     string  `parquet:"answer" json:"answer"`           // the done action's answer
+	Steps      int32   `parquet:"steps" json:"steps"`
+	StartedAt  int64   `parquet:"started_at_ms" json:"started_at_ms"`
+	DurationMS float64 `parquet:"duration_ms" json:"duration_ms"`
+	PolicyMS   float64 `parquet:"policy_ms" json:"policy_ms"`
+	EnvMS      float64 `parquet:"env_ms" json:"env_ms"`
+	VerifyMS   float64 `parquet:"verify_ms" json:"verify_ms"`
 
-	TokenDrift bool `parquet:"token_drift"` // a later prompt did not extend the earlier token ids
+	TokenDrift bool `parquet:"token_drift" json:"token_drift"` // a later prompt did not extend the earlier token ids
 }
 
 // RewardRow is one row of the rewards table: a reward attached out-of-band to
 // an episode (StepIndex nil) or to one of its steps.
 type RewardRow struct {
-	EpisodeID string   `parquet:"episode_id"`
-	StepIndex *int32   `parquet:"step_index,optional"`
-	Name      string   `parquet:"name"`           // e.g. "verify"
-	Value     *float64 `parquet:"value,optional"` // nil when the verifier could not produce one
-	Source    string   `parquet:"source"`         // what produced it, e.g. the verify command
-	Detail    string   `parquet:"detail"`         // verifier output tail or error
-	ExitCode  int32    `parquet:"exit_code"`
+	EpisodeID string   `parquet:"episode_id" json:"episode_id"`
+	StepIndex *int32   `parquet:"step_index,optional" json:"step_index,omitempty"`
+	Name      string   `parquet:"name" json:"name"`                      // e.g. "verify"
+	Value     *float64 `parquet:"value,optional" json:"value,omitempty"` // nil when the verifier could not produce one
+	Source    string   `parquet:"source" json:"source"`                  // what produced it, e.g. the verify command
+	Detail    string   `parquet:"detail" json:"detail"`                  // verifier output tail or error
+	ExitCode  int32    `parquet:"exit_code" json:"exit_code"`
 }
 
 // BlobRow is one row of the blobs table: a content-addressed payload.
 type BlobRow struct {
-	SHA256 string `parquet:"sha256"`
-	Media  string `parquet:"media_type"`
-	Data   []byte `parquet:"data"`
+	SHA256 string `parquet:"sha256" json:"sha256"`
+	Media  string `parquet:"media_type" json:"media_type"`
+	Data   []byte `parquet:"data" json:"data"`
 }
 
 // Millis converts a duration to float64 milliseconds, the unit of every *_ms column.

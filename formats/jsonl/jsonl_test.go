@@ -1,0 +1,50 @@
+package jsonl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/schemas"
+)
+
+func TestWriteNestsStepsInOrder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	w, err := shard.Create(dir, shard.Manifest{SchemaVersion: schemas.Version, RunID: "r"}, shard.DefaultConfig())
+	require.NoError(t, err)
+	v := 0.5
+	for _, id := range []string{"a", "b"} {
+		b := shard.EpisodeBatch{Episode: schemas.EpisodeRow{EpisodeID: id, RunID: "r", TaskID: "t", ExitReason: "done", Steps: 2}}
+		for i := range 2 {
+			b.Steps = append(b.Steps, schemas.StepRow{EpisodeID: id, StepIndex: int32(i), ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"x"}`, Output: id})
+		}
+		b.Rewards = []schemas.RewardRow{{EpisodeID: id, Name: "verify", Value: &v}}
+		require.NoError(t, w.Commit(t.Context(), b))
+	}
+	require.NoError(t, w.Close(shard.StatusComplete))
+	ds, err := shard.Open(dir)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	n, err := Write(ds, &buf)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	sc := bufio.NewScanner(&buf)
+	lines := 0
+	for sc.Scan() {
+		var ep map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &ep))
+		require.EqualValues(t, 2, ep["steps"], "the step count survives next to the nested rows")
+		rows := ep["step_rows"].([]any)
+		require.Len(t, rows, 2)
+		require.EqualValues(t, 1, rows[1].(map[string]any)["step_index"])
+		require.Equal(t, ep["episode_id"], rows[0].(map[string]any)["output"])
+		require.EqualValues(t, 0.5, ep["rewards"].([]any)[0].(map[string]any)["value"])
+		lines++
+	}
+	require.Equal(t, 2, lines)
+}
