@@ -1,0 +1,372 @@
+package local_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/local"
+	"github.com/forkline/forkline/providers/providertest"
+	"github.com/forkline/forkline/runtime"
+)
+
+// openLocal opens a provider with the given fork param in a test directory,
+// or ends the test through testenv when overlay was asked for and this
+// process cannot mount.
+func openLocal(t testing.TB, fork string) *local.Provider {
+	t.Helper()
+	p, err := local.New(providers.Options{Dir: t.TempDir(), Params: map[string]string{local.ParamFork: fork}})
+	if errors.Is(err, local.ErrOverlayUnavailable) {
+		testenv.Missing(t, "overlay", err.Error())
+	}
+	require.NoError(t, err)
+	return p
+}
+
+func TestConformanceOverlay(t *testing.T) {
+	openLocal(t, local.ForkOverlay).Close(context.Background()) // skip early, once
+	providertest.Run(t, func(t *testing.T) providers.Provider {
+		p := openLocal(t, local.ForkOverlay)
+		require.Equal(t, local.ForkOverlay, p.Capabilities().ForkMethod)
+		return p
+	})
+}
+
+func TestConformanceCopy(t *testing.T) {
+	providertest.Run(t, func(t *testing.T) providers.Provider {
+		p := openLocal(t, local.ForkCopy)
+		require.Equal(t, local.ForkCopy, p.Capabilities().ForkMethod)
+		return p
+	})
+}
+
+// noCheckpoint is a provider that cannot checkpoint, as a backend without
+// snapshots would be: the suite must accept it and skip its fork tests.
+type noCheckpoint struct{ *local.Provider }
+
+func (n noCheckpoint) Capabilities() providers.Capabilities {
+	c := n.Provider.Capabilities()
+	c.Checkpoint, c.Fork, c.ForkMethod = false, false, ""
+	return c
+}
+
+func (noCheckpoint) Checkpoint(context.Context, providers.Sandbox, string) (providers.Checkpoint, error) {
+	return providers.Checkpoint{}, providers.ErrNotSupported
+}
+
+func (noCheckpoint) Fork(context.Context, providers.Checkpoint) (providers.Sandbox, error) {
+	return nil, providers.ErrNotSupported
+}
+
+func TestConformanceWithoutCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite already ran twice")
+	}
+	providertest.Run(t, func(t *testing.T) providers.Provider {
+		return noCheckpoint{openLocal(t, local.ForkCopy)}
+	})
+}
+
+func TestRegistered(t *testing.T) {
+	require.Contains(t, providers.Names(), local.Name)
+	p, err := providers.Open(local.Name, providers.Options{Dir: t.TempDir(), Params: map[string]string{"fork": "copy"}})
+	require.NoError(t, err)
+	require.Equal(t, "local", p.Name())
+	caps := p.Capabilities()
+	require.Equal(t, "none", caps.Isolation, "host processes are no isolation")
+	require.False(t, caps.GUI)
+	require.NoError(t, p.Close(context.Background()))
+}
+
+func TestOptionsValidation(t *testing.T) {
+	cases := []struct {
+		name   string
+		params map[string]string
+		want   []string // substrings of the error
+	}{
+		{"unknownParam", map[string]string{"frok": "copy"}, []string{`"frok"`, "known: fork"}},
+		{"badForkValue", map[string]string{"fork": "zfs"}, []string{`"zfs"`, "auto", "copy", "overlay"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := local.New(providers.Options{Dir: dir, Params: c.params})
+			require.Error(t, err)
+			for _, w := range c.want {
+				require.Contains(t, err.Error(), w)
+			}
+			entries, _ := os.ReadDir(dir)
+			require.Empty(t, entries, "a failed Open leaves nothing behind")
+		})
+	}
+}
+
+func TestDefaultDir(t *testing.T) {
+	p, err := local.New(providers.Options{})
+	require.NoError(t, err)
+	dir := p.Dir()
+	require.True(t, strings.HasPrefix(filepath.Base(dir), "forkline-local-"), dir)
+	require.DirExists(t, dir)
+	require.NoError(t, p.Close(context.Background()))
+	require.NoDirExists(t, dir, "the default directory is removed on Close")
+}
+
+func TestForkOrigin(t *testing.T) {
+	for _, method := range []string{local.ForkOverlay, local.ForkCopy} {
+		t.Run(method, func(t *testing.T) {
+			ctx := t.Context()
+			p := openLocal(t, method)
+			defer p.Close(context.Background())
+			sb, err := p.Create(ctx, providers.Spec{Files: map[string][]byte{"f": []byte("x")}})
+			require.NoError(t, err)
+			require.Equal(t, local.OriginCreate, sb.Info().Origin)
+			cp, err := p.Checkpoint(ctx, sb, "origin")
+			require.NoError(t, err)
+			require.Equal(t, int64(1), cp.Bytes, "Checkpoint.Bytes is the workspace size")
+			f, err := p.Fork(ctx, cp)
+			require.NoError(t, err)
+			require.Equal(t, method, f.Info().Origin)
+			require.Equal(t, cp.ID, f.Info().Checkpoint)
+			mounted := isMountPoint(t, f.Info().Workspace)
+			require.Equal(t, method == local.ForkOverlay, mounted, "an overlay fork is a mount, a copy is not")
+			require.NoError(t, f.Close(ctx))
+			require.NoDirExists(t, f.Info().Workspace)
+		})
+	}
+}
+
+func TestAutoPicksOverlayWhenItCan(t *testing.T) {
+	p := openLocal(t, local.ForkAuto)
+	defer p.Close(context.Background())
+	canMount := true
+	if q, err := local.New(providers.Options{Dir: t.TempDir(), Params: map[string]string{"fork": "overlay"}}); err != nil {
+		canMount = false
+	} else {
+		q.Close(context.Background())
+	}
+	want := local.ForkCopy
+	if canMount {
+		want = local.ForkOverlay
+	}
+	require.Equal(t, want, p.Capabilities().ForkMethod)
+}
+
+func isMountPoint(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// hostProcessGone reports whether pid has exited or is a zombie.
+func hostProcessGone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if st, ok := strings.CutPrefix(line, "State:"); ok {
+			st = strings.TrimSpace(st)
+			return strings.HasPrefix(st, "Z") || strings.HasPrefix(st, "X")
+		}
+	}
+	return false
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return hostProcessGone(pid) }, 10*time.Second, 20*time.Millisecond,
+		"process %d should be killed", pid)
+}
+
+func TestCloseKillsBackgroundJobs(t *testing.T) {
+	p := openLocal(t, local.ForkCopy)
+	defer p.Close(context.Background())
+	ctx := t.Context()
+	sb, err := p.Create(ctx, providers.Spec{})
+	require.NoError(t, err)
+	obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "sleep 60 >/dev/null 2>&1 & echo $!"})
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(obs.Output)))
+	require.NoError(t, err)
+	require.False(t, hostProcessGone(pid), "a background job outlives its exec")
+	require.NoError(t, sb.Close(ctx))
+	waitGone(t, pid)
+}
+
+func TestContextCancelKillsGroup(t *testing.T) {
+	p := openLocal(t, local.ForkCopy)
+	defer p.Close(context.Background())
+	sb, err := p.Create(t.Context(), providers.Spec{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	_, err = sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "sleep 30 & echo $! > child.pid; wait"})
+	require.ErrorIs(t, err, context.Canceled)
+	b, err := os.ReadFile(filepath.Join(sb.Info().Workspace, "child.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	waitGone(t, pid)
+}
+
+func TestExecDetails(t *testing.T) {
+	p := openLocal(t, local.ForkCopy)
+	defer p.Close(context.Background())
+	ctx := t.Context()
+	sb, err := p.Create(ctx, providers.Spec{Env: []string{"LANG=en_US.UTF-8", "EXTRA=1"}})
+	require.NoError(t, err)
+	ws := sb.Info().Workspace
+	cases := []struct {
+		name, cmd, want string
+		code            int
+	}{
+		{"interleaved", "echo 1; echo 2 >&2; echo 3; echo 4 >&2", "1\n2\n3\n4\n", 0},
+		{"env", `echo "$HOME|$FORKLINE_WORKSPACE|$LANG|$EXTRA"`, ws + "|" + ws + "|en_US.UTF-8|1\n", 0},
+		{"stdinIsDevNull", "cat; echo end", "end\n", 0},
+		{"ownProcessGroup", `[ "$(ps -o pgid= -p $$ | tr -d ' ')" = "$$" ] && echo leader`, "leader\n", 0},
+		{"killedBySignal", "kill -TERM $$", "", 128 + int(syscall.SIGTERM)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "ownProcessGroup" {
+				if _, err := exec.LookPath("ps"); err != nil {
+					t.Skip("no ps")
+				}
+			}
+			obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: c.cmd, TimeoutMS: 5000})
+			require.NoError(t, err)
+			require.Equal(t, c.want, string(obs.Output))
+			require.Equal(t, c.code, obs.ExitCode)
+		})
+	}
+}
+
+// A background job that keeps the output pipe open must not hold Act for
+// longer than PipeGrace past its shell's exit.
+func TestLeakedPipeDoesNotHang(t *testing.T) {
+	p := openLocal(t, local.ForkCopy)
+	defer p.Close(context.Background())
+	sb, err := p.Create(t.Context(), providers.Spec{})
+	require.NoError(t, err)
+	began := time.Now()
+	obs, err := sb.Act(t.Context(), runtime.Action{Kind: runtime.ActExec, Cmd: "sleep 30 & echo quick"})
+	require.NoError(t, err)
+	require.Less(t, time.Since(began), 15*time.Second)
+	require.Equal(t, "quick\n", string(obs.Output))
+	require.Equal(t, 0, obs.ExitCode)
+	require.False(t, obs.Error)
+}
+
+func TestReadFileCapped(t *testing.T) {
+	p := openLocal(t, local.ForkCopy)
+	defer p.Close(context.Background())
+	big := strings.Repeat("0123456789", 1000)
+	sb, err := p.Create(t.Context(), providers.Spec{OutputCap: 100, Files: map[string][]byte{"big": []byte(big)}})
+	require.NoError(t, err)
+	obs, err := sb.Act(t.Context(), runtime.Action{Kind: runtime.ActReadFile, Path: "big"})
+	require.NoError(t, err)
+	require.True(t, obs.Truncated)
+	require.Equal(t, int64(len(big)), obs.OutputBytes)
+	require.Contains(t, string(obs.Output), providers.ElisionMarker(int64(len(big)-100)))
+}
+
+func TestCreateRefusesEscapingSpecFiles(t *testing.T) {
+	p := openLocal(t, local.ForkCopy)
+	defer p.Close(context.Background())
+	_, err := p.Create(t.Context(), providers.Spec{Files: map[string][]byte{"../evil": []byte("x")}})
+	require.ErrorIs(t, err, providers.ErrPathEscapes)
+	left, err := p.Leftovers(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
+// Release while an overlay fork still uses the checkpoint keeps the lower
+// layer until that fork closes.
+func TestReleaseWaitsForOverlayForks(t *testing.T) {
+	p := openLocal(t, local.ForkOverlay)
+	defer p.Close(context.Background())
+	ctx := t.Context()
+	sb, err := p.Create(ctx, providers.Spec{Files: map[string][]byte{"f": []byte("golden")}})
+	require.NoError(t, err)
+	cp, err := p.Checkpoint(ctx, sb, "x")
+	require.NoError(t, err)
+	f, err := p.Fork(ctx, cp)
+	require.NoError(t, err)
+	require.NoError(t, p.Release(ctx, cp))
+	_, err = p.Fork(ctx, cp)
+	require.Error(t, err, "no fork from a released checkpoint")
+	obs, err := f.Act(ctx, runtime.Action{Kind: runtime.ActReadFile, Path: "f"})
+	require.NoError(t, err)
+	require.Equal(t, "golden", string(obs.Output), "the fork still reads its lower layer")
+	require.NoError(t, f.Close(ctx))
+	require.NoError(t, sb.Close(ctx))
+	left, err := p.Leftovers(ctx)
+	require.NoError(t, err)
+	require.Empty(t, left, "the released checkpoint goes with its last fork")
+}
+
+// TestSweep simulates a crashed run: a provider directory with a live overlay
+// mount whose owner process is gone.
+func TestSweep(t *testing.T) {
+	base := t.TempDir()
+	crashed := openLocal(t, local.ForkOverlay)
+	ctx := t.Context()
+	sb, err := crashed.Create(ctx, providers.Spec{Files: map[string][]byte{"f": []byte("x")}})
+	require.NoError(t, err)
+	cp, err := crashed.Checkpoint(ctx, sb, "sweep")
+	require.NoError(t, err)
+	f, err := crashed.Fork(ctx, cp)
+	require.NoError(t, err)
+	require.True(t, isMountPoint(t, f.Info().Workspace))
+
+	// Move its directory into base and make its owner a dead process.
+	dead := filepath.Join(base, "forkline-local-dead")
+	require.NoError(t, os.Rename(crashed.Dir(), dead))
+	require.NoError(t, os.WriteFile(filepath.Join(dead, "owner"), []byte("999999999 1 \"\"\n"), 0o644))
+
+	live, err := local.New(providers.Options{Dir: base})
+	require.NoError(t, err)
+	defer live.Close(context.Background())
+	stranger := filepath.Join(base, "not-ours")
+	require.NoError(t, os.Mkdir(stranger, 0o755))
+
+	require.NoError(t, local.Sweep(base))
+	require.NoDirExists(t, dead, "the dead run's directory is removed")
+	for _, m := range mountsUnder(t, base) {
+		t.Errorf("mount left after Sweep: %s", m)
+	}
+	require.DirExists(t, live.Dir(), "a live provider's directory is left alone")
+	require.DirExists(t, stranger, "directories that are not forkline's are left alone")
+	require.NoError(t, local.Sweep(filepath.Join(base, "missing")), "a missing dir is not an error")
+	crashed.Close(context.Background()) // its directory is gone; this must not panic
+}
+
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}

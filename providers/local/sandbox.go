@@ -1,0 +1,366 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/runtime"
+)
+
+// sandbox is one workspace and the process groups started in it.
+type sandbox struct {
+	p      *Provider
+	id     string
+	dir    string // sb-ID
+	ws     string // the workspace
+	origin string
+	cpID   string
+	uses   *checkpoint // the lower layer of an overlay fork
+	root   *os.Root    // the workspace, for file actions
+	spec   sandboxSpec
+	env    []string // the full environment of commands
+	done   chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	groups map[int]struct{} // process group ids that may still have members
+	acts   sync.WaitGroup   // Acts in flight
+	once   sync.Once
+	err    error // of the one real Close
+}
+
+// sandboxSpec is what a sandbox passes on to its checkpoints' forks.
+type sandboxSpec struct {
+	env       []string
+	outputCap int
+}
+
+func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, outputCap int, uses *checkpoint) (*sandbox, error) {
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	if outputCap <= 0 {
+		outputCap = providers.DefaultOutputCap
+	}
+	pathEnv := os.Getenv("PATH")
+	if pathEnv == "" {
+		pathEnv = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	full := []string{"PATH=" + pathEnv, "LANG=C.UTF-8", "HOME=" + ws, "FORKLINE_WORKSPACE=" + ws}
+	full = append(full, env...) // later entries win in os/exec
+	return &sandbox{
+		p: p, id: id, dir: dir, ws: ws, origin: origin, cpID: cpID, uses: uses, root: root,
+		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap},
+		env:    full,
+		done:   make(chan struct{}),
+		groups: map[int]struct{}{},
+	}, nil
+}
+
+// Info describes the sandbox; Workspace is a host path.
+func (s *sandbox) Info() providers.SandboxInfo {
+	return providers.SandboxInfo{
+		ID: s.id, Provider: Name, Origin: s.origin, Checkpoint: s.cpID, Workspace: s.ws,
+	}
+}
+
+func (s *sandbox) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("local: sandbox %s: %w", s.id, providers.ErrClosed)
+	}
+	return nil
+}
+
+// Act performs a. See the package comment for what each kind does.
+func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return runtime.Observation{}, fmt.Errorf("local: sandbox %s: %w", s.id, providers.ErrClosed)
+	}
+	s.acts.Add(1)
+	s.mu.Unlock()
+	defer s.acts.Done()
+	if err := ctx.Err(); err != nil {
+		return runtime.Observation{}, err
+	}
+
+	began := time.Now()
+	var obs runtime.Observation
+	var err error
+	if verr := a.Validate(); verr != nil {
+		kind := runtime.ErrActionFail
+		if errors.Is(verr, runtime.ErrInvalidAction) && !isKnownKind(a.Kind) {
+			kind = runtime.ErrUnsupported
+		}
+		obs = failure(kind, verr.Error())
+	} else {
+		switch a.Kind {
+		case runtime.ActExec:
+			obs, err = s.exec(ctx, a)
+		case runtime.ActReadFile:
+			obs = s.readFileAction(a.Path)
+		case runtime.ActWriteFile:
+			obs = s.writeFileAction(a.Path, a.Content)
+		case runtime.ActWait:
+			obs, err = s.wait(ctx, time.Duration(a.MS)*time.Millisecond)
+		case runtime.ActDone:
+			obs = runtime.Observation{ExitCode: -1}
+		default:
+			obs = failure(runtime.ErrUnsupported, fmt.Sprintf("local: %s is not supported: local sandboxes are shell-only (no GUI)", a.Kind))
+		}
+	}
+	obs.Duration = time.Since(began)
+	return obs, err
+}
+
+func isKnownKind(k runtime.ActionKind) bool {
+	_, _, ok := runtime.ActionFieldNames(k)
+	return ok
+}
+
+// failure is the observation of an action that failed for the given reason.
+func failure(kind runtime.ErrorKind, msg string) runtime.Observation {
+	return runtime.Observation{
+		Output: []byte(msg), OutputBytes: int64(len(msg)),
+		ExitCode: -1, Error: true, ErrorKind: kind,
+	}
+}
+
+func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
+	timeout := providers.DefaultExecTimeout
+	if a.TimeoutMS > 0 {
+		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	out := providers.NewCapBuffer(s.spec.outputCap)
+	cmd := exec.CommandContext(tctx, "/bin/sh", "-c", a.Cmd)
+	cmd.Dir = s.ws
+	cmd.Env = s.env
+	// The same writer for both makes os/exec share one pipe between them, so
+	// the output is interleaved exactly as the command wrote it.
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
+	cmd.WaitDelay = PipeGrace
+	if err := cmd.Start(); err != nil {
+		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
+	}
+	pgid := cmd.Process.Pid
+	s.mu.Lock()
+	s.groups[pgid] = struct{}{}
+	closing := s.closed
+	s.mu.Unlock()
+	if closing { // Close ran between our start and our registration
+		_ = killGroup(pgid)
+	}
+
+	werr := cmd.Wait()
+	ps := cmd.ProcessState
+	timedOut := tctx.Err() != nil && ctx.Err() == nil && (ps == nil || !ps.Exited())
+	if timedOut || ctx.Err() != nil {
+		_ = killGroup(pgid) // members that escaped the first kill by forking
+	}
+	s.forgetGroupIfEmpty(pgid)
+
+	if ctx.Err() != nil {
+		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, ctx.Err())
+	}
+	if err := s.checkOpen(); err != nil { // Close killed the command
+		return runtime.Observation{}, err
+	}
+	var exitErr *exec.ExitError
+	if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) && !errors.As(werr, &exitErr) {
+		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, werr)
+	}
+	obs := runtime.Observation{
+		Output:      out.Bytes(),
+		OutputBytes: out.Total(),
+		Truncated:   out.Truncated(),
+	}
+	switch {
+	case timedOut:
+		obs.ExitCode, obs.Error, obs.ErrorKind, obs.TimedOut = -1, true, runtime.ErrTimeout, true
+	case ps == nil:
+		return runtime.Observation{}, fmt.Errorf("local: exec in %s: no process state", s.id)
+	default:
+		obs.ExitCode = exitCode(ps)
+		if obs.ExitCode != 0 {
+			obs.Error, obs.ErrorKind = true, runtime.ErrExitStatus
+		}
+	}
+	return obs, nil
+}
+
+// exitCode is the shell's view of ps: the exit status, or 128+signal.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// killGroup sends SIGKILL to every process of group pgid.
+func killGroup(pgid int) error {
+	err := syscall.Kill(-pgid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// forgetGroupIfEmpty stops tracking pgid once no process is left in it, so
+// a later Close cannot signal a group id the kernel has handed to someone
+// else. (A zombie still counts as a member until it is reaped.)
+func (s *sandbox) forgetGroupIfEmpty(pgid int) {
+	if errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) {
+		s.mu.Lock()
+		delete(s.groups, pgid)
+		s.mu.Unlock()
+	}
+}
+
+func (s *sandbox) wait(ctx context.Context, d time.Duration) (runtime.Observation, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return runtime.Observation{ExitCode: -1}, nil
+	case <-ctx.Done():
+		return runtime.Observation{}, ctx.Err()
+	case <-s.done:
+		return runtime.Observation{}, fmt.Errorf("local: sandbox %s: %w", s.id, providers.ErrClosed)
+	}
+}
+
+func (s *sandbox) readFileAction(p string) runtime.Observation {
+	rel, err := providers.ResolvePath(p)
+	if err != nil {
+		return pathFailure(runtime.ActReadFile, p, err)
+	}
+	f, err := s.root.Open(rel)
+	if err != nil {
+		return pathFailure(runtime.ActReadFile, p, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return failure(runtime.ErrActionFail, fmt.Sprintf("read_file: %q is a directory", p))
+	}
+	out := providers.NewCapBuffer(s.spec.outputCap)
+	if _, err := io.Copy(out, f); err != nil {
+		return pathFailure(runtime.ActReadFile, p, err)
+	}
+	return runtime.Observation{
+		Output: out.Bytes(), OutputBytes: out.Total(), Truncated: out.Truncated(), ExitCode: -1,
+	}
+}
+
+func (s *sandbox) writeFileAction(p, content string) runtime.Observation {
+	rel, err := providers.ResolvePath(p)
+	if err != nil {
+		return pathFailure(runtime.ActWriteFile, p, err)
+	}
+	if rel == "." {
+		return failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q is the workspace directory", p))
+	}
+	if err := s.writeFile(rel, []byte(content)); err != nil {
+		return pathFailure(runtime.ActWriteFile, p, err)
+	}
+	msg := fmt.Sprintf("wrote %d bytes to %s", len(content), rel)
+	return runtime.Observation{Output: []byte(msg), OutputBytes: int64(len(msg)), ExitCode: -1}
+}
+
+// writeFile writes data to the workspace-relative path rel, making its
+// parent directories.
+func (s *sandbox) writeFile(rel string, data []byte) error {
+	if dir := path.Dir(rel); dir != "." {
+		if err := s.root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	return s.root.WriteFile(rel, data, 0o644)
+}
+
+// pathFailure turns the error of a file action into its observation.
+func pathFailure(kind runtime.ActionKind, p string, err error) runtime.Observation {
+	switch {
+	case errors.Is(err, providers.ErrPathEscapes):
+		return failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s", kind, p, providers.ErrPathEscapes))
+	case escapesRoot(err):
+		return failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s (through a symlink)", kind, p, providers.ErrPathEscapes))
+	case errors.Is(err, fs.ErrNotExist):
+		return failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p))
+	}
+	return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: %v", kind, p, unwrapPath(err)))
+}
+
+// escapesRoot reports whether err is os.Root refusing a path that leads out
+// of its directory. The os package does not export that error, only its text.
+func escapesRoot(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "path escapes from parent" {
+			return true
+		}
+	}
+	return false
+}
+
+// unwrapPath drops the host path from a PathError, which would only leak the
+// provider's layout into the observation.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Close kills the sandbox's process groups, unmounts and removes its
+// directory. It is idempotent and safe to call concurrently with Act.
+func (s *sandbox) Close(ctx context.Context) error {
+	s.once.Do(func() { s.err = s.destroy() })
+	return s.err
+}
+
+// destroy is the body of Close.
+func (s *sandbox) destroy() error {
+	s.mu.Lock()
+	s.closed = true
+	groups := make([]int, 0, len(s.groups))
+	for g := range s.groups {
+		groups = append(groups, g)
+	}
+	s.mu.Unlock()
+	close(s.done)
+	var errs []error
+	for _, g := range groups {
+		if err := killGroup(g); err != nil {
+			errs = append(errs, fmt.Errorf("local: killing process group %d: %w", g, err))
+		}
+	}
+	s.acts.Wait()
+	errs = append(errs, s.root.Close())
+	if s.origin == ForkOverlay {
+		if err := unmount(s.ws); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, removeTree(s.dir))
+	s.p.forget(s)
+	return errors.Join(errs...)
+}
