@@ -732,4 +732,3 @@ func (s *suite) testProviderClose(t *testing.T) {
 	_, err = p.Create(ctx, providers.Spec{})
 	require.ErrorIs(t, err, providers.ErrClosed, "Create on a closed provider")
 }
-
