@@ -247,7 +247,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	templates := map[string]*pool.Template{}
 	for i := range specs {
 		s := &specs[i]
-		templates[s.ID] = templateFor(s, runID)
+		templates[s.ID] = Template(s)
 	}
 
 	sum := newSummary(len(plan), len(committed))
@@ -451,7 +451,26 @@ func removeRun(dir string) error {
 	return nil
 }
 
-func templateFor(s *task.Spec, runID string) *pool.Template {
+// ManifestTasks returns the task specs a run recorded in its manifest, keyed
+// by id, with the hash each had when the run started.
+func ManifestTasks(m shard.Manifest) (map[string]task.Spec, error) {
+	var recs []taskRecord
+	if err := json.Unmarshal(m.Tasks, &recs); err != nil {
+		return nil, fmt.Errorf("collect: manifest tasks unreadable: %w", err)
+	}
+	out := map[string]task.Spec{}
+	for _, r := range recs {
+		s := r.Spec.WithDefaults()
+		if h := s.Hash(); h != r.Hash {
+			return nil, fmt.Errorf("collect: manifest task %s: spec hashes to %s, recorded %s (written by another version?)", r.ID, h[:12], r.Hash[:12])
+		}
+		out[r.ID] = s
+	}
+	return out, nil
+}
+
+// Template is how a task becomes a pool template.
+func Template(s *task.Spec) *pool.Template {
 	files := map[string][]byte{}
 	for p, c := range s.Files {
 		files[p] = []byte(c)

@@ -1,0 +1,87 @@
+package replay
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/collect"
+
+	_ "github.com/forkline/forkline/providers/local"
+)
+
+func collectRun(t *testing.T, tasks string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "run")
+	_, err := collect.Run(context.Background(), collect.Config{Tasks: tasks, Out: out, Replicas: 4, Repeats: 2, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	return out
+}
+
+func TestReplayOnSameProviderIsIdentical(t *testing.T) {
+	run := collectRun(t, "../examples/tasks")
+	for _, mode := range []Mode{Exact, Normalized, Hash} {
+		rep, err := Run(context.Background(), Config{In: run, Mode: mode, WorkDir: t.TempDir()})
+		require.NoError(t, err)
+		require.Equal(t, 6, rep.Identical, "mode %s: %+v", mode, rep.Episodes)
+		require.Zero(t, rep.Diverged+rep.Errored)
+		for _, e := range rep.Episodes {
+			require.Equal(t, e.Steps, e.Matched)
+			require.False(t, e.RewardChanged)
+		}
+	}
+}
+
+func TestReplayAfterChangedSetupDivergesAtFirstAffectedStep(t *testing.T) {
+	run := collectRun(t, "../examples/tasks/fix-sum.yaml")
+	spec, err := os.ReadFile("../examples/tasks/fix-sum.yaml")
+	require.NoError(t, err)
+	// Mutate one file of the task: the test expects a different sum for 3.
+	changed := strings.Replace(string(spec), `"3 6"`, `"3 7"`, 1)
+	require.NotEqual(t, string(spec), changed)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "fix-sum.yaml"), []byte(changed), 0o644))
+
+	rep, err := Run(context.Background(), Config{In: run, TaskFiles: dir, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Diverged)
+	for _, e := range rep.Episodes {
+		require.Equal(t, Diverged, e.Status)
+		require.NotNil(t, e.First)
+		require.Equal(t, 0, e.First.Step, "step 0 runs test.sh, the first affected step")
+		require.Equal(t, "output", e.First.Field)
+		require.Contains(t, e.First.Diff, "- FAIL: sum.sh 3 = 3, want 6")
+		require.Contains(t, e.First.Diff, "+ FAIL: sum.sh 3 = 3, want 7")
+		require.True(t, e.RewardChanged, "the fixed script no longer passes the changed test")
+		require.Equal(t, 1.0, *e.RewardRecorded)
+		require.Equal(t, 0.0, *e.RewardReplayed)
+	}
+}
+
+func TestNormalizeMasks(t *testing.T) {
+	a := normalize("\x1b[31mbuilt at 2026-11-29T23:01:02Z in /tmp/forkline-abc/sb-1/ws   \nid deadbeefcafe1234\n\n", DefaultMasks)
+	b := normalize("built at 2026-11-30 01:02:03 in /workspace\nid 0123456789abcdef\n", DefaultMasks)
+	require.Equal(t, a, b)
+	require.NotEqual(t, normalize("exit 1", DefaultMasks), normalize("exit 2", DefaultMasks))
+}
+
+func TestLineDiffNamesTheDifference(t *testing.T) {
+	d := lineDiff("a\nb\nc\nd\ne\nf\ng", "a\nb\nc\nD\ne\nf\ng")
+	require.Equal(t, "  b\n  c\n- d\n+ D\n  e\n  f", d)
+}
+
+func TestReplayBadInput(t *testing.T) {
+	run := collectRun(t, "../examples/tasks/fix-sum.yaml")
+	_, err := Run(context.Background(), Config{In: run, Mode: "fuzzy"})
+	require.ErrorContains(t, err, "known: exact, hash, normalized")
+	_, err = Run(context.Background(), Config{In: run, Tasks: []string{"nope"}})
+	require.ErrorContains(t, err, `task "nope" is not in`)
+	_, err = Run(context.Background(), Config{In: run, EpisodeIDs: []string{"zzzz"}, WorkDir: t.TempDir()})
+	require.ErrorIs(t, err, ErrNoEpisodes)
+	_, err = Run(context.Background(), Config{In: run, Provider: "nope"})
+	require.ErrorContains(t, err, "known: ")
+}
