@@ -315,6 +315,9 @@ func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label s
 	}
 	tree := filepath.Join(dir, "tree")
 	size, err := p.copier.copyTree(ctx, s.ws, tree)
+	if err == nil {
+		err = syncFS(tree)
+	}
 	if err != nil {
 		_ = removeTree(dir)
 		return providers.Checkpoint{}, fmt.Errorf("local: checkpoint of %s: %w", s.id, err)
