@@ -3,6 +3,7 @@ package collect
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/forkline/forkline/capture"
@@ -10,6 +11,7 @@ import (
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/tokens"
 )
 
 // episodeRunner runs one planned episode on a replica and commits it.
@@ -31,36 +33,35 @@ type stepBuffer struct {
 	seen              capture.SetIndex
 	rows              []schemas.StepRow
 	blobs             []schemas.BlobRow
-	drift             bool
-	lastPrompt        []int32
+	turns             []tokens.Turn
 }
 
 func (b *stepBuffer) WriteStep(_ context.Context, s runtime.Step) error {
 	row, blobs := b.capture.Row(b.episodeID, b.taskID, s, b.seen)
 	b.rows = append(b.rows, row)
 	b.blobs = append(b.blobs, blobs...)
-	if m := s.Model; m != nil && len(m.PromptIDs) > 0 {
-		// A later prompt must extend the earlier prompt and response; when
-		// it does not (template drift), the episode is flagged so nobody
-		// builds a wrong loss mask from it.
-		if b.lastPrompt != nil && !hasPrefix(m.PromptIDs, b.lastPrompt) {
-			b.drift = true
-		}
-		b.lastPrompt = append(append([]int32(nil), m.PromptIDs...), m.ResponseIDs...)
+	if m := s.Model; m != nil && b.capture.Tokens == "keep" && (len(m.PromptIDs) > 0 || len(m.ResponseIDs) > 0) {
+		b.turns = append(b.turns, tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs})
 	}
 	return nil
 }
 
-func hasPrefix(s, prefix []int32) bool {
-	if len(prefix) > len(s) {
-		return false
+// tokenRecord assembles the episode's token record into ep. A record that
+// breaks its invariants is an error: it must never reach a trainer.
+func (b *stepBuffer) tokenRecord(ep *schemas.EpisodeRow) error {
+	if len(b.turns) == 0 {
+		return nil
 	}
-	for i := range prefix {
-		if s[i] != prefix[i] {
-			return false
-		}
+	r, err := tokens.Assemble(b.turns)
+	if err == nil {
+		err = r.Check()
 	}
-	return true
+	if err != nil {
+		return err
+	}
+	ep.PromptIDs, ep.ResponseIDs, ep.ResponseMask, ep.ResponseLogprobs = r.PromptIDs, r.ResponseIDs, r.Mask, r.Logprobs
+	ep.TokenTurns, ep.TokenDrift = int32(r.Turns), r.Drift
+	return nil
 }
 
 func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
@@ -124,7 +125,11 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		return outcome
 	}
 	ep.Steps = int32(len(buf.rows))
-	ep.TokenDrift = buf.drift
+	if err := buf.tokenRecord(&ep); err != nil {
+		// Keep the episode (its steps hold the per-turn tokens) but not a
+		// record that would train on wrong tokens; say why.
+		ep.Detail = strings.TrimSpace(ep.Detail + "; token record refused: " + err.Error())
+	}
 	batch.Episode, batch.Steps, batch.Blobs = ep, buf.rows, buf.blobs
 	if err := er.rec.commit(context.WithoutCancel(ctx), batch); err != nil {
 		er.log("episode %s of %s could not be written: %v", p.id[:12], spec.ID, err)

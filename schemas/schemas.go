@@ -108,6 +108,17 @@ type EpisodeRow struct {
 	VerifyMS   float64 `parquet:"verify_ms" json:"verify_ms"`
 
 	TokenDrift bool `parquet:"token_drift" json:"token_drift"` // a later prompt did not extend the earlier token ids
+
+	// The episode's assembled token record (package tokens): the first model
+	// prompt, then every later token with mask 1 (model) or 0 (environment)
+	// and logprobs aligned (0.0 for environment tokens). Empty when the policy
+	// reported no token ids or the capture policy dropped tokens; cut at the
+	// drift turn when TokenDrift is set.
+	PromptIDs        []int32   `parquet:"prompt_ids,list" json:"prompt_ids"`
+	ResponseIDs      []int32   `parquet:"response_ids,list" json:"response_ids"`
+	ResponseMask     []int32   `parquet:"response_mask,list" json:"response_mask"`
+	ResponseLogprobs []float32 `parquet:"response_logprobs,list" json:"response_logprobs"`
+	TokenTurns       int32     `parquet:"token_turns" json:"token_turns"` // model turns in the token record
 }
 
 // RewardRow is one row of the rewards table: a reward attached out-of-band to
