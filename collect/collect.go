@@ -49,6 +49,10 @@ type Config struct {
 	Seed           int64
 	Policy         string // registry name, e.g. "script"
 	ScriptFile     string // for policy script: actions to replay instead of each task's solution
+	// PolicyOptions are policy settings (-policy-opt k=v). They are recorded
+	// in the manifest, so they must never hold a secret: policies take keys
+	// from environment variables named here, never from values.
+	PolicyOptions map[string]string
 	Reset          pool.Strategy
 	Capture        capture.Policy
 	Shards         shard.Config
@@ -239,7 +243,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	committed := w.Committed()
 
 	providerRec, _ := json.Marshal(map[string]any{"name": prov.Name(), "capabilities": prov.Capabilities(), "params": cfg.ProviderParams, "reset": pl.Strategy()})
-	policyRec, _ := json.Marshal(map[string]any{"name": cfg.Policy, "script_file": cfg.ScriptFile})
+	policyRec, _ := json.Marshal(map[string]any{"name": cfg.Policy, "script_file": cfg.ScriptFile, "options": cfg.PolicyOptions})
 	w.Update(func(m *shard.Manifest) {
 		m.Provider, m.Policy, m.Capture = providerRec, policyRec, cfg.Capture.MarshalManifest()
 	})

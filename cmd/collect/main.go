@@ -77,6 +77,8 @@ func run(args []string) int {
 	fs.IntVar(&cfg.Repeats, "repeats", 1, "episodes per task")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "run seed; part of every episode id")
 	fs.StringVar(&cfg.Policy, "policy", "script", "policy: "+strings.Join(collect.PolicyNames(), ", "))
+	cfg.PolicyOptions = map[string]string{}
+	fs.Var(kv(cfg.PolicyOptions), "policy-opt", "policy setting `key=value` (repeatable; recorded in the manifest, so never a secret)")
 	fs.StringVar(&cfg.ScriptFile, "script", "", "for -policy script: a `FILE` of actions (JSONL) to replay instead of each task's solution")
 	reset := fs.String("reset", "auto", "reset strategy: auto, fork, recreate")
 	fs.BoolVar(&cfg.Resume, "resume", false, "finish the run in -out, skipping episodes it already kept")
