@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# docker-up.sh: make sure a Docker engine answers on this machine and that
+# forkline's base images exist. Idempotent; CI runs it as root on a fresh
+# Debian 12 machine (from .ci/run), and a developer can run it as often as
+# they like.
+#
+#   bash .ci/docker-up.sh            # engine + forkline/busybox
+#   bash .ci/docker-up.sh -debian    # also forkline/debian (debootstrap, slow)
+#
+# Steps:
+#   1. install docker.io and busybox-static with apt, only when missing;
+#   2. start dockerd (bridge and iptables off: sandboxes use network none, and
+#      nothing here may route to private addresses) only when no engine
+#      answers, logging to $DOCKERD_LOG;
+#   3. wait (bounded) until `docker version` answers, print the engine version;
+#   4. build the images with the Go image builder (go run ./providers/docker/mkimages).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+DOCKERD_LOG=${DOCKERD_LOG:-/var/log/forkline-dockerd.log}
+WAIT_SECONDS=${DOCKER_WAIT_SECONDS:-60}
+mkimages_flags=()
+for a in "$@"; do
+	case "$a" in
+	-debian | --debian) mkimages_flags+=(-debian) ;;
+	*) echo "docker-up.sh: unknown argument $a (known: -debian)" >&2; exit 2 ;;
+	esac
+done
+
+sudo_=()
+if [ "$(id -u)" != 0 ]; then
+	sudo_=(sudo)
+fi
+
+engine_answers() {
+	docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+}
+
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+[ -x /bin/busybox ] || missing+=(busybox-static)
+if [ "${#mkimages_flags[@]}" -gt 0 ] && ! command -v debootstrap >/dev/null 2>&1 && [ ! -x /usr/sbin/debootstrap ]; then
+	missing+=(debootstrap)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+	echo "docker-up.sh: installing ${missing[*]}"
+	"${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	"${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if engine_answers; then
+	echo "docker-up.sh: an engine already answers"
+else
+	# A host-wide DOCKER_HOST pointing elsewhere would make us start a local
+	# daemon that nobody talks to; only start one for the default socket.
+	if [ -n "${DOCKER_HOST:-}" ] && [ "${DOCKER_HOST}" != "unix:///var/run/docker.sock" ]; then
+		echo "docker-up.sh: DOCKER_HOST=$DOCKER_HOST does not answer and is not the local default socket; not starting dockerd" >&2
+		exit 1
+	fi
+	echo "docker-up.sh: starting dockerd (log: $DOCKERD_LOG)"
+	"${sudo_[@]}" sh -c "nohup dockerd --bridge=none --iptables=false >>'$DOCKERD_LOG' 2>&1 &"
+	for _ in $(seq 1 "$WAIT_SECONDS"); do
+		engine_answers && break
+		sleep 1
+	done
+	if ! engine_answers; then
+		echo "docker-up.sh: dockerd did not answer within ${WAIT_SECONDS}s; last lines of $DOCKERD_LOG:" >&2
+		tail -n 30 "$DOCKERD_LOG" >&2 || true
+		exit 1
+	fi
+fi
+docker version --format 'docker-up.sh: engine {{.Server.Version}} (API {{.Server.APIVersion}}), client {{.Client.Version}}'
+
+go run ./providers/docker/mkimages "${mkimages_flags[@]}"

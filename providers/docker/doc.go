@@ -1,0 +1,112 @@
+// Package docker is forkline's container provider, registered as "docker":
+// a sandbox is a Docker container, a checkpoint is a commit of one to an
+// image, and a fork is a new container started from that image. It talks to
+// the Engine API through github.com/moby/moby/client with the API version
+// negotiated, so Debian's Engine 20.10 (API 1.41) and newer engines work.
+//
+// It owns containers, checkpoint images, the base images it builds
+// (EnsureImages), the labels on all of them and their cleanup (Close,
+// Sweep). It knows nothing of tasks, policies or datasets.
+//
+// # Engine and images
+//
+// New connects to the engine named by DOCKER_HOST (the default socket when
+// unset); an engine that does not answer fails with ErrNoEngine and a
+// message naming the address and how to start one. No registry is needed:
+// EnsureImages builds forkline/busybox (Debian's static busybox with a
+// symlink per applet, /workspace, /tmp, /etc/passwd with root; about 2 MB)
+// by ImageImport of a generated root filesystem, and forkline/debian from
+// debootstrap --variant=minbase bookworm on request. The mkimages command
+// runs it (go run ./providers/docker/mkimages [-debian]). A Create whose
+// image is missing fails with ErrImageMissing, naming the image and how to
+// build it. Any image with sh, setsid, sleep, kill, readlink, mkdir and stat
+// (busybox or coreutils) works.
+//
+// # Sandboxes
+//
+// A container runs a keeper process (sleep) under the engine's init
+// (docker-init, which is tini) so orphans are reaped: a timed-out command's
+// children become zombies only until init waits for them. When the engine
+// has no init binary (Info reports none, or starting with it fails naming
+// it) or the "init" param is "off", the keeper is a shell loop that waits
+// for its own sleep, and busybox ash and dash reap any child while they
+// wait, orphans included. Network is "none" unless Spec.Resources.Network or
+// the "network" param says otherwise; Resources.CPUs, MemoryMB and Pids
+// become NanoCPUs, Memory and PidsLimit. Commands see LANG=C.UTF-8,
+// HOME=/workspace, FORKLINE_WORKSPACE=/workspace, the image's PATH, then
+// Spec.Env. Spec.Files are copied into /workspace as one tar stream.
+//
+// # Actions
+//
+// exec runs sh -c CMD through a small wrapper script, in a session and
+// process group of its own, with stdin /dev/null and stderr joined to stdout
+// (one stream, interleaved as written, capped by a providers.CapBuffer of
+// Spec.OutputCap). The timeout (Action.TimeoutMS, else
+// providers.DefaultExecTimeout) is enforced inside the container, because
+// the engine has no way to kill an exec: a timer kills the command's whole
+// process group with SIGKILL and says so, and the observation is TimedOut
+// with exit code -1. The provider drains the exec's stream to EOF before it
+// asks the engine for the exit code, and closes the stream always; a
+// host-side deadline (timeout + 5 s) is a backstop that declares the
+// sandbox broken. A cancelled ctx closes the stream, kills the group and
+// returns ctx's error. Background jobs survive the exec that started them;
+// one that keeps the output open delays the end of the exec by the engine's
+// own grace (about 2 s), so redirect it (cmd >log 2>&1 &).
+//
+// read_file and write_file take paths through providers.ResolvePath
+// (relative to /workspace, or absolute under it), then resolve them inside
+// the container with readlink -f, which follows every symlink as the
+// kernel would: a path that ends up outside /workspace is refused
+// (ErrPathRefused), one that stays inside is fine, as with local's os.Root.
+// The content then moves as a tar stream (CopyFromContainer,
+// CopyToContainer). write_file creates missing parent directories and keeps
+// the mode of a file it overwrites. A command running at the same time
+// could swap a directory for a symlink between the check and the copy; the
+// engine confines the copy to the container either way. wait sleeps; done
+// is a no-op; other kinds (the GUI actions) get an ErrUnsupported
+// observation.
+//
+// Act returns a Go error only when the sandbox itself failed: the container
+// stopped or vanished (ErrSandboxDied, with its state), the engine failed,
+// or the sandbox was closed (providers.ErrClosed). The episode then ends as
+// env_error.
+//
+// # Checkpoint, fork and standby
+//
+// Checkpoint commits the container (paused during the commit, so the image
+// is a consistent filesystem state; processes are not captured) to an image
+// tagged forkline/checkpoint:RUN-N. Checkpoint.Took is the commit time and
+// Bytes the size of the committed diff. Fork creates and starts a container
+// from the image with the spec of the checkpointed sandbox (Env, Resources,
+// OutputCap, Labels). Release removes the image and its untagged parents;
+// forks still running keep working (the image is only untagged) and are
+// removed by Close.
+//
+// Provider implements StandbyForker: Prewarm(ctx, cp, n) keeps n forks of cp
+// started ahead of time and Fork hands one out at once, starting its
+// replacement in the background; the "standby" param does the same for
+// every checkpoint. Standby forks run (their only process sleeps): a running
+// container costs nothing to hand out, where a paused one would cost an
+// unpause round trip.
+//
+// # Labels and cleanup
+//
+// Every container and checkpoint image carries forkline.run (Options.RunID,
+// random when empty), forkline.owner (pid@hostname) and forkline.instance
+// (this Provider value), plus Spec.Labels. Close removes every container
+// and image of its instance, tracked or not. Leftovers (the providertest
+// LeakChecker) lists them. Sweep removes the objects of a run, or of owners
+// that are dead processes on this host; New sweeps dead owners unless the
+// "sweep" param is "off". Base images carry forkline.image and no run
+// label; no sweep removes them.
+//
+// # Params
+//
+//	image    default image (default forkline/busybox)
+//	network  default network mode (default none)
+//	standby  started forks to keep per checkpoint (default 0)
+//	init     auto (default), on, off
+//	sweep    on (default), off
+//
+// Any other key fails New with the list of these.
+package docker

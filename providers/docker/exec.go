@@ -1,0 +1,237 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/runtime"
+)
+
+// execWrapper runs inside the container as
+//
+//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD
+//
+// with the script in the environment rather than in the arguments, so a ps
+// in the sandbox shows the command, not the script; the script unsets the
+// variable before it starts CMD.
+//
+// It starts CMD in a session (and so a process group) of its own, with
+// stdin /dev/null and stderr joined to stdout, and a timer in another
+// session that kills CMD's whole group with SIGKILL after SECONDS. Docker has
+// no API to kill an exec, and closing the stream does not stop it, so the
+// timeout has to be enforced in the container. The wrapper and its timer
+// report on the exec's stderr, which the provider reads apart from the
+// command's output:
+//
+//	forkline-pgid N      the process group of CMD, first
+//	forkline-timeout     the timer fired (it says so before it kills)
+//	forkline-exit RC     CMD ended with RC (128+9 after the timer's kill).
+//
+// When CMD ends first, the timer is killed pid first, then group: whatever
+// stage it is in, no sleep of it survives to hold the exec's stream open.
+const execWrapper = `unset FORKLINE_EXEC_WRAPPER
+setsid sh -c "$2" forkline-cmd </dev/null 2>&1 &
+p=$!
+echo "forkline-pgid $p" >&2
+setsid sh -c 'sleep "$1" && echo forkline-timeout && kill -KILL "-$2"' forkline-timer "$1" "$p" </dev/null >&2 2>/dev/null &
+w=$!
+wait "$p"; rc=$?
+kill -KILL "$w" 2>/dev/null; kill -KILL "-$w" 2>/dev/null
+wait "$w" 2>/dev/null
+echo "forkline-exit $rc" >&2
+exit "$rc"
+`
+
+// execBackstop is how long after its own timeout an exec may still be
+// streaming before the provider gives up on it: the in-container timer
+// failed, so the sandbox is declared broken.
+const execBackstop = 5 * time.Second
+
+// diagCap bounds what is kept of the wrapper's own stderr.
+const diagCap = 16 << 10
+
+// exec runs a.Cmd under the wrapper and turns the result into an
+// observation.
+func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
+	timeout := providers.DefaultExecTimeout
+	if a.TimeoutMS > 0 {
+		timeout = time.Duration(a.TimeoutMS) * time.Millisecond
+	}
+	ms := timeout.Milliseconds()
+	secs := fmt.Sprintf("%d.%03d", ms/1000, ms%1000)
+	out := providers.NewCapBuffer(s.spec.outputCap)
+	diag := providers.NewCapBuffer(diagCap)
+	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd},
+		[]string{"FORKLINE_EXEC_WRAPPER=" + execWrapper}, out, diag, timeout+execBackstop)
+	rep := parseDiag(diag.Bytes())
+	if err != nil {
+		if rep.pgid > 0 {
+			s.killGroup(ctx, rep.pgid)
+		}
+		return runtime.Observation{}, err
+	}
+	obs := runtime.Observation{Output: out.Bytes(), OutputBytes: out.Total(), Truncated: out.Truncated()}
+	switch {
+	case rep.timedOut:
+		obs.ExitCode, obs.Error, obs.ErrorKind, obs.TimedOut = -1, true, runtime.ErrTimeout, true
+	case rep.exited:
+		obs.ExitCode = rep.exitCode
+		if obs.ExitCode != 0 {
+			obs.Error, obs.ErrorKind = true, runtime.ErrExitStatus
+		}
+	default:
+		// The wrapper itself died without a word: the container went away
+		// under it, or something killed it (the memory limit).
+		if state := s.deadState(ctx); state != "" {
+			return runtime.Observation{}, fmt.Errorf("%w: %s (%s) while running a command", ErrSandboxDied, s.short(), state)
+		}
+		if rep.pgid > 0 {
+			s.killGroup(ctx, rep.pgid)
+		}
+		msg := fmt.Sprintf("\n[forkline: the command's wrapper ended with exit code %d without reporting: %s]\n",
+			r.exitCode, strings.TrimSpace(string(diag.Bytes())))
+		_, _ = out.Write([]byte(msg))
+		obs = runtime.Observation{Output: out.Bytes(), OutputBytes: out.Total(), Truncated: out.Truncated(),
+			ExitCode: r.exitCode, Error: true, ErrorKind: runtime.ErrActionFail}
+	}
+	return obs, nil
+}
+
+// diagReport is what the wrapper said on its stderr.
+type diagReport struct {
+	pgid     int
+	exited   bool
+	exitCode int
+	timedOut bool
+}
+
+func parseDiag(b []byte) diagReport {
+	var r diagReport
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "forkline-pgid":
+			r.pgid, _ = strconv.Atoi(f[1])
+		case len(f) == 2 && f[0] == "forkline-exit":
+			if n, err := strconv.Atoi(f[1]); err == nil {
+				r.exited, r.exitCode = true, n
+			}
+		case len(f) == 1 && f[0] == "forkline-timeout":
+			r.timedOut = true
+		}
+	}
+	return r
+}
+
+// runResult is how an exec ended.
+type runResult struct {
+	exitCode int
+}
+
+// run executes cmd in the container and copies its stdout to stdout and its
+// stderr to stderr until the stream ends, then waits for the exec to be
+// reported finished and returns its exit code. It follows the engine's
+// rules: drain the hijacked stream to EOF first, inspect afterwards (an exec
+// inspected too early looks finished with code 0), close the stream always.
+// ctx cancels the wait (the stream is closed; the process keeps running
+// until the caller kills it); limit is a host-side deadline on the whole
+// exec, a backstop for the in-container timeout. Errors mean the sandbox
+// or the engine failed, never the command.
+func (s *sandbox) run(ctx context.Context, cmd, env []string, stdout, stderr io.Writer, limit time.Duration) (runResult, error) {
+	ec, err := s.p.cli.ExecCreate(ctx, s.id, client.ExecCreateOptions{
+		Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true, WorkingDir: WorkspaceDir,
+	})
+	if err != nil {
+		return runResult{}, s.infraError(ctx, "exec create", err)
+	}
+	at, err := s.p.cli.ExecAttach(ctx, ec.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return runResult{}, s.infraError(ctx, "exec start", err)
+	}
+	var closeOnce sync.Once
+	closeConn := func() { closeOnce.Do(at.Close) }
+	defer closeConn()
+	var overran atomic.Bool
+	backstop := time.AfterFunc(limit, func() { overran.Store(true); closeConn() })
+	stopCtx := context.AfterFunc(ctx, closeConn)
+	_, copyErr := stdcopy.StdCopy(stdout, stderr, at.Reader)
+	backstop.Stop()
+	stopCtx()
+	closeConn()
+	switch {
+	case ctx.Err() != nil:
+		return runResult{}, fmt.Errorf("docker: exec in %s: %w", s.short(), ctx.Err())
+	case overran.Load():
+		return runResult{}, fmt.Errorf("docker: exec in %s still running %s after its deadline: the in-container timeout failed; the sandbox is unusable", s.short(), execBackstop)
+	case copyErr != nil:
+		return runResult{}, s.infraError(ctx, "exec stream", copyErr)
+	}
+	code, err := s.waitExec(ctx, ec.ID)
+	if err != nil {
+		return runResult{}, s.infraError(ctx, "exec inspect", err)
+	}
+	return runResult{exitCode: code}, nil
+}
+
+// waitExec polls ExecInspect until the exec is no longer running. After the
+// stream's EOF that is normally the first answer.
+func (s *sandbox) waitExec(ctx context.Context, execID string) (int, error) {
+	delay := time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ins, err := s.p.cli.ExecInspect(ctx, execID, client.ExecInspectOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if !ins.Running {
+			return ins.ExitCode, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, errors.New("exec still reported running 30s after its output ended")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 50*time.Millisecond)
+	}
+}
+
+// killGroup kills process group pgid in the container, best effort, with a
+// context detached from ctx (which may be the reason for the kill).
+func (s *sandbox) killGroup(ctx context.Context, pgid int) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ec, err := s.p.cli.ExecCreate(kctx, s.id, client.ExecCreateOptions{
+		Cmd: []string{"sh", "-c", `kill -KILL "-$1"`, "forkline-kill", strconv.Itoa(pgid)},
+	})
+	if err != nil {
+		return
+	}
+	_, _ = s.p.cli.ExecStart(kctx, ec.ID, client.ExecStartOptions{Detach: true})
+}
+
+// runScript runs a short helper script (file actions) and returns its exit
+// code and stdout.
+func (s *sandbox) runScript(ctx context.Context, script string, args ...string) (int, []byte, error) {
+	var out, errOut bytes.Buffer
+	cmd := append([]string{"sh", "-c", script, "forkline-helper"}, args...)
+	r, err := s.run(ctx, cmd, nil, &out, &errOut, time.Minute)
+	if err != nil {
+		return 0, nil, err
+	}
+	return r.exitCode, out.Bytes(), nil
+}

@@ -1,0 +1,690 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/forkline/forkline/providers"
+)
+
+// Name is the registry name of this provider.
+const Name = "docker"
+
+// WorkspaceDir is the workspace inside every sandbox: the working directory
+// of commands and the root of file actions.
+const WorkspaceDir = providers.WorkspaceRoot
+
+// ForkMethod is Capabilities().ForkMethod and the SandboxInfo.Origin of a
+// fork: a commit to an image, then create + start.
+const ForkMethod = "image"
+
+// OriginCreate is the SandboxInfo.Origin of a sandbox made by Create.
+const OriginCreate = "create"
+
+// The labels forkline puts on engine objects.
+const (
+	// LabelRun carries Options.RunID on every container and checkpoint image.
+	LabelRun = "forkline.run"
+	// LabelOwner carries "pid@hostname" of the process that made the object,
+	// so Sweep can tell a crashed run from a live one.
+	LabelOwner = "forkline.owner"
+	// LabelInstance identifies the Provider value that made the object;
+	// Close and Leftovers act on it, so two providers sharing a RunID never
+	// remove each other's sandboxes.
+	LabelInstance = "forkline.instance"
+	// LabelKind is "sandbox" on containers and "checkpoint" on images.
+	LabelKind = "forkline.kind"
+	// LabelCheckpoint is the checkpoint id a fork was made from.
+	LabelCheckpoint = "forkline.checkpoint"
+	// LabelCheckpointLabel is the label given to Checkpoint.
+	LabelCheckpointLabel = "forkline.checkpoint.label"
+	// LabelImage marks the base images EnsureImages builds. They are shared
+	// between runs and carry no run label, so no sweep removes them.
+	LabelImage = "forkline.image"
+)
+
+// The Options.Params keys this provider accepts.
+const (
+	// ParamImage is the default image of Create (default DefaultImage).
+	ParamImage = "image"
+	// ParamNetwork is the default network mode (default "none"); a Spec's
+	// Resources.Network wins.
+	ParamNetwork = "network"
+	// ParamStandby is how many started forks to keep ready per checkpoint
+	// (default 0); see Provider.Prewarm.
+	ParamStandby = "standby"
+	// ParamInit is "auto" (default), "on" or "off": whether containers run
+	// under the engine's init (docker-init, tini) to reap orphans.
+	ParamInit = "init"
+	// ParamSweep is "on" (default) or "off": whether New sweeps objects of
+	// dead owners on this host (see Sweep).
+	ParamSweep = "sweep"
+)
+
+// The values of ParamInit.
+const (
+	InitAuto = "auto"
+	InitOn   = "on"
+	InitOff  = "off"
+)
+
+// keeperSeconds is how long the keeper process sleeps: about 68 years, far
+// longer than any run, and a plain integer every sleep(1) accepts.
+const keeperSeconds = "2147483647"
+
+// reaperKeeper is the container's main process when it runs without an
+// init: a shell that reaps every child reparented to it. While it waits for
+// its own sleep, busybox ash and dash call wait(2) for any child, so orphans
+// never stay zombies for long. It exits on SIGTERM.
+const reaperKeeper = `trap 'exit 0' TERM; while :; do sleep ` + keeperSeconds + ` & wait $!; done`
+
+// removeTimeout bounds the removal of one object during cleanup, which runs
+// with a context detached from the caller's (a cancelled episode must still
+// clean up).
+const removeTimeout = 30 * time.Second
+
+func init() {
+	providers.Register(Name, func(opts providers.Options) (providers.Provider, error) {
+		return New(opts)
+	})
+}
+
+// Provider is the docker provider. It is safe for concurrent use.
+type Provider struct {
+	cli      *client.Client
+	runID    string
+	owner    string
+	instance string
+	image    string
+	network  string
+	standbyN int
+
+	initMu     sync.Mutex
+	useInit    bool
+	initBinary string
+
+	bg     context.Context // background work (standby fills); cancelled by Close
+	stopBG context.CancelFunc
+	bgWG   sync.WaitGroup
+
+	mu          sync.Mutex
+	closed      bool
+	seq         int
+	sandboxes   map[string]*sandbox
+	checkpoints map[string]*checkpoint
+}
+
+// checkpoint is a committed image and what its forks need. Guarded by
+// Provider.mu.
+type checkpoint struct {
+	info     providers.Checkpoint
+	ref      string // the unique tag, e.g. forkline/checkpoint:RUN-3
+	spec     sandboxSpec
+	released bool
+	standby  *standby // nil until Prewarm or ParamStandby asks for one
+}
+
+// sandboxSpec is what a sandbox passes on to the forks of its checkpoints.
+type sandboxSpec struct {
+	env       []string
+	outputCap int
+	res       providers.Resources
+	network   string
+	labels    map[string]string // Spec.Labels
+}
+
+// New opens a docker provider on the engine named by the environment (see
+// Connect). Options.Params accepts ParamImage, ParamNetwork, ParamStandby,
+// ParamInit and ParamSweep; an unknown key fails. Options.RunID labels every
+// object (a random id is made when it is empty). Options.Dir is not used.
+func New(opts providers.Options) (*Provider, error) {
+	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamStandby, ParamInit, ParamSweep); err != nil {
+		return nil, err
+	}
+	p := &Provider{
+		runID:       opts.RunID,
+		image:       DefaultImage,
+		network:     "none",
+		sandboxes:   map[string]*sandbox{},
+		checkpoints: map[string]*checkpoint{},
+	}
+	if v := opts.Params[ParamImage]; v != "" {
+		p.image = v
+	}
+	if v := opts.Params[ParamNetwork]; v != "" {
+		p.network = v
+	}
+	if v, ok := opts.Params[ParamStandby]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("docker: param %s=%q: want a count >= 0", ParamStandby, v)
+		}
+		p.standbyN = n
+	}
+	initMode := opts.Params[ParamInit]
+	switch initMode {
+	case "":
+		initMode = InitAuto
+	case InitAuto, InitOn, InitOff:
+	default:
+		return nil, fmt.Errorf("docker: param %s=%q (known: %s, %s, %s)", ParamInit, initMode, InitAuto, InitOff, InitOn)
+	}
+	sweep := opts.Params[ParamSweep]
+	switch sweep {
+	case "", "on":
+		sweep = "on"
+	case "off":
+	default:
+		return nil, fmt.Errorf("docker: param %s=%q (known: off, on)", ParamSweep, sweep)
+	}
+	if p.runID == "" {
+		p.runID = "run-" + randomHex(6)
+	}
+	host, _ := os.Hostname()
+	p.owner = strconv.Itoa(os.Getpid()) + "@" + host
+	p.instance = randomHex(8)
+
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	cli, err := Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.cli = cli
+	if initMode != InitOff {
+		info, err := cli.Info(ctx, client.InfoOptions{})
+		if err != nil {
+			_ = cli.Close()
+			return nil, fmt.Errorf("docker: engine info: %w", err)
+		}
+		p.initBinary = info.Info.InitBinary
+		p.useInit = p.initBinary != ""
+		if initMode == InitOn && !p.useInit {
+			_ = cli.Close()
+			return nil, fmt.Errorf("docker: param %s=%s but the engine reports no init binary", ParamInit, InitOn)
+		}
+	}
+	if sweep == "on" {
+		if _, err := Sweep(ctx, cli, SweepOptions{DeadOwners: true}); err != nil {
+			_ = cli.Close()
+			return nil, err
+		}
+	}
+	p.bg, p.stopBG = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// Name returns "docker".
+func (p *Provider) Name() string { return Name }
+
+// Capabilities: checkpoints are image commits, forks start from them, the
+// isolation is a container.
+func (p *Provider) Capabilities() providers.Capabilities {
+	return providers.Capabilities{Checkpoint: true, Fork: true, Isolation: "container", ForkMethod: ForkMethod}
+}
+
+// RunID returns the run id that labels every object of this provider.
+func (p *Provider) RunID() string { return p.runID }
+
+// Client returns the engine client the provider uses. It stays owned by the
+// provider and is closed by Close.
+func (p *Provider) Client() *client.Client { return p.cli }
+
+// Create makes a container from spec.Image (else the "image" param, else
+// DefaultImage), starts it, and copies spec.Files into the workspace.
+func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
+	files, err := filesTar(spec.Files)
+	if err != nil {
+		return nil, err
+	}
+	image := spec.Image
+	if image == "" {
+		image = p.image
+	}
+	ss := sandboxSpec{
+		env:       append([]string(nil), spec.Env...),
+		outputCap: spec.OutputCap,
+		res:       spec.Resources,
+		network:   spec.Resources.Network,
+		labels:    copyLabels(spec.Labels),
+	}
+	if ss.network == "" {
+		ss.network = p.network
+	}
+	if ss.outputCap <= 0 {
+		ss.outputCap = providers.DefaultOutputCap
+	}
+	sb, err := p.startSandbox(ctx, image, ss, OriginCreate, "")
+	if err != nil {
+		return nil, err
+	}
+	if files != nil {
+		if _, err := p.cli.CopyToContainer(ctx, sb.id, client.CopyToContainerOptions{
+			DestinationPath: WorkspaceDir, Content: files,
+		}); err != nil {
+			_ = sb.Close(ctx)
+			return nil, fmt.Errorf("docker: copying spec files into %s: %w", sb.short(), err)
+		}
+	}
+	return sb, nil
+}
+
+// startSandbox creates and starts one container and registers it. On any
+// failure nothing is left behind.
+func (p *Provider) startSandbox(ctx context.Context, image string, ss sandboxSpec, origin, cpID string) (*sandbox, error) {
+	if err := p.checkOpen(); err != nil {
+		return nil, err
+	}
+	id, err := p.startContainer(ctx, image, ss, cpID)
+	if err != nil {
+		return nil, err
+	}
+	sb := newSandbox(p, id, origin, cpID, ss)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.removeContainer(ctx, id)
+		return nil, fmt.Errorf("docker: %w", providers.ErrClosed)
+	}
+	p.sandboxes[id] = sb
+	p.mu.Unlock()
+	return sb, nil
+}
+
+// startContainer creates and starts a container; it falls back to running
+// without init once if the engine's init binary turns out to be missing.
+func (p *Provider) startContainer(ctx context.Context, image string, ss sandboxSpec, cpID string) (string, error) {
+	p.initMu.Lock()
+	useInit := p.useInit
+	p.initMu.Unlock()
+	id, err := p.createAndStart(ctx, image, ss, cpID, useInit)
+	if err != nil && useInit && p.initBinary != "" && strings.Contains(err.Error(), p.initBinary) {
+		p.initMu.Lock()
+		p.useInit = false
+		p.initMu.Unlock()
+		id, err = p.createAndStart(ctx, image, ss, cpID, false)
+	}
+	return id, err
+}
+
+func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxSpec, cpID string, useInit bool) (string, error) {
+	labels := copyLabels(ss.labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelRun] = p.runID
+	labels[LabelOwner] = p.owner
+	labels[LabelInstance] = p.instance
+	labels[LabelKind] = "sandbox"
+	if cpID != "" {
+		labels[LabelCheckpoint] = cpID
+	}
+	cmd := []string{"sleep", keeperSeconds}
+	if !useInit {
+		cmd = []string{"sh", "-c", reaperKeeper}
+	}
+	env := append([]string{"LANG=C.UTF-8", "HOME=" + WorkspaceDir, "FORKLINE_WORKSPACE=" + WorkspaceDir}, ss.env...)
+	hc := &container.HostConfig{
+		NetworkMode: container.NetworkMode(ss.network),
+		Init:        &useInit,
+	}
+	if ss.res.CPUs > 0 {
+		hc.NanoCPUs = int64(ss.res.CPUs * 1e9)
+	}
+	if ss.res.MemoryMB > 0 {
+		hc.Memory = ss.res.MemoryMB << 20
+	}
+	if ss.res.Pids > 0 {
+		pids := ss.res.Pids
+		hc.PidsLimit = &pids
+	}
+	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image:      image,
+			Cmd:        cmd,
+			Entrypoint: []string{},
+			WorkingDir: WorkspaceDir,
+			Env:        env,
+			Labels:     labels,
+		},
+		HostConfig: hc,
+	})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "", missingImage(image, err)
+		}
+		return "", fmt.Errorf("docker: creating a container from %s: %w", image, err)
+	}
+	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		p.removeContainer(ctx, created.ID)
+		return "", fmt.Errorf("docker: starting a container from %s: %w", image, err)
+	}
+	return created.ID, nil
+}
+
+// ErrImageMissing is wrapped by the error of Create when its image is not on
+// the engine.
+var ErrImageMissing = errors.New("image not on the engine")
+
+func missingImage(image string, err error) error {
+	how := "build it with make images (go run ./providers/docker/mkimages)"
+	base, _, _ := strings.Cut(image, ":")
+	switch base {
+	case ImageBusybox:
+	case ImageDebian:
+		how = "build it with make images-debian (go run ./providers/docker/mkimages -debian)"
+	default:
+		how = "load or import it (there is no registry here); forkline's own images are built with make images"
+	}
+	return fmt.Errorf("docker: %w: %q: %s (engine said: %v)", ErrImageMissing, image, how, err)
+}
+
+// Checkpoint commits sb to an image tagged forkline/checkpoint:RUN-N and
+// labelled with the run, this provider and label. The container is paused
+// during the commit, so the image is a consistent filesystem state; its
+// processes are not part of it. Bytes is the size of the committed diff
+// (image size minus the size of the image the sandbox started from).
+func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label string) (providers.Checkpoint, error) {
+	s, ok := sb.(*sandbox)
+	if !ok || s.p != p {
+		return providers.Checkpoint{}, fmt.Errorf("docker: Checkpoint of a sandbox this provider did not make")
+	}
+	if err := s.checkOpen(); err != nil {
+		return providers.Checkpoint{}, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return providers.Checkpoint{}, fmt.Errorf("docker: %w", providers.ErrClosed)
+	}
+	p.seq++
+	ref := fmt.Sprintf("forkline/checkpoint:%s-%d", tagSafe(p.runID), p.seq)
+	p.mu.Unlock()
+
+	began := time.Now()
+	res, err := p.cli.ContainerCommit(ctx, s.id, client.ContainerCommitOptions{
+		Reference: ref,
+		Comment:   "forkline checkpoint " + label,
+		Config: &container.Config{Labels: map[string]string{
+			LabelKind: "checkpoint", LabelCheckpointLabel: label,
+			LabelRun: p.runID, LabelOwner: p.owner, LabelInstance: p.instance,
+		}},
+	})
+	if err != nil {
+		return providers.Checkpoint{}, s.infraError(ctx, "commit", err)
+	}
+	took := time.Since(began)
+	cp := providers.Checkpoint{ID: res.ID, Label: label, Provider: Name, Took: took, Bytes: p.diffBytes(ctx, s.id, res.ID)}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.removeImage(ctx, res.ID)
+		return providers.Checkpoint{}, fmt.Errorf("docker: %w", providers.ErrClosed)
+	}
+	ck := &checkpoint{info: cp, ref: ref, spec: s.spec}
+	p.checkpoints[cp.ID] = ck
+	n := p.standbyN
+	p.mu.Unlock()
+	if n > 0 {
+		p.setStandby(ck, n)
+	}
+	return cp, nil
+}
+
+// diffBytes is the size the commit added: the new image's size minus that of
+// the image the container was made from. -1 when the engine does not say.
+func (p *Provider) diffBytes(ctx context.Context, containerID, imageID string) int64 {
+	ci, err := p.cli.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+	if err != nil {
+		return -1
+	}
+	parent, err := p.cli.ImageInspect(ctx, ci.Container.Image)
+	if err != nil {
+		return -1
+	}
+	img, err := p.cli.ImageInspect(ctx, imageID)
+	if err != nil {
+		return -1
+	}
+	return max(img.Size-parent.Size, 0)
+}
+
+// Fork starts a container from cp's image with the spec of the sandbox cp
+// was made from (env, resources, network, output cap, labels). When a
+// standby fork of cp is ready, it is handed out instead and a replacement is
+// started in the background.
+func (p *Provider) Fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("docker: %w", providers.ErrClosed)
+	}
+	ck, ok := p.checkpoints[cp.ID]
+	if !ok || ck.released {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("docker: fork of unknown or released checkpoint %q", cp.ID)
+	}
+	st := ck.standby
+	p.mu.Unlock()
+	if st != nil {
+		if sb := st.take(); sb != nil {
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				_ = sb.Close(ctx)
+				return nil, fmt.Errorf("docker: %w", providers.ErrClosed)
+			}
+			p.sandboxes[sb.id] = sb
+			p.mu.Unlock()
+			return sb, nil
+		}
+	}
+	return p.startSandbox(ctx, ck.info.ID, ck.spec, ForkMethod, ck.info.ID)
+}
+
+// Release removes cp's standby forks and its image. Forks still running keep
+// working: the engine only untags an image that containers use, and Close
+// removes it after them. Release is idempotent.
+func (p *Provider) Release(ctx context.Context, cp providers.Checkpoint) error {
+	p.mu.Lock()
+	ck, ok := p.checkpoints[cp.ID]
+	if !ok || ck.released {
+		p.mu.Unlock()
+		return nil
+	}
+	ck.released = true
+	st := ck.standby
+	p.mu.Unlock()
+	if st != nil {
+		st.stop(ctx)
+	}
+	err := p.removeImageErr(ctx, ck.info.ID)
+	if err != nil && cerrdefs.IsConflict(err) {
+		// Forks of cp still run: untag it so it is gone by name; Close (or a
+		// sweep) removes the image once those forks are gone.
+		_, err = p.cli.ImageRemove(context.WithoutCancel(ctx), ck.ref, client.ImageRemoveOptions{PruneChildren: true})
+		if err != nil && cerrdefs.IsNotFound(err) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("docker: releasing checkpoint %s: %w", shortID(cp.ID), err)
+	}
+	p.mu.Lock()
+	delete(p.checkpoints, cp.ID)
+	p.mu.Unlock()
+	return nil
+}
+
+// Close removes every container and image this provider made, including
+// ones it lost track of (found by LabelInstance), and closes the client. It
+// is idempotent.
+func (p *Provider) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	sbs := make([]*sandbox, 0, len(p.sandboxes))
+	for _, sb := range p.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	var pools []*standby
+	for _, ck := range p.checkpoints {
+		if ck.standby != nil {
+			pools = append(pools, ck.standby)
+		}
+	}
+	p.mu.Unlock()
+
+	p.stopBG()
+	for _, st := range pools {
+		st.stop(ctx)
+	}
+	p.bgWG.Wait()
+	var errs []error
+	forEachParallel(len(sbs), 4, func(i int) {
+		_ = sbs[i].Close(ctx)
+	})
+	if _, err := removeLabelled(ctx, p.cli, LabelInstance+"="+p.instance, func(map[string]string) bool { return true }); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, p.cli.Close())
+	return errors.Join(errs...)
+}
+
+// Leftovers lists the containers and images of this provider still on the
+// engine (providertest.LeakChecker). After Close it must be empty.
+func (p *Provider) Leftovers(ctx context.Context) ([]string, error) {
+	cli, err := Connect(ctx) // the provider's own client may be closed
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	return listLabelled(ctx, cli, LabelInstance+"="+p.instance)
+}
+
+func (p *Provider) checkOpen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("docker: %w", providers.ErrClosed)
+	}
+	return nil
+}
+
+// forget drops a closed sandbox.
+func (p *Provider) forget(s *sandbox) {
+	p.mu.Lock()
+	delete(p.sandboxes, s.id)
+	p.mu.Unlock()
+}
+
+// removeContainer force-removes a container, detached from ctx's
+// cancellation; a container already gone is not an error.
+func (p *Provider) removeContainer(ctx context.Context, id string) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	_, err := p.cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("docker: removing container %s: %w", shortID(id), err)
+	}
+	return nil
+}
+
+func (p *Provider) removeImage(ctx context.Context, id string) { _ = p.removeImageErr(ctx, id) }
+
+// removeImageErr removes an image and its untagged parents; an image already
+// gone is not an error.
+func (p *Provider) removeImageErr(ctx context.Context, id string) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	_, err := p.cli.ImageRemove(rctx, id, client.ImageRemoveOptions{Force: true, PruneChildren: true})
+	if err != nil && cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func copyLabels(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+var tagUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// tagSafe makes s usable in an image tag ([A-Za-z0-9_.-], at most 100
+// characters so a sequence number still fits in the 128 allowed).
+func tagSafe(s string) string {
+	s = tagUnsafe.ReplaceAllString(s, "_")
+	s = strings.TrimLeft(s, ".-")
+	if s == "" {
+		s = "run"
+	}
+	if len(s) > 100 {
+		s = s[:100]
+	}
+	return s
+}
+
+// shortID is the 12-hex form of an engine id, for messages.
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// forEachParallel calls f(0..n-1) with at most limit calls at a time.
+func forEachParallel(n, limit int, f func(i int)) {
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(i)
+		}(i)
+	}
+	wg.Wait()
+}
+
+// sortedKeys returns m's keys, sorted.
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,187 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/runtime"
+)
+
+// ErrSandboxDied is wrapped by the error Act returns when the sandbox's
+// container is no longer running (killed, out of memory, removed behind our
+// back). The session is unusable; the episode becomes env_error.
+var ErrSandboxDied = errors.New("docker: sandbox container is not running")
+
+// sandbox is one running container.
+type sandbox struct {
+	p      *Provider
+	id     string // container id
+	origin string
+	cpID   string
+	spec   sandboxSpec
+	done   chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	acts   sync.WaitGroup
+	once   sync.Once
+	err    error
+}
+
+func newSandbox(p *Provider, id, origin, cpID string, ss sandboxSpec) *sandbox {
+	return &sandbox{p: p, id: id, origin: origin, cpID: cpID, spec: ss, done: make(chan struct{})}
+}
+
+func (s *sandbox) short() string { return shortID(s.id) }
+
+// Info describes the sandbox. ID is the container id; Workspace is the
+// path inside the container.
+func (s *sandbox) Info() providers.SandboxInfo {
+	return providers.SandboxInfo{
+		ID: s.id, Provider: Name, Origin: s.origin, Checkpoint: s.cpID, Workspace: WorkspaceDir,
+	}
+}
+
+func (s *sandbox) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("docker: sandbox %s: %w", s.short(), providers.ErrClosed)
+	}
+	return nil
+}
+
+// Act performs a. See the package comment for what each kind does.
+func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return runtime.Observation{}, fmt.Errorf("docker: sandbox %s: %w", s.short(), providers.ErrClosed)
+	}
+	s.acts.Add(1)
+	s.mu.Unlock()
+	defer s.acts.Done()
+	if err := ctx.Err(); err != nil {
+		return runtime.Observation{}, err
+	}
+
+	began := time.Now()
+	var obs runtime.Observation
+	var err error
+	if verr := a.Validate(); verr != nil {
+		kind := runtime.ErrActionFail
+		if _, _, known := runtime.ActionFieldNames(a.Kind); !known {
+			kind = runtime.ErrUnsupported
+		}
+		obs = failure(kind, verr.Error())
+	} else {
+		switch a.Kind {
+		case runtime.ActExec:
+			obs, err = s.exec(ctx, a)
+		case runtime.ActReadFile:
+			obs, err = s.readFile(ctx, a.Path)
+		case runtime.ActWriteFile:
+			obs, err = s.writeFile(ctx, a.Path, a.Content)
+		case runtime.ActWait:
+			obs, err = s.wait(ctx, time.Duration(a.MS)*time.Millisecond)
+		case runtime.ActDone:
+			obs = runtime.Observation{ExitCode: -1}
+		default:
+			obs = failure(runtime.ErrUnsupported, fmt.Sprintf("docker: %s is not supported: docker sandboxes are shell-only (no GUI)", a.Kind))
+		}
+	}
+	obs.Duration = time.Since(began)
+	if err != nil {
+		return runtime.Observation{}, err
+	}
+	return obs, nil
+}
+
+// failure is the observation of an action that failed for the given reason.
+func failure(kind runtime.ErrorKind, msg string) runtime.Observation {
+	return runtime.Observation{
+		Output: []byte(msg), OutputBytes: int64(len(msg)),
+		ExitCode: -1, Error: true, ErrorKind: kind,
+	}
+}
+
+func (s *sandbox) wait(ctx context.Context, d time.Duration) (runtime.Observation, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return runtime.Observation{ExitCode: -1}, nil
+	case <-ctx.Done():
+		return runtime.Observation{}, ctx.Err()
+	case <-s.done:
+		return runtime.Observation{}, fmt.Errorf("docker: sandbox %s: %w", s.short(), providers.ErrClosed)
+	}
+}
+
+// infraError turns an engine error met while acting into the error Act
+// returns: ctx's error when ctx ended, ErrClosed when the sandbox was closed
+// meanwhile, ErrSandboxDied (with the container's state) when the container
+// stopped, else the engine's error.
+func (s *sandbox) infraError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("docker: %s in %s: %w", what, s.short(), ctx.Err())
+	}
+	if cerr := s.checkOpen(); cerr != nil {
+		return cerr
+	}
+	if state := s.deadState(ctx); state != "" {
+		return fmt.Errorf("%w: %s (%s) during %s: %v", ErrSandboxDied, s.short(), state, what, err)
+	}
+	return fmt.Errorf("docker: %s in %s: %w", what, s.short(), err)
+}
+
+// deadState describes the container when it is not running, and is empty
+// when it runs.
+func (s *sandbox) deadState(ctx context.Context) string {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ci, err := s.p.cli.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "removed"
+		}
+		return ""
+	}
+	st := ci.Container.State
+	if st == nil || (st.Running && !st.Paused) {
+		return ""
+	}
+	if st.Paused {
+		return "paused"
+	}
+	desc := fmt.Sprintf("%s, exit code %d", st.Status, st.ExitCode)
+	if st.OOMKilled {
+		desc += ", killed for using too much memory"
+	}
+	if st.Error != "" {
+		desc += ", " + st.Error
+	}
+	return desc
+}
+
+// Close removes the container. It is idempotent and safe to call
+// concurrently with Act, which then fails with ErrClosed.
+func (s *sandbox) Close(ctx context.Context) error {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.done)
+		s.err = s.p.removeContainer(ctx, s.id)
+		s.acts.Wait()
+		s.p.forget(s)
+	})
+	return s.err
+}
