@@ -20,7 +20,8 @@ type EpisodeBatch struct {
 // Validate checks the batch's invariants for a run: every row carries the
 // episode's id, the episode's run id is runID (skipped when runID is ""),
 // the steps count matches, step indexes run 0..n-1 in order, token columns
-// line up (len(response_mask) == len(response_ids) always, and
+// of every step and of the episode's token record line up
+// (len(response_mask) == len(response_ids) always, and
 // len(response_logprobs) == len(response_ids) whenever logprobs are present),
 // step-level rewards point at an existing step, and every blob's sha256 is
 // the hash of its data. The error wraps ErrInvalidBatch and names the
@@ -36,6 +37,12 @@ func (b *EpisodeBatch) Validate(runID string) error {
 	}
 	if runID != "" && ep.RunID != runID {
 		return bad("run_id %q, but the run is %q", ep.RunID, runID)
+	}
+	if len(ep.ResponseMask) != len(ep.ResponseIDs) {
+		return bad("episode row: len(response_mask) = %d, len(response_ids) = %d", len(ep.ResponseMask), len(ep.ResponseIDs))
+	}
+	if len(ep.ResponseLogprobs) != 0 && len(ep.ResponseLogprobs) != len(ep.ResponseIDs) {
+		return bad("episode row: len(response_logprobs) = %d, len(response_ids) = %d", len(ep.ResponseLogprobs), len(ep.ResponseIDs))
 	}
 	if int(ep.Steps) != len(b.Steps) {
 		return bad("steps = %d, but the batch has %d step rows", ep.Steps, len(b.Steps))
@@ -105,7 +112,8 @@ func stepSize(s *schemas.StepRow) int64 {
 func episodeSize(e *schemas.EpisodeRow) int64 {
 	n := episodeFixed + len(e.EpisodeID) + len(e.RunID) + len(e.TaskID) + len(e.TaskHash) +
 		len(e.Provider) + len(e.GoldenID) + len(e.ResetStrategy) + len(e.ResetOrigin) +
-		len(e.ExitReason) + len(e.Detail) + len(e.Answer)
+		len(e.ExitReason) + len(e.Detail) + len(e.Answer) +
+		4*(len(e.PromptIDs)+len(e.ResponseIDs)+len(e.ResponseMask)+len(e.ResponseLogprobs))
 	return int64(n)
 }
 

@@ -94,6 +94,14 @@ func makeBatch(runID string, i int) EpisodeBatch {
 		}
 		b.Steps = append(b.Steps, st)
 	}
+	if i%2 == 0 { // an assembled token record on the episode row
+		b.Episode.PromptIDs = []int32{1, 2, 3}
+		b.Episode.ResponseIDs = []int32{100, 7, 101}
+		b.Episode.ResponseMask = []int32{1, 0, 1}
+		if i%4 == 0 {
+			b.Episode.ResponseLogprobs = []float32{-0.5, 0, -0.25}
+		}
+	}
 	b.Rewards = append(b.Rewards, schemas.RewardRow{EpisodeID: id, Name: "verify", Source: "test -f ok", ExitCode: int32(i % 2)})
 	if i%3 != 0 {
 		b.Rewards[0].Value = ptr(float64(i%2) * 1.0)
@@ -120,6 +128,27 @@ func normStep(s schemas.StepRow) schemas.StepRow {
 		s.ResponseLogprobs = nil
 	}
 	return s
+}
+
+// normEpisode maps empty token lists to nil.
+func normEpisode(e schemas.EpisodeRow) schemas.EpisodeRow {
+	for _, p := range []*[]int32{&e.PromptIDs, &e.ResponseIDs, &e.ResponseMask} {
+		if len(*p) == 0 {
+			*p = nil
+		}
+	}
+	if len(e.ResponseLogprobs) == 0 {
+		e.ResponseLogprobs = nil
+	}
+	return e
+}
+
+func normEpisodes(in []schemas.EpisodeRow) []schemas.EpisodeRow {
+	out := make([]schemas.EpisodeRow, len(in))
+	for i := range in {
+		out[i] = normEpisode(in[i])
+	}
+	return out
 }
 
 func normSteps(in []schemas.StepRow) []schemas.StepRow {
@@ -163,7 +192,7 @@ func commitRange(t *testing.T, w *Writer, from, to int) []EpisodeBatch {
 // expected flattens batches into the rows a reader should return.
 func expected(batches []EpisodeBatch) (eps []schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) {
 	for _, b := range batches {
-		eps = append(eps, b.Episode)
+		eps = append(eps, normEpisode(b.Episode))
 		steps = append(steps, normSteps(b.Steps)...)
 		rewards = append(rewards, b.Rewards...)
 	}

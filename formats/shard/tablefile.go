@@ -9,7 +9,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/forkline/forkline/schemas"
 	"github.com/parquet-go/parquet-go"
@@ -50,6 +53,26 @@ type tableFile[T any] struct {
 	rows     int64
 	buffered int64 // estimated bytes since the last row-group flush
 	groupMax int64
+	rowByRow bool // see hasZeroNullFields
+}
+
+// hasZeroNullFields reports whether T has an ",optional" field that is not
+// a pointer, whose zero value is written as null. parquet-go v0.32.0
+// mis-writes such fields when one Write call holds a run of k nulls, then k
+// values, then only nulls (its run scan in writeRowsFuncOfOptional tests
+// the wrong bit mask): those trailing nulls get definition level 1, present
+// and empty, and other readers see "" or 0 instead of null. Pointer fields
+// are not affected, and neither is a Write of a single row, so rows of such
+// types (StepRow) are written one at a time. TestOptionalZeroStaysNull
+// guards it.
+func hasZeroNullFields(t reflect.Type) bool {
+	for f := range t.Fields() {
+		_, opts, _ := strings.Cut(f.Tag.Get("parquet"), ",")
+		if f.Type.Kind() != reflect.Pointer && slices.Contains(strings.Split(opts, ","), "optional") {
+			return true
+		}
+	}
+	return false
 }
 
 func createTableFile[T any](root, table string, gen int, runID string, codec compress.Codec, rowGroupBytes int64) (*tableFile[T], error) {
@@ -58,7 +81,8 @@ func createTableFile[T any](root, table string, gen int, runID string, codec com
 	if err != nil {
 		return nil, fmt.Errorf("shard: create %s shard %d: %w", table, gen, err)
 	}
-	t := &tableFile[T]{table: table, gen: gen, dir: dir, f: f, sum: sha256.New(), groupMax: rowGroupBytes}
+	t := &tableFile[T]{table: table, gen: gen, dir: dir, f: f, sum: sha256.New(), groupMax: rowGroupBytes,
+		rowByRow: hasZeroNullFields(reflect.TypeFor[T]())}
 	t.pw = parquet.NewGenericWriter[T](io.MultiWriter(f, t.sum, &t.size),
 		parquet.Compression(codec),
 		parquet.KeyValueMetadata(schemas.MetaSchemaVersion, strconv.Itoa(schemas.Version)),
@@ -74,8 +98,14 @@ func (t *tableFile[T]) write(rows []T, bytes int64) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	if _, err := t.pw.Write(rows); err != nil {
-		return fmt.Errorf("shard: write %s shard %d: %w", t.table, t.gen, err)
+	batch := len(rows)
+	if t.rowByRow {
+		batch = 1
+	}
+	for chunk := range slices.Chunk(rows, batch) {
+		if _, err := t.pw.Write(chunk); err != nil {
+			return fmt.Errorf("shard: write %s shard %d: %w", t.table, t.gen, err)
+		}
 	}
 	t.rows += int64(len(rows))
 	t.buffered += bytes
