@@ -53,13 +53,16 @@ type Config struct {
 	// in the manifest, so they must never hold a secret: policies take keys
 	// from environment variables named here, never from values.
 	PolicyOptions map[string]string
-	Reset          pool.Strategy
-	Capture        capture.Policy
-	Shards         shard.Config
-	Out            string
-	Resume         bool // finish the run in Out, skipping kept episodes
-	Force          bool // replace the run in Out
-	WorkDir        string
+	Reset         pool.Strategy
+	Capture       capture.Policy
+	Shards        shard.Config
+	Out           string
+	// Grace is how long episodes in flight may run on after ctx is
+	// cancelled before they are cancelled too (and kept as cancelled).
+	Grace   time.Duration
+	Resume  bool // finish the run in Out, skipping kept episodes
+	Force   bool // replace the run in Out
+	WorkDir string
 
 	// Progress, when set, receives a live progress line (TTY) or periodic
 	// progress lines, and the summary is not printed by Run.
@@ -223,6 +226,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, badInput(err)
 	}
+	// Remove what crashed runs left behind before making more.
+	if sw, ok := prov.(providers.Sweeper); ok {
+		if err := sw.Sweep(ctx); err != nil {
+			logf("sweeping leftovers of crashed runs: %v", err)
+		}
+	}
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -281,19 +290,34 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	stopProgress := startProgress(cfg, sum)
 	began := time.Now()
 	runner := episodeRunner{cfg: cfg, runID: runID, provider: prov.Name(), rec: rec, newPolicy: newPolicy, log: logf}
-	pl.Run(ctx, jobs, runner.run)
+	// Cancelling ctx stops scheduling at once; episodes in flight get
+	// cfg.Grace to finish on their own before they are cancelled too.
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	stopGrace := context.AfterFunc(ctx, func() {
+		if cfg.Grace <= 0 {
+			cancelRun()
+			return
+		}
+		logf("stopping: no new episodes; episodes in flight get %s to finish", cfg.Grace)
+		time.AfterFunc(cfg.Grace, cancelRun)
+	})
+	defer stopGrace()
+	pl.Run(runCtx, jobs, runner.run)
 	sum.finish(time.Since(began), pl.Stats())
 	stopProgress()
 
+	// The run is complete when every planned episode is kept, whatever
+	// its outcome — even if a stop came during the grace period.
 	status := shard.StatusComplete
 	var runErr error
-	if ctx.Err() != nil {
-		status, runErr = shard.StatusPartial, fmt.Errorf("collect: %w", context.Canceled)
-	}
-	if err := rec.failed(); err != nil {
+	kept := len(committed) + sum.Done()
+	switch err := rec.failed(); {
+	case err != nil:
 		status, runErr = shard.StatusPartial, err
-	}
-	if kept := len(committed) + sum.Done(); kept < len(plan) && status == shard.StatusComplete {
+	case kept < len(plan) && ctx.Err() != nil:
+		status, runErr = shard.StatusPartial, fmt.Errorf("collect: %w (%d of %d planned episodes kept)", context.Canceled, kept, len(plan))
+	case kept < len(plan):
 		status = shard.StatusPartial
 		runErr = fmt.Errorf("collect: %d of %d planned episodes are missing", len(plan)-kept, len(plan))
 	}

@@ -128,3 +128,11 @@ var ErrNotSupported = errors.New("providers: not supported by this provider")
 
 // ErrClosed is returned by operations on a closed sandbox or provider.
 var ErrClosed = errors.New("providers: closed")
+
+// Sweeper is implemented by providers that can find and remove what crashed
+// runs left behind (mounts, directories, containers, images) — objects whose
+// owning process is gone. Collectors call Sweep once after Open; it must
+// never touch objects of live runs.
+type Sweeper interface {
+	Sweep(ctx context.Context) error
+}

@@ -81,6 +81,7 @@ func run(args []string) int {
 	fs.Var(kv(cfg.PolicyOptions), "policy-opt", "policy setting `key=value` (repeatable; recorded in the manifest, so never a secret)")
 	fs.StringVar(&cfg.ScriptFile, "script", "", "for -policy script: a `FILE` of actions (JSONL) to replay instead of each task's solution")
 	reset := fs.String("reset", "auto", "reset strategy: auto, fork, recreate")
+	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "after the first SIGINT/SIGTERM, how long episodes in flight may finish before they are cancelled")
 	fs.BoolVar(&cfg.Resume, "resume", false, "finish the run in -out, skipping episodes it already kept")
 	fs.BoolVar(&cfg.Force, "force", false, "replace the run in -out")
 	fs.StringVar(&cfg.WorkDir, "workdir", "", "where sandboxes live on the host (default: a temporary directory)")
@@ -165,7 +166,7 @@ func withSignals() (context.Context, func()) {
 		if !ok {
 			return
 		}
-		fmt.Fprintf(os.Stderr, "\ncollect: %v: stopping; finishing episodes in flight as cancelled (signal again to stop at once)\n", s)
+		fmt.Fprintf(os.Stderr, "\ncollect: %v: stopping (signal again to stop at once)\n", s)
 		cancel()
 		if _, ok := <-ch; ok {
 			fmt.Fprintln(os.Stderr, "collect: second signal: exiting now")
