@@ -53,26 +53,41 @@ type tableFile[T any] struct {
 	rows     int64
 	buffered int64 // estimated bytes since the last row-group flush
 	groupMax int64
-	rowByRow bool // see hasZeroNullFields
+	zeroNull []int // see zeroNullFields
 }
 
-// hasZeroNullFields reports whether T has an ",optional" field that is not
-// a pointer, whose zero value is written as null. parquet-go v0.32.0
-// mis-writes such fields when one Write call holds a run of k nulls, then k
-// values, then only nulls (its run scan in writeRowsFuncOfOptional tests
-// the wrong bit mask): those trailing nulls get definition level 1, present
-// and empty, and other readers see "" or 0 instead of null. Pointer fields
-// are not affected, and neither is a Write of a single row, so rows of such
-// types (StepRow) are written one at a time. TestOptionalZeroStaysNull
-// guards it.
-func hasZeroNullFields(t reflect.Type) bool {
+// zeroNullFields returns the indexes of T's ",optional" fields that are
+// not pointers, whose zero value is written as null.
+//
+// parquet-go v0.32.0 mis-writes such fields when one Write call mixes nulls
+// and values in a column: its run scan in writeRowsFuncOfOptional tests the
+// wrong bit mask, and with k nulls, then k values, then nulls, the trailing
+// nulls get definition level 1 (present and empty), so other readers see
+// "" or 0 instead of null. A Write whose rows are all null or all present
+// in each such column is a single run and comes out right, so write splits
+// rows into runs of equal presence. Pointer fields are not affected.
+// TestOptionalZeroStaysNull guards it.
+func zeroNullFields(t reflect.Type) []int {
+	var idx []int
 	for f := range t.Fields() {
 		_, opts, _ := strings.Cut(f.Tag.Get("parquet"), ",")
 		if f.Type.Kind() != reflect.Pointer && slices.Contains(strings.Split(opts, ","), "optional") {
-			return true
+			idx = append(idx, f.Index[0])
 		}
 	}
-	return false
+	return idx
+}
+
+// samePresence reports whether a and b are null in the same zeroNull
+// fields.
+func samePresence[T any](a, b *T, zeroNull []int) bool {
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	for _, i := range zeroNull {
+		if va.Field(i).IsZero() != vb.Field(i).IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 func createTableFile[T any](root, table string, gen int, runID string, codec compress.Codec, rowGroupBytes int64) (*tableFile[T], error) {
@@ -82,7 +97,7 @@ func createTableFile[T any](root, table string, gen int, runID string, codec com
 		return nil, fmt.Errorf("shard: create %s shard %d: %w", table, gen, err)
 	}
 	t := &tableFile[T]{table: table, gen: gen, dir: dir, f: f, sum: sha256.New(), groupMax: rowGroupBytes,
-		rowByRow: hasZeroNullFields(reflect.TypeFor[T]())}
+		zeroNull: zeroNullFields(reflect.TypeFor[T]())}
 	t.pw = parquet.NewGenericWriter[T](io.MultiWriter(f, t.sum, &t.size),
 		parquet.Compression(codec),
 		parquet.KeyValueMetadata(schemas.MetaSchemaVersion, strconv.Itoa(schemas.Version)),
@@ -95,19 +110,17 @@ func createTableFile[T any](root, table string, gen int, runID string, codec com
 // write appends rows whose estimated size is bytes, flushing the row group
 // when enough is buffered.
 func (t *tableFile[T]) write(rows []T, bytes int64) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	batch := len(rows)
-	if t.rowByRow {
-		batch = 1
-	}
-	for chunk := range slices.Chunk(rows, batch) {
-		if _, err := t.pw.Write(chunk); err != nil {
+	for len(rows) > 0 {
+		n := 1 // rows[:n] have equal presence: see zeroNullFields
+		for n < len(rows) && samePresence(&rows[0], &rows[n], t.zeroNull) {
+			n++
+		}
+		if _, err := t.pw.Write(rows[:n]); err != nil {
 			return fmt.Errorf("shard: write %s shard %d: %w", t.table, t.gen, err)
 		}
+		t.rows += int64(n)
+		rows = rows[n:]
 	}
-	t.rows += int64(len(rows))
 	t.buffered += bytes
 	if t.buffered >= t.groupMax {
 		if err := t.pw.Flush(); err != nil {
