@@ -46,9 +46,11 @@
 // (relative to the workspace, or absolute under /workspace) and then go
 // through an os.Root opened on the workspace, so no symlink can lead outside.
 // write_file creates missing parent directories. read_file output is capped
-// like exec output. wait sleeps; done is a no-op; every other kind (the GUI
-// actions) is answered with an ErrUnsupported observation. None of these
-// exit codes exist: file actions report -1.
+// like exec output; files from Spec.Files and write_file get mode 0644 and
+// new directories 0755. wait sleeps; done does nothing; every other kind (the
+// GUI actions, and kinds runtime does not know) is answered with an
+// ErrUnsupported observation. Actions that are not commands report exit
+// code -1.
 //
 // # Checkpoint and fork
 //

@@ -370,3 +370,44 @@ func mountsUnder(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// Forks keep what a workspace is made of besides bytes: modes (set-id bits
+// included), directory modes, symlinks, FIFOs and modification times.
+func TestForkKeepsMetadata(t *testing.T) {
+	for _, method := range []string{local.ForkOverlay, local.ForkCopy} {
+		t.Run(method, func(t *testing.T) {
+			ctx := t.Context()
+			p := openLocal(t, method)
+			defer p.Close(context.Background())
+			sb, err := p.Create(ctx, providers.Spec{})
+			require.NoError(t, err)
+			setup := "mkdir -p ro/sub && echo x > ro/sub/f && echo s > suid && chmod 4755 suid && " +
+				"chmod 555 ro && ln -s ro/sub/f link && mkfifo pipe && touch -d '2001-02-03 04:05:06' ro/sub/f"
+			obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: setup})
+			require.NoError(t, err)
+			require.False(t, obs.Error, obs.Text())
+			cp, err := p.Checkpoint(ctx, sb, "meta")
+			require.NoError(t, err)
+			f, err := p.Fork(ctx, cp)
+			require.NoError(t, err)
+			defer f.Close(ctx)
+			ws := f.Info().Workspace
+
+			st, err := os.Stat(filepath.Join(ws, "suid"))
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o755)|os.ModeSetuid, st.Mode())
+			st, err = os.Stat(filepath.Join(ws, "ro"))
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o555), st.Mode().Perm())
+			target, err := os.Readlink(filepath.Join(ws, "link"))
+			require.NoError(t, err)
+			require.Equal(t, "ro/sub/f", target)
+			st, err = os.Lstat(filepath.Join(ws, "pipe"))
+			require.NoError(t, err)
+			require.NotZero(t, st.Mode()&os.ModeNamedPipe)
+			st, err = os.Stat(filepath.Join(ws, "ro/sub/f"))
+			require.NoError(t, err)
+			require.Equal(t, 2001, st.ModTime().Year())
+		})
+	}
+}

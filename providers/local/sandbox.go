@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -33,8 +35,8 @@ type sandbox struct {
 
 	mu     sync.Mutex
 	closed bool
-	groups map[int]struct{} // process group ids that may still have members
-	acts   sync.WaitGroup   // Acts in flight
+	groups map[int]bool   // process groups that may have members: true while their leader runs
+	acts   sync.WaitGroup // Acts in flight
 	once   sync.Once
 	err    error // of the one real Close
 }
@@ -64,7 +66,7 @@ func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, out
 		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap},
 		env:    full,
 		done:   make(chan struct{}),
-		groups: map[int]struct{}{},
+		groups: map[int]bool{},
 	}, nil
 }
 
@@ -163,7 +165,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	}
 	pgid := cmd.Process.Pid
 	s.mu.Lock()
-	s.groups[pgid] = struct{}{}
+	s.groups[pgid] = true
 	closing := s.closed
 	s.mu.Unlock()
 	if closing { // Close ran between our start and our registration
@@ -176,7 +178,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	if timedOut || ctx.Err() != nil {
 		_ = killGroup(pgid) // members that escaped the first kill by forking
 	}
-	s.forgetGroupIfEmpty(pgid)
+	s.groupDone(pgid)
 
 	if ctx.Err() != nil {
 		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, ctx.Err())
@@ -224,15 +226,37 @@ func killGroup(pgid int) error {
 	return err
 }
 
-// forgetGroupIfEmpty stops tracking pgid once no process is left in it, so
-// a later Close cannot signal a group id the kernel has handed to someone
-// else. (A zombie still counts as a member until it is reaped.)
-func (s *sandbox) forgetGroupIfEmpty(pgid int) {
-	if errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) {
-		s.mu.Lock()
+// groupDone records that the leader of pgid was reaped, and stops tracking
+// the group when nothing is left in it.
+func (s *sandbox) groupDone(pgid int) {
+	empty := errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+	s.mu.Lock()
+	if empty {
 		delete(s.groups, pgid)
-		s.mu.Unlock()
+	} else {
+		s.groups[pgid] = false
 	}
+	s.mu.Unlock()
+}
+
+// killGroups kills the sandbox's process groups. The group of a running
+// command is certainly ours. For a finished one, whose leader was reaped,
+// only if no process now has the leader's pid: the kernel never hands out a
+// pid still in use as a process group id, so a process with that pid means
+// our group emptied and the id went to someone else, who must not be hit.
+func killGroups(groups map[int]bool) []error {
+	var errs []error
+	for g, running := range groups {
+		if !running {
+			if _, err := os.Stat("/proc/" + strconv.Itoa(g)); err == nil {
+				continue
+			}
+		}
+		if err := killGroup(g); err != nil {
+			errs = append(errs, fmt.Errorf("local: killing process group %d: %w", g, err))
+		}
+	}
+	return errs
 }
 
 func (s *sandbox) wait(ctx context.Context, d time.Duration) (runtime.Observation, error) {
@@ -341,18 +365,10 @@ func (s *sandbox) Close(ctx context.Context) error {
 func (s *sandbox) destroy() error {
 	s.mu.Lock()
 	s.closed = true
-	groups := make([]int, 0, len(s.groups))
-	for g := range s.groups {
-		groups = append(groups, g)
-	}
+	groups := maps.Clone(s.groups)
 	s.mu.Unlock()
 	close(s.done)
-	var errs []error
-	for _, g := range groups {
-		if err := killGroup(g); err != nil {
-			errs = append(errs, fmt.Errorf("local: killing process group %d: %w", g, err))
-		}
-	}
+	errs := killGroups(groups)
 	s.acts.Wait()
 	errs = append(errs, s.root.Close())
 	if s.origin == ForkOverlay {
