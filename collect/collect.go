@@ -59,7 +59,9 @@ type Config struct {
 	Out           string
 	// Grace is how long episodes in flight may run on after ctx is
 	// cancelled before they are cancelled too (and kept as cancelled).
-	Grace   time.Duration
+	Grace time.Duration
+	// Part is the share of the plan this machine collects (default: all).
+	Part    Part
 	Resume  bool // finish the run in Out, skipping kept episodes
 	Force   bool // replace the run in Out
 	WorkDir string
@@ -171,7 +173,9 @@ type planRecord struct {
 	Seed     int64  `json:"seed"`
 	Replicas int    `json:"replicas"`
 	Reset    string `json:"reset"`
-	Episodes int    `json:"episodes"`
+	Episodes int    `json:"episodes"` // planned in this part
+	Part     Part   `json:"part"`
+	Total    int    `json:"episodes_all_parts"`
 }
 
 // Run collects a dataset. It returns the summary and an error; on
@@ -205,12 +209,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	// Plan.
 	var plan []planned
 	var records []taskRecord
+	total := 0
 	for i := range specs {
 		s := &specs[i]
 		h := s.Hash()
 		records = append(records, taskRecord{ID: s.ID, Hash: h, Spec: *s})
 		for r := range cfg.Repeats {
-			plan = append(plan, planned{id: EpisodeID(s.ID, h, r, cfg.Seed), task: s, hash: h, repeat: r})
+			total++
+			id := EpisodeID(s.ID, h, r, cfg.Seed)
+			if cfg.Part.Has(id) {
+				plan = append(plan, planned{id: id, task: s, hash: h, repeat: r})
+			}
 		}
 	}
 
@@ -245,7 +254,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer pl.Close(context.Background())
 
-	w, err := openOutput(cfg, runID, records, len(plan))
+	w, err := openOutput(cfg, runID, records, len(plan), total)
 	if err != nil {
 		return nil, badInput(err)
 	}
@@ -352,6 +361,12 @@ func validate(cfg *Config) error {
 	if cfg.Reset == "" {
 		cfg.Reset = pool.Auto
 	}
+	if cfg.Part.Count == 0 {
+		cfg.Part = Whole
+	}
+	if cfg.Part.Index < 0 || cfg.Part.Index >= cfg.Part.Count {
+		return fmt.Errorf("collect: shard %s is out of range", cfg.Part)
+	}
 	if cfg.Capture == (capture.Policy{}) {
 		cfg.Capture = capture.DefaultPolicy()
 	}
@@ -378,8 +393,9 @@ func newRunID() string {
 }
 
 // openOutput creates, resumes or replaces the dataset in cfg.Out.
-func openOutput(cfg Config, runID string, tasks []taskRecord, episodes int) (*shard.Writer, error) {
-	planRec, _ := json.Marshal(planRecord{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset), Episodes: episodes})
+func openOutput(cfg Config, runID string, tasks []taskRecord, episodes, total int) (*shard.Writer, error) {
+	planRec, _ := json.Marshal(planRecord{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
+		Episodes: episodes, Part: cfg.Part, Total: total})
 	tasksRec, _ := json.Marshal(tasks)
 	_, statErr := os.Stat(filepath.Join(cfg.Out, "manifest.json"))
 	exists := statErr == nil
@@ -442,6 +458,12 @@ func compatible(m shard.Manifest, tasks []taskRecord, cfg Config) error {
 	if err := json.Unmarshal(m.Plan, &plan); err == nil {
 		if plan.Repeats != cfg.Repeats || plan.Seed != cfg.Seed {
 			return fmt.Errorf("%w: the run used -repeats %d -seed %d; pass the same values", ErrIncompatibleResume, plan.Repeats, plan.Seed)
+		}
+		if plan.Part.Count == 0 {
+			plan.Part = Whole
+		}
+		if plan.Part != cfg.Part {
+			return fmt.Errorf("%w: the run collected shard %s; pass -shard %s", ErrIncompatibleResume, plan.Part, plan.Part)
 		}
 	}
 	if m.Capture != nil {

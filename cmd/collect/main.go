@@ -91,10 +91,13 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Capture.Tokens, "tokens", "keep", "capture: token ids, masks and logprobs keep or drop")
 	rollMB := fs.Int64("roll-mb", 64, "close a shard generation after about this many MB")
 	rollEvery := fs.Duration("roll-interval", time.Minute, "close a shard generation at least this often (bounds what a crash can lose)")
+	shardFlag := fs.String("shard", "", "collect only part `i/n` of the plan (n machines, disjoint parts; join them with -merge)")
+	shardCount := fs.Int("shard-count", 0, "collect part JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID of `n` parts")
+	merge := fs.Bool("merge", false, "merge the datasets given as arguments (parts of one plan) into -out, then exit")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	jsonOut := fs.Bool("json", false, "print the summary as JSON on stdout")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: collect -tasks DIR|FILE -out DIR [flags]\n\nExit codes: 0 complete, 1 failed or partial, 2 bad input, 130 interrupted.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "usage: collect -tasks DIR|FILE -out DIR [flags]\n       collect -merge -out DIR PART_DIR...\n\nExit codes: 0 complete, 1 failed or partial, 2 bad input, 130 interrupted.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -103,9 +106,31 @@ func run(args []string) int {
 		}
 		return exitBadInput
 	}
+	if *merge {
+		return runMerge(cfg.Out, fs.Args(), *jsonOut)
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "collect: unexpected arguments %q\n", fs.Args())
 		return exitBadInput
+	}
+	switch {
+	case *shardFlag != "" && *shardCount != 0:
+		fmt.Fprintln(os.Stderr, "collect: give -shard i/n or -shard-count n, not both")
+		return exitBadInput
+	case *shardFlag != "":
+		p, err := collect.ParsePart(*shardFlag)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return exitBadInput
+		}
+		cfg.Part = p
+	case *shardCount != 0:
+		p, err := collect.PartFromEnv(*shardCount, os.Getenv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return exitBadInput
+		}
+		cfg.Part = p
 	}
 	var err error
 	if cfg.Reset, err = pool.ParseStrategy(*reset); err != nil {
@@ -151,6 +176,41 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return exitFailed
 	}
+}
+
+// runMerge joins parts into out.
+func runMerge(out string, parts []string, asJSON bool) int {
+	if out == "" || len(parts) == 0 {
+		fmt.Fprintln(os.Stderr, "collect: -merge needs -out DIR and the part directories as arguments")
+		return exitBadInput
+	}
+	ctx, stop := withSignals()
+	defer stop()
+	rep, err := collect.Merge(ctx, out, parts, shard.DefaultConfig())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if errors.Is(err, collect.ErrMerge) {
+			return exitBadInput
+		}
+		return exitFailed
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+	} else {
+		fmt.Printf("forkline merge: %s — %d episodes from %d parts into %s\n", rep.Status, rep.Episodes, len(rep.Parts), out)
+		for _, p := range rep.Parts {
+			fmt.Printf("  %-40s part %s  %-8s %d episodes\n", p.Dir, p.Part, p.Status, p.Episodes)
+		}
+		if len(rep.Missing) > 0 {
+			fmt.Printf("  missing parts: %v\n", rep.Missing)
+		}
+	}
+	if rep.Status != shard.StatusComplete {
+		return exitFailed
+	}
+	return exitOK
 }
 
 // withSignals returns a context cancelled by the first SIGINT or SIGTERM:
