@@ -39,6 +39,12 @@ func probeOverlay(root string) (string, error) {
 	if err := os.WriteFile(filepath.Join(lower, "probe"), []byte("lower"), 0o644); err != nil {
 		return "", err
 	}
+	if err := os.MkdirAll(filepath.Join(lower, "dir", "sub"), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(lower, "dir", "sub", "f"), nil, 0o644); err != nil {
+		return "", err
+	}
 	var first error
 	for i, extra := range overlayOptionSets {
 		fork := filepath.Join(dir, fmt.Sprintf("fork%d", i))
@@ -63,8 +69,11 @@ func probeOverlay(root string) (string, error) {
 	return "", first
 }
 
-// checkOverlay checks that a fresh probe overlay shows its lower layer and
-// takes a copy-up.
+// checkOverlay checks that a fresh probe overlay does what forks need: show
+// the lower layer, copy a file up, and hide a deleted lower directory, then
+// make it anew (whiteouts and opaque directories, which need xattrs on the
+// upper layer: in a user namespace they need userxattr, and a mount without
+// it succeeds but fails these with EIO).
 func checkOverlay(merged string) error {
 	b, err := os.ReadFile(filepath.Join(merged, "probe"))
 	if err != nil {
@@ -73,7 +82,20 @@ func checkOverlay(merged string) error {
 	if string(b) != "lower" {
 		return fmt.Errorf("overlay probe read %q, want %q", b, "lower")
 	}
-	return os.WriteFile(filepath.Join(merged, "probe"), []byte("upper"), 0o644)
+	if err := os.WriteFile(filepath.Join(merged, "probe"), []byte("upper"), 0o644); err != nil {
+		return err
+	}
+	dir := filepath.Join(merged, "dir")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		return fmt.Errorf("overlay probe: a directory made over a deleted one shows %d entries (%v)", len(entries), err)
+	}
+	return nil
 }
 
 // mountOverlay makes dir/upper and dir/work and mounts an overlay of lower
@@ -98,7 +120,10 @@ func mountOverlay(lower, dir, ws, extra string) error {
 		opts += "," + extra
 	}
 	if err := unix.Mount("overlay", ws, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount overlay (%s): %w", opts, err)
+		if errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("mount overlay on %s: %w (it needs root or a user namespace of our own)", ws, err)
+		}
+		return fmt.Errorf("mount overlay on %s with %q: %w", ws, extra, err)
 	}
 	return nil
 }
