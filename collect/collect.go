@@ -28,7 +28,6 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/policy/script"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/runtime"
@@ -100,22 +99,6 @@ var ErrIncompatibleResume = errors.New("collect: cannot resume")
 
 // PolicyFactory builds the policy for one episode.
 type PolicyFactory func(cfg Config, t task.Spec) (runtime.Policy, error)
-
-var policies = map[string]PolicyFactory{
-	"script": func(cfg Config, t task.Spec) (runtime.Policy, error) {
-		if cfg.ScriptFile != "" {
-			acts, err := script.LoadFile(cfg.ScriptFile)
-			if err != nil {
-				return nil, err
-			}
-			return script.New(acts), nil
-		}
-		if len(t.Solution) == 0 {
-			return nil, fmt.Errorf("collect: task %s (%s) has no solution for the script policy (add solution: or pass -script FILE)", t.ID, t.Source)
-		}
-		return script.New(t.Solution), nil
-	},
-}
 
 // RegisterPolicy adds a policy by name. It panics on an empty name, a nil
 // factory or a duplicate.

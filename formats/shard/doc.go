@@ -36,11 +36,14 @@
 //
 // The invariant, which Verify checks: an episode is in the dataset if and
 // only if its episode row is in a shard listed in the manifest, and then all
-// its steps, rewards and blobs are in the listed shards of the same
-// generation. Within a generation the steps and rewards appear in the same
-// episode order as the episodes shard, steps in step order; EachEpisode
-// relies on it. Blob rows are deduplicated by hash within a generation; the
-// same blob may appear again in a later generation.
+// its steps and rewards are in the listed shards of the same generation.
+// The blobs its steps refer to are in that generation or an earlier one:
+// blobs are content-addressed, the writer stores a hash once per generation,
+// and a collector that deduplicates across the run sends each blob only with
+// the first episode that needs it (generations close in order, so that
+// blob is durable no later than the episode). Within a generation the steps
+// and rewards appear in the same episode order as the episodes shard, steps
+// in step order; EachEpisode relies on it.
 //
 // Commit returning nil means the episode is in the open generation, not yet
 // durable; it becomes durable when its generation closes. A crash (or a

@@ -1,0 +1,314 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The wire shapes of /v1/chat/completions, with the token fields of vLLM and
+// SGLang (see FORMATS.md §5). Only what the policy sends or reads is here.
+
+type chatMessage struct {
+	Role string `json:"role"`
+	// Content is a pointer so that an assistant message that only calls a
+	// tool sends null, as OpenAI does.
+	Content    *string    `json:"content"`
+	ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+type toolCall struct {
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type"`
+	Function toolCallFunc `json:"function"`
+}
+
+type toolCallFunc struct {
+	Name string `json:"name"`
+	// Arguments is kept as the server sent it (normally a JSON string) and
+	// sent back unchanged, so the chat template re-renders what the model
+	// produced.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+type chatRequest struct {
+	Model       string        `json:"model,omitempty"`
+	Messages    []chatMessage `json:"messages"`
+	Tools       []Tool        `json:"tools,omitempty"`
+	Temperature *float64      `json:"temperature,omitempty"`
+	TopP        *float64      `json:"top_p,omitempty"`
+	MaxTokens   int           `json:"max_tokens,omitempty"`
+	Seed        *int64        `json:"seed,omitempty"`
+	Logprobs    bool          `json:"logprobs,omitempty"`
+	TopLogprobs *int          `json:"top_logprobs,omitempty"`
+	// vLLM ≥ 0.10.2 and SGLang: token ids of the prompt and the response.
+	ReturnTokenIDs bool `json:"return_token_ids,omitempty"`
+	// SGLang: prompt ids per choice.
+	ReturnPromptTokenIDs bool `json:"return_prompt_token_ids,omitempty"`
+}
+
+type chatResponse struct {
+	Model string `json:"model"`
+	// vLLM puts the prompt ids at the top level.
+	PromptTokenIDs []int32      `json:"prompt_token_ids"`
+	Choices        []chatChoice `json:"choices"`
+	Usage          *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+type chatChoice struct {
+	Message struct {
+		Content          *string    `json:"content"`
+		Reasoning        *string    `json:"reasoning"`         // vLLM
+		ReasoningContent *string    `json:"reasoning_content"` // SGLang, DeepSeek and older vLLM
+		ToolCalls        []toolCall `json:"tool_calls"`
+	} `json:"message"`
+	FinishReason string  `json:"finish_reason"`
+	TokenIDs     []int32 `json:"token_ids"`
+	// SGLang puts the prompt ids in each choice.
+	PromptTokenIDs []int32 `json:"prompt_token_ids"`
+	Logprobs       *struct {
+		Content []struct {
+			Token   string  `json:"token"`
+			Logprob float64 `json:"logprob"`
+		} `json:"content"`
+	} `json:"logprobs"`
+}
+
+// ErrRetriesExhausted is wrapped by the error Decide returns when a request
+// failed in a retryable way (429, 5xx, timeout, broken connection) on every
+// attempt.
+var ErrRetriesExhausted = errors.New("openai: retries exhausted")
+
+// ErrBadResponse is wrapped when the server answered 2xx with something that
+// is not a chat completion (undecodable JSON, no choices). It is not retried.
+var ErrBadResponse = errors.New("openai: not a chat completion")
+
+// StatusError is a non-2xx answer. Body holds the start of the answer's body
+// with the API key, should a server echo it, replaced by [redacted].
+type StatusError struct {
+	Code int
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	msg := fmt.Sprintf("openai: server answered %d %s", e.Code, http.StatusText(e.Code))
+	if e.Body != "" {
+		msg += ": " + e.Body
+	}
+	return msg
+}
+
+// Retryable reports whether the status is one worth repeating: 429 and 5xx.
+// Other 4xx mean the request itself is wrong and are never repeated.
+func (e *StatusError) Retryable() bool { return e.Code == http.StatusTooManyRequests || e.Code >= 500 }
+
+// attemptError is a failed attempt that is worth repeating.
+type attemptError struct {
+	err        error
+	retryAfter time.Duration // the server's Retry-After, if any
+}
+
+func (e *attemptError) Error() string { return e.err.Error() }
+func (e *attemptError) Unwrap() error { return e.err }
+
+// maxBody bounds what is read of one answer.
+const maxBody = 256 << 20
+
+// defaultHTTP is shared by every policy without its own client, so episodes
+// reuse connections. Attempts are bounded by contexts, not by the client.
+var defaultHTTP = &http.Client{}
+
+// client sends chat completion requests with retries.
+type client struct {
+	url    string
+	cfg    Config
+	http   *http.Client
+	sleep  func(ctx context.Context, d time.Duration) error
+	jitter func(n int64) int64
+}
+
+func newClient(cfg Config) (*client, error) {
+	u, err := endpoint(cfg.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrOption, err)
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = defaultHTTP
+	}
+	return &client{url: u, cfg: cfg, http: hc, sleep: sleepCtx, jitter: rand.Int64N}, nil
+}
+
+// result is one successful answer and what it took.
+type result struct {
+	resp     *chatResponse
+	latency  time.Duration // of the attempt that answered
+	attempts int
+}
+
+// complete sends req, repeating it after retryable failures with exponential
+// backoff and jitter. It gives up at once when ctx ends.
+func (c *client) complete(ctx context.Context, req *chatRequest) (result, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return result{}, fmt.Errorf("openai: encoding the request: %w", err)
+	}
+	for attempt := 0; ; attempt++ {
+		resp, latency, err := c.once(ctx, body)
+		if err == nil {
+			return result{resp: resp, latency: latency, attempts: attempt + 1}, nil
+		}
+		if ctx.Err() != nil {
+			return result{}, fmt.Errorf("openai: request abandoned: %w", ctx.Err())
+		}
+		var ae *attemptError
+		if !errors.As(err, &ae) {
+			return result{}, err
+		}
+		if attempt >= c.cfg.Retries {
+			return result{}, fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempt+1, ae.err)
+		}
+		d := c.backoff(attempt, ae.retryAfter)
+		if c.cfg.Logf != nil {
+			c.cfg.Logf("%v; retry %d of %d in %s", ae.err, attempt+1, c.cfg.Retries, d.Round(time.Millisecond))
+		}
+		if err := c.sleep(ctx, d); err != nil {
+			return result{}, fmt.Errorf("openai: request abandoned: %w", err)
+		}
+	}
+}
+
+// backoff is the wait before retry attempt+1: Backoff·2^attempt capped at
+// BackoffMax, with equal jitter (half fixed, half random) so that replicas
+// hitting the same limit spread out; a longer Retry-After from the server is
+// honoured up to BackoffMax.
+func (c *client) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	d := c.cfg.BackoffMax
+	if attempt < 32 {
+		if e := c.cfg.Backoff << attempt; e > 0 && e < d {
+			d = e
+		}
+	}
+	d = d/2 + time.Duration(c.jitter(int64(d/2)+1))
+	if retryAfter > d {
+		d = min(retryAfter, c.cfg.BackoffMax)
+	}
+	return d
+}
+
+// once makes one attempt. Retryable failures come back as *attemptError.
+func (c *client) once(ctx context.Context, body []byte) (*chatResponse, time.Duration, error) {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, fmt.Errorf("openai: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+	key := os.Getenv(c.cfg.APIKeyEnv)
+	if key != "" {
+		hreq.Header.Set("Authorization", "Bearer "+key)
+	}
+	began := time.Now()
+	hres, err := c.http.Do(hreq)
+	if err != nil {
+		return nil, 0, c.transportError(ctx, actx, err, key)
+	}
+	defer hres.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(hres.Body, maxBody))
+	latency := time.Since(began)
+	if err != nil {
+		return nil, 0, c.transportError(ctx, actx, err, key)
+	}
+	if hres.StatusCode < 200 || hres.StatusCode > 299 {
+		se := &StatusError{Code: hres.StatusCode, Body: snippet(data, key)}
+		if se.Retryable() {
+			return nil, 0, &attemptError{err: se, retryAfter: retryAfter(hres.Header)}
+		}
+		return nil, 0, se
+	}
+	var resp chatResponse
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("%w: %v: %s", ErrBadResponse, err, snippet(data, key))
+	}
+	if len(resp.Choices) == 0 {
+		return nil, 0, fmt.Errorf("%w: no choices: %s", ErrBadResponse, snippet(data, key))
+	}
+	return &resp, latency, nil
+}
+
+// transportError classifies a failure to get an answer: the caller's
+// cancellation is final; an attempt timeout or a broken connection is worth
+// repeating.
+func (c *client) transportError(ctx, actx context.Context, err error, key string) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if actx.Err() != nil {
+		return &attemptError{err: fmt.Errorf("openai: no answer within %s", c.cfg.Timeout)}
+	}
+	return &attemptError{err: fmt.Errorf("openai: %s", redact(err.Error(), key))}
+}
+
+// retryAfter reads a Retry-After header in seconds or as an HTTP date.
+func retryAfter(h http.Header) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return time.Until(t)
+	}
+	return 0
+}
+
+// snippet is the start of a body for an error message, key redacted.
+func snippet(b []byte, key string) string {
+	const limit = 512
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	s = redact(s, key)
+	if len(s) > limit {
+		cut := limit
+		for cut > 0 && (s[cut]&0xC0) == 0x80 {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// redact removes the API key from text that may reach a dataset or a log.
+func redact(s, key string) string {
+	if key == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, key, "[redacted]")
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
