@@ -1,0 +1,134 @@
+// Package aci describes forkline's agent-computer interface to models: the
+// canonical actions of package runtime as OpenAI-style function tools, one
+// tool per action kind, whose parameters are the action's fields.
+//
+// The shapes come from runtime (ActionKinds, ActionFieldNames); this package
+// adds only what runtime leaves to its consumers: each field's JSON type and
+// a description a model can read. Policies use it to offer tools, exporters
+// to write the tools a trajectory was recorded with. It imports runtime and
+// the standard library only.
+package aci
+
+import (
+	"fmt"
+
+	"github.com/forkline/forkline/runtime"
+)
+
+// field is the JSON Schema of one action field.
+type field struct {
+	typ  string   // JSON Schema type: "string" or "integer"
+	desc string   // what the model should put there
+	enum []string // allowed values, when the field is an enumeration
+}
+
+// fields describes every action field by its JSON name. A field runtime adds
+// without an entry here is offered as a plain string (and a test fails).
+var fields = map[string]field{
+	"cmd":        {typ: "string", desc: "Shell command to run in the workspace, e.g. \"ls -la\"."},
+	"timeout_ms": {typ: "integer", desc: "Timeout in milliseconds; 0 or absent uses the session default."},
+	"path":       {typ: "string", desc: "File path, relative to the workspace."},
+	"content":    {typ: "string", desc: "Full new content of the file."},
+	"x":          {typ: "integer", desc: "Horizontal pixel coordinate, in the screenshot's coordinate space."},
+	"y":          {typ: "integer", desc: "Vertical pixel coordinate, in the screenshot's coordinate space."},
+	"button":     {typ: "string", desc: "Mouse button; left when absent.", enum: []string{"left", "middle", "right"}},
+	"text":       {typ: "string", desc: "Text to type."},
+	"keys":       {typ: "string", desc: "Key or chord to press, e.g. \"Enter\" or \"Control+a\"."},
+	"dx":         {typ: "integer", desc: "Horizontal scroll amount in pixels."},
+	"dy":         {typ: "integer", desc: "Vertical scroll amount in pixels."},
+	"url":        {typ: "string", desc: "URL to open."},
+	"ms":         {typ: "integer", desc: "How long to wait, in milliseconds."},
+	"answer":     {typ: "string", desc: "The final answer or a short summary of what was done."},
+}
+
+// descriptions says what each action kind does.
+var descriptions = map[runtime.ActionKind]string{
+	runtime.ActExec:       "Run a shell command in the workspace and return its output and exit code.",
+	runtime.ActReadFile:   "Read a file and return its content.",
+	runtime.ActWriteFile:  "Create or overwrite a file with the given content.",
+	runtime.ActScreenshot: "Take a screenshot of the screen.",
+	runtime.ActClick:      "Click at a screen position.",
+	runtime.ActType:       "Type text into the focused element.",
+	runtime.ActKey:        "Press a key or key chord.",
+	runtime.ActScroll:     "Scroll the view.",
+	runtime.ActNavigate:   "Open a URL in the browser.",
+	runtime.ActWait:       "Wait before the next action.",
+	runtime.ActDone:       "Finish the task, with the answer when one is asked for.",
+}
+
+// ToolSchemas returns one OpenAI function-tool object per canonical action
+// kind, in runtime.ActionKinds order (sorted by name):
+//
+//	{"type": "function", "function": {"name": KIND, "description": ...,
+//	  "parameters": {"type": "object", "properties": {FIELD: {"type": ..., "description": ...}},
+//	                 "required": [...], "additionalProperties": false}}}
+//
+// The tool name is the action kind and the parameters are exactly the
+// action's fields, so a tool call {"name": K, "arguments": A} is the canonical
+// action {"kind": K, ...A}. "required" is always present (possibly empty).
+// Every call builds fresh maps: callers may change what they get.
+func ToolSchemas() []map[string]any {
+	kinds := runtime.ActionKinds()
+	out := make([]map[string]any, 0, len(kinds))
+	for _, k := range kinds {
+		out = append(out, ToolSchema(k))
+	}
+	return out
+}
+
+// ToolSchema returns the function-tool object of one action kind (see
+// ToolSchemas). It panics for a kind runtime does not know.
+func ToolSchema(kind runtime.ActionKind) map[string]any {
+	names, required, ok := runtime.ActionFieldNames(kind)
+	if !ok {
+		panic(fmt.Sprintf("aci: unknown action kind %q", kind))
+	}
+	props := map[string]any{}
+	req := []any{}
+	for i, name := range names {
+		props[name] = fieldSchema(name)
+		if required[i] {
+			req = append(req, name)
+		}
+	}
+	desc := descriptions[kind]
+	if desc == "" {
+		desc = "The " + string(kind) + " action."
+	}
+	return map[string]any{
+		"type": "function",
+		"function": map[string]any{
+			"name":        string(kind),
+			"description": desc,
+			"parameters": map[string]any{
+				"type":                 "object",
+				"properties":           props,
+				"required":             req,
+				"additionalProperties": false,
+			},
+		},
+	}
+}
+
+// FieldType returns the JSON Schema type of an action field ("string" or
+// "integer"), and false for a field this package has no entry for.
+func FieldType(name string) (string, bool) {
+	f, ok := fields[name]
+	return f.typ, ok
+}
+
+func fieldSchema(name string) map[string]any {
+	f, ok := fields[name]
+	if !ok {
+		return map[string]any{"type": "string"}
+	}
+	s := map[string]any{"type": f.typ, "description": f.desc}
+	if len(f.enum) > 0 {
+		enum := make([]any, len(f.enum))
+		for i, v := range f.enum {
+			enum[i] = v
+		}
+		s["enum"] = enum
+	}
+	return s
+}
