@@ -14,7 +14,7 @@ import (
 // docColumn is one row of a table section in docs/SCHEMA.md.
 type docColumn struct {
 	name, typ, nullable string
-	line               int
+	line                int
 }
 
 // parseSchemaDoc returns, per "## Table: name" section of docs/SCHEMA.md,
