@@ -59,6 +59,11 @@ type Config struct {
 	// Grace is how long episodes in flight may run on after ctx is
 	// cancelled before they are cancelled too (and kept as cancelled).
 	Grace time.Duration
+	// Standby keeps this many ready replicas per task prepared in the
+	// background, so a reset is a hand-off (pool.Config.Standby).
+	Standby int
+	// MaxCreates caps concurrent sandbox creations (default 2 × Replicas).
+	MaxCreates int
 	// Part is the share of the plan this machine collects (default: all).
 	Part    Part
 	Resume  bool // finish the run in Out, skipping kept episodes
@@ -231,7 +236,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			logf("closing provider: %v", err)
 		}
 	}()
-	pl, err := pool.New(pool.Config{Provider: prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: logf})
+	pl, err := pool.New(pool.Config{Provider: prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: logf,
+		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates})
 	if err != nil {
 		return nil, badInput(err)
 	}
@@ -295,6 +301,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		time.AfterFunc(cfg.Grace, cancelRun)
 	})
 	defer stopGrace()
+	if cfg.Standby > 0 {
+		todo := map[string]int{}
+		for _, p := range plan {
+			if !committed[p.id] {
+				todo[p.task.ID]++
+			}
+		}
+		for id, n := range todo {
+			pl.Expect(runCtx, templates[id], n)
+		}
+	}
 	pl.Run(runCtx, jobs, runner.run)
 	sum.finish(time.Since(began), pl.Stats())
 	stopProgress()

@@ -70,7 +70,7 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 	ep := schemas.EpisodeRow{
 		EpisodeID: p.id, RunID: er.runID, TaskID: spec.ID, TaskHash: p.hash,
 		Repeat: int32(p.repeat), Seed: er.cfg.Seed, Replica: int32(rep.Slot), Attempt: int32(rep.Attempt),
-		Provider: er.provider, ResetStrategy: string(rep.Strategy), ResetOrigin: rep.Origin,
+		Provider: er.provider, ResetStrategy: resetName(rep), ResetOrigin: rep.Origin,
 		ResetMS: schemas.Millis(rep.Reset), StartedAt: time.Now().UnixMilli(),
 	}
 	if rep.Golden != nil {
@@ -135,4 +135,13 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		er.log("episode %s of %s could not be written: %v", p.id[:12], spec.ID, err)
 	}
 	return outcome
+}
+
+// resetName is the reset_strategy column: fork or recreate, with "+standby"
+// when the replica was prepared ahead and only handed off.
+func resetName(r pool.Replica) string {
+	if r.Standby {
+		return string(r.Strategy) + "+standby"
+	}
+	return string(r.Strategy)
 }

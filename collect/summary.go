@@ -202,7 +202,7 @@ func (r Report) Print(w io.Writer, out string) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		l := r.ResetMS[k]
-		fmt.Fprintf(w, "  reset %-16s p50 %8.2f ms   p95 %8.2f ms   (n=%d)\n", k, l.P50, l.P95, l.N)
+		fmt.Fprintf(w, "  reset %-16s p50 %9.3f ms   p95 %9.3f ms   (n=%d)\n", k, l.P50, l.P95, l.N)
 	}
 	if len(r.GoldenBuildMS) > 0 {
 		var parts []string

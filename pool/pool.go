@@ -73,7 +73,13 @@ type Replica struct {
 	Strategy Strategy // what was really used: fork or recreate
 	Origin   string   // the provider's account of how the sandbox was made
 	Golden   *Golden  // nil when recreating
-	Reset    time.Duration
+	// Reset is what the episode waited for its sandbox: the fork (or
+	// recreate) and start commands, or only the hand-off when Standby.
+	Reset time.Duration
+	// Standby reports that the replica was prepared ahead, in the
+	// background; Prepared is what preparing it took.
+	Standby  bool
+	Prepared time.Duration
 }
 
 // Golden is a built golden checkpoint.
@@ -110,6 +116,13 @@ type Config struct {
 	// MaxAttempts bounds how many sandboxes are tried for one job when
 	// resets fail; default 3.
 	MaxAttempts int
+	// Standby is how many ready replicas per template are kept prepared in
+	// the background (see Expect), so a reset is a hand-off; 0 disables it.
+	Standby int
+	// MaxCreates caps concurrent sandbox creations and forks (providers
+	// have start-rate limits; on Docker, parallel starts are CPU-bound);
+	// 0 means 2 × Replicas.
+	MaxCreates int
 	// Log receives one line per notable event (fallbacks, replacements).
 	Log func(format string, args ...any)
 }
@@ -119,8 +132,10 @@ type Pool struct {
 	cfg      Config
 	strategy Strategy
 
-	mu      sync.Mutex
-	goldens map[string]*goldenEntry
+	mu       sync.Mutex
+	goldens  map[string]*goldenEntry
+	standbys map[string]*standby
+	creates  chan struct{} // semaphore of MaxCreates
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -180,7 +195,11 @@ func New(cfg Config) (*Pool, error) {
 	default:
 		return nil, fmt.Errorf("pool: unknown reset strategy %q (known: auto, fork, recreate)", cfg.Strategy)
 	}
-	return &Pool{cfg: cfg, strategy: strategy, goldens: map[string]*goldenEntry{}}, nil
+	if cfg.MaxCreates <= 0 {
+		cfg.MaxCreates = 2 * cfg.Replicas
+	}
+	return &Pool{cfg: cfg, strategy: strategy, goldens: map[string]*goldenEntry{},
+		standbys: map[string]*standby{}, creates: make(chan struct{}, cfg.MaxCreates)}, nil
 }
 
 // Strategy returns the strategy really in use (Auto resolved).
@@ -233,7 +252,7 @@ func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
 		if ctx.Err() != nil {
 			return // never started: the caller will find it missing and may resume it
 		}
-		r, err := p.acquire(ctx, job.Template)
+		r, err := p.replica(ctx, job.Template, attempt)
 		r.Slot, r.Attempt = slot, attempt
 		if err != nil {
 			if ctx.Err() != nil {
@@ -271,13 +290,41 @@ func (p *Pool) count(f func(*Stats)) {
 
 var errGolden = errors.New("golden build failed")
 
+// replica returns a ready replica for t: a standby one when waiting (the
+// first attempt only: after a failure we want a fresh one, made now), else
+// one made now.
+func (p *Pool) replica(ctx context.Context, t *Template, attempt int) (Replica, error) {
+	p.mu.Lock()
+	sb := p.standbys[t.Key]
+	p.mu.Unlock()
+	if sb != nil {
+		began := time.Now()
+		if r, ok := sb.take(); ok && attempt == 1 {
+			r.Reset = time.Since(began)
+			return r, nil
+		} else if ok {
+			r.Sandbox.Close(context.WithoutCancel(ctx))
+		}
+	}
+	return p.acquire(ctx, t)
+}
+
+// createSlot waits for the right to create or fork one sandbox.
+func (p *Pool) createSlot(ctx context.Context) (func(), error) {
+	select {
+	case p.creates <- struct{}{}:
+		return func() { <-p.creates }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // acquire returns a ready sandbox for t: forked from its golden (built on
 // first use) or recreated, with start commands run.
 func (p *Pool) acquire(ctx context.Context, t *Template) (Replica, error) {
 	began := time.Now()
 	r := Replica{Strategy: p.strategy}
 	var sb providers.Sandbox
-	var err error
 	if p.strategy == Fork {
 		g, gerr := p.Golden(ctx, t)
 		if gerr != nil {
@@ -285,12 +332,22 @@ func (p *Pool) acquire(ctx context.Context, t *Template) (Replica, error) {
 		}
 		r.Golden = g
 		began = time.Now() // the reset is the fork, not the one-off build
+		release, err := p.createSlot(ctx)
+		if err != nil {
+			return r, err
+		}
 		sb, err = p.cfg.Provider.Fork(ctx, g.Checkpoint)
+		release()
 		if err != nil {
 			return r, fmt.Errorf("pool: fork of %s: %w", t.Key, err)
 		}
 	} else {
+		release, err := p.createSlot(ctx)
+		if err != nil {
+			return r, err
+		}
 		sb, err = p.cfg.Provider.Create(ctx, t.Spec)
+		release()
 		if err != nil {
 			return r, fmt.Errorf("pool: create for %s: %w", t.Key, err)
 		}
@@ -382,8 +439,16 @@ func outputTail(s string, n int) string {
 	return s
 }
 
-// Close releases every golden checkpoint.
+// Close stops the standby fillers, closes the replicas nobody took, and
+// releases every golden checkpoint.
 func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	sbs := p.standbys
+	p.standbys = map[string]*standby{}
+	p.mu.Unlock()
+	for _, sb := range sbs {
+		sb.stop(ctx)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error

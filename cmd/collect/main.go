@@ -81,6 +81,8 @@ func run(args []string) int {
 	fs.Var(kv(cfg.PolicyOptions), "policy-opt", "policy setting `key=value` (repeatable; recorded in the manifest, so never a secret)")
 	fs.StringVar(&cfg.ScriptFile, "script", "", "for -policy script: a `FILE` of actions (JSONL) to replay instead of each task's solution")
 	reset := fs.String("reset", "auto", "reset strategy: auto, fork, recreate")
+	fs.IntVar(&cfg.Standby, "standby", 0, "keep `K` ready replicas per task prepared in the background, so a reset is a hand-off")
+	fs.IntVar(&cfg.MaxCreates, "max-creates", 0, "at most `N` sandbox creations/forks at once (default 2 × replicas)")
 	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "after the first SIGINT/SIGTERM, how long episodes in flight may finish before they are cancelled")
 	fs.BoolVar(&cfg.Resume, "resume", false, "finish the run in -out, skipping episodes it already kept")
 	fs.BoolVar(&cfg.Force, "force", false, "replace the run in -out")
