@@ -1,0 +1,228 @@
+package chat
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/schemas"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func ptr[T any](v T) *T { return &v }
+
+// sampleEpisode has one step of each shape: a command with model text and
+// reasoning, a failing command, a file read that failed, a screenshot by
+// hash, and a done action.
+func sampleEpisode() *Episode {
+	id := "ep-1"
+	return &Episode{
+		Row:         schemas.EpisodeRow{EpisodeID: id, TaskID: "fix-bug", ExitReason: "done", Answer: "fixed", Steps: 5},
+		Instruction: "Fix the failing test in ./calc.",
+		System:      "You are a careful engineer.",
+		RewardName:  "verify",
+		Split:       "train",
+		Steps: []schemas.StepRow{
+			{EpisodeID: id, StepIndex: 0, ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"go test ./... 2>&1 | head -n 5 > /tmp/x"}`,
+				Output: "ok\n", ModelText: ptr("Let me run the tests."), Reasoning: ptr("tests first")},
+			{EpisodeID: id, StepIndex: 1, ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"false","timeout_ms":5000}`,
+				Output: "boom", ExitCode: 2, IsError: true, ErrorKind: "exit_status"},
+			{EpisodeID: id, StepIndex: 2, ActionKind: "read_file", ActionJSON: `{"kind":"read_file","path":"missing.go"}`,
+				ExitCode: -1, IsError: true, ErrorKind: "not_found"},
+			{EpisodeID: id, StepIndex: 3, ActionKind: "screenshot", ActionJSON: `{"kind":"screenshot"}`,
+				ExitCode: -1, ScreenHash: "abc", ScreenW: 640, ScreenH: 480},
+			{EpisodeID: id, StepIndex: 4, ActionKind: "done", ActionJSON: `{"kind":"done","answer":"fixed"}`, ModelText: ptr("All done.")},
+		},
+		Rewards: []schemas.RewardRow{
+			{EpisodeID: id, Name: "other", Value: ptr(0.25)},
+			{EpisodeID: id, Name: "verify", Value: ptr(1.0)},
+			{EpisodeID: id, StepIndex: ptr(int32(1)), Name: "verify", Value: ptr(-0.5)},
+		},
+	}
+}
+
+func TestMessages(t *testing.T) {
+	msgs, err := Messages(sampleEpisode())
+	require.NoError(t, err)
+	roles := []string{}
+	for _, m := range msgs {
+		roles = append(roles, m.Role)
+	}
+	assert.Equal(t, []string{"system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"}, roles)
+	assert.Equal(t, "Fix the failing test in ./calc.", msgs[1].Content)
+
+	first := msgs[2]
+	assert.Equal(t, "Let me run the tests.", first.Content)
+	assert.Equal(t, "tests first", first.Reasoning)
+	require.Len(t, first.ToolCalls, 1)
+	assert.Equal(t, ToolCall{ID: "call_0", Name: "exec", Arguments: json.RawMessage(`{"cmd":"go test ./... 2>&1 | head -n 5 > /tmp/x"}`)}, first.ToolCalls[0],
+		"arguments are the action's fields, kind removed, no HTML escapes")
+	assert.Equal(t, "call_0", msgs[3].ToolCallID)
+	assert.Equal(t, "ok\n", msgs[3].Content)
+
+	assert.Equal(t, `{"cmd":"false","timeout_ms":5000}`, string(msgs[4].ToolCalls[0].Arguments))
+	assert.Equal(t, "boom\n[exit code 2]", msgs[5].Content)
+	assert.Equal(t, "[error: not_found]", msgs[7].Content)
+	assert.Equal(t, `{}`, string(msgs[8].ToolCalls[0].Arguments))
+	assert.Equal(t, "[screenshot 640x480]", msgs[9].Content)
+
+	done := msgs[10]
+	assert.Equal(t, "fixed", done.Content, "a done action is an assistant message with the answer")
+	assert.Empty(t, done.ToolCalls)
+}
+
+func TestMessagesWithoutSystemOrAnswer(t *testing.T) {
+	ep := sampleEpisode()
+	ep.System = ""
+	ep.Steps = ep.Steps[4:]
+	ep.Steps[0].StepIndex = 0
+	ep.Steps[0].ActionJSON = `{"kind":"done"}`
+	msgs, err := Messages(ep)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	assert.Equal(t, RoleUser, msgs[0].Role)
+	assert.Equal(t, "All done.", msgs[1].Content, "without an answer, the model's text")
+}
+
+func TestMessagesRefuseBadActions(t *testing.T) {
+	ep := sampleEpisode()
+	ep.Steps[1].ActionJSON = `{"kind":"exec"}`
+	_, err := Messages(ep)
+	require.ErrorContains(t, err, "episode ep-1 step 1")
+}
+
+func TestToolResultNotes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		row  schemas.StepRow
+		want string
+	}{
+		{"ok command", schemas.StepRow{ActionKind: "exec", Output: "hi\n"}, "hi\n"},
+		{"exit code", schemas.StepRow{ActionKind: "exec", Output: "x", ExitCode: 1, IsError: true}, "x\n[exit code 1]"},
+		{"timeout", schemas.StepRow{ActionKind: "exec", Output: "partial\n", ExitCode: -1, IsError: true, TimedOut: true}, "partial\n[timed out]"},
+		{"killed", schemas.StepRow{ActionKind: "exec", ExitCode: -1, IsError: true}, "[killed]"},
+		{"file written", schemas.StepRow{ActionKind: "write_file", ExitCode: -1}, ""},
+		{"refused path", schemas.StepRow{ActionKind: "write_file", ExitCode: -1, IsError: true, ErrorKind: "path_refused"}, "[error: path_refused]"},
+		{"screenshot kept whole", schemas.StepRow{ActionKind: "click", ExitCode: -1, Screenshot: []byte{1}, ScreenW: 3, ScreenH: 4}, "[screenshot 3x4]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, ToolResult(&tc.row))
+		})
+	}
+}
+
+func TestRewards(t *testing.T) {
+	ep := sampleEpisode()
+	require.NotNil(t, ep.Reward())
+	assert.Equal(t, 1.0, *ep.Reward())
+	assert.Equal(t, -0.5, *ep.StepReward(1))
+	assert.Nil(t, ep.StepReward(0))
+	ep.RewardName = "missing"
+	assert.Nil(t, ep.Reward())
+	ep.RewardName = "verify"
+	ep.Rewards[1].Value = nil
+	assert.Nil(t, ep.Reward(), "a null reward stays null")
+}
+
+func TestScreenshot(t *testing.T) {
+	ep := sampleEpisode()
+	b, err := ep.Screenshot(3)
+	require.NoError(t, err)
+	assert.Nil(t, b, "no blob resolver: no bytes")
+	ep.Blob = func(sha string) ([]byte, error) { return []byte("png:" + sha), nil }
+	b, err = ep.Screenshot(3)
+	require.NoError(t, err)
+	assert.Equal(t, "png:abc", string(b))
+	ep.Steps[3].Screenshot = []byte("inline")
+	b, _ = ep.Screenshot(3)
+	assert.Equal(t, "inline", string(b), "bytes in the row win")
+}
+
+// The lines are OpenAI fine-tuning examples: every tool message answers the
+// call before it, string arguments decode to the object form.
+func TestJSONLWriter(t *testing.T) {
+	for _, args := range []ToolArgs{ArgsString, ArgsObject} {
+		t.Run(string(args), func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := NewJSONLWriter(dir, []string{"train", "test"}, args)
+			require.NoError(t, err)
+			require.NoError(t, w.Write(sampleEpisode()))
+			require.NoError(t, w.Close())
+
+			test, err := os.ReadFile(filepath.Join(dir, "test.jsonl"))
+			require.NoError(t, err)
+			assert.Empty(t, test, "a split without episodes is an empty file")
+
+			got, err := os.ReadFile(filepath.Join(dir, "train.jsonl"))
+			require.NoError(t, err)
+			golden(t, filepath.Join("testdata", "chat-"+string(args)+".golden.jsonl"), got)
+
+			sc := bufio.NewScanner(bytes.NewReader(got))
+			sc.Buffer(nil, 1<<20)
+			require.True(t, sc.Scan())
+			var line struct {
+				Messages []struct {
+					Role       string  `json:"role"`
+					Content    *string `json:"content"`
+					ToolCallID string  `json:"tool_call_id"`
+					ToolCalls  []struct {
+						ID       string `json:"id"`
+						Type     string `json:"type"`
+						Function struct {
+							Name      string          `json:"name"`
+							Arguments json.RawMessage `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"messages"`
+				Tools             []map[string]any `json:"tools"`
+				ParallelToolCalls *bool            `json:"parallel_tool_calls"`
+			}
+			require.NoError(t, json.Unmarshal(sc.Bytes(), &line))
+			assert.Len(t, line.Tools, 11)
+			require.NotNil(t, line.ParallelToolCalls)
+			pending := ""
+			for i, m := range line.Messages {
+				switch m.Role {
+				case "assistant":
+					if len(m.ToolCalls) == 0 {
+						require.NotNil(t, m.Content, "message %d: content required without tool calls", i)
+					}
+					for _, tc := range m.ToolCalls {
+						assert.Equal(t, "function", tc.Type)
+						var obj map[string]any
+						if args == ArgsString {
+							var s string
+							require.NoError(t, json.Unmarshal(tc.Function.Arguments, &s), "arguments are a JSON string")
+							require.NoError(t, json.Unmarshal([]byte(s), &obj))
+						} else {
+							require.NoError(t, json.Unmarshal(tc.Function.Arguments, &obj), "arguments are an object")
+						}
+						pending = tc.ID
+					}
+				case "tool":
+					require.NotNil(t, m.Content)
+					assert.Equal(t, pending, m.ToolCallID, "message %d answers the call before it", i)
+					pending = ""
+				}
+			}
+		})
+	}
+}
+
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -update to create %s", path)
+	assert.Equal(t, string(want), string(got), "%s differs; rerun with -update if the change is intended", path)
+}
