@@ -19,8 +19,8 @@
 // debootstrap --variant=minbase bookworm on request. The mkimages command
 // runs it (go run ./providers/docker/mkimages [-debian]). A Create whose
 // image is missing fails with ErrImageMissing, naming the image and how to
-// build it. Any image with sh, setsid, sleep, kill, readlink, mkdir and stat
-// (busybox or coreutils) works.
+// build it. Any image with sh, setsid, sleep and kill (busybox, or
+// Debian's coreutils and util-linux) works.
 //
 // # Sandboxes
 //
@@ -54,15 +54,18 @@
 // own grace (about 2 s), so redirect it (cmd >log 2>&1 &).
 //
 // read_file and write_file take paths through providers.ResolvePath
-// (relative to /workspace, or absolute under it), then resolve them inside
-// the container with readlink -f, which follows every symlink as the
-// kernel would: a path that ends up outside /workspace is refused
-// (ErrPathRefused), one that stays inside is fine, as with local's os.Root.
-// The content then moves as a tar stream (CopyFromContainer,
-// CopyToContainer). write_file creates missing parent directories and keeps
-// the mode of a file it overwrites. A command running at the same time
-// could swap a directory for a symlink between the check and the copy; the
-// engine confines the copy to the container either way. wait sleeps; done
+// (relative to /workspace, or absolute under it), then walk them component
+// by component with the engine's path stat (HEAD on the archive endpoint,
+// about a millisecond each), which evaluates a symlink's target fully and
+// scoped to the container's root, as readlink -f in the container would: a
+// target outside /workspace is refused (ErrPathRefused), one inside is
+// followed, as local's os.Root does. The content then moves as a tar stream
+// (CopyFromContainer, CopyToContainer). write_file creates missing parent
+// directories (0755) and keeps the mode of a file it overwrites (new files
+// get 0644). A background job could swap a directory for a symlink between
+// the walk and the copy; the engine confines the copy to the container
+// either way. The engine copies files of a stopped container too, so file
+// actions first check that the container runs. wait sleeps; done
 // is a no-op; other kinds (the GUI actions) get an ErrUnsupported
 // observation.
 //

@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -94,7 +93,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	default:
 		// The wrapper itself died without a word: the container went away
 		// under it, or something killed it (the memory limit).
-		if state := s.deadState(ctx); state != "" {
+		if state := s.settledDeadState(ctx); state != "" {
 			return runtime.Observation{}, fmt.Errorf("%w: %s (%s) while running a command", ErrSandboxDied, s.short(), state)
 		}
 		if rep.pgid > 0 {
@@ -210,6 +209,23 @@ func (s *sandbox) waitExec(ctx context.Context, execID string) (int, error) {
 	}
 }
 
+// settledDeadState is deadState after the wrapper vanished without a word:
+// the stream of a killed container can end before the engine has marked
+// the container stopped, so it asks a few times before it believes that the
+// container still runs.
+func (s *sandbox) settledDeadState(ctx context.Context) string {
+	for i := 0; ; i++ {
+		if state := s.deadState(ctx); state != "" || i == 10 {
+			return state
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // killGroup kills process group pgid in the container, best effort, with a
 // context detached from ctx (which may be the reason for the kill).
 func (s *sandbox) killGroup(ctx context.Context, pgid int) {
@@ -222,16 +238,4 @@ func (s *sandbox) killGroup(ctx context.Context, pgid int) {
 		return
 	}
 	_, _ = s.p.cli.ExecStart(kctx, ec.ID, client.ExecStartOptions{Detach: true})
-}
-
-// runScript runs a short helper script (file actions) and returns its exit
-// code and stdout.
-func (s *sandbox) runScript(ctx context.Context, script string, args ...string) (int, []byte, error) {
-	var out, errOut bytes.Buffer
-	cmd := append([]string{"sh", "-c", script, "forkline-helper"}, args...)
-	r, err := s.run(ctx, cmd, nil, &out, &errOut, time.Minute)
-	if err != nil {
-		return 0, nil, err
-	}
-	return r.exitCode, out.Bytes(), nil
 }

@@ -7,90 +7,164 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/runtime"
 )
 
-// The exit codes of the path helper scripts.
-const (
-	pathNotFound   = 3
-	pathEscapes    = 10
-	pathIsDir      = 11
-	pathUnresolved = 12
-	pathNotRegular = 13
+// maxSymlinkHops bounds symlink resolution, as the kernel's ELOOP does.
+const maxSymlinkHops = 40
+
+// errEscapes, errNotDir and errUnresolved are why resolve refused a path.
+var (
+	errEscapes    = errors.New("escapes through a symlink")
+	errNotDir     = errors.New("a parent is not a directory")
+	errUnresolved = errors.New("cannot be resolved")
 )
 
-// inWorkspace is a shell case pattern matching the workspace and what is
-// under it.
-const inWorkspace = WorkspaceDir + "|" + WorkspaceDir + "/*"
+// resolvedPath is a workspace path after symlink resolution.
+type resolvedPath struct {
+	// path is the resolved absolute path of the deepest existing
+	// component: the file itself when missing is empty.
+	path string
+	// stat is path's stat (only the mode, a directory, for the workspace
+	// itself).
+	stat container.PathStat
+	// missing are the components below path that do not exist.
+	missing []string
+}
 
-// resolveReadScript resolves $1 (a clean workspace-relative path) inside
-// the container with readlink -f, which follows every symlink the way the
-// kernel would, and prints the result when it is a regular file in the
-// workspace.
-const resolveReadScript = `a="` + WorkspaceDir + `/$1"
-if [ ! -e "$a" ]; then
-	r=$(readlink -f -- "$a" 2>/dev/null) || exit 3
-	case "$r" in ` + inWorkspace + `) exit 3 ;; esac
-	exit 10
-fi
-r=$(readlink -f -- "$a") || exit 12
-case "$r" in ` + inWorkspace + `) ;; *) exit 10 ;; esac
-[ -d "$r" ] && exit 11
-[ -f "$r" ] || exit 13
-printf '%s' "$r"
-`
+// resolve follows rel (clean, workspace-relative) component by component
+// with the engine's path stat (HEAD /containers/ID/archive, about a
+// millisecond each). The engine evaluates a symlink's target fully and
+// scoped to the container's root, as readlink -f inside the container
+// would; a target outside the workspace is refused with errEscapes, one
+// inside is followed. Errors other than errEscapes, errNotDir and
+// errUnresolved come from the engine.
+func (s *sandbox) resolve(ctx context.Context, rel string) (resolvedPath, error) {
+	comps := splitRel(rel)
+	root := resolvedPath{path: WorkspaceDir, stat: container.PathStat{Mode: fs.ModeDir | 0o755}}
+	cur := root
+	hops := 0
+walk:
+	for i := 0; i < len(comps); i++ {
+		if !cur.stat.Mode.IsDir() {
+			return resolvedPath{}, errNotDir
+		}
+		next := cur.path + "/" + comps[i]
+		res, err := s.p.cli.ContainerStatPath(ctx, s.id, client.ContainerStatPathOptions{Path: next})
+		switch {
+		case cerrdefs.IsNotFound(err):
+			cur.missing = comps[i:]
+			return cur, nil
+		case err != nil:
+			if ctx.Err() != nil || s.checkOpen() != nil || s.deadState(ctx) != "" {
+				return resolvedPath{}, s.infraError(ctx, "stat", err)
+			}
+			// The engine answers 500 without a reason for a symlink loop or
+			// a path through a file.
+			return resolvedPath{}, errUnresolved
+		}
+		st := res.Stat
+		if st.Mode&fs.ModeSymlink != 0 {
+			hops++
+			target := path.Clean(st.LinkTarget)
+			if hops > maxSymlinkHops {
+				return resolvedPath{}, errUnresolved
+			}
+			if target != WorkspaceDir && !strings.HasPrefix(target, WorkspaceDir+"/") {
+				return resolvedPath{}, errEscapes
+			}
+			// The target is fully evaluated already; walk it again from the
+			// workspace (it has no symlinks left where it exists) followed by
+			// the components still to go.
+			comps = append(splitRel(strings.TrimPrefix(target, WorkspaceDir+"/")), comps[i+1:]...)
+			if target == WorkspaceDir {
+				comps = comps[1:]
+			}
+			cur = root
+			i = -1
+			continue walk
+		}
+		cur = resolvedPath{path: next, stat: st}
+	}
+	return cur, nil
+}
 
-// resolveWriteScript resolves $1 for writing: the deepest part of the path
-// that exists (or is a dangling symlink) is resolved with readlink -f and
-// must stay in the workspace; the rest is created as directories. It prints
-// the mode to give the file (the existing file's, else 644) and the
-// resolved path.
-const resolveWriteScript = `a="` + WorkspaceDir + `/$1"
-e="$a"
-while [ -n "$e" ] && [ ! -e "$e" ] && [ ! -L "$e" ]; do e="${e%/*}"; done
-[ -n "$e" ] || exit 12
-r=$(readlink -f -- "$e") || exit 12
-case "$r" in ` + inWorkspace + `) ;; *) exit 10 ;; esac
-f="$r${a#"$e"}"
-[ -d "$f" ] && exit 11
-d="${f%/*}"
-mkdir -p -- "$d" 2>/dev/null
-[ -d "$d" ] || exit 13
-m=644
-if [ -f "$f" ]; then m=$(stat -c %a -- "$f" 2>/dev/null) || m=644; fi
-printf '%s\n%s' "$m" "$f"
-`
+// checkAlive fails with ErrSandboxDied when the container no longer runs.
+// File actions need it: the engine copies files of a stopped container as
+// happily as of a running one.
+func (s *sandbox) checkAlive(ctx context.Context) error {
+	if state := s.deadState(ctx); state != "" {
+		return fmt.Errorf("%w: %s (%s)", ErrSandboxDied, s.short(), state)
+	}
+	return nil
+}
 
-// readFile reads a workspace file: resolve in the container, then copy the
-// file out as a tar stream.
+// splitRel splits a clean relative path into its components ("." has none).
+func splitRel(rel string) []string {
+	if rel == "." || rel == "" {
+		return nil
+	}
+	return strings.Split(rel, "/")
+}
+
+// resolveFailure is the observation for a path resolve refused, or nil
+// when err is an infrastructure error.
+func resolveFailure(kind runtime.ActionKind, p string, err error) *runtime.Observation {
+	var obs runtime.Observation
+	switch {
+	case errors.Is(err, errEscapes):
+		obs = failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s (through a symlink)", kind, p, providers.ErrPathEscapes))
+	case errors.Is(err, errNotDir):
+		obs = failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: a parent is not a directory", kind, p))
+	case errors.Is(err, errUnresolved):
+		obs = failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: the path cannot be resolved (a symlink loop?)", kind, p))
+	default:
+		return nil
+	}
+	return &obs
+}
+
+// readFile reads a workspace file: resolve, then copy it out as a tar
+// stream.
 func (s *sandbox) readFile(ctx context.Context, p string) (runtime.Observation, error) {
 	const kind = runtime.ActReadFile
 	rel, err := providers.ResolvePath(p)
 	if err != nil {
 		return pathFailure(kind, p, err), nil
 	}
-	code, out, err := s.runScript(ctx, resolveReadScript, rel)
-	if err != nil {
+	if err := s.checkAlive(ctx); err != nil {
 		return runtime.Observation{}, err
 	}
-	if code != 0 {
-		return scriptFailure(kind, p, code), nil
-	}
-	resolved := string(out)
-	res, err := s.p.cli.CopyFromContainer(ctx, s.id, client.CopyFromContainerOptions{SourcePath: resolved})
+	r, err := s.resolve(ctx, rel)
 	if err != nil {
-		if cerrdefs.IsNotFound(err) && s.deadState(ctx) == "" {
-			return scriptFailure(kind, p, pathNotFound), nil
+		if obs := resolveFailure(kind, p, err); obs != nil {
+			return *obs, nil
+		}
+		return runtime.Observation{}, err
+	}
+	switch {
+	case len(r.missing) > 0:
+		return failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p)), nil
+	case r.stat.Mode.IsDir():
+		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is a directory", kind, p)), nil
+	case !r.stat.Mode.IsRegular():
+		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
+	}
+	res, err := s.p.cli.CopyFromContainer(ctx, s.id, client.CopyFromContainerOptions{SourcePath: r.path})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) && s.deadState(ctx) == "" { // removed since the stat
+			return failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p)), nil
 		}
 		return runtime.Observation{}, s.infraError(ctx, "copy from container", err)
 	}
@@ -101,7 +175,7 @@ func (s *sandbox) readFile(ctx context.Context, p string) (runtime.Observation, 
 		return runtime.Observation{}, s.infraError(ctx, "copy from container", err)
 	}
 	if h.Typeflag != tar.TypeReg {
-		return scriptFailure(kind, p, pathNotRegular), nil
+		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
 	}
 	buf := providers.NewCapBuffer(s.spec.outputCap)
 	if _, err := io.Copy(buf, tr); err != nil {
@@ -110,37 +184,54 @@ func (s *sandbox) readFile(ctx context.Context, p string) (runtime.Observation, 
 	return runtime.Observation{Output: buf.Bytes(), OutputBytes: buf.Total(), Truncated: buf.Truncated(), ExitCode: -1}, nil
 }
 
-// writeFile writes content to a workspace file, creating parent
-// directories: resolve in the container, then copy a one-file tar stream
-// into the resolved directory.
+// writeFile writes content to a workspace file: resolve, then copy in a tar
+// stream holding the missing parent directories and the file, extracted at
+// the deepest existing directory. An existing file keeps its mode; new
+// ones get 0644, new directories 0755.
 func (s *sandbox) writeFile(ctx context.Context, p, content string) (runtime.Observation, error) {
 	const kind = runtime.ActWriteFile
 	rel, err := providers.ResolvePath(p)
 	if err != nil {
 		return pathFailure(kind, p, err), nil
 	}
+	if err := s.checkAlive(ctx); err != nil {
+		return runtime.Observation{}, err
+	}
 	if rel == "." {
 		return failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q is the workspace directory", p)), nil
 	}
-	code, out, err := s.runScript(ctx, resolveWriteScript, rel)
+	r, err := s.resolve(ctx, rel)
 	if err != nil {
+		if obs := resolveFailure(kind, p, err); obs != nil {
+			return *obs, nil
+		}
 		return runtime.Observation{}, err
 	}
-	if code != 0 {
-		return scriptFailure(kind, p, code), nil
-	}
-	modeText, resolved, ok := strings.Cut(string(out), "\n")
-	mode, merr := strconv.ParseInt(modeText, 8, 32)
-	if !ok || merr != nil || !strings.HasPrefix(resolved, WorkspaceDir+"/") {
-		return runtime.Observation{}, fmt.Errorf("docker: write_file in %s: unexpected resolver output %q", s.short(), out)
+	dest, names, mode := path.Dir(r.path), []string{path.Base(r.path)}, int64(0o644)
+	switch {
+	case len(r.missing) > 0:
+		if !r.stat.Mode.IsDir() {
+			return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: a parent is not a directory", kind, p)), nil
+		}
+		dest, names = r.path, r.missing
+	case r.stat.Mode.IsDir():
+		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is a directory", kind, p)), nil
+	case !r.stat.Mode.IsRegular():
+		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
+	default:
+		mode = int64(r.stat.Mode.Perm())
 	}
 	var tb bytes.Buffer
 	tw := tar.NewWriter(&tb)
-	if err := tw.WriteHeader(&tar.Header{
-		Typeflag: tar.TypeReg, Name: path.Base(resolved), Mode: mode, Size: int64(len(content)),
-		ModTime: time.Now(), Format: tar.FormatPAX,
-	}); err != nil {
-		return runtime.Observation{}, err
+	now := time.Now()
+	for i := range names {
+		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: path.Join(names[:i+1]...) + "/", Mode: 0o755, ModTime: now, Format: tar.FormatPAX}
+		if i == len(names)-1 {
+			hdr = &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(names...), Mode: mode, Size: int64(len(content)), ModTime: now, Format: tar.FormatPAX}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return runtime.Observation{}, err
+		}
 	}
 	if _, err := io.WriteString(tw, content); err != nil {
 		return runtime.Observation{}, err
@@ -149,7 +240,7 @@ func (s *sandbox) writeFile(ctx context.Context, p, content string) (runtime.Obs
 		return runtime.Observation{}, err
 	}
 	if _, err := s.p.cli.CopyToContainer(ctx, s.id, client.CopyToContainerOptions{
-		DestinationPath: path.Dir(resolved), Content: &tb,
+		DestinationPath: dest, Content: &tb,
 	}); err != nil {
 		if ctx.Err() != nil || s.checkOpen() != nil || s.deadState(ctx) != "" {
 			return runtime.Observation{}, s.infraError(ctx, "copy to container", err)
@@ -166,24 +257,6 @@ func pathFailure(kind runtime.ActionKind, p string, err error) runtime.Observati
 		return failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s", kind, p, providers.ErrPathEscapes))
 	}
 	return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: %v", kind, p, err))
-}
-
-// scriptFailure is the observation for a helper script's exit code.
-func scriptFailure(kind runtime.ActionKind, p string, code int) runtime.Observation {
-	switch code {
-	case pathNotFound:
-		return failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p))
-	case pathEscapes:
-		return failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s (through a symlink)", kind, p, providers.ErrPathEscapes))
-	case pathIsDir:
-		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is a directory", kind, p))
-	case pathNotRegular:
-		if kind == runtime.ActWriteFile {
-			return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: a parent is not a directory", kind, p))
-		}
-		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p))
-	}
-	return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: cannot resolve the path in the sandbox (helper exit code %d)", kind, p, code))
 }
 
 // filesTar packs Spec.Files as a tar stream to extract at the workspace,

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -516,7 +515,7 @@ func (p *Provider) Release(ctx context.Context, cp providers.Checkpoint) error {
 	if err != nil && cerrdefs.IsConflict(err) {
 		// Forks of cp still run: untag it so it is gone by name; Close (or a
 		// sweep) removes the image once those forks are gone.
-		_, err = p.cli.ImageRemove(context.WithoutCancel(ctx), ck.ref, client.ImageRemoveOptions{PruneChildren: true})
+		_, err = p.cli.ImageRemove(context.WithoutCancel(ctx), ck.ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
 		if err != nil && cerrdefs.IsNotFound(err) {
 			err = nil
 		}
@@ -677,14 +676,4 @@ func forEachParallel(n, limit int, f func(i int)) {
 		}(i)
 	}
 	wg.Wait()
-}
-
-// sortedKeys returns m's keys, sorted.
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
