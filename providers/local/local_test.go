@@ -1,8 +1,10 @@
 package local_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -415,4 +417,76 @@ func TestForkKeepsMetadata(t *testing.T) {
 			require.Equal(t, 2001, st.ModTime().Year())
 		})
 	}
+}
+
+// helperEnv, when set, makes the test binary a stand-in for a forkline run
+// that gets SIGKILLed: see TestSweepAfterSIGKILL.
+const helperEnv = "FORKLINE_LOCAL_CRASH_HELPER"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(helperEnv); dir != "" {
+		crashHelper(dir)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// crashHelper opens a provider in dir, makes a golden, a fork with a process
+// running in it, says "ready" and waits to be killed.
+func crashHelper(dir string) {
+	ctx := context.Background()
+	fail := func(err error) {
+		fmt.Println("helper:", err)
+		os.Exit(1)
+	}
+	p, err := local.New(providers.Options{Dir: dir})
+	if err != nil {
+		fail(err)
+	}
+	sb, err := p.Create(ctx, providers.Spec{Files: map[string][]byte{"f": []byte("x")}})
+	if err != nil {
+		fail(err)
+	}
+	cp, err := p.Checkpoint(ctx, sb, "crash")
+	if err != nil {
+		fail(err)
+	}
+	f, err := p.Fork(ctx, cp)
+	if err != nil {
+		fail(err)
+	}
+	// A process whose working directory keeps the fork's mount busy.
+	if _, err := f.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "sleep 3 >/dev/null 2>&1 &"}); err != nil {
+		fail(err)
+	}
+	fmt.Println("ready", p.Capabilities().ForkMethod)
+	time.Sleep(time.Minute)
+}
+
+// TestSweepAfterSIGKILL runs a real process that leaves a provider directory
+// (with an overlay mount when it may mount) and dies by SIGKILL, then sweeps.
+func TestSweepAfterSIGKILL(t *testing.T) {
+	base := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+base)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(line, "ready"), "helper said %q", line)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+
+	entries, err := os.ReadDir(base)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "the killed run left its directory")
+	if strings.Contains(line, local.ForkOverlay) {
+		require.NotEmpty(t, mountsUnder(t, base), "the killed run left its overlay mount")
+	}
+	require.NoError(t, local.Sweep(base))
+	entries, err = os.ReadDir(base)
+	require.NoError(t, err)
+	require.Empty(t, entries, "Sweep removes the dead run's directory")
+	require.Empty(t, mountsUnder(t, base), "Sweep unmounts the dead run's overlays")
 }
