@@ -5,8 +5,8 @@
 // (vLLM ≥ 0.10.2 return_token_ids with top-level prompt_token_ids; SGLang's
 // per-choice prompt_token_ids), never a re-tokenization.
 //
-// The canonical actions are offered as function-calling tools whose schemas
-// are derived from runtime's action definitions; a tool call becomes a
+// The canonical actions are offered as function-calling tools (package aci's
+// schemas, derived from runtime's action definitions); a tool call becomes a
 // canonical Action. For models without native tool calling, ParseText reads
 // the common text dialects. One action is taken per turn: when the model
 // makes several tool calls, the first runs, all are recorded in
@@ -23,7 +23,7 @@
 // key is read from the environment at request time and never stored in a
 // Config, a message, an error or a log line.
 //
-// It knows runtime and HTTP only: not tasks, datasets or token assembly
+// It knows runtime, aci and HTTP only: not tasks, datasets or token assembly
 // (package tokens does that from the ModelEvents).
 package openai
 
@@ -43,7 +43,7 @@ import (
 type Policy struct {
 	cfg     Config
 	client  *client
-	tools   []Tool
+	tools   []map[string]any
 	offered map[runtime.ActionKind]bool
 	system  string
 
@@ -99,23 +99,23 @@ func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decisio
 	if ev.Model == "" {
 		ev.Model = p.cfg.Model
 	}
-	stop := func(exit runtime.ExitReason, format string, args ...any) (runtime.Decision, error) {
-		return runtime.Decision{Stop: exit, Model: ev, Detail: fmt.Sprintf("openai: "+format, args...)}, nil
+	stop := func(exit runtime.ExitReason, detail string) (runtime.Decision, error) {
+		return runtime.Decision{Stop: exit, Model: ev, Detail: detail}, nil
 	}
 
 	if ch.FinishReason == "length" {
-		return stop(runtime.ExitOutputTruncated, "the answer hit the token limit (finish_reason length) and is not executed")
+		return stop(runtime.ExitOutputTruncated, "openai: the answer hit the token limit (finish_reason length) and is not executed")
 	}
 	calls, native, err := p.calls(&ch)
 	if err != nil {
-		return stop(runtime.ExitUnparsedAction, "%v", err)
+		return stop(runtime.ExitUnparsedAction, err.Error())
 	}
 	if len(calls) == 0 {
-		return stop(runtime.ExitNoAction, "the model answered without a tool call")
+		return stop(runtime.ExitNoAction, "openai: the model answered without a tool call")
 	}
 	first, err := calls[0].Action(p.offered)
 	if err != nil {
-		return stop(runtime.ExitUnparsedAction, "%v", err)
+		return stop(runtime.ExitUnparsedAction, err.Error())
 	}
 	ev.Actions = []runtime.Action{first}
 	for _, c := range calls[1:] {
@@ -337,7 +337,7 @@ Tools (with the JSON Schema of their arguments):
 {{tools}}`
 
 // systemPrompt is the configured or default prompt, with {{tools}} replaced.
-func systemPrompt(cfg Config, tools []Tool) string {
+func systemPrompt(cfg Config, tools []map[string]any) string {
 	s := cfg.SystemPrompt
 	if s == "" {
 		s = defaultSystem
@@ -348,14 +348,7 @@ func systemPrompt(cfg Config, tools []Tool) string {
 	if !strings.Contains(s, "{{tools}}") {
 		return s
 	}
-	var list strings.Builder
-	for i, t := range tools {
-		if i > 0 {
-			list.WriteByte('\n')
-		}
-		fmt.Fprintf(&list, "- %s: %s Arguments: %s", t.Function.Name, t.Function.Description, t.Function.Parameters)
-	}
-	return strings.ReplaceAll(s, "{{tools}}", list.String())
+	return strings.ReplaceAll(s, "{{tools}}", toolListing(tools))
 }
 
 func str(s string) *string { return &s }
