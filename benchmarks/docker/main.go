@@ -1,0 +1,409 @@
+// Command docker benchmarks the reset latency of forkline's docker provider
+// in one run, on one image (forkline/busybox by default), against the
+// cheapest thing a user would otherwise do:
+//
+//   - baseline: `docker run --rm --network none IMAGE true` through the CLI;
+//   - fork: Provider.Fork of a golden checkpoint (container create + start);
+//   - fork+exec: a fork and its first exec, i.e. until a command has run;
+//   - standby: Fork when a started standby fork is ready (Prewarm);
+//   - recreate: a fresh container plus a setup of about 2 s (sleep 2 and
+//     writing files), what a run without checkpoints pays per episode;
+//   - and, for the standby design, unpause of a paused container, one exec
+//     round trip and the checkpoint (commit) itself.
+//
+// Each is printed with its p50, p95 and its p50 as a ratio to the
+// baseline's. -json writes the numbers; -md writes a Markdown report (the
+// one in benchmarks/docker/RESULTS.md) with the command, date and machine.
+//
+//	go run ./benchmarks/docker -n 30 -md benchmarks/docker/RESULTS.md
+//
+// It needs a Docker engine and the image (go run ./providers/docker/mkimages).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/docker"
+	"github.com/forkline/forkline/runtime"
+)
+
+// config is what the flags set.
+type config struct {
+	N        int
+	Recreate int
+	Image    string
+	JSONPath string
+	MDPath   string
+	SetupCmd string
+}
+
+// defaultSetup is the setup of recreate and of the golden sandbox: about
+// 2 s of work that leaves files behind, in one exec.
+const defaultSetup = `sleep 2; mkdir -p src; i=0; while [ $i -lt 20 ]; do head -c 4096 /dev/zero | tr '\000' x > src/file$i.txt; i=$((i+1)); done`
+
+// measure is one row of the report.
+type measure struct {
+	Name  string  `json:"name"`
+	What  string  `json:"what"`
+	N     int     `json:"n"`
+	P50MS float64 `json:"p50_ms"`
+	P95MS float64 `json:"p95_ms"`
+	Ratio float64 `json:"ratio_to_baseline"` // p50 / baseline p50
+}
+
+// report is the whole run.
+type report struct {
+	Command  string    `json:"command"`
+	Date     time.Time `json:"date"`
+	Machine  machine   `json:"machine"`
+	Image    string    `json:"image"`
+	Measures []measure `json:"measures"`
+}
+
+type machine struct {
+	OS       string `json:"os"`
+	Kernel   string `json:"kernel"`
+	CPU      string `json:"cpu"`
+	CPUs     int    `json:"cpus"`
+	MemoryMB int64  `json:"memory_mb"`
+	Engine   string `json:"engine"`
+	API      string `json:"api"`
+	Go       string `json:"go"`
+}
+
+func main() {
+	var cfg config
+	flag.IntVar(&cfg.N, "n", 30, "samples for fork, fork+exec, standby, baseline, unpause, exec")
+	flag.IntVar(&cfg.Recreate, "recreate-n", 5, "samples for recreate (each takes the setup's 2 s)")
+	flag.StringVar(&cfg.Image, "image", docker.ImageBusybox, "image to run")
+	flag.StringVar(&cfg.JSONPath, "json", "", "write the results as JSON to `FILE`")
+	flag.StringVar(&cfg.MDPath, "md", "", "write a Markdown report to `FILE`")
+	flag.StringVar(&cfg.SetupCmd, "setup", defaultSetup, "the setup command of recreate (and of the golden sandbox)")
+	flag.Parse()
+	if flag.NArg() > 0 || cfg.N < 1 || cfg.Recreate < 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchmarks/docker:", err)
+		if errors.Is(err, context.Canceled) {
+			os.Exit(130)
+		}
+		os.Exit(1)
+	}
+	printTable(os.Stdout, rep)
+	if cfg.JSONPath != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(cfg.JSONPath, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks/docker:", err)
+			os.Exit(1)
+		}
+	}
+	if cfg.MDPath != "" {
+		if err := os.WriteFile(cfg.MDPath, []byte(markdown(rep)), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks/docker:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func run(ctx context.Context, cfg config) (*report, error) {
+	p, err := docker.New(providers.Options{RunID: fmt.Sprintf("bench-%d", os.Getpid()), Params: map[string]string{docker.ParamImage: cfg.Image}})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close(context.WithoutCancel(ctx))
+	cli := p.Client()
+	if _, err := docker.EnsureImages(ctx, cli); err != nil && cfg.Image == docker.ImageBusybox {
+		return nil, err
+	}
+	rep := &report{
+		Command: "go run ./benchmarks/docker " + strings.Join(os.Args[1:], " "),
+		Date:    time.Now().UTC(),
+		Machine: describeMachine(ctx, cli),
+		Image:   cfg.Image,
+	}
+	add := func(name, what string, d []time.Duration) {
+		rep.Measures = append(rep.Measures, summarize(name, what, d))
+		fmt.Fprintf(os.Stderr, "%-10s done (%d samples)\n", name, len(d))
+	}
+
+	base, err := sample(ctx, cfg.N, func() error {
+		out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--network", "none", cfg.Image, "true").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("docker run: %w: %s", err, out)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	add("baseline", "docker run --rm --network none IMAGE true (CLI)", base)
+
+	// The golden sandbox: a setup like recreate's, frozen once.
+	golden, err := p.Create(ctx, providers.Spec{})
+	if err != nil {
+		return nil, err
+	}
+	defer golden.Close(context.WithoutCancel(ctx))
+	if err := setup(ctx, golden, cfg); err != nil {
+		return nil, err
+	}
+	var ckTimes []time.Duration
+	var cp providers.Checkpoint
+	for i := 0; i < 5; i++ {
+		began := time.Now()
+		c, err := p.Checkpoint(ctx, golden, "bench")
+		if err != nil {
+			return nil, err
+		}
+		ckTimes = append(ckTimes, time.Since(began))
+		if i == 0 {
+			cp = c
+		} else if err := p.Release(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	add("checkpoint", fmt.Sprintf("commit of the golden sandbox (%d B diff)", cp.Bytes), ckTimes)
+
+	forks, err := sampleSandbox(ctx, cfg.N, func() (providers.Sandbox, error) { return p.Fork(ctx, cp) })
+	if err != nil {
+		return nil, err
+	}
+	add("fork", "Fork: container create + start from the checkpoint image", forks)
+
+	forkExec, err := sampleSandbox(ctx, cfg.N, func() (providers.Sandbox, error) {
+		sb, err := p.Fork(ctx, cp)
+		if err != nil {
+			return nil, err
+		}
+		return sb, mustExec(ctx, sb, "true")
+	})
+	if err != nil {
+		return nil, err
+	}
+	add("fork+exec", "Fork, then the first exec (true) has run", forkExec)
+
+	var standby []time.Duration
+	for i := 0; i < cfg.N; i++ {
+		if err := p.Prewarm(ctx, cp, 1); err != nil { // waits for the refill, untimed
+			return nil, err
+		}
+		began := time.Now()
+		sb, err := p.Fork(ctx, cp)
+		if err != nil {
+			return nil, err
+		}
+		standby = append(standby, time.Since(began))
+		_ = sb.Close(ctx)
+	}
+	if err := p.Prewarm(ctx, cp, 0); err != nil {
+		return nil, err
+	}
+	add("standby", "Fork handing out a ready standby fork (Prewarm)", standby)
+
+	recreate, err := sampleSandbox(ctx, cfg.Recreate, func() (providers.Sandbox, error) {
+		sb, err := p.Create(ctx, providers.Spec{})
+		if err != nil {
+			return nil, err
+		}
+		return sb, setup(ctx, sb, cfg)
+	})
+	if err != nil {
+		return nil, err
+	}
+	what := "Create + setup (sleep 2, then 20 files of 4 KiB, one exec)"
+	if cfg.SetupCmd != defaultSetup {
+		what = fmt.Sprintf("Create + setup (%s)", cfg.SetupCmd)
+	}
+	add("recreate", what, recreate)
+
+	// For the standby design: what pausing standby forks would add.
+	sb, err := p.Fork(ctx, cp)
+	if err != nil {
+		return nil, err
+	}
+	defer sb.Close(context.WithoutCancel(ctx))
+	id := sb.Info().ID
+	var unpause []time.Duration
+	for i := 0; i < cfg.N; i++ {
+		if _, err := cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
+			return nil, err
+		}
+		began := time.Now()
+		if _, err := cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{}); err != nil {
+			return nil, err
+		}
+		unpause = append(unpause, time.Since(began))
+	}
+	add("unpause", "ContainerUnpause of a paused fork (the cost a paused standby would add)", unpause)
+
+	execs, err := sample(ctx, cfg.N, func() error { return mustExec(ctx, sb, "true") })
+	if err != nil {
+		return nil, err
+	}
+	add("exec", "one exec round trip (true) in a running fork", execs)
+
+	for i := range rep.Measures {
+		rep.Measures[i].Ratio = round(rep.Measures[i].P50MS/rep.Measures[0].P50MS, 3)
+	}
+	return rep, nil
+}
+
+// setup is the task setup of recreate and of the golden sandbox.
+func setup(ctx context.Context, sb providers.Sandbox, cfg config) error {
+	return mustExec(ctx, sb, cfg.SetupCmd)
+}
+
+func mustExec(ctx context.Context, sb providers.Sandbox, cmd string) error {
+	obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: cmd})
+	if err != nil {
+		return err
+	}
+	if obs.Error {
+		return fmt.Errorf("exec %q: exit %d: %s", cmd, obs.ExitCode, obs.Text())
+	}
+	return nil
+}
+
+// sample times f n times.
+func sample(ctx context.Context, n int, f func() error) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		began := time.Now()
+		if err := f(); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(began))
+	}
+	return out, nil
+}
+
+// sampleSandbox times f n times and closes the sandbox it made, untimed.
+func sampleSandbox(ctx context.Context, n int, f func() (providers.Sandbox, error)) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		began := time.Now()
+		sb, err := f()
+		took := time.Since(began)
+		if sb != nil {
+			_ = sb.Close(context.WithoutCancel(ctx))
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, took)
+	}
+	return out, nil
+}
+
+func summarize(name, what string, d []time.Duration) measure {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return measure{Name: name, What: what, N: len(s), P50MS: ms(quantile(s, 0.5)), P95MS: ms(quantile(s, 0.95))}
+}
+
+// quantile is the nearest-rank quantile of sorted s.
+func quantile(s []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/1e6, 2) }
+
+func round(x float64, digits int) float64 {
+	f := math.Pow(10, float64(digits))
+	return math.Round(x*f) / f
+}
+
+func printTable(w io.Writer, rep *report) {
+	fmt.Fprintf(w, "%-11s %4s %10s %10s %9s  %s\n", "measure", "n", "p50 ms", "p95 ms", "x base", "what")
+	for _, m := range rep.Measures {
+		fmt.Fprintf(w, "%-11s %4d %10.2f %10.2f %9.3f  %s\n", m.Name, m.N, m.P50MS, m.P95MS, m.Ratio, m.What)
+	}
+}
+
+func markdown(rep *report) string {
+	var b strings.Builder
+	m := rep.Machine
+	fmt.Fprintf(&b, "# Docker provider: reset latency\n\n")
+	fmt.Fprintf(&b, "Command: `%s`  \n", rep.Command)
+	fmt.Fprintf(&b, "Date: %s  \n", rep.Date.Format(time.RFC3339))
+	fmt.Fprintf(&b, "Machine: %s, kernel %s, %d × %s, %d MiB; Docker Engine %s (API %s); %s  \n",
+		m.OS, m.Kernel, m.CPUs, m.CPU, m.MemoryMB, m.Engine, m.API, m.Go)
+	fmt.Fprintf(&b, "Image: %s\n\n", rep.Image)
+	fmt.Fprintf(&b, "| measure | what | n | p50 ms | p95 ms | p50 / baseline |\n|---|---|---:|---:|---:|---:|\n")
+	for _, x := range rep.Measures {
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f | %.2f | %.3f |\n", x.Name, x.What, x.N, x.P50MS, x.P95MS, x.Ratio)
+	}
+	b.WriteString(`
+Samples run one after another in one process, on a machine that may have had other work; the
+ratios within one run are the numbers to compare, not the absolute times across machines.
+"fork" ends when the container is started; "fork+exec" when its first command has run.
+"recreate" is what an episode costs without checkpoints: a fresh container and the task's setup
+again. "standby" is the hand-off of a fork started ahead of time by Prewarm; it is not paused,
+because "unpause" would add that much to every hand-off while a sleeping container costs nothing.
+`)
+	return b.String()
+}
+
+func describeMachine(ctx context.Context, cli *client.Client) machine {
+	m := machine{CPUs: goruntime.NumCPU(), Go: goruntime.Version()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+				m.OS = strings.Trim(v, `"`)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		for _, l := range strings.Split(string(b), "\n") {
+			if _, err := fmt.Sscanf(l, "MemTotal: %d kB", &kb); err == nil {
+				m.MemoryMB = kb / 1024
+				break
+			}
+		}
+	}
+	if v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{}); err == nil {
+		m.Engine, m.API = v.Version, v.APIVersion
+	}
+	return m
+}
