@@ -38,7 +38,9 @@ engine_answers() {
 }
 
 missing=()
-command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
+	missing+=(docker.io)
+fi
 [ -x /bin/busybox ] || missing+=(busybox-static)
 if [ "${#mkimages_flags[@]}" -gt 0 ] && ! command -v debootstrap >/dev/null 2>&1 && [ ! -x /usr/sbin/debootstrap ]; then
 	missing+=(debootstrap)

@@ -590,3 +590,45 @@ func TestTagSafe(t *testing.T) {
 	require.Len(t, tagSafe(strings.Repeat("x", 300)), 100)
 	require.True(t, errors.Is(fmt.Errorf("x: %w", ErrNoEngine), ErrNoEngine))
 }
+
+// TestDebianImage runs the basics on forkline/debian (dash, coreutils,
+// util-linux) when it has been built; it is opt-in (mkimages -debian), so
+// its absence is a skip even under FORKLINE_REQUIRE.
+func TestDebianImage(t *testing.T) {
+	cli := engine(t)
+	if _, err := cli.ImageInspect(t.Context(), ImageDebian); err != nil {
+		t.Skipf("%s not built (go run ./providers/docker/mkimages -debian): %v", ImageDebian, err)
+	}
+	p := open(t, map[string]string{ParamImage: ImageDebian})
+	for _, mode := range []string{InitAuto, InitOff} {
+		t.Run(mode, func(t *testing.T) {
+			p := p
+			if mode == InitOff {
+				p = open(t, map[string]string{ParamImage: ImageDebian, ParamInit: InitOff})
+			}
+			sb, err := p.Create(t.Context(), providers.Spec{Files: map[string][]byte{"a/f": []byte("x")}})
+			require.NoError(t, err)
+			defer sb.Close(context.Background())
+			require.Regexp(t, `^12\.`, sh(t, sb, "cat /etc/debian_version").Text())
+			obs, err := sb.Act(t.Context(), runtime.Action{Kind: runtime.ActExec,
+				Cmd: "echo started; sleep 30 & echo $! > child.pid; sleep 30", TimeoutMS: 500})
+			require.NoError(t, err)
+			require.True(t, obs.TimedOut, obs.Text())
+			require.Equal(t, "started\n", obs.Text())
+			pid := strings.TrimSpace(sh(t, sb, "cat child.pid").Text())
+			require.Eventually(t, func() bool {
+				return sh(t, sb, "[ -e /proc/"+pid+" ] && echo alive || echo reaped").Text() == "reaped\n"
+			}, 10*time.Second, 50*time.Millisecond, "child reaped")
+			obs, err = sb.Act(t.Context(), runtime.Action{Kind: runtime.ActReadFile, Path: "a/f"})
+			require.NoError(t, err)
+			require.Equal(t, "x", obs.Text())
+			cp, err := p.Checkpoint(t.Context(), sb, "debian")
+			require.NoError(t, err)
+			f, err := p.Fork(t.Context(), cp)
+			require.NoError(t, err)
+			require.Equal(t, "x", sh(t, f, "cat a/f").Text())
+			require.NoError(t, f.Close(t.Context()))
+			require.NoError(t, p.Release(t.Context(), cp))
+		})
+	}
+}
