@@ -251,6 +251,13 @@ func TestKilledMidEpisode(t *testing.T) {
 		require.ErrorIs(t, err, ErrSandboxDied)
 		require.Less(t, time.Since(began), 20*time.Second)
 	})
+	t.Run("closedDuringExec", func(t *testing.T) {
+		sb, err := p.Create(ctx, providers.Spec{})
+		require.NoError(t, err)
+		time.AfterFunc(300*time.Millisecond, func() { _ = sb.Close(context.Background()) })
+		_, err = sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "sleep 30"})
+		require.ErrorIs(t, err, providers.ErrClosed)
+	})
 	t.Run("removedBehindOurBack", func(t *testing.T) {
 		sb, err := p.Create(ctx, providers.Spec{})
 		require.NoError(t, err)
@@ -631,4 +638,20 @@ func TestDebianImage(t *testing.T) {
 			require.NoError(t, p.Release(t.Context(), cp))
 		})
 	}
+}
+
+func TestCloseWithCancelledContext(t *testing.T) {
+	p := open(t, nil)
+	sb, err := p.Create(t.Context(), providers.Spec{})
+	require.NoError(t, err)
+	cp, err := p.Checkpoint(t.Context(), sb, "c")
+	require.NoError(t, err)
+	_, err = p.Fork(t.Context(), cp)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, p.Close(ctx), "Close cleans up even with a cancelled context")
+	left, err := p.Leftovers(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, left)
 }

@@ -91,8 +91,12 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 			obs.Error, obs.ErrorKind = true, runtime.ErrExitStatus
 		}
 	default:
-		// The wrapper itself died without a word: the container went away
-		// under it, or something killed it (the memory limit).
+		// The wrapper itself died without a word: the sandbox was closed or
+		// the container went away under it, or something killed it (the
+		// memory limit).
+		if err := s.checkOpen(); err != nil {
+			return runtime.Observation{}, err
+		}
 		if state := s.settledDeadState(ctx); state != "" {
 			return runtime.Observation{}, fmt.Errorf("%w: %s (%s) while running a command", ErrSandboxDied, s.short(), state)
 		}

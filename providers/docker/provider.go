@@ -96,6 +96,9 @@ const reaperKeeper = `trap 'exit 0' TERM; while :; do sleep ` + keeperSeconds + 
 // clean up).
 const removeTimeout = 30 * time.Second
 
+// cleanupTimeout bounds a whole cleanup (Close, the sweep in New).
+const cleanupTimeout = 5 * time.Minute
+
 func init() {
 	providers.Register(Name, func(opts providers.Options) (providers.Provider, error) {
 		return New(opts)
@@ -218,9 +221,12 @@ func New(opts providers.Options) (*Provider, error) {
 		}
 	}
 	if sweep == "on" {
-		if _, err := Sweep(ctx, cli, SweepOptions{DeadOwners: true}); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		_, err := Sweep(sctx, cli, SweepOptions{DeadOwners: true})
+		cancel()
+		if err != nil {
 			_ = cli.Close()
-			return nil, err
+			return nil, fmt.Errorf("docker: sweeping what dead runs left (set param %s=off to skip): %w", ParamSweep, err)
 		}
 	}
 	p.bg, p.stopBG = context.WithCancel(context.Background())
@@ -551,6 +557,10 @@ func (p *Provider) Close(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 
+	// Cleanup runs to the end even when ctx is already cancelled: a
+	// cancelled run must not leak its containers.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	p.stopBG()
 	for _, st := range pools {
 		st.stop(ctx)
