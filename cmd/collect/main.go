@@ -29,6 +29,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 
@@ -80,6 +81,9 @@ func run(args []string) int {
 	cfg.PolicyOptions = map[string]string{}
 	fs.Var(kv(cfg.PolicyOptions), "policy-opt", "policy setting `key=value` (repeatable; recorded in the manifest, so never a secret)")
 	fs.StringVar(&cfg.ScriptFile, "script", "", "for -policy script: a `FILE` of actions (JSONL) to replay instead of each task's solution")
+	// BEGIN openai policy flags
+	llm := addLLMFlags(fs)
+	// END openai policy flags
 	reset := fs.String("reset", "auto", "reset strategy: auto, fork, recreate")
 	fs.IntVar(&cfg.Standby, "standby", 0, "keep `K` ready replicas per task prepared in the background, so a reset is a hand-off")
 	fs.IntVar(&cfg.MaxCreates, "max-creates", 0, "at most `N` sandbox creations/forks at once (default 2 × replicas)")
@@ -135,6 +139,12 @@ func run(args []string) int {
 		cfg.Part = p
 	}
 	var err error
+	// BEGIN openai policy options
+	if err = llm.apply(fs, &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return exitBadInput
+	}
+	// END openai policy options
 	if cfg.Reset, err = pool.ParseStrategy(*reset); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return exitBadInput
@@ -242,3 +252,52 @@ func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
+
+// BEGIN openai policy helpers
+
+// llmFlags are shorthands for -policy-opt keys of -policy openai; each fills
+// the option of the same meaning (see policy/openai.OptionNames).
+type llmFlags struct {
+	flags []struct{ flag, key string }
+	vals  map[string]*string
+}
+
+func addLLMFlags(fs *flag.FlagSet) *llmFlags {
+	l := &llmFlags{vals: map[string]*string{}}
+	for _, f := range []struct{ flag, key, arg string }{
+		{"base-url", "base_url", "`URL`"},
+		{"model", "model", "`NAME`"},
+		{"api-key-env", "api_key_env", "`VAR`"},
+		{"temperature", "temperature", "`T`"},
+		{"max-tokens", "max_tokens", "`N`"},
+		{"request-timeout", "timeout", "`DURATION`"},
+		{"retries", "retries", "`N`"},
+	} {
+		l.flags = append(l.flags, struct{ flag, key string }{f.flag, f.key})
+		l.vals[f.key] = fs.String(f.flag, "", "for -policy openai: "+f.arg+": "+openai.OptionHelp(f.key)+" (= -policy-opt "+f.key+"=...)")
+	}
+	return l
+}
+
+// apply copies the flags that were given into cfg.PolicyOptions. They only
+// make sense with -policy openai, and must not contradict a -policy-opt.
+func (l *llmFlags) apply(fs *flag.FlagSet, cfg *collect.Config) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, f := range l.flags {
+		if !given[f.flag] {
+			continue
+		}
+		if cfg.Policy != "openai" {
+			return fmt.Errorf("collect: -%s is for -policy openai (the policy is %q)", f.flag, cfg.Policy)
+		}
+		v := *l.vals[f.key]
+		if old, ok := cfg.PolicyOptions[f.key]; ok && old != v {
+			return fmt.Errorf("collect: -%s %q and -policy-opt %s=%q disagree", f.flag, v, f.key, old)
+		}
+		cfg.PolicyOptions[f.key] = v
+	}
+	return nil
+}
+
+// END openai policy helpers
