@@ -1,0 +1,11 @@
+package hf
+
+import (
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// serializeSchema is the ARROW:schema payload the Parquet writer stores.
+func serializeSchema(fs Features) []byte {
+	return flight.SerializeSchema(fs.ArrowSchema(), memory.DefaultAllocator)
+}

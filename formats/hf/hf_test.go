@@ -1,0 +1,281 @@
+package hf
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/formats/hf/hftest"
+	"github.com/forkline/forkline/schemas"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func ptr[T any](v T) *T { return &v }
+
+var png1 = []byte("\x89PNG\r\n\x1a\nfirst")
+var png2 = []byte("\x89PNG\r\n\x1a\nsecond")
+
+func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// episode returns an episode with a token record, a screenshot kept in the
+// row and one stored by hash, and rewards (one null).
+func episode(id, split string) *chat.Episode {
+	return &chat.Episode{
+		Row: schemas.EpisodeRow{EpisodeID: id, RunID: "run-1", TaskID: "t1", ExitReason: "done", Answer: "42", Steps: 3,
+			PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{10, 11, 20, 21, 30}, ResponseMask: []int32{1, 1, 0, 0, 1},
+			ResponseLogprobs: []float32{-0.5, -0.25, 0, 0, -1}, TokenTurns: 2, DurationMS: 12.5},
+		Steps: []schemas.StepRow{
+			{EpisodeID: id, StepIndex: 0, TaskID: "t1", ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"echo <hi>"}`, Output: "<hi>\n",
+				ModelText: ptr("run it"), PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{10, 11}, ResponseLogprobs: []float32{-0.5, -0.25}},
+			{EpisodeID: id, StepIndex: 1, TaskID: "t1", ActionKind: "click", ActionJSON: `{"kind":"click","x":1,"y":2}`, ExitCode: -1,
+				Screenshot: png1, ScreenHash: sha(png1), ScreenW: 8, ScreenH: 6, AXTree: `{"role":"button"}`},
+			{EpisodeID: id, StepIndex: 2, TaskID: "t1", ActionKind: "done", ActionJSON: `{"kind":"done","answer":"42"}`, ExitCode: -1,
+				ScreenHash: sha(png2), ScreenW: 8, ScreenH: 6},
+		},
+		Rewards: []schemas.RewardRow{
+			{EpisodeID: id, Name: "verify", Value: ptr(1.0)},
+			{EpisodeID: id, Name: "lint", Value: nil},
+			{EpisodeID: id, StepIndex: ptr(int32(1)), Name: "verify", Value: ptr(0.5)},
+		},
+		Instruction: "Answer with 42.",
+		RewardName:  "verify",
+		Split:       split,
+		Blob: func(h string) ([]byte, error) {
+			if h == sha(png2) {
+				return png2, nil
+			}
+			return nil, os.ErrNotExist
+		},
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -update to create %s", path)
+	assert.Equal(t, string(want), string(got), "%s differs; rerun with -update if the change is intended", path)
+}
+
+func TestFeaturesGolden(t *testing.T) {
+	for _, rows := range []RowsPer{RowsEpisode, RowsStep} {
+		fs := FeaturesFor(rows)
+		var pretty bytes.Buffer
+		require.NoError(t, json.Indent(&pretty, fs.JSON(), "", "  "))
+		out := "# Arrow schema\n" + fs.ArrowSchema().String() + "\n\n# features JSON (huggingface metadata: {\"info\":{\"features\": ...}})\n" +
+			pretty.String() + "\n\n# dataset card YAML\n" + fs.YAML(0)
+		golden(t, "features-"+string(rows)+".golden", []byte(out))
+	}
+}
+
+// The features JSON, read by rules written independently in hftest, gives
+// exactly the Arrow schema the writer uses.
+func TestFeatureJSONMatchesArrowSchema(t *testing.T) {
+	for _, rows := range []RowsPer{RowsEpisode, RowsStep} {
+		fs := FeaturesFor(rows)
+		want, err := hftest.FeatureTypes(fs.MetadataJSON())
+		require.NoError(t, err)
+		stored, err := hftest.DecodeSchemaMessage(serializeSchema(fs))
+		require.NoError(t, err)
+		require.NoError(t, hftest.CheckFields(want, stored.Fields, true), string(rows))
+	}
+}
+
+func TestParquetRoundTripWithParquetGo(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.parquet")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	tw, err := NewParquetWriter(f, EpisodeFeatures)
+	require.NoError(t, err)
+	tw.BatchRows = 1 // one row group per row
+	for _, id := range []string{"a", "b"} {
+		r, err := EpisodeRow(episode(id, "train"), ToolsJSON())
+		require.NoError(t, err)
+		require.NoError(t, tw.Append(r))
+	}
+	ep := episode("c", "train")
+	ep.Row.ResponseLogprobs = nil // a record without logprobs: null, not []
+	r, err := EpisodeRow(ep, ToolsJSON())
+	require.NoError(t, err)
+	require.NoError(t, tw.Append(r))
+	require.NoError(t, tw.Close())
+	require.NoError(t, f.Close())
+
+	tab, err := hftest.ReadParquetFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, 3, tab.Batches)
+	require.NoError(t, hftest.CheckFeatures(tab, false), "features vs the Parquet schema pyarrow infers")
+	stored, err := hftest.StoredArrowSchema(tab)
+	require.NoError(t, err)
+	require.NoError(t, hftest.CheckFields(mustFeatureTypes(t, tab), stored.Fields, true), "features vs ARROW:schema")
+
+	require.Len(t, tab.Rows, 3)
+	row := tab.Rows[0]
+	assert.Equal(t, "a", row["episode_id"])
+	assert.Equal(t, []any{int64(1), int64(2), int64(3)}, row["prompt_ids"])
+	assert.Equal(t, []any{int64(1), int64(1), int64(0), int64(0), int64(1)}, row["response_mask"])
+	assert.Equal(t, []any{-0.5, -0.25, 0.0, 0.0, -1.0}, row["response_logprobs"])
+	assert.Equal(t, 1.0, row["reward"])
+	assert.Nil(t, tab.Rows[2]["response_logprobs"])
+	shots := row["screenshots"].([]any)
+	require.Len(t, shots, 2, "one screenshot from the row, one from the blob store")
+	assert.Equal(t, map[string]any{"bytes": png1, "path": nil}, shots[0])
+	assert.Equal(t, map[string]any{"bytes": png2, "path": nil}, shots[1])
+	rewards := row["rewards"].([]any)
+	assert.Equal(t, map[string]any{"name": "lint", "step_index": nil, "value": nil}, rewards[1])
+	msgs := row["messages"].([]any)
+	call := msgs[1].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
+	assert.Equal(t, `{"cmd":"echo <hi>"}`, call["function"].(map[string]any)["arguments"])
+	assert.Nil(t, msgs[0].(map[string]any)["tool_calls"], "the user message has no tool calls")
+	var tools []any
+	require.NoError(t, json.Unmarshal([]byte(row["tools"].(string)), &tools))
+	assert.Len(t, tools, 11)
+}
+
+func mustFeatureTypes(t *testing.T, tab *hftest.Table) []hftest.Type {
+	want, err := hftest.FeatureTypes(tab.Metadata[MetadataKey])
+	require.NoError(t, err)
+	return want
+}
+
+func TestStreamRoundTripWithHandWrittenReader(t *testing.T) {
+	var buf bytes.Buffer
+	tw, err := NewStreamWriter(&buf, StepFeatures)
+	require.NoError(t, err)
+	tw.BatchRows = 2
+	require.NoError(t, StepRows(episode("a", "train"), tw.Append))
+	require.NoError(t, tw.Close())
+	tab, err := hftest.ReadStream(buf.Bytes())
+	require.NoError(t, err)
+	assert.Equal(t, 2, tab.Batches)
+	require.NoError(t, hftest.CheckFeatures(tab, true))
+	require.Len(t, tab.Rows, 3)
+	assert.Equal(t, map[string]any{"bytes": png1, "path": nil}, tab.Rows[1]["screenshot"])
+	assert.Nil(t, tab.Rows[0]["screenshot"])
+	assert.Equal(t, 0.5, tab.Rows[1]["step_reward"])
+	assert.Equal(t, 1.0, tab.Rows[2]["episode_reward"])
+	assert.Equal(t, `{"kind":"click","x":1,"y":2}`, tab.Rows[1]["action_json"])
+	assert.Equal(t, int64(-1), tab.Rows[1]["exit_code"])
+	assert.Nil(t, tab.Rows[0]["a11y_tree"])
+}
+
+func TestAppendRejectsWhatDoesNotFit(t *testing.T) {
+	var buf bytes.Buffer
+	tw, err := NewParquetWriter(&buf, Features{{"n", Value("int8")}})
+	require.NoError(t, err)
+	require.ErrorContains(t, tw.Append(Row{"n": 300}), "overflows int8")
+	tw, _ = NewParquetWriter(&buf, Features{{"n", Value("int8")}})
+	require.ErrorContains(t, tw.Append(Row{"m": 1}), `column "m"`)
+}
+
+func listFiles(t *testing.T, dir string) []string {
+	var out []string
+	require.NoError(t, filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		require.NoError(t, err)
+		if !info.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	}))
+	sort.Strings(out)
+	return out
+}
+
+func TestWriterLayoutAndCard(t *testing.T) {
+	dir := t.TempDir()
+	w, err := NewWriter(dir, []string{"train", "test"}, Options{Provenance: []string{"run run-1: 3 episodes"}, MaxShardBytes: 1})
+	require.NoError(t, err)
+	for _, id := range []string{"a", "b"} {
+		require.NoError(t, w.Write(episode(id, "train")))
+	}
+	require.NoError(t, w.Close())
+	assert.Equal(t, []string{"README.md", "data/test-00000-of-00001.parquet", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"},
+		listFiles(t, dir), "MaxShardBytes 1: one episode per shard; an empty split still has a file")
+	card, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	require.NoError(t, err)
+	golden(t, "card-episode.golden.md", card)
+	assert.Contains(t, string(card), "  - name: train\n    num_examples: 2\n")
+
+	empty, err := hftest.ReadParquetFile(filepath.Join(dir, "data/test-00000-of-00001.parquet"))
+	require.NoError(t, err)
+	assert.Empty(t, empty.Rows)
+	require.NoError(t, hftest.CheckFeatures(empty, false))
+}
+
+func TestDiskWriterLayout(t *testing.T) {
+	dir := t.TempDir()
+	w, err := NewDiskWriter(dir, []string{"train", "test"}, Options{Rows: RowsStep})
+	require.NoError(t, err)
+	require.NoError(t, w.Write(episode("a", "test")))
+	require.NoError(t, w.Close())
+	assert.Equal(t, []string{"dataset_dict.json",
+		"test/data-00000-of-00001.arrow", "test/dataset_info.json", "test/state.json",
+		"train/data-00000-of-00001.arrow", "train/dataset_info.json", "train/state.json"}, listFiles(t, dir))
+
+	dict, err := os.ReadFile(filepath.Join(dir, "dataset_dict.json"))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"splits":["train","test"]}`, string(dict))
+
+	state, err := os.ReadFile(filepath.Join(dir, "test", "state.json"))
+	require.NoError(t, err)
+	var st map[string]any
+	require.NoError(t, json.Unmarshal(state, &st))
+	keys := []string{}
+	for k := range st {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	assert.Equal(t, []string{"_data_files", "_fingerprint", "_format_columns", "_format_kwargs", "_format_type", "_output_all_columns", "_split"}, keys)
+	assert.Equal(t, "test", st["_split"])
+	assert.Equal(t, []any{map[string]any{"filename": "data-00000-of-00001.arrow"}}, st["_data_files"])
+	assert.Len(t, st["_fingerprint"], 16)
+	assert.True(t, strings.HasPrefix(string(state), "{\n  \"_data_files\": [\n    {\n      \"filename\""), "indent 2, sorted keys:\n%s", state)
+
+	tab, err := hftest.ReadStreamFile(filepath.Join(dir, "test", "data-00000-of-00001.arrow"))
+	require.NoError(t, err)
+	require.Len(t, tab.Rows, 3)
+	require.NoError(t, hftest.CheckFeatures(tab, true))
+	info, err := os.ReadFile(filepath.Join(dir, "test", "dataset_info.json"))
+	require.NoError(t, err)
+	var di struct {
+		Features json.RawMessage `json:"features"`
+	}
+	require.NoError(t, json.Unmarshal(info, &di))
+	infoTypes, err := hftest.FeaturesJSONTypes(di.Features)
+	require.NoError(t, err)
+	require.NoError(t, hftest.CheckFields(infoTypes, tab.Fields, true), "dataset_info.json features must match the Arrow types")
+	golden(t, "disk-dataset_info-step.golden.json", info)
+}
+
+// Same episodes, same bytes.
+func TestDeterministic(t *testing.T) {
+	sums := map[string]bool{}
+	for range 2 {
+		dir := t.TempDir()
+		w, err := NewWriter(dir, []string{"train"}, Options{})
+		require.NoError(t, err)
+		require.NoError(t, w.Write(episode("a", "train")))
+		require.NoError(t, w.Close())
+		b, err := os.ReadFile(filepath.Join(dir, "data/train-00000-of-00001.parquet"))
+		require.NoError(t, err)
+		sums[sha(b)] = true
+	}
+	assert.Len(t, sums, 1)
+}

@@ -1,0 +1,350 @@
+package hf
+
+import (
+	"bufio"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// Row is one row to append: column name → value. A missing column is null.
+// Values by feature:
+//
+//	Value     string, []byte (binary), bool, any Go integer or float type, or
+//	          a pointer to one (nil pointer = null)
+//	List      any slice; a nil interface is null, a nil or empty slice is []
+//	Struct    map[string]any (missing keys are null)
+//	Image     []byte of an encoded image (PNG); nil or empty = null
+//
+// An untyped nil is null everywhere.
+type Row map[string]any
+
+// Batching: a record batch (a Parquet row group, an IPC record batch) is
+// written once it holds this many rows or about this many bytes.
+const (
+	DefaultBatchRows  = 4096
+	DefaultBatchBytes = 32 << 20
+)
+
+// TableWriter appends rows of one Features schema to a Parquet file or an
+// Arrow IPC stream, one bounded record batch at a time, so memory does not
+// grow with the table. It is not safe for concurrent use.
+type TableWriter struct {
+	features Features
+	schema   *arrow.Schema
+	index    map[string]int
+	rb       *array.RecordBuilder
+	pending  int
+	bytes    int64
+	rows     int64
+
+	BatchRows  int   // rows per batch; DefaultBatchRows when 0
+	BatchBytes int64 // approximate bytes per batch; DefaultBatchBytes when 0
+
+	bw  *bufio.Writer
+	pq  *pqarrow.FileWriter
+	ipc *ipc.Writer
+	err error
+}
+
+// NewParquetWriter writes a Parquet file to w (zstd, dictionary encoding,
+// one row group per batch). The file's key/value metadata carries the
+// features under MetadataKey and an ARROW:schema with the exact Arrow types
+// (list items named "item", as pyarrow writes it), so pyarrow reads back
+// the types datasets expects. w is not closed.
+func NewParquetWriter(w io.Writer, fs Features) (*TableWriter, error) {
+	t := newTableWriter(w, fs)
+	props := parquet.NewWriterProperties(
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithDictionaryDefault(true),
+		parquet.WithMaxRowGroupLength(1<<30),
+		parquet.WithAllocator(memory.DefaultAllocator),
+	)
+	fw, err := pqarrow.NewFileWriter(t.schema, t.bw, props, pqarrow.NewArrowWriterProperties())
+	if err != nil {
+		return nil, fmt.Errorf("hf: parquet writer: %w", err)
+	}
+	stored := flight.SerializeSchema(t.schema, memory.DefaultAllocator)
+	if err := fw.AppendKeyValueMetadata("ARROW:schema", base64.StdEncoding.EncodeToString(stored)); err != nil {
+		return nil, fmt.Errorf("hf: parquet writer: %w", err)
+	}
+	t.pq = fw
+	return t, nil
+}
+
+// NewStreamWriter writes an Arrow IPC stream (not the IPC file format) to w,
+// uncompressed, as datasets' ArrowWriter does for save_to_disk. w is not
+// closed.
+func NewStreamWriter(w io.Writer, fs Features) (*TableWriter, error) {
+	t := newTableWriter(w, fs)
+	t.ipc = ipc.NewWriter(t.bw, ipc.WithSchema(t.schema), ipc.WithAllocator(memory.DefaultAllocator))
+	return t, nil
+}
+
+func newTableWriter(w io.Writer, fs Features) *TableWriter {
+	t := &TableWriter{features: fs, schema: fs.ArrowSchema(), index: map[string]int{}, bw: bufio.NewWriterSize(w, 1<<20)}
+	for i, f := range fs {
+		t.index[f.Name] = i
+	}
+	t.rb = array.NewRecordBuilder(memory.DefaultAllocator, t.schema)
+	return t
+}
+
+// Schema returns the Arrow schema the writer writes.
+func (t *TableWriter) Schema() *arrow.Schema { return t.schema }
+
+// Rows returns the number of rows appended so far.
+func (t *TableWriter) Rows() int64 { return t.rows }
+
+// Append adds one row. A value that does not fit its feature fails the
+// writer: the rows already appended to the current batch are lost.
+func (t *TableWriter) Append(r Row) error {
+	if t.err != nil {
+		return t.err
+	}
+	for name := range r {
+		if _, ok := t.index[name]; !ok {
+			t.err = fmt.Errorf("hf: row has column %q, which the features do not", name)
+			return t.err
+		}
+	}
+	for i, f := range t.features {
+		n, err := appendValue(t.rb.Field(i), f.Type, r[f.Name])
+		if err != nil {
+			t.err = fmt.Errorf("hf: column %s: %w", f.Name, err)
+			return t.err
+		}
+		t.bytes += n
+	}
+	t.pending++
+	t.rows++
+	rows, bytes := t.BatchRows, t.BatchBytes
+	if rows <= 0 {
+		rows = DefaultBatchRows
+	}
+	if bytes <= 0 {
+		bytes = DefaultBatchBytes
+	}
+	if t.pending >= rows || t.bytes >= bytes {
+		return t.Flush()
+	}
+	return nil
+}
+
+// Flush writes the pending rows as one batch.
+func (t *TableWriter) Flush() error {
+	if t.err != nil || t.pending == 0 {
+		return t.err
+	}
+	rec := t.rb.NewRecordBatch()
+	defer rec.Release()
+	t.pending, t.bytes = 0, 0
+	var err error
+	if t.pq != nil {
+		err = t.pq.Write(rec)
+	} else {
+		err = t.ipc.Write(rec)
+	}
+	if err != nil {
+		t.err = fmt.Errorf("hf: write batch: %w", err)
+	}
+	return t.err
+}
+
+// Close writes the pending rows and the file's footer (or the stream's end
+// marker) and flushes to w. A Parquet file or stream without rows is still
+// a valid, empty table with the schema.
+func (t *TableWriter) Close() error {
+	err := t.Flush()
+	t.rb.Release()
+	if t.pq != nil {
+		if cerr := t.pq.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("hf: close parquet: %w", cerr)
+		}
+	} else if cerr := t.ipc.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("hf: close stream: %w", cerr)
+	}
+	if ferr := t.bw.Flush(); err == nil && ferr != nil {
+		err = fmt.Errorf("hf: %w", ferr)
+	}
+	if err != nil && t.err == nil {
+		t.err = err
+	}
+	return err
+}
+
+// appendValue appends v to b as feature f and returns about how many bytes
+// it added (for batching).
+func appendValue(b array.Builder, f Feature, v any) (int64, error) {
+	if v == nil {
+		b.AppendNull()
+		return 1, nil
+	}
+	switch f := f.(type) {
+	case Value:
+		return appendScalar(b, f, v)
+	case Image:
+		data, ok := v.([]byte)
+		if !ok {
+			return 0, fmt.Errorf("image wants []byte, got %T", v)
+		}
+		sb := b.(*array.StructBuilder)
+		if len(data) == 0 {
+			sb.AppendNull()
+			return 1, nil
+		}
+		sb.Append(true)
+		sb.FieldBuilder(0).(*array.BinaryBuilder).Append(data)
+		sb.FieldBuilder(1).AppendNull()
+		return int64(len(data)) + 8, nil
+	case List:
+		return appendList(b.(*array.ListBuilder), f, v)
+	case Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return 0, fmt.Errorf("struct wants map[string]any, got %T", v)
+		}
+		for k := range m {
+			if !slices.ContainsFunc(f, func(c Field) bool { return c.Name == k }) {
+				return 0, fmt.Errorf("struct has no field %q", k)
+			}
+		}
+		sb := b.(*array.StructBuilder)
+		sb.Append(true)
+		var n int64 = 1
+		for i, c := range f {
+			cn, err := appendValue(sb.FieldBuilder(i), c.Type, m[c.Name])
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", c.Name, err)
+			}
+			n += cn
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("unknown feature %T", f)
+}
+
+func appendList(lb *array.ListBuilder, f List, v any) (int64, error) {
+	vb := lb.ValueBuilder()
+	// Fast paths for token columns.
+	switch s := v.(type) {
+	case []int32:
+		if ib, ok := vb.(*array.Int32Builder); ok {
+			lb.Append(true)
+			ib.AppendValues(s, nil)
+			return int64(4*len(s)) + 4, nil
+		}
+	case []float32:
+		if fb, ok := vb.(*array.Float32Builder); ok {
+			lb.Append(true)
+			fb.AppendValues(s, nil)
+			return int64(4*len(s)) + 4, nil
+		}
+	case []int8:
+		if ib, ok := vb.(*array.Int8Builder); ok {
+			lb.Append(true)
+			ib.AppendValues(s, nil)
+			return int64(len(s)) + 4, nil
+		}
+	}
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Slice {
+		return 0, fmt.Errorf("list wants a slice, got %T", v)
+	}
+	lb.Append(true)
+	var n int64 = 4
+	for i := range rv.Len() {
+		en, err := appendValue(vb, f.Item, rv.Index(i).Interface())
+		if err != nil {
+			return 0, fmt.Errorf("item %d: %w", i, err)
+		}
+		n += en
+	}
+	return n, nil
+}
+
+func appendScalar(b array.Builder, dtype Value, v any) (int64, error) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			b.AppendNull()
+			return 1, nil
+		}
+		rv = rv.Elem()
+	}
+	bad := func() (int64, error) { return 0, fmt.Errorf("%s wants a matching Go value, got %T", dtype, v) }
+	switch bb := b.(type) {
+	case *array.StringBuilder:
+		if rv.Kind() != reflect.String {
+			return bad()
+		}
+		bb.Append(rv.String())
+		return int64(rv.Len()) + 4, nil
+	case *array.BinaryBuilder:
+		if rv.Kind() != reflect.Slice || rv.Type().Elem().Kind() != reflect.Uint8 {
+			return bad()
+		}
+		bb.Append(rv.Bytes())
+		return int64(rv.Len()) + 4, nil
+	case *array.BooleanBuilder:
+		if rv.Kind() != reflect.Bool {
+			return bad()
+		}
+		bb.Append(rv.Bool())
+		return 1, nil
+	case *array.Float32Builder:
+		if !rv.CanFloat() {
+			return bad()
+		}
+		bb.Append(float32(rv.Float()))
+		return 4, nil
+	case *array.Float64Builder:
+		if !rv.CanFloat() {
+			return bad()
+		}
+		bb.Append(rv.Float())
+		return 8, nil
+	}
+	var i int64
+	switch {
+	case rv.CanInt():
+		i = rv.Int()
+	case rv.CanUint():
+		i = int64(rv.Uint())
+	default:
+		return bad()
+	}
+	switch bb := b.(type) {
+	case *array.Int8Builder:
+		if int64(int8(i)) != i {
+			return 0, fmt.Errorf("%d overflows int8", i)
+		}
+		bb.Append(int8(i))
+	case *array.Int16Builder:
+		if int64(int16(i)) != i {
+			return 0, fmt.Errorf("%d overflows int16", i)
+		}
+		bb.Append(int16(i))
+	case *array.Int32Builder:
+		if int64(int32(i)) != i {
+			return 0, fmt.Errorf("%d overflows int32", i)
+		}
+		bb.Append(int32(i))
+	case *array.Int64Builder:
+		bb.Append(i)
+	default:
+		return bad()
+	}
+	return 8, nil
+}

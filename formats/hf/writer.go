@@ -1,0 +1,351 @@
+package hf
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"os"
+	"path/filepath"
+
+	"github.com/forkline/forkline/formats/chat"
+)
+
+// DefaultMaxShardBytes is the size after which a split continues in a new
+// shard file, as datasets' push_to_hub and save_to_disk do (500 MB).
+const DefaultMaxShardBytes = 500 << 20
+
+// Options configure the hf and hf-disk writers.
+type Options struct {
+	Rows RowsPer // RowsEpisode when empty
+	// MaxShardBytes starts a new shard file once a split's current one is
+	// this big; DefaultMaxShardBytes when 0. A shard always holds whole
+	// episodes, so it can exceed the limit by one episode.
+	MaxShardBytes int64
+	// Provenance lines (sources, selection) for the dataset card.
+	Provenance []string
+	// BatchRows and BatchBytes override the TableWriter defaults (tests).
+	BatchRows  int
+	BatchBytes int64
+}
+
+// Writer writes the hf target (Parquet files, a dataset card) or the
+// hf-disk target (save_to_disk layout). See the package documentation for
+// the layouts. It is not safe for concurrent use.
+type Writer struct {
+	dir    string
+	disk   bool
+	opt    Options
+	fs     Features
+	tools  string
+	splits []*splitOut
+	byName map[string]*splitOut
+	err    error
+}
+
+type splitOut struct {
+	name   string
+	shards []string // temporary file names, in order
+	cur    *shardFile
+	rows   int64
+	sum    hash.Hash // over every shard's bytes, for hf-disk's fingerprint
+}
+
+type shardFile struct {
+	f   *os.File
+	cw  *countingWriter
+	tw  *TableWriter
+	tmp string
+}
+
+// NewWriter starts the hf target in dir: data/<split>-NNNNN-of-MMMMM.parquet
+// and README.md.
+func NewWriter(dir string, splits []string, opt Options) (*Writer, error) {
+	return newWriter(dir, splits, opt, false)
+}
+
+// NewDiskWriter starts the hf-disk target in dir: dataset_dict.json and per
+// split <split>/data-NNNNN-of-MMMMM.arrow, state.json, dataset_info.json.
+func NewDiskWriter(dir string, splits []string, opt Options) (*Writer, error) {
+	return newWriter(dir, splits, opt, true)
+}
+
+func newWriter(dir string, splits []string, opt Options, disk bool) (*Writer, error) {
+	if opt.Rows == "" {
+		opt.Rows = RowsEpisode
+	}
+	if _, err := ParseRows(string(opt.Rows)); err != nil {
+		return nil, err
+	}
+	if opt.MaxShardBytes <= 0 {
+		opt.MaxShardBytes = DefaultMaxShardBytes
+	}
+	w := &Writer{dir: dir, disk: disk, opt: opt, fs: FeaturesFor(opt.Rows), tools: ToolsJSON(), byName: map[string]*splitOut{}}
+	for _, name := range splits {
+		sub := filepath.Join(dir, "data")
+		if disk {
+			sub = filepath.Join(dir, name)
+		}
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			return nil, fmt.Errorf("hf: %w", err)
+		}
+		s := &splitOut{name: name, sum: sha256.New()}
+		w.splits = append(w.splits, s)
+		w.byName[name] = s
+		// Every split gets a first shard, so an empty split is an empty
+		// table with the schema rather than a missing file.
+		if err := w.openShard(s); err != nil {
+			w.abandon()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+func (w *Writer) shardTmp(s *splitOut, i int) string {
+	if w.disk {
+		return filepath.Join(w.dir, s.name, fmt.Sprintf(".data-%05d.arrow.tmp", i))
+	}
+	return filepath.Join(w.dir, "data", fmt.Sprintf(".%s-%05d.parquet.tmp", s.name, i))
+}
+
+func (w *Writer) shardFinal(s *splitOut, i int) string {
+	n := len(s.shards)
+	if w.disk {
+		return filepath.Join(w.dir, s.name, fmt.Sprintf("data-%05d-of-%05d.arrow", i, n))
+	}
+	return filepath.Join(w.dir, "data", fmt.Sprintf("%s-%05d-of-%05d.parquet", s.name, i, n))
+}
+
+func (w *Writer) openShard(s *splitOut) error {
+	tmp := w.shardTmp(s, len(s.shards))
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("hf: %w", err)
+	}
+	cw := &countingWriter{w: f, sum: s.sum}
+	var tw *TableWriter
+	if w.disk {
+		tw, err = NewStreamWriter(cw, w.fs)
+	} else {
+		tw, err = NewParquetWriter(cw, w.fs)
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	tw.BatchRows, tw.BatchBytes = w.opt.BatchRows, w.opt.BatchBytes
+	s.cur = &shardFile{f: f, cw: cw, tw: tw, tmp: tmp}
+	s.shards = append(s.shards, tmp)
+	return nil
+}
+
+func (w *Writer) closeShard(s *splitOut) error {
+	sf := s.cur
+	s.cur = nil
+	err := sf.tw.Close()
+	if err == nil {
+		err = sf.f.Sync()
+	}
+	if cerr := sf.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("hf: %s: %w", sf.tmp, err)
+	}
+	return nil
+}
+
+// Write appends ep's row (or its step rows) to its split.
+func (w *Writer) Write(ep *chat.Episode) error {
+	if w.err != nil {
+		return w.err
+	}
+	s, ok := w.byName[ep.Split]
+	if !ok {
+		return fmt.Errorf("hf: episode %s: unknown split %q", ep.Row.EpisodeID, ep.Split)
+	}
+	if s.cur == nil {
+		if err := w.openShard(s); err != nil {
+			w.err = err
+			return err
+		}
+	}
+	var err error
+	if w.opt.Rows == RowsStep {
+		err = StepRows(ep, func(r Row) error { s.rows++; return s.cur.tw.Append(r) })
+	} else {
+		var r Row
+		if r, err = EpisodeRow(ep, w.tools); err == nil {
+			s.rows++
+			err = s.cur.tw.Append(r)
+		}
+	}
+	if err != nil {
+		w.err = fmt.Errorf("hf: episode %s: %w", ep.Row.EpisodeID, err)
+		return w.err
+	}
+	if s.cur.cw.n+s.cur.tw.bytes >= w.opt.MaxShardBytes {
+		if err := w.closeShard(s); err != nil {
+			w.err = err
+			return err
+		}
+	}
+	return nil
+}
+
+// Close finishes every shard, names them NNNNN-of-MMMMM and writes the
+// metadata files. After a failed Write it only closes the files.
+func (w *Writer) Close() error {
+	if w.err != nil {
+		w.abandon()
+		return w.err
+	}
+	for _, s := range w.splits {
+		if s.cur != nil {
+			if err := w.closeShard(s); err != nil {
+				w.abandon()
+				return err
+			}
+		}
+		for i, tmp := range s.shards {
+			if err := os.Rename(tmp, w.shardFinal(s, i)); err != nil {
+				return fmt.Errorf("hf: %w", err)
+			}
+		}
+	}
+	if w.disk {
+		return w.writeDiskMetadata()
+	}
+	return writeFile(filepath.Join(w.dir, "README.md"), []byte(w.card()))
+}
+
+func (w *Writer) abandon() {
+	for _, s := range w.splits {
+		if s.cur != nil {
+			s.cur.tw.Close()
+			s.cur.f.Close()
+			s.cur = nil
+		}
+	}
+}
+
+// Rows returns the rows written per split, in split order.
+func (w *Writer) Rows() map[string]int64 {
+	out := map[string]int64{}
+	for _, s := range w.splits {
+		out[s.name] = s.rows
+	}
+	return out
+}
+
+// writeDiskMetadata writes what load_from_disk reads: dataset_dict.json at
+// the top, and state.json and dataset_info.json per split.
+func (w *Writer) writeDiskMetadata() error {
+	names := make([]string, len(w.splits))
+	for i, s := range w.splits {
+		names[i] = s.name
+	}
+	dict, err := json.Marshal(map[string]any{"splits": names})
+	if err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(w.dir, "dataset_dict.json"), dict); err != nil {
+		return err
+	}
+	info := DiskInfo(w.fs, "Agent trajectories exported by forkline, one row per "+string(w.opt.Rows)+".")
+	for _, s := range w.splits {
+		files := make([]map[string]string, len(s.shards))
+		for i := range s.shards {
+			files[i] = map[string]string{"filename": filepath.Base(w.shardFinal(s, i))}
+		}
+		state := DiskState{
+			DataFiles:        files,
+			Fingerprint:      hex.EncodeToString(s.sum.Sum(nil))[:16],
+			FormatKwargs:     map[string]any{},
+			OutputAllColumns: false,
+			Split:            s.name,
+			FormatColumns:    nil, // null: every column
+			FormatType:       nil, // null: Python objects
+		}
+		b, err := state.JSON()
+		if err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(w.dir, s.name, "state.json"), b); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(w.dir, s.name, "dataset_info.json"), info); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DiskState is a split's state.json. load_from_disk reads all seven keys.
+type DiskState struct {
+	DataFiles        []map[string]string `json:"_data_files"`
+	Fingerprint      string              `json:"_fingerprint"`
+	FormatColumns    []string            `json:"_format_columns"`
+	FormatKwargs     map[string]any      `json:"_format_kwargs"`
+	FormatType       *string             `json:"_format_type"`
+	OutputAllColumns bool                `json:"_output_all_columns"`
+	Split            string              `json:"_split"`
+}
+
+// JSON encodes the state as datasets does: indent 2, keys sorted (the
+// struct's field order is the sorted order).
+func (s DiskState) JSON() ([]byte, error) {
+	return json.MarshalIndent(s, "", "  ")
+}
+
+// DiskInfo is a split's dataset_info.json: DatasetInfo's fields with keys
+// sorted, features in the portable encoding (see Features.JSON).
+func DiskInfo(fs Features, description string) []byte {
+	info := map[string]json.RawMessage{
+		"citation":    json.RawMessage(`""`),
+		"description": json.RawMessage(jsonString(description)),
+		"features":    fs.JSON(),
+		"homepage":    json.RawMessage(`""`),
+		"license":     json.RawMessage(`""`),
+	}
+	b, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// writeFile writes a small file and syncs it.
+func writeFile(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("hf: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("hf: %w", err)
+	}
+	return nil
+}
+
+// countingWriter counts and hashes what passes through it.
+type countingWriter struct {
+	w   *os.File
+	n   int64
+	sum hash.Hash
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.sum.Write(p[:n])
+	return n, err
+}
