@@ -19,6 +19,12 @@
 // executed); a server that still fails after the retries → an error, which
 // runtime.Rollout records as ExitPolicyError.
 //
+// Reasoning the server reports apart (message.reasoning, reasoning_content)
+// is recorded in ModelEvent.Reasoning but not sent back: chat templates drop
+// earlier turns' reasoning, and servers differ in how they would accept it.
+// Observations go back as text only, their middle elided beyond
+// Config.ObservationCap.
+//
 // A Policy holds one episode's conversation; build one per episode. The API
 // key is read from the environment at request time and never stored in a
 // Config, a message, an error or a log line.
