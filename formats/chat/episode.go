@@ -111,3 +111,12 @@ func (e *Episode) Screenshot(i int) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Refusal is the error a target's Write returns for an episode it cannot
+// represent without inventing data (verl-agent: no token record). The
+// pipeline counts refusals by Reason, reports them and goes on.
+type Refusal struct {
+	Reason string // short and stable, e.g. "no token record"
+}
+
+func (r *Refusal) Error() string { return "refused: " + r.Reason }

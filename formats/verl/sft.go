@@ -1,0 +1,179 @@
+package verl
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/formats/hf"
+)
+
+// SFTFeatures returns the verl-sft columns. The tool-call arguments struct
+// and the tool parameters' properties struct hold the union of every
+// action's fields (sorted by name), typed from aci. withThinking adds the
+// enable_thinking column.
+func SFTFeatures(withThinking bool) hf.Features {
+	names := actionFieldNames()
+	args := make(hf.Struct, len(names))
+	props := make(hf.Struct, len(names))
+	prop := hf.Struct{{Name: "type", Type: str}, {Name: "description", Type: str}, {Name: "enum", Type: hf.List{Item: str}}}
+	for i, n := range names {
+		typ, _ := aci.FieldType(n)
+		var v hf.Feature = str
+		if typ == "integer" {
+			v = i64
+		}
+		args[i] = hf.Field{Name: n, Type: v}
+		props[i] = hf.Field{Name: n, Type: prop}
+	}
+	message := hf.Struct{
+		{Name: "role", Type: str},
+		{Name: "content", Type: str},
+		{Name: "reasoning_content", Type: str},
+		{Name: "tool_calls", Type: hf.List{Item: hf.Struct{
+			{Name: "id", Type: str},
+			{Name: "type", Type: str},
+			{Name: "function", Type: hf.Struct{{Name: "name", Type: str}, {Name: "arguments", Type: args}}},
+		}}},
+		{Name: "tool_call_id", Type: str},
+	}
+	tool := hf.Struct{
+		{Name: "type", Type: str},
+		{Name: "function", Type: hf.Struct{
+			{Name: "name", Type: str},
+			{Name: "description", Type: str},
+			{Name: "parameters", Type: hf.Struct{
+				{Name: "type", Type: str},
+				{Name: "properties", Type: props},
+				{Name: "required", Type: hf.List{Item: str}},
+				{Name: "additionalProperties", Type: bl},
+			}},
+		}},
+	}
+	fs := hf.Features{
+		{Name: "messages", Type: hf.List{Item: message}},
+		{Name: "tools", Type: hf.List{Item: tool}},
+	}
+	if withThinking {
+		fs = append(fs, hf.Field{Name: "enable_thinking", Type: bl})
+	}
+	return append(fs,
+		hf.Field{Name: "episode_id", Type: str},
+		hf.Field{Name: "task_id", Type: str},
+		hf.Field{Name: "exit_reason", Type: str},
+		hf.Field{Name: "reward", Type: f64},
+	)
+}
+
+// actionFieldNames is every field of every tool, sorted.
+func actionFieldNames() []string {
+	var names []string
+	for _, t := range aci.ToolSchemas() {
+		props := t["function"].(map[string]any)["parameters"].(map[string]any)["properties"].(map[string]any)
+		for n := range props {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return slices.Compact(names)
+}
+
+// SFTWriter writes verl-sft.
+type SFTWriter struct {
+	s            *splitFiles
+	withThinking bool
+	tools        []any
+}
+
+// NewSFTWriter creates DIR/<split>.parquet for each split. withThinking
+// adds the enable_thinking column; set it only when every episode's
+// EnableThinking is known (a null would reach verl as None).
+func NewSFTWriter(dir string, splits []string, withThinking bool) (*SFTWriter, error) {
+	s, err := openSplits(dir, splits, SFTFeatures(withThinking))
+	if err != nil {
+		return nil, err
+	}
+	tools := []any{}
+	for _, t := range aci.ToolSchemas() {
+		tools = append(tools, t)
+	}
+	return &SFTWriter{s: s, withThinking: withThinking, tools: tools}, nil
+}
+
+// Write appends ep's conversation.
+func (w *SFTWriter) Write(ep *chat.Episode) error {
+	f, err := w.s.file(ep)
+	if err != nil {
+		return err
+	}
+	msgs, err := chat.Messages(ep)
+	if err != nil {
+		return err
+	}
+	values := make([]any, len(msgs))
+	for i, m := range msgs {
+		v := map[string]any{"role": m.Role, "content": m.Content}
+		if m.Reasoning != "" {
+			v["reasoning_content"] = m.Reasoning
+		}
+		if m.ToolCallID != "" {
+			v["tool_call_id"] = m.ToolCallID
+		}
+		if len(m.ToolCalls) > 0 {
+			calls := make([]any, len(m.ToolCalls))
+			for j, tc := range m.ToolCalls {
+				args, err := argumentValues(tc.Arguments)
+				if err != nil {
+					return fmt.Errorf("verl: episode %s: tool call %s: %w", ep.Row.EpisodeID, tc.ID, err)
+				}
+				calls[j] = map[string]any{"id": tc.ID, "type": "function",
+					"function": map[string]any{"name": tc.Name, "arguments": args}}
+			}
+			v["tool_calls"] = calls
+		}
+		values[i] = v
+	}
+	row := hf.Row{
+		"messages":    values,
+		"tools":       w.tools,
+		"episode_id":  ep.Row.EpisodeID,
+		"task_id":     ep.Row.TaskID,
+		"exit_reason": ep.Row.ExitReason,
+		"reward":      ep.Reward(),
+	}
+	if w.withThinking {
+		if ep.EnableThinking == nil {
+			return fmt.Errorf("verl: episode %s: enable_thinking is unknown but the file has the column", ep.Row.EpisodeID)
+		}
+		row["enable_thinking"] = *ep.EnableThinking
+	}
+	return w.s.append(f, row)
+}
+
+// Close finishes the files.
+func (w *SFTWriter) Close() error { return w.s.close() }
+
+// argumentValues decodes tool-call arguments into struct values: integers
+// as int64, everything else as decoded.
+func argumentValues(raw json.RawMessage) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		if n, ok := v.(json.Number); ok {
+			i, err := n.Int64()
+			if err != nil {
+				return nil, fmt.Errorf("argument %s: %v is not an integer", k, n)
+			}
+			m[k] = i
+		}
+	}
+	return m, nil
+}
