@@ -102,8 +102,17 @@ func badInput(err error) error {
 // from the ones recorded in its manifest.
 var ErrIncompatibleResume = errors.New("collect: cannot resume")
 
-// PolicyFactory builds the policy for one episode.
-type PolicyFactory func(cfg Config, t task.Spec) (runtime.Policy, error)
+// Episode identifies the episode a policy is built for.
+type Episode struct {
+	ID     string
+	Repeat int
+	Seed   int64 // the run seed
+}
+
+// PolicyFactory builds the policy for one episode. It is also called once
+// per task with a zero Episode before the run starts, to refuse bad
+// configuration early.
+type PolicyFactory func(cfg Config, t task.Spec, ep Episode) (runtime.Policy, error)
 
 // RegisterPolicy adds a policy by name. It panics on an empty name, a nil
 // factory or a duplicate.
@@ -184,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	for i := range specs {
 		specs[i] = specs[i].WithDefaults()
-		if _, err := newPolicy(cfg, specs[i]); err != nil {
+		if _, err := newPolicy(cfg, specs[i], Episode{}); err != nil {
 			return nil, badInput(err)
 		}
 	}

@@ -90,7 +90,7 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		ep.Detail = acquireErr.Error()
 		er.log("episode %s of %s: %v", p.id[:12], spec.ID, acquireErr)
 	} else {
-		pol, err := er.newPolicy(er.cfg, *spec)
+		pol, err := er.newPolicy(er.cfg, *spec, Episode{ID: p.id, Repeat: p.repeat, Seed: er.cfg.Seed})
 		if err != nil {
 			ep.ExitReason, ep.Detail = string(runtime.ExitPolicyError), err.Error()
 		} else {

@@ -2,6 +2,7 @@ package collect
 
 import (
 	"fmt"
+	"hash/fnv"
 
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/policy/script"
@@ -16,7 +17,7 @@ var policies = map[string]PolicyFactory{
 }
 
 // scriptPolicy replays -script FILE, or else each task's solution.
-func scriptPolicy(cfg Config, t task.Spec) (runtime.Policy, error) {
+func scriptPolicy(cfg Config, t task.Spec, _ Episode) (runtime.Policy, error) {
 	if cfg.ScriptFile != "" {
 		acts, err := script.LoadFile(cfg.ScriptFile)
 		if err != nil {
@@ -32,11 +33,17 @@ func scriptPolicy(cfg Config, t task.Spec) (runtime.Policy, error) {
 
 // openaiPolicy talks to an OpenAI-compatible server configured by
 // cfg.PolicyOptions (see openai.OptionNames). Its retries are logged to
-// cfg.Log. A fresh policy, and so a fresh conversation, per episode.
-func openaiPolicy(cfg Config, _ task.Spec) (runtime.Policy, error) {
+// cfg.Log. A fresh policy, and so a fresh conversation, per episode. A
+// sampling seed option is mixed with the episode id, so repeats of a task
+// sample differently while a rerun of the same episode sends the same seed.
+func openaiPolicy(cfg Config, _ task.Spec, ep Episode) (runtime.Policy, error) {
 	oc, err := openai.ParseOptions(cfg.PolicyOptions)
 	if err != nil {
 		return nil, fmt.Errorf("collect: -policy openai: %w", err)
+	}
+	if oc.Seed != nil && ep.ID != "" {
+		s := episodeSeed(*oc.Seed, ep.ID)
+		oc.Seed = &s
 	}
 	if cfg.Log != nil {
 		oc.Logf = func(format string, args ...any) {
@@ -44,4 +51,12 @@ func openaiPolicy(cfg Config, _ task.Spec) (runtime.Policy, error) {
 		}
 	}
 	return openai.New(oc)
+}
+
+// episodeSeed mixes a base seed with an episode id into a non-negative
+// int64 (servers reject negative seeds).
+func episodeSeed(base int64, episodeID string) int64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s", base, episodeID)
+	return int64(h.Sum64() >> 1)
 }

@@ -58,9 +58,9 @@ type Config struct {
 	Temperature *float64
 	TopP        *float64
 	MaxTokens   int
-	// Seed is sent unchanged with every request of every episode: with it,
-	// repeats of a task sample the same way. Leave it unset for diverse
-	// repeats.
+	// Seed is sent with every request. The collector mixes it with each
+	// episode's id first, so repeats of a task sample differently and a
+	// rerun of an episode sends the same seed.
 	Seed *int64
 
 	// Timeout bounds one request attempt. Retries is how many times a
