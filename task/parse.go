@@ -240,7 +240,7 @@ func (p parser) duration(n *yaml.Node, field string, dst *Duration) error {
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-var specFields = []string{"id", "instruction", "image", "files", "env", "setup", "start", "verify", "limits", "solution"}
+var specFields = []string{"id", "instruction", "image", "files", "env", "setup", "start", "verify", "limits", "solution", "browser"}
 
 func (p parser) spec(n *yaml.Node) (Spec, error) {
 	s := Spec{Source: fmt.Sprintf("%s:%d", p.file, n.Line)}
@@ -274,6 +274,8 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 			return p.limits(v, &s.Limits)
 		case "solution":
 			return p.solution(v, &s)
+		case "browser":
+			return p.browser(v, &s)
 		}
 		return nil
 	})
@@ -419,4 +421,100 @@ func (p parser) solution(v *yaml.Node, s *Spec) error {
 		s.Solution = append(s.Solution, a)
 	}
 	return nil
+}
+
+// Bounds of a browser viewport, in CSS pixels.
+const (
+	minViewport = 64
+	maxViewport = 4096
+)
+
+var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
+
+var viewportRE = regexp.MustCompile(`^([0-9]{1,5})x([0-9]{1,5})$`)
+
+// browser reads the optional browser section. An empty mapping (browser: {})
+// asks for a browser with every default.
+func (p parser) browser(v *yaml.Node, s *Spec) error {
+	b := &Browser{}
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		s.Browser = b
+		return nil
+	}
+	known := []string{"viewport", "start", "observe", "load_timeout"}
+	err := p.fields(v, "browser", known, func(key string, n *yaml.Node) error {
+		field := "browser." + key
+		switch key {
+		case "viewport":
+			var vp string
+			if err := p.str(n, field, &vp); err != nil {
+				return err
+			}
+			m := viewportRE.FindStringSubmatch(vp)
+			if m == nil {
+				return p.errAt(n, field, "%q is not WIDTHxHEIGHT in pixels, such as 1280x800", vp)
+			}
+			fmt.Sscan(m[1], &b.Width)
+			fmt.Sscan(m[2], &b.Height)
+			if b.Width < minViewport || b.Height < minViewport || b.Width > maxViewport || b.Height > maxViewport {
+				return p.errAt(n, field, "%s is out of range (each side %d to %d pixels)", vp, minViewport, maxViewport)
+			}
+		case "start":
+			if err := p.str(n, field, &b.Start); err != nil {
+				return err
+			}
+			if msg := checkStartPage(b.Start); msg != "" {
+				return p.errAt(n, field, "%q %s", b.Start, msg)
+			}
+		case "observe":
+			if err := p.str(n, field, &b.Observe); err != nil {
+				return err
+			}
+			for _, m := range BrowserObserveModes {
+				if b.Observe == m {
+					return nil
+				}
+			}
+			return p.errAt(n, field, "%q is not known (known: %s)", b.Observe, strings.Join(BrowserObserveModes, ", "))
+		case "load_timeout":
+			return p.duration(n, field, &b.LoadTimeout)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.Browser = b
+	return nil
+}
+
+// checkStartPage says what is wrong with a start page, or "" when it is one
+// the browser may open: a workspace-relative path, a loopback http(s) URL or
+// about:blank. The browser has no other network (package browser).
+func checkStartPage(start string) string {
+	switch {
+	case strings.TrimSpace(start) == "":
+		return "is empty"
+	case start == "about:blank":
+		return ""
+	case strings.HasPrefix(start, "http://") || strings.HasPrefix(start, "https://"):
+		host := strings.SplitN(strings.SplitN(start, "://", 2)[1], "/", 2)[0]
+		if i := strings.LastIndex(host, ":"); i >= 0 && !strings.HasSuffix(host, "]") {
+			host = host[:i]
+		}
+		if host == "localhost" || host == "[::1]" || strings.HasPrefix(host, "127.") {
+			return ""
+		}
+		return "is not a loopback URL: the browser reaches only the workspace and loopback"
+	case schemeRE.MatchString(start):
+		return "must be a workspace-relative path, a loopback http(s) URL or about:blank"
+	case strings.HasPrefix(start, "/"):
+		return "must be relative to the workspace"
+	}
+	for _, seg := range strings.Split(strings.SplitN(strings.SplitN(start, "?", 2)[0], "#", 2)[0], "/") {
+		if seg == ".." {
+			return "must stay inside the workspace"
+		}
+	}
+	return ""
 }

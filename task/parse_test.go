@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -56,7 +57,7 @@ func TestParseErrorsNameFileLineField(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown top-level field", "id: a\ninstruction: x\nsetpu: [ls]\n", []string{"bad.yaml:3:1", "field setpu", "unknown field", "known: env, files"}},
+		{"unknown top-level field", "id: a\ninstruction: x\nsetpu: [ls]\n", []string{"bad.yaml:3:1", "field setpu", "unknown field", "known: browser, env, files"}},
 		{"unknown limits field", "id: a\ninstruction: x\nlimits:\n  max_step: 3\n", []string{"bad.yaml:4:3", "limits.max_step", "known: action_timeout"}},
 		{"wrong type", "id: a\ninstruction: x\nlimits:\n  max_steps: many\n", []string{"bad.yaml:4:14", "limits.max_steps", "many"}},
 		{"bad duration", "id: a\ninstruction: x\nlimits:\n  action_timeout: 3 seconds\n", []string{"bad.yaml:4", "limits.action_timeout", "positive duration"}},
@@ -71,6 +72,17 @@ func TestParseErrorsNameFileLineField(t *testing.T) {
 		{"escaping file", "id: a\ninstruction: x\nfiles:\n  ../evil: x\n", []string{"bad.yaml:4:3", "files.../evil", "inside the workspace"}},
 		{"bad id", "id: 'a b'\ninstruction: x\n", []string{"bad.yaml:1:5", "field id"}},
 		{"duplicate field", "id: a\nid: b\ninstruction: x\n", []string{"bad.yaml:2:1"}},
+		{"browser not a mapping", "id: a\ninstruction: x\nbrowser: chromium\n", []string{"bad.yaml:3:10", "field browser", "must be a mapping"}},
+		{"unknown browser field", "id: a\ninstruction: x\nbrowser:\n  viewpot: 800x600\n", []string{"bad.yaml:4:3", "browser.viewpot", "known: load_timeout, observe, start, viewport"}},
+		{"bad viewport", "id: a\ninstruction: x\nbrowser: {viewport: 1280*800}\n", []string{"bad.yaml:3:21", "browser.viewport", "WIDTHxHEIGHT"}},
+		{"viewport too small", "id: a\ninstruction: x\nbrowser: {viewport: 10x800}\n", []string{"browser.viewport", "out of range"}},
+		{"viewport not a string", "id: a\ninstruction: x\nbrowser:\n  viewport: [1280, 800]\n", []string{"bad.yaml:4:13", "browser.viewport", "must be a string"}},
+		{"bad observe", "id: a\ninstruction: x\nbrowser: {observe: pixels}\n", []string{"browser.observe", `"pixels" is not known`, "known: screenshot+a11y, screenshot, a11y, none"}},
+		{"start off the loopback", "id: a\ninstruction: x\nbrowser: {start: 'https://example.com/'}\n", []string{"browser.start", "not a loopback URL"}},
+		{"start outside the workspace", "id: a\ninstruction: x\nbrowser: {start: ../index.html}\n", []string{"browser.start", "inside the workspace"}},
+		{"absolute start", "id: a\ninstruction: x\nbrowser: {start: /etc/passwd}\n", []string{"browser.start", "relative to the workspace"}},
+		{"start with a scheme", "id: a\ninstruction: x\nbrowser: {start: 'file:///etc/passwd'}\n", []string{"browser.start", "workspace-relative path"}},
+		{"bad load timeout", "id: a\ninstruction: x\nbrowser: {load_timeout: soon}\n", []string{"browser.load_timeout", "positive duration"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -82,6 +94,46 @@ func TestParseErrorsNameFileLineField(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestParseBrowser(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       *Browser // after WithDefaults
+	}{
+		{"absent", "", nil},
+		{"empty mapping takes every default", "browser: {}\n",
+			&Browser{Width: 1280, Height: 800, Start: "about:blank", Observe: "screenshot+a11y", LoadTimeout: Duration(10 * time.Second)}},
+		{"null takes every default", "browser:\n",
+			&Browser{Width: 1280, Height: 800, Start: "about:blank", Observe: "screenshot+a11y", LoadTimeout: Duration(10 * time.Second)}},
+		{"every field", "browser:\n  viewport: 800x600\n  start: app/index.html?tab=2#top\n  observe: a11y\n  load_timeout: 3s\n",
+			&Browser{Width: 800, Height: 600, Start: "app/index.html?tab=2#top", Observe: "a11y", LoadTimeout: Duration(3 * time.Second)}},
+		{"loopback start", "browser: {start: 'http://127.0.0.1:8080/form'}\n",
+			&Browser{Width: 1280, Height: 800, Start: "http://127.0.0.1:8080/form", Observe: "screenshot+a11y", LoadTimeout: Duration(10 * time.Second)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			specs, err := Parse("b.yaml", []byte("id: a\ninstruction: x\n"+c.yaml))
+			require.NoError(t, err)
+			require.Equal(t, c.want, specs[0].WithDefaults().Browser)
+		})
+	}
+}
+
+func TestBrowserSectionKeepsOtherHashes(t *testing.T) {
+	a, err := Parse("a.yaml", []byte(good))
+	require.NoError(t, err)
+	b, err := Parse("b.yaml", []byte(good+"browser: {}\n"))
+	require.NoError(t, err)
+	require.NotEqual(t, a[0].Hash(), b[0].Hash(), "a browser section is part of the task")
+	require.NotContains(t, string(mustJSON(t, a[0].WithDefaults())), "browser", "tasks without one keep their old JSON, so their hashes and episode ids stay")
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
 }
 
 func TestLoadDirRejectsDuplicateIDs(t *testing.T) {

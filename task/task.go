@@ -35,6 +35,11 @@ type Spec struct {
 	Verify      *Verify           `json:"verify,omitempty"`
 	Limits      Limits            `json:"limits"`
 	Solution    []runtime.Action  `json:"solution,omitempty"` // scripted actions for policy/script
+	// Browser, when set, gives every sandbox of the task a headless browser
+	// beside it (package browser): GUI actions go to the browser, the rest
+	// to the sandbox. Nil for shell-only tasks, and then absent from the
+	// JSON, so their hashes do not change.
+	Browser *Browser `json:"browser,omitempty"`
 
 	// Source is where the spec was read from ("tasks/fix.yaml:1"); it is not
 	// part of the spec's identity or hash.
@@ -49,6 +54,38 @@ type Verify struct {
 	Reward    string `json:"reward"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 }
+
+// Browser is the browser section of a task: what the browser beside the
+// sandbox looks like and what each GUI step observes. The task package only
+// describes it; package browser runs it.
+type Browser struct {
+	// Width and Height are the viewport in CSS pixels; screenshots have
+	// exactly this size and click coordinates use the same space.
+	Width  int `json:"width"`
+	Height int `json:"height"`
+	// Start is the page the browser opens when it starts: a
+	// workspace-relative path (index.html), a loopback http(s) URL, or
+	// about:blank.
+	Start string `json:"start"`
+	// Observe is what each GUI action's observation carries:
+	// "screenshot+a11y", "screenshot", "a11y" or "none". A screenshot
+	// action always carries a screenshot.
+	Observe string `json:"observe"`
+	// LoadTimeout bounds how long a navigation waits for its page to load.
+	LoadTimeout Duration `json:"load_timeout"`
+}
+
+// Browser defaults applied by WithDefaults.
+const (
+	DefaultViewportWidth  = 1280
+	DefaultViewportHeight = 800
+	DefaultBrowserStart   = "about:blank"
+	DefaultBrowserObserve = "screenshot+a11y"
+	DefaultLoadTimeout    = 10 * time.Second
+)
+
+// BrowserObserveModes lists the values Browser.Observe accepts.
+var BrowserObserveModes = []string{"screenshot+a11y", "screenshot", "a11y", "none"}
 
 // Limits bound each episode and sandbox of the task.
 type Limits struct {
@@ -108,6 +145,22 @@ func (s Spec) WithDefaults() Spec {
 	}
 	if s.Limits.EpisodeTimeout == 0 {
 		s.Limits.EpisodeTimeout = Duration(DefaultEpisodeTimeout)
+	}
+	if s.Browser != nil {
+		b := *s.Browser
+		if b.Width == 0 || b.Height == 0 {
+			b.Width, b.Height = DefaultViewportWidth, DefaultViewportHeight
+		}
+		if b.Start == "" {
+			b.Start = DefaultBrowserStart
+		}
+		if b.Observe == "" {
+			b.Observe = DefaultBrowserObserve
+		}
+		if b.LoadTimeout == 0 {
+			b.LoadTimeout = Duration(DefaultLoadTimeout)
+		}
+		s.Browser = &b
 	}
 	if s.Verify != nil && s.Verify.Reward == "" {
 		v := *s.Verify
