@@ -70,6 +70,9 @@ type Machine struct {
 	Go         string `json:"go"`
 	Dir        string `json:"dir"`
 	Filesystem string `json:"filesystem"`
+	// LoadAvg is /proc/loadavg's 1, 5 and 15 minute load when the run
+	// started: other work on the machine skews the numbers.
+	LoadAvg string `json:"load_avg"`
 }
 
 // Method holds the samples of one reset method, in milliseconds.
@@ -168,8 +171,8 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 
 	fmt.Fprintf(out, "forkline reset benchmark, %s\n", rep.Machine.Date)
 	m := rep.Machine
-	fmt.Fprintf(out, "machine: %d cores (%s), %d MiB RAM, Linux %s, %s; state in %s (%s)\n",
-		m.Cores, m.CPU, m.MemoryMiB, m.Kernel, m.Go, m.Dir, m.Filesystem)
+	fmt.Fprintf(out, "machine: %d cores (%s), %d MiB RAM, Linux %s, %s; state in %s (%s); load average %s\n",
+		m.Cores, m.CPU, m.MemoryMiB, m.Kernel, m.Go, m.Dir, m.Filesystem, m.LoadAvg)
 	fmt.Fprintf(out, "workspace: %d files of %d bytes (%.1f MiB), made by a sh loop of head -c %d /dev/urandom\n",
 		c.Files, fileSize, float64(rep.WorkspaceBytes)/(1<<20), fileSize)
 
@@ -406,6 +409,11 @@ func machine(dir string) Machine {
 		m.Kernel = unix.ByteSliceToString(u.Release[:])
 	}
 	m.CPU = procField("/proc/cpuinfo", "model name")
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
 	if kb, err := strconv.ParseInt(strings.TrimSuffix(procField("/proc/meminfo", "MemTotal"), " kB"), 10, 64); err == nil {
 		m.MemoryMiB = kb >> 10
 	}
