@@ -1,110 +1,203 @@
-// Command export converts a native forkline dataset into other formats.
+// Command export converts native forkline datasets into the formats
+// trainers load.
 //
-//	export -in runs/demo -to jsonl -out runs/demo.jsonl
+//	export -in runs/demo -to verl-agent -out out/verl -split train=0.95,test=0.05
+//	export -in runs/a -in runs/b -to hf -rows step -out out/hf -where exit_reason=done
 //	export -in runs/demo -to jsonl -out - | jq .exit_reason
 //
-// Targets today: jsonl (every episode with its steps and rewards, one JSON
-// object per line). The trainer formats (verl, Hugging Face, TRL/OpenAI) are
-// tracked as their own work and are not offered until they are real.
+// Targets and their output:
 //
-// Exit codes: 0 written, 1 failed, 2 bad input.
+//	jsonl       FILE or -                 every native column, one episode per line (one split only)
+//	verl-agent  DIR/<split>.parquet       verl AgentLoopOutput token rows + RLHFDataset prompt columns;
+//	                                      episodes without a token record are refused and counted
+//	verl-rl     DIR/<split>.parquet       verl RLHFDataset prompts: data_source, prompt, ability,
+//	                                      reward_model, extra_info (index)
+//	verl-sft    DIR/<split>.parquet       verl MultiTurnSFTDataset: messages, tools, enable_thinking
+//	hf          DIR/README.md             dataset card (configs, dataset_info)
+//	            DIR/data/<split>-NNNNN-of-MMMMM.parquet
+//	hf-disk     DIR/dataset_dict.json     datasets' save_to_disk layout
+//	            DIR/<split>/data-NNNNN-of-MMMMM.arrow, state.json, dataset_info.json
+//	chat-jsonl  DIR/<split>.jsonl         OpenAI/TRL chat fine-tuning lines
+//
+// Every split named by -split gets its file(s), empty or not. A directory
+// target is built in a hidden sibling directory and renamed into place when
+// complete; -out must be missing or empty unless -force. Exports stream one
+// episode at a time and are deterministic: the same inputs and flags give
+// the same bytes (no output holds a timestamp).
+//
+// Selection: -task and -where (repeatable; AND between flags, OR between
+// comma-separated values), -min-reward (episodes with a null reward never
+// pass). The reward is the episode-level reward row named -reward. Splits
+// are assigned by the first 8 bytes of sha256(episode_id), so an episode
+// stays in its split across exports.
+//
+// The user message is the task's instruction from the run's manifest; the
+// system prompt and enable_thinking come from the run's policy options
+// (system_prompt or system, enable_thinking) when it records them.
+//
+// Exit codes: 0 written, 1 failed, 2 bad input (flags, inputs, a selection
+// that leaves nothing to write), 130 interrupted (nothing is left at -out).
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"sort"
+	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 
-	"github.com/forkline/forkline/formats/jsonl"
-	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/formats/hf"
 )
 
+// Exit codes.
 const (
-	exitOK       = 0
-	exitFailed   = 1
-	exitBadInput = 2
+	exitOK        = 0
+	exitFailed    = 1
+	exitBadInput  = 2
+	exitCancelled = 130
 )
 
-// target writes one dataset to w.
-type target func(ds *shard.Dataset, w io.Writer) (int, error)
-
-var targets = map[string]target{
-	"jsonl": jsonl.Write,
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func targetNames() string {
-	var n []string
-	for k := range targets {
-		n = append(n, k)
-	}
-	sort.Strings(n)
-	return strings.Join(n, ", ")
-}
+// strs collects a repeatable string flag.
+type strs []string
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func (s *strs) String() string     { return strings.Join(*s, ",") }
+func (s *strs) Set(v string) error { *s = append(*s, v); return nil }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	in := fs.String("in", "", "native dataset `DIR` written by collect (required)")
-	to := fs.String("to", "", "target format: "+targetNames())
-	out := fs.String("out", "", "output `FILE`, or - for stdout (required)")
+	var inputs, wheres, tasks strs
+	fs.Var(&inputs, "in", "native dataset `DIR` written by collect (required; repeatable)")
+	to := fs.String("to", "", "target: "+strings.Join(targetNames(), ", ")+" (required)")
+	out := fs.String("out", "", "output `DIR` (a FILE or - for jsonl) (required)")
+	force := fs.Bool("force", false, "replace a non-empty -out directory")
+	fs.Var(&wheres, "where", "keep episodes whose `column=v1[,v2]` (or column!=...) matches; repeatable, all must hold; columns: "+whereColumnNames())
+	minReward := fs.String("min-reward", "", "keep episodes whose reward is at least `X` (a null reward never is)")
+	fs.Var(&tasks, "task", "keep episodes of task `ID` (repeatable)")
+	rewardName := fs.String("reward", "verify", "the episode-level reward `NAME` joined from the rewards table")
+	split := fs.String("split", "train=1", "`name=fraction,...` by episode-id hash, e.g. train=0.95,test=0.05")
+	rows := fs.String("rows", "episode", "hf, hf-disk: one row per `episode|step`")
+	toolArgs := fs.String("tool-args", "string", "chat-jsonl: tool-call arguments as a JSON `string|object`")
+	jsonOut := fs.Bool("json", false, "print the summary as JSON on stdout (not with -out -)")
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: export -in RUN [-in RUN2 ...] -to TARGET -out DIR [flags]\n\nTargets:\n")
+		for _, n := range targetNames() {
+			t := targets[n]
+			fmt.Fprintf(w, "  %-11s %s\n  %-11s   -> %s\n", n, t.summary, "", t.layout)
+		}
+		fmt.Fprintf(w, "\nExit codes: 0 written, 1 failed, 2 bad input, 130 interrupted.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitBadInput
 	}
-	if *in == "" || *out == "" || *to == "" {
-		fmt.Fprintln(stderr, "export: -in, -to and -out are required (see -h)")
-		return exitBadInput
+	fail := func(err error) int { fmt.Fprintln(stderr, err); return exitBadInput }
+	if fs.NArg() > 0 {
+		return fail(fmt.Errorf("export: unexpected arguments %q", fs.Args()))
 	}
-	write, ok := targets[*to]
-	if !ok {
-		fmt.Fprintf(stderr, "export: unknown target %q (known: %s)\n", *to, targetNames())
-		return exitBadInput
+	if len(inputs) == 0 || *out == "" || *to == "" {
+		return fail(errors.New("export: -in, -to and -out are required (see -h)"))
 	}
-	ds, err := shard.Open(*in)
-	if err != nil {
-		fmt.Fprintln(stderr, "export:", err)
-		return exitBadInput
+	if _, ok := targets[*to]; !ok {
+		return fail(fmt.Errorf("export: unknown target %q (known: %s)", *to, strings.Join(targetNames(), ", ")))
 	}
-	if *out == "-" {
-		n, err := write(ds, stdout)
+	cfg := &config{Inputs: inputs, Target: *to, Out: *out, Force: *force, Tasks: tasks, RewardName: *rewardName}
+	for _, w := range wheres {
+		wh, err := parseWhere(w)
 		if err != nil {
-			fmt.Fprintln(stderr, "export:", err)
-			return exitFailed
+			return fail(fmt.Errorf("export: %w", err))
 		}
-		fmt.Fprintf(stderr, "export: %d episodes\n", n)
+		cfg.Where = append(cfg.Where, wh)
+	}
+	if *minReward != "" {
+		v, err := strconv.ParseFloat(*minReward, 64)
+		if err != nil {
+			return fail(fmt.Errorf("export: -min-reward %q is not a number", *minReward))
+		}
+		cfg.MinReward = &v
+	}
+	var err error
+	if cfg.Split, err = parseSplit(*split); err != nil {
+		return fail(fmt.Errorf("export: %w", err))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["rows"] && !slices.Contains([]string{"hf", "hf-disk"}, *to) {
+		return fail(fmt.Errorf("export: -rows is for hf and hf-disk, not %s", *to))
+	}
+	if set["tool-args"] && *to != "chat-jsonl" {
+		return fail(fmt.Errorf("export: -tool-args is for chat-jsonl, not %s", *to))
+	}
+	if cfg.Rows, err = hf.ParseRows(*rows); err != nil {
+		return fail(fmt.Errorf("export: %w", err))
+	}
+	if cfg.ToolArgs, err = chat.ParseToolArgs(*toolArgs); err != nil {
+		return fail(fmt.Errorf("export: %w", err))
+	}
+	if *jsonOut && *out == "-" {
+		return fail(errors.New("export: -json prints on stdout, which -out - already uses"))
+	}
+
+	sum, err := export(ctx, cfg, stdout)
+	if sum != nil {
+		report(stderr, cfg, sum, err == nil)
+		if *jsonOut && err == nil {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(sum)
+		}
+	}
+	var bi badInput
+	switch {
+	case err == nil:
 		return exitOK
-	}
-	// Write to a temporary name and rename, so a failed export leaves no
-	// half-written file that looks finished.
-	tmp, err := os.CreateTemp(filepath.Dir(*out), "."+filepath.Base(*out)+".*.tmp")
-	if err != nil {
-		fmt.Fprintln(stderr, "export:", err)
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(stderr, "export: interrupted; nothing was written to", cfg.Out)
+		return exitCancelled
+	case errors.As(err, &bi):
+		fmt.Fprintln(stderr, err)
+		return exitBadInput
+	default:
+		fmt.Fprintln(stderr, err)
 		return exitFailed
 	}
-	defer os.Remove(tmp.Name())
-	n, err := write(ds, tmp)
-	if err == nil {
-		err = tmp.Sync()
+}
+
+// report prints the summary: what was read, filtered, refused and written.
+func report(w io.Writer, cfg *config, s *summary, ok bool) {
+	for _, in := range s.Inputs {
+		fmt.Fprintf(w, "export: -in %s (run %s, %s): %d episodes read, %d selected\n", in.Path, in.RunID, in.Status, in.Read, in.Selected)
 	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+	if len(s.Refused) > 0 {
+		fmt.Fprintf(w, "export: refused by %s: %s\n", cfg.Target, refusedText(s.Refused))
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), *out)
+	if !ok {
+		return
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "export:", err)
-		return exitFailed
+	var parts []string
+	var total int64
+	for _, p := range cfg.Split {
+		parts = append(parts, fmt.Sprintf("%s %d", p.name, s.Written[p.name]))
+		total += s.Written[p.name]
 	}
-	fmt.Fprintf(stderr, "export: %d episodes to %s\n", n, *out)
-	return exitOK
+	fmt.Fprintf(w, "export: %d episodes written to %s (%s), %d filtered out\n", total, cfg.Out, strings.Join(parts, ", "), s.Filtered)
 }

@@ -1,0 +1,556 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/formats/hf"
+	"github.com/forkline/forkline/formats/hf/hftest"
+	"github.com/forkline/forkline/formats/jsonl"
+	"github.com/forkline/forkline/formats/shard"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runExport(t *testing.T, args ...string) result {
+	t.Helper()
+	return runExportCtx(t, t.Context(), args...)
+}
+
+func runExportCtx(t *testing.T, ctx context.Context, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(ctx, args, &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// files lists a directory tree's files, slash-separated and sorted.
+func files(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		require.NoError(t, err)
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	}))
+	slices.Sort(out)
+	return out
+}
+
+func golden(t *testing.T, name string, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test ./cmd/export -update to create %s", path)
+	assert.Equal(t, string(want), got, "%s differs; rerun with -update if the change is intended", path)
+}
+
+func prettyJSON(t *testing.T, raw []byte) string {
+	var b bytes.Buffer
+	require.NoError(t, json.Indent(&b, raw, "", "  "))
+	return b.String()
+}
+
+// readTable reads one output file with the second implementation (parquet-go
+// for Parquet, the hand-written IPC reader for .arrow) and checks its
+// features by datasets' rule against the file's actual Arrow types: the
+// types pyarrow infers from the Parquet schema, and the ARROW:schema it
+// prefers when present (item names compared there).
+func readTable(t *testing.T, path string) *hftest.Table {
+	t.Helper()
+	if strings.HasSuffix(path, ".arrow") {
+		tab, err := hftest.ReadStreamFile(path)
+		require.NoError(t, err, path)
+		require.NoError(t, hftest.CheckFeatures(tab, true), path)
+		return tab
+	}
+	tab, err := hftest.ReadParquetFile(path)
+	require.NoError(t, err, path)
+	require.NoError(t, hftest.CheckFeatures(tab, false), "%s: features vs the Parquet schema", path)
+	stored, err := hftest.StoredArrowSchema(tab)
+	require.NoError(t, err, path)
+	want, err := hftest.FeatureTypes(tab.Metadata[hf.MetadataKey])
+	require.NoError(t, err)
+	require.NoError(t, hftest.CheckFields(want, stored.Fields, true), "%s: features vs ARROW:schema", path)
+	return tab
+}
+
+// describe renders an export's layout, schemas and metadata JSON: the
+// golden file of a target.
+func describe(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "== files\n%s\n", strings.Join(files(t, dir), "\n"))
+	for _, f := range files(t, dir) {
+		path := filepath.Join(dir, f)
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		switch {
+		case strings.HasSuffix(f, ".parquet") || strings.HasSuffix(f, ".arrow"):
+			tab := readTable(t, path)
+			fmt.Fprintf(&b, "\n== %s: %d rows\n", f, len(tab.Rows))
+			fields := tab.Fields
+			if stored, err := hftest.StoredArrowSchema(tab); err == nil {
+				fields = stored.Fields
+			}
+			for _, fl := range fields {
+				fmt.Fprintf(&b, "%s: %s\n", fl.Name, fl.String())
+			}
+			fmt.Fprintf(&b, "-- huggingface metadata\n%s\n", prettyJSON(t, []byte(tab.Metadata[hf.MetadataKey])))
+		case strings.HasSuffix(f, ".json"):
+			fmt.Fprintf(&b, "\n== %s\n%s\n", f, prettyJSON(t, data))
+		case strings.HasSuffix(f, ".md"):
+			fmt.Fprintf(&b, "\n== %s\n%s", f, data)
+		case strings.HasSuffix(f, ".jsonl"):
+			first, _, _ := bytes.Cut(data, []byte("\n"))
+			fmt.Fprintf(&b, "\n== %s: %d lines; the first:\n", f, bytes.Count(data, []byte("\n")))
+			if len(first) > 0 {
+				fmt.Fprintf(&b, "%s\n", prettyJSON(t, first))
+			}
+		}
+	}
+	return b.String()
+}
+
+func hashTree(t *testing.T, dir string) map[string]string {
+	out := map[string]string{}
+	for _, f := range files(t, dir) {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		out[f] = sha(data)
+	}
+	return out
+}
+
+var dirTargets = []string{"verl-agent", "verl-rl", "verl-sft", "hf", "hf-disk", "chat-jsonl"}
+
+// Every target: golden layout, schemas and metadata; every file read back
+// by a second implementation with its features checked; same input, same
+// bytes.
+func TestTargetsGoldenAndDeterministic(t *testing.T) {
+	f := newFixture(t)
+	for _, target := range append(slices.Clone(dirTargets), "hf/step", "hf-disk/step") {
+		t.Run(strings.ReplaceAll(target, "/", "-"), func(t *testing.T) {
+			to, rows, _ := strings.Cut(target, "/")
+			args := []string{"-in", f.runA, "-in", f.runB, "-to", to, "-split", "train=0.75,test=0.25"}
+			if rows != "" {
+				args = append(args, "-rows", rows)
+			}
+			var trees []map[string]string
+			for i := range 2 {
+				out := filepath.Join(t.TempDir(), fmt.Sprint("out", i))
+				r := runExport(t, append(args, "-out", out)...)
+				require.Equal(t, exitOK, r.code, r.stderr)
+				trees = append(trees, hashTree(t, out))
+				if i == 0 {
+					golden(t, strings.ReplaceAll(target, "/", "-")+".golden", describe(t, out))
+				}
+			}
+			assert.Equal(t, trees[0], trees[1], "two exports of the same input differ")
+		})
+	}
+}
+
+// The rows a target wrote are the episodes the summary says, per split.
+func TestRowCountsMatchTheSummary(t *testing.T) {
+	f := newFixture(t)
+	for _, target := range dirTargets {
+		t.Run(target, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			r := runExport(t, "-in", f.runA, "-in", f.runB, "-to", target, "-out", out, "-split", "train=0.75,test=0.25", "-json")
+			require.Equal(t, exitOK, r.code, r.stderr)
+			var sum summary
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &sum))
+			assert.Equal(t, int64(21), sum.Read)
+			for split, n := range sum.Written {
+				var got int
+				switch target {
+				case "hf":
+					got = len(readTable(t, filepath.Join(out, "data", split+"-00000-of-00001.parquet")).Rows)
+				case "hf-disk":
+					got = len(readTable(t, filepath.Join(out, split, "data-00000-of-00001.arrow")).Rows)
+				case "chat-jsonl":
+					data, err := os.ReadFile(filepath.Join(out, split+".jsonl"))
+					require.NoError(t, err)
+					got = bytes.Count(data, []byte("\n"))
+				default:
+					got = len(readTable(t, filepath.Join(out, split+".parquet")).Rows)
+				}
+				assert.Equal(t, int(n), got, "split %s", split)
+			}
+		})
+	}
+}
+
+// verl-agent: every row keeps AgentLoopOutput's length invariants, and its
+// reward is the verify reward of its own episode, joined from the rewards
+// table; episodes without a usable token record are refused and counted.
+func TestVerlAgentInvariantsAndRewards(t *testing.T) {
+	f := newFixture(t)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runExport(t, "-in", f.runA, "-in", f.runB, "-to", "verl-agent", "-out", out, "-split", "train=0.5,test=0.5", "-json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var sum summary
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &sum))
+	noTokens, drift := 0, 0
+	for id, ok := range f.tokens {
+		if !ok {
+			if strings.HasPrefix(id, "a-shell-2") {
+				drift++
+			} else {
+				noTokens++
+			}
+		}
+	}
+	assert.Equal(t, map[string]int64{"no token record": int64(noTokens), "token record cut by retokenization drift": int64(drift)}, sum.Refused)
+	assert.Contains(t, r.stderr, fmt.Sprintf("refused by verl-agent: %d no token record, %d token record cut by retokenization drift", noTokens, drift))
+
+	seen := map[string]bool{}
+	for _, split := range []string{"train", "test"} {
+		tab := readTable(t, filepath.Join(out, split+".parquet"))
+		for i, row := range tab.Rows {
+			ef := row["extra_fields"].(map[string]any)
+			id := ef["episode_id"].(string)
+			seen[id] = true
+			require.True(t, f.tokens[id], "%s has no usable token record but was written", id)
+			info := row["extra_info"].(map[string]any)
+			assert.Equal(t, id, info["episode_id"])
+			assert.Equal(t, split, info["split"])
+			assert.Equal(t, int64(i), info["index"])
+
+			ids := row["response_ids"].([]any)
+			mask := row["response_mask"].([]any)
+			require.NotEmpty(t, row["prompt_ids"])
+			require.Len(t, mask, len(ids), id)
+			model := 0
+			for _, m := range mask {
+				require.Contains(t, []any{int64(0), int64(1)}, m)
+				if m == int64(1) {
+					model++
+				}
+			}
+			turns := ef["token_turns"].(int64)
+			assert.Equal(t, 3*int(turns), model, "%s: model tokens", id)
+			assert.Equal(t, 2*turns, row["num_turns"])
+			if lp, ok := row["response_logprobs"].([]any); ok {
+				require.Len(t, lp, len(ids), id)
+				for j := range mask {
+					if mask[j] == int64(0) {
+						assert.Equal(t, 0.0, lp[j], "%s: environment token %d", id, j)
+					} else {
+						assert.Less(t, lp[j], 0.0, "%s: model token %d", id, j)
+					}
+				}
+			} else {
+				assert.Nil(t, row["response_logprobs"])
+			}
+			want := f.rewards[id]
+			if want == nil {
+				assert.Nil(t, row["reward_score"], "%s: reward", id)
+			} else {
+				assert.Equal(t, *want, row["reward_score"], "%s: reward", id)
+			}
+			assert.Equal(t, row["reward_score"], info["reward"], id)
+		}
+	}
+	for id, ok := range f.tokens {
+		assert.Equal(t, ok, seen[id], "episode %s written", id)
+	}
+}
+
+func TestVerlAgentRefusesARunWithoutTokens(t *testing.T) {
+	f := newFixture(t)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runExport(t, "-in", f.runA, "-to", "verl-agent", "-out", out, "-where", "has_tokens=false")
+	assert.Equal(t, exitBadInput, r.code)
+	assert.Contains(t, r.stderr, "refused every one of the 1 selected episodes (1 no token record); nothing written")
+	assert.NoDirExists(t, out)
+}
+
+func TestFiltersAndSplit(t *testing.T) {
+	f := newFixture(t)
+	read := func(t *testing.T, out, split string) []map[string]any {
+		return readTable(t, filepath.Join(out, split+".parquet")).Rows
+	}
+	t.Run("where, min-reward, task", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runExport(t, "-in", f.runA, "-in", f.runB, "-to", "verl-rl", "-out", out,
+			"-where", "exit_reason=done,timeout", "-where", "run_id!=run-b", "-min-reward", "0.5", "-task", "shell")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		rows := read(t, out, "train")
+		require.NotEmpty(t, rows)
+		for _, row := range rows {
+			info := row["extra_info"].(map[string]any)
+			assert.Contains(t, []any{"done", "timeout"}, info["exit_reason"])
+			assert.Equal(t, "run-a", info["run_id"])
+			assert.Equal(t, "shell", info["task_id"])
+			assert.GreaterOrEqual(t, info["reward"], 0.5)
+		}
+	})
+	t.Run("split is stable across exports", func(t *testing.T) {
+		splitOf := func(args ...string) map[string]string {
+			out := filepath.Join(t.TempDir(), "out")
+			r := runExport(t, append([]string{"-to", "verl-rl", "-out", out, "-split", "train=0.6,test=0.4"}, args...)...)
+			require.Equal(t, exitOK, r.code, r.stderr)
+			m := map[string]string{}
+			for _, s := range []string{"train", "test"} {
+				for _, row := range read(t, out, s) {
+					m[row["extra_info"].(map[string]any)["episode_id"].(string)] = s
+				}
+			}
+			return m
+		}
+		both := splitOf("-in", f.runA, "-in", f.runB)
+		alone := splitOf("-in", f.runB)
+		require.Len(t, both, 21)
+		for id, s := range alone {
+			assert.Equal(t, both[id], s, "episode %s changed split when exported with other runs", id)
+		}
+		n := 0
+		for _, s := range both {
+			if s == "test" {
+				n++
+			}
+		}
+		assert.True(t, n > 0 && n < 21, "both splits get episodes (test: %d of 21)", n)
+		for id, s := range both {
+			assert.Equal(t, assignSplit([]splitPart{{"train", 0.6}, {"test", 0.4}}, id), s)
+		}
+	})
+	t.Run("nothing selected", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runExport(t, "-in", f.runA, "-to", "verl-rl", "-out", out, "-task", "nope")
+		assert.Equal(t, exitBadInput, r.code)
+		assert.Contains(t, r.stderr, "no episode to write: 17 read, 17 filtered out")
+		assert.NoDirExists(t, out)
+	})
+}
+
+func TestParseSplit(t *testing.T) {
+	for _, tc := range []struct {
+		in, err string
+	}{
+		{"train=1", ""},
+		{"train=0.95,test=0.05", ""},
+		{"train=0.9,validation=0.05,test=0.05", ""},
+		{"train=0.9,test=0.05", "sum to 0.95"},
+		{"train=1,train=0", "positive"},
+		{"train=0.5,train=0.5", "named twice"},
+		{"tr-ain=1", "names of letters"},
+		{"train", "want name=fraction"},
+		{"train=x", "positive number"},
+	} {
+		_, err := parseSplit(tc.in)
+		if tc.err == "" {
+			assert.NoError(t, err, tc.in)
+		} else {
+			assert.ErrorContains(t, err, tc.err, tc.in)
+		}
+	}
+}
+
+func TestInputsMustBeCompatible(t *testing.T) {
+	f := newFixture(t)
+	t.Run("duplicate episode ids", func(t *testing.T) {
+		copyDir := filepath.Join(t.TempDir(), "again")
+		writeRun(t, filepath.Dir(copyDir), runSpec{runID: "again", policy: map[string]any{"name": "script"},
+			episodes: []shard.EpisodeBatch{episodeBatch("b-2", epOpts{task: "shell", exit: "done", reward: ptr(1.0)})}})
+		out := filepath.Join(t.TempDir(), "out")
+		r := runExport(t, "-in", f.runB, "-in", copyDir, "-to", "chat-jsonl", "-out", out)
+		assert.Equal(t, exitBadInput, r.code)
+		assert.Contains(t, r.stderr, "episode b-2 is in both -in "+f.runB+" and -in "+copyDir)
+		assert.NoDirExists(t, out)
+	})
+	t.Run("same run twice", func(t *testing.T) {
+		r := runExport(t, "-in", f.runB, "-in", f.runB, "-to", "hf", "-out", filepath.Join(t.TempDir(), "out"))
+		assert.Equal(t, exitBadInput, r.code)
+		assert.Contains(t, r.stderr, "must be unique across inputs")
+	})
+	t.Run("other schema version", func(t *testing.T) {
+		other := filepath.Join(t.TempDir(), "v99")
+		require.NoError(t, os.MkdirAll(other, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(other, "manifest.json"), []byte(`{"schema_version":99,"run_id":"x","shards":[]}`), 0o644))
+		r := runExport(t, "-in", f.runB, "-in", other, "-to", "hf", "-out", filepath.Join(t.TempDir(), "out"))
+		assert.Equal(t, exitBadInput, r.code)
+		assert.Contains(t, r.stderr, "schema version 99")
+	})
+	t.Run("task missing from the manifest", func(t *testing.T) {
+		dir := t.TempDir()
+		b := episodeBatch("x-0", epOpts{task: "unknown", exit: "done", reward: ptr(1.0)})
+		path := writeRun(t, dir, runSpec{runID: "x", policy: map[string]any{"name": "script"}, episodes: []shard.EpisodeBatch{b}})
+		out := filepath.Join(dir, "out")
+		r := runExport(t, "-in", path, "-to", "chat-jsonl", "-out", out)
+		assert.Equal(t, exitBadInput, r.code)
+		assert.Contains(t, r.stderr, `task "unknown" is not among the manifest's task specs`)
+		assert.NoDirExists(t, out)
+		assert.Equal(t, []string{"x"}, dirNames(t, dir), "no staging directory is left behind")
+	})
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestOutputDirectory(t *testing.T) {
+	f := newFixture(t)
+	parent := t.TempDir()
+	out := filepath.Join(parent, "out")
+	require.NoError(t, os.MkdirAll(out, 0o755))
+	r := runExport(t, "-in", f.runB, "-to", "chat-jsonl", "-out", out)
+	require.Equal(t, exitOK, r.code, "an empty directory may be used: %s", r.stderr)
+	r = runExport(t, "-in", f.runB, "-to", "verl-rl", "-out", out)
+	assert.Equal(t, exitBadInput, r.code)
+	assert.Contains(t, r.stderr, "is not empty; choose another directory or pass -force")
+	assert.Equal(t, []string{"train.jsonl"}, files(t, out))
+	r = runExport(t, "-in", f.runB, "-to", "verl-rl", "-out", out, "-force")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Equal(t, []string{"train.parquet"}, files(t, out), "-force replaces the directory whole")
+	assert.Equal(t, []string{"out"}, dirNames(t, parent), "no staging or old directory is left")
+}
+
+func TestInterruptedExportLeavesNothing(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	out := filepath.Join(t.TempDir(), "out")
+	r := runExportCtx(t, ctx, "-in", f.runA, "-to", "hf", "-out", out)
+	assert.Equal(t, exitCancelled, r.code, r.stderr)
+	assert.NoDirExists(t, out)
+	assert.Empty(t, dirNames(t, filepath.Dir(out)))
+}
+
+// The jsonl target still writes what formats/jsonl writes.
+func TestJSONLTargetUnchanged(t *testing.T) {
+	f := newFixture(t)
+	ds, err := shard.Open(f.runA)
+	require.NoError(t, err)
+	var want bytes.Buffer
+	_, err = jsonl.Write(ds, &want)
+	require.NoError(t, err)
+
+	r := runExport(t, "-in", f.runA, "-to", "jsonl", "-out", "-")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Equal(t, want.String(), r.stdout)
+
+	path := filepath.Join(t.TempDir(), "run.jsonl")
+	r = runExport(t, "-in", f.runA, "-to", "jsonl", "-out", path)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, want.String(), string(got))
+
+	r = runExport(t, "-in", f.runA, "-in", f.runB, "-to", "jsonl", "-out", "-", "-where", "exit_reason=timeout")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	sc := bufio.NewScanner(strings.NewReader(r.stdout))
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	for sc.Scan() {
+		var ep map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &ep))
+		assert.Equal(t, "timeout", ep["exit_reason"])
+		n++
+	}
+	assert.Equal(t, 1, n)
+}
+
+// hf episode rows embed the screenshots, the one stored by hash included,
+// and carry the conversation.
+func TestHFEpisodeRows(t *testing.T) {
+	f := newFixture(t)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runExport(t, "-in", f.runA, "-to", "hf", "-out", out, "-task", "gui", "-where", "exit_reason=done", "-where", "episode_id=a-gui-0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	rows := readTable(t, filepath.Join(out, "data", "train-00000-of-00001.parquet")).Rows
+	require.Len(t, rows, 1)
+	row := rows[0]
+	assert.Equal(t, []any{
+		map[string]any{"bytes": shotBlob, "path": nil},
+		map[string]any{"bytes": shotFull, "path": nil},
+	}, row["screenshots"])
+	assert.Nil(t, row["reward"], "a null verify reward stays null")
+	msgs := row["messages"].([]any)
+	assert.Equal(t, "user", msgs[0].(map[string]any)["role"])
+	assert.Equal(t, "Press the <Save> button.", msgs[0].(map[string]any)["content"])
+	assert.Equal(t, "cat: missing: No such file or directory\n[exit code 1]", msgs[4].(map[string]any)["content"])
+	last := msgs[len(msgs)-1].(map[string]any)
+	assert.Equal(t, map[string]any{"role": "assistant", "content": "3 files", "reasoning_content": nil, "tool_calls": nil, "tool_call_id": nil}, last)
+}
+
+// chat-jsonl takes the system prompt from the policy options and the
+// instruction from the task spec.
+func TestChatJSONLFromManifest(t *testing.T) {
+	f := newFixture(t)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runExport(t, "-in", f.runB, "-to", "chat-jsonl", "-out", out, "-tool-args", "object", "-where", "episode_id=b-0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	data, err := os.ReadFile(filepath.Join(out, "train.jsonl"))
+	require.NoError(t, err)
+	var line struct {
+		Messages []map[string]any `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(data, &line))
+	assert.Equal(t, map[string]any{"role": "system", "content": "You operate a Linux shell."}, line.Messages[0])
+	assert.Equal(t, map[string]any{"role": "user", "content": "List the files & count them."}, line.Messages[1])
+	args := line.Messages[2]["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"]
+	assert.Equal(t, map[string]any{"cmd": "ls -1 | wc -l > count.txt"}, args)
+}
+
+func TestFlagErrors(t *testing.T) {
+	f := newFixture(t)
+	out := filepath.Join(t.TempDir(), "out")
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-to", "hf", "-out", out}, "-in, -to and -out are required"},
+		{[]string{"-in", f.runB, "-to", "parquet", "-out", out}, `unknown target "parquet" (known: chat-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
+		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-split", "train=0.5"}, "sum to 0.5"},
+		{[]string{"-in", f.runB, "-to", "verl-rl", "-out", out, "-rows", "step"}, "-rows is for hf and hf-disk"},
+		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-tool-args", "object"}, "-tool-args is for chat-jsonl"},
+		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-rows", "turn"}, `rows "turn"`},
+		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-where", "color=red"}, `unknown column "color"`},
+		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-min-reward", "high"}, `-min-reward "high" is not a number`},
+		{[]string{"-in", f.runB, "-to", "jsonl", "-out", "-", "-split", "train=0.5,test=0.5"}, "writes one file"},
+		{[]string{"-in", f.runB, "-to", "hf", "-out", "-"}, "-out - is for jsonl only"},
+		{[]string{"-in", filepath.Join(f.dir, "nope"), "-to", "hf", "-out", out}, "no dataset"},
+	} {
+		r := runExport(t, tc.args...)
+		assert.Equal(t, exitBadInput, r.code, "%v: %s", tc.args, r.stderr)
+		assert.Contains(t, r.stderr, tc.msg, tc.args)
+	}
+	assert.NoDirExists(t, out)
+	r := runExport(t, "-h")
+	assert.Equal(t, exitOK, r.code)
+	for _, target := range targetNames() {
+		assert.Contains(t, r.stderr, target)
+	}
+}
