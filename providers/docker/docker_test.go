@@ -88,6 +88,7 @@ func TestConformance(t *testing.T) {
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
+			t.Parallel() // the engine is idle for much of an exec; two runs overlap well
 			providertest.Run(t, func(t *testing.T) providers.Provider { return newProvider(t, v.params) })
 		})
 	}
@@ -652,6 +653,46 @@ func TestCloseWithCancelledContext(t *testing.T) {
 	cancel()
 	require.NoError(t, p.Close(ctx), "Close cleans up even with a cancelled context")
 	left, err := p.Leftovers(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
+// TestConcurrentSweeps opens providers at the same time over leftovers of a
+// dead owner: their sweeps race for the same objects and must all succeed.
+func TestConcurrentSweeps(t *testing.T) {
+	cli := engine(t)
+	ctx := t.Context()
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	run := "sweep-race-" + randomHex(4)
+	labels := map[string]string{LabelRun: run, LabelOwner: fmt.Sprintf("%d@%s", 1<<30, host)}
+	for range 4 {
+		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Config:     &container.Config{Image: ImageBusybox, Cmd: []string{"sleep", "600"}, Labels: labels},
+			HostConfig: &container.HostConfig{NetworkMode: "none"},
+		})
+		require.NoError(t, err)
+		_, err = cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{})
+		require.NoError(t, err)
+		_, err = cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Config: &container.Config{Labels: labels}})
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			p, err := New(providers.Options{})
+			errs[i] = err
+			if err == nil {
+				errs[i] = p.Close(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "provider %d", i)
+	}
+	left, err := listLabelled(ctx, cli, LabelRun+"="+run)
 	require.NoError(t, err)
 	require.Empty(t, left)
 }

@@ -60,7 +60,8 @@ func (p *Provider) Prewarm(ctx context.Context, cp providers.Checkpoint, n int) 
 func (p *Provider) setStandby(ck *checkpoint, n int) *standby {
 	p.mu.Lock()
 	if ck.standby == nil {
-		ck.standby = &standby{p: p, ck: ck, changed: make(chan struct{})}
+		ctx, cancel := context.WithCancel(p.bg)
+		ck.standby = &standby{p: p, ck: ck, ctx: ctx, cancel: cancel, changed: make(chan struct{})}
 	}
 	st := ck.standby
 	p.mu.Unlock()
@@ -70,8 +71,11 @@ func (p *Provider) setStandby(ck *checkpoint, n int) *standby {
 
 // standby is the set of ready forks of one checkpoint.
 type standby struct {
-	p  *Provider
-	ck *checkpoint
+	p      *Provider
+	ck     *checkpoint
+	ctx    context.Context // of the starts; cancelled by stop
+	cancel context.CancelFunc
+	starts sync.WaitGroup // starts in flight
 
 	mu       sync.Mutex
 	target   int
@@ -139,6 +143,7 @@ func (st *standby) fillLocked() {
 			st.starting--
 			return
 		}
+		st.starts.Add(1)
 		go st.startOne()
 	}
 }
@@ -146,8 +151,9 @@ func (st *standby) fillLocked() {
 // startOne starts one standby fork in the background.
 func (st *standby) startOne() {
 	defer st.p.bgWG.Done()
+	defer st.starts.Done()
 	ck := st.ck
-	id, err := st.p.startContainer(st.p.bg, ck.info.ID, ck.spec, ck.info.ID)
+	id, err := st.p.startContainer(st.ctx, ck.info.ID, ck.spec, ck.info.ID)
 	var sb *sandbox
 	if err == nil {
 		sb = newSandbox(st.p, id, ForkMethod, ck.info.ID, ck.spec)
@@ -160,7 +166,7 @@ func (st *standby) startOne() {
 		st.lastErr = err
 	case st.stopped || len(st.ready) >= st.target:
 		st.mu.Unlock()
-		_ = sb.Close(st.p.bg)
+		_ = sb.Close(context.WithoutCancel(st.ctx))
 		st.mu.Lock()
 	default:
 		st.failures = 0
@@ -197,8 +203,9 @@ func (st *standby) waitReady(ctx context.Context) error {
 	}
 }
 
-// stop ends the standby and removes the ready forks. Starts in flight
-// remove their own container when they finish.
+// stop ends the standby, removes the ready forks and cancels the starts in
+// flight, and returns when they have removed their containers too, so the
+// checkpoint's image is no longer in use.
 func (st *standby) stop(ctx context.Context) {
 	st.mu.Lock()
 	st.stopped = true
@@ -206,7 +213,9 @@ func (st *standby) stop(ctx context.Context) {
 	st.ready = nil
 	st.broadcast()
 	st.mu.Unlock()
+	st.cancel()
 	forEachParallel(len(ready), 4, func(i int) { _ = ready[i].Close(ctx) })
+	st.starts.Wait()
 }
 
 // Ready reports how many standby forks of cp are started and waiting.

@@ -91,6 +91,8 @@ func removeLabelled(ctx context.Context, cli *client.Client, filter string, keep
 		case err == nil:
 			removed[i] = true
 		case cerrdefs.IsNotFound(err):
+		case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
+			// Another sweep (a provider opening at the same time) is on it.
 		default:
 			failed[i] = fmt.Errorf("docker: removing container %s: %w", shortID(ids[i]), err)
 		}
@@ -134,7 +136,9 @@ func removeLabelled(ctx context.Context, cli *client.Client, filter string, keep
 			switch {
 			case err == nil:
 				res.Images = append(res.Images, im.id)
-			case cerrdefs.IsNotFound(err):
+			case cerrdefs.IsNotFound(err) || imageGone(ctx, cli, im.id):
+				// Removed meanwhile by someone else (another sweep); the
+				// engine does not always say so with a 404.
 			default:
 				again = append(again, im)
 				lastErrs = append(lastErrs, fmt.Errorf("docker: removing image %s: %w", shortID(im.id), err))
@@ -147,6 +151,12 @@ func removeLabelled(ctx context.Context, cli *client.Client, filter string, keep
 	}
 	errs = append(errs, lastErrs...)
 	return res, errors.Join(errs...)
+}
+
+// imageGone reports whether image id no longer exists.
+func imageGone(ctx context.Context, cli *client.Client, id string) bool {
+	_, err := cli.ImageInspect(ctx, id)
+	return cerrdefs.IsNotFound(err)
 }
 
 // listLabelled describes the containers and images carrying the label
