@@ -185,6 +185,22 @@ func TestRowCountsMatchTheSummary(t *testing.T) {
 			var sum summary
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &sum))
 			assert.Equal(t, int64(21), sum.Read)
+			if target == "hf" {
+				readme, err := os.ReadFile(filepath.Join(out, "README.md"))
+				require.NoError(t, err)
+				card, err := hftest.ReadCard(readme)
+				require.NoError(t, err)
+				assert.Equal(t, sum.Written, card.Splits, "the card's split sizes are exact (datasets verifies them)")
+				for split, glob := range card.Files {
+					m, err := filepath.Glob(filepath.Join(out, glob))
+					require.NoError(t, err)
+					require.Len(t, m, 1, "split %s: %s", split, glob)
+					tab := readTable(t, m[0])
+					stored, err := hftest.StoredArrowSchema(tab)
+					require.NoError(t, err)
+					require.NoError(t, hftest.CheckFields(card.Features, stored.Fields, true), "card features vs %s", m[0])
+				}
+			}
 			for split, n := range sum.Written {
 				var got int
 				switch target {

@@ -217,6 +217,15 @@ func TestWriterLayoutAndCard(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, empty.Rows)
 	require.NoError(t, hftest.CheckFeatures(empty, false))
+
+	// The card, read by datasets' YAML rules, describes the files exactly.
+	c, err := hftest.ReadCard(card)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"train": 2, "test": 0}, c.Splits)
+	assert.Equal(t, map[string]string{"train": "data/train-*", "test": "data/test-*"}, c.Files)
+	stored, err := hftest.StoredArrowSchema(empty)
+	require.NoError(t, err)
+	require.NoError(t, hftest.CheckFields(c.Features, stored.Fields, true), "card features vs the files' Arrow types")
 }
 
 func TestDiskWriterLayout(t *testing.T) {

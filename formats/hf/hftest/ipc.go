@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 )
 
 // This file is a minimal reader of the Arrow IPC *stream* format, written
@@ -274,7 +275,7 @@ func (r *batchReader) column(f Type) ([]any, error) {
 	}
 	out := make([]any, n)
 	switch f.Kind {
-	case "utf8", "binary":
+	case "utf8", "binary", "large_utf8", "large_binary":
 		offsets, err := r.buffer()
 		if err != nil {
 			return nil, err
@@ -283,18 +284,19 @@ func (r *batchReader) column(f Type) ([]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if n > 0 && int64(len(offsets)) < 4*(n+1) {
+		large := strings.HasPrefix(f.Kind, "large_")
+		if n > 0 && int64(len(offsets)) < offsetWidth(large)*(n+1) {
 			return nil, errors.New("offsets buffer too short")
 		}
 		for i := range n {
 			if !valid(i) {
 				continue
 			}
-			a, b := binary.LittleEndian.Uint32(offsets[4*i:]), binary.LittleEndian.Uint32(offsets[4*i+4:])
-			if a > b || int(b) > len(data) {
+			a, b := offsetAt(offsets, i, large), offsetAt(offsets, i+1, large)
+			if a > b || b > int64(len(data)) {
 				return nil, fmt.Errorf("bad offsets %d..%d", a, b)
 			}
-			if f.Kind == "utf8" {
+			if f.Kind == "utf8" || f.Kind == "large_utf8" {
 				out[i] = string(data[a:b])
 			} else {
 				out[i] = append([]byte{}, data[a:b]...)
@@ -339,7 +341,7 @@ func (r *batchReader) column(f Type) ([]any, error) {
 				out[i] = math.Float64frombits(binary.LittleEndian.Uint64(p))
 			}
 		}
-	case "list":
+	case "list", "large_list":
 		offsets, err := r.buffer()
 		if err != nil {
 			return nil, err
@@ -348,12 +350,16 @@ func (r *batchReader) column(f Type) ([]any, error) {
 		if err != nil {
 			return nil, err
 		}
+		large := f.Kind == "large_list"
+		if n > 0 && int64(len(offsets)) < offsetWidth(large)*(n+1) {
+			return nil, errors.New("offsets buffer too short")
+		}
 		for i := range n {
 			if !valid(i) {
 				continue
 			}
-			a, b := binary.LittleEndian.Uint32(offsets[4*i:]), binary.LittleEndian.Uint32(offsets[4*i+4:])
-			if a > b || int(b) > len(items) {
+			a, b := offsetAt(offsets, i, large), offsetAt(offsets, i+1, large)
+			if a > b || b > int64(len(items)) {
 				return nil, fmt.Errorf("bad list offsets %d..%d of %d items", a, b, len(items))
 			}
 			out[i] = append([]any{}, items[a:b]...)
@@ -382,6 +388,21 @@ func (r *batchReader) column(f Type) ([]any, error) {
 		return nil, fmt.Errorf("type %s not supported", f.Kind)
 	}
 	return out, nil
+}
+
+func offsetWidth(large bool) int64 {
+	if large {
+		return 8
+	}
+	return 4
+}
+
+// offsetAt reads offset i of an int32 (or, large, int64) offsets buffer.
+func offsetAt(offsets []byte, i int64, large bool) int64 {
+	if large {
+		return int64(binary.LittleEndian.Uint64(offsets[8*i:]))
+	}
+	return int64(int32(binary.LittleEndian.Uint32(offsets[4*i:])))
 }
 
 // Flatbuffers, just enough to read Arrow messages.

@@ -1,0 +1,99 @@
+package hf
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/formats/hf/hftest"
+)
+
+// The checks are not vacuous: files whose Arrow types differ from their
+// features (what datasets would silently re-infer) fail them.
+func TestFeatureCheckCatchesMismatches(t *testing.T) {
+	md := Features{{"text", Value("string")}, {"ids", List{Value("int32")}}}.MetadataJSON()
+	for _, tc := range []struct {
+		name   string
+		fields []arrow.Field
+		msg    string
+	}{
+		{"not nullable", []arrow.Field{
+			{Name: "text", Type: arrow.BinaryTypes.String},
+			{Name: "ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true}}, "nullable"},
+		{"large string", []arrow.Field{
+			{Name: "text", Type: arrow.BinaryTypes.LargeString, Nullable: true},
+			{Name: "ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true}}, "large_utf8"},
+		{"wider ints", []arrow.Field{
+			{Name: "text", Type: arrow.BinaryTypes.String, Nullable: true},
+			{Name: "ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true}}, "int64"},
+		{"required items", []arrow.Field{
+			{Name: "text", Type: arrow.BinaryTypes.String, Nullable: true},
+			{Name: "ids", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32), Nullable: true}}, "nullable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			meta := arrow.NewMetadata([]string{MetadataKey}, []string{md})
+			schema := arrow.NewSchema(tc.fields, &meta)
+			rb := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+			defer rb.Release()
+			switch b := rb.Field(0).(type) {
+			case *array.StringBuilder:
+				b.Append("x")
+			case *array.LargeStringBuilder:
+				b.Append("x")
+			}
+			lb := rb.Field(1).(*array.ListBuilder)
+			lb.Append(true)
+			switch b := lb.ValueBuilder().(type) {
+			case *array.Int32Builder:
+				b.Append(1)
+			case *array.Int64Builder:
+				b.Append(1)
+			}
+			rec := rb.NewRecordBatch()
+			defer rec.Release()
+
+			var stream bytes.Buffer
+			w := ipc.NewWriter(&stream, ipc.WithSchema(schema))
+			require.NoError(t, w.Write(rec))
+			require.NoError(t, w.Close())
+			tab, err := hftest.ReadStream(stream.Bytes())
+			require.NoError(t, err)
+			require.ErrorContains(t, hftest.CheckFeatures(tab, true), tc.msg, "stream")
+
+			path := filepath.Join(t.TempDir(), "x.parquet")
+			f, err := os.Create(path)
+			require.NoError(t, err)
+			pw, err := pqarrow.NewFileWriter(schema, f, nil, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+			require.NoError(t, err)
+			require.NoError(t, pw.Write(rec))
+			require.NoError(t, pw.Close())
+			tab, err = hftest.ReadParquetFile(path)
+			require.NoError(t, err)
+			stored, err := hftest.StoredArrowSchema(tab)
+			require.NoError(t, err)
+			want, err := hftest.FeatureTypes(md)
+			require.NoError(t, err)
+			require.Error(t, hftest.CheckFields(want, stored.Fields, false), "parquet ARROW:schema")
+		})
+	}
+}
+
+// load_from_disk opens shards as IPC streams; the IPC file format is
+// refused by the reader the tests use.
+func TestStreamReaderRefusesTheFileFormat(t *testing.T) {
+	schema := EpisodeFeatures.ArrowSchema()
+	var buf bytes.Buffer
+	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(schema))
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	_, err = hftest.ReadStream(buf.Bytes())
+	require.ErrorContains(t, err, "file format")
+}
