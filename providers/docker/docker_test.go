@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
@@ -498,55 +499,110 @@ func TestStandby(t *testing.T) {
 	require.Empty(t, left)
 }
 
-func TestSweep(t *testing.T) {
-	cli := engine(t)
+// sweepFixture makes, for run, a running container and a checkpoint image
+// owned by this process, and a container and an image owned by a dead
+// process. Any process's sweep may remove the dead owner's objects as soon
+// as they exist, so they are made in single steps that need nothing of them
+// afterwards.
+type sweepFixture struct {
+	liveC, liveI, deadC, deadI string
+}
+
+func makeSweepFixture(t *testing.T, cli *client.Client, run string) sweepFixture {
+	t.Helper()
 	ctx := t.Context()
 	host, err := os.Hostname()
 	require.NoError(t, err)
+	live := map[string]string{LabelRun: run, LabelOwner: fmt.Sprintf("%d@%s", os.Getpid(), host)}
+	dead := map[string]string{LabelRun: run, LabelOwner: fmt.Sprintf("%d@%s", 1<<30, host)} // above any pid_max
+	var f sweepFixture
+	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: ImageBusybox, Cmd: []string{"sleep", "600"}, Labels: live},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	require.NoError(t, err)
+	f.liveC = c.ID
+	_, err = cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{})
+	require.NoError(t, err)
+	img, err := cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Config: &container.Config{Labels: live}})
+	require.NoError(t, err)
+	f.liveI = img.ID
+	img, err = cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Config: &container.Config{Labels: dead}})
+	require.NoError(t, err)
+	f.deadI = img.ID
+	c, err = cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: ImageBusybox, Cmd: []string{"sleep", "600"}, Labels: dead},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	require.NoError(t, err)
+	f.deadC = c.ID
+	return f
+}
+
+func exists(t *testing.T, cli *client.Client, containerID, imageID string) (bool, bool) {
+	t.Helper()
+	_, cerr := cli.ContainerInspect(t.Context(), containerID, client.ContainerInspectOptions{})
+	_, ierr := cli.ImageInspect(t.Context(), imageID)
+	for _, err := range []error{cerr, ierr} {
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	return cerr == nil, ierr == nil
+}
+
+func TestSweep(t *testing.T) {
+	cli := engine(t)
+	ctx := t.Context()
 	run := "sweep-test-" + randomHex(4)
-	deadOwner := fmt.Sprintf("%d@%s", 1<<30, host) // above any pid_max: never alive
-	liveOwner := fmt.Sprintf("%d@%s", os.Getpid(), host)
+	f := makeSweepFixture(t, cli, run)
 
-	mk := func(owner string) (string, string) {
-		t.Helper()
-		labels := map[string]string{LabelRun: run, LabelOwner: owner, LabelInstance: "sweep-test"}
-		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-			Config:     &container.Config{Image: ImageBusybox, Cmd: []string{"sleep", "600"}, Labels: labels},
-			HostConfig: &container.HostConfig{NetworkMode: "none"},
-		})
-		require.NoError(t, err)
-		_, err = cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{})
-		require.NoError(t, err)
-		img, err := cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Config: &container.Config{Labels: labels}})
-		require.NoError(t, err)
-		return c.ID, img.ID
-	}
-	deadC, deadI := mk(deadOwner)
-	liveC, liveI := mk(liveOwner)
-	count := func() int {
-		left, err := listLabelled(ctx, cli, LabelRun+"="+run)
-		require.NoError(t, err)
-		return len(left)
-	}
-	require.Equal(t, 4, count())
-
-	res, err := Sweep(ctx, cli, SweepOptions{DeadOwners: true})
+	_, err := Sweep(ctx, cli, SweepOptions{DeadOwners: true})
 	require.NoError(t, err)
-	require.Contains(t, res.Containers, deadC)
-	require.Contains(t, res.Images, deadI)
-	require.NotContains(t, res.Containers, liveC, "a live owner's objects stay")
-	require.Equal(t, 2, count())
+	c, i := exists(t, cli, f.deadC, f.deadI)
+	require.False(t, c, "the dead owner's container is swept")
+	require.False(t, i, "the dead owner's image is swept")
+	c, i = exists(t, cli, f.liveC, f.liveI)
+	require.True(t, c, "a live owner's container stays")
+	require.True(t, i, "a live owner's image stays")
 
-	res, err = Sweep(ctx, cli, SweepOptions{RunID: run})
+	res, err := Sweep(ctx, cli, SweepOptions{RunID: run})
 	require.NoError(t, err)
-	require.Equal(t, []string{liveC}, res.Containers)
-	require.Equal(t, []string{liveI}, res.Images)
-	require.Zero(t, count())
+	require.Equal(t, []string{f.liveC}, res.Containers)
+	require.Equal(t, []string{f.liveI}, res.Images)
+	left, err := listLabelled(ctx, cli, LabelRun+"="+run)
+	require.NoError(t, err)
+	require.Empty(t, left)
 
 	_, err = cli.ImageInspect(ctx, ImageBusybox)
 	require.NoError(t, err, "the base image is never swept")
 	_, err = Sweep(ctx, cli, SweepOptions{})
 	require.Error(t, err)
+}
+
+// TestConcurrentSweeps runs sweeps of one run at the same time (as
+// providers opening together do): they race for the same objects and must
+// all succeed.
+func TestConcurrentSweeps(t *testing.T) {
+	cli := engine(t)
+	run := "sweep-race-" + randomHex(4)
+	for range 2 {
+		makeSweepFixture(t, cli, run)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = Sweep(context.Background(), cli, SweepOptions{RunID: run, DeadOwners: true})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "sweep %d", i)
+	}
+	left, err := listLabelled(t.Context(), cli, LabelRun+"="+run)
+	require.NoError(t, err)
+	require.Empty(t, left)
 }
 
 func TestOwnerDead(t *testing.T) {
@@ -653,46 +709,6 @@ func TestCloseWithCancelledContext(t *testing.T) {
 	cancel()
 	require.NoError(t, p.Close(ctx), "Close cleans up even with a cancelled context")
 	left, err := p.Leftovers(context.Background())
-	require.NoError(t, err)
-	require.Empty(t, left)
-}
-
-// TestConcurrentSweeps opens providers at the same time over leftovers of a
-// dead owner: their sweeps race for the same objects and must all succeed.
-func TestConcurrentSweeps(t *testing.T) {
-	cli := engine(t)
-	ctx := t.Context()
-	host, err := os.Hostname()
-	require.NoError(t, err)
-	run := "sweep-race-" + randomHex(4)
-	labels := map[string]string{LabelRun: run, LabelOwner: fmt.Sprintf("%d@%s", 1<<30, host)}
-	for range 4 {
-		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-			Config:     &container.Config{Image: ImageBusybox, Cmd: []string{"sleep", "600"}, Labels: labels},
-			HostConfig: &container.HostConfig{NetworkMode: "none"},
-		})
-		require.NoError(t, err)
-		_, err = cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{})
-		require.NoError(t, err)
-		_, err = cli.ContainerCommit(ctx, c.ID, client.ContainerCommitOptions{Config: &container.Config{Labels: labels}})
-		require.NoError(t, err)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
-		wg.Go(func() {
-			p, err := New(providers.Options{})
-			errs[i] = err
-			if err == nil {
-				errs[i] = p.Close(context.Background())
-			}
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		require.NoError(t, err, "provider %d", i)
-	}
-	left, err := listLabelled(ctx, cli, LabelRun+"="+run)
 	require.NoError(t, err)
 	require.Empty(t, left)
 }
