@@ -27,6 +27,10 @@
 // the token record (prompt_ids, response_ids, response_mask int8,
 // response_logprobs), token_drift, duration_ms.
 //
+// The screenshot list is named screenshots, not images: TRL and verl treat
+// an "images" column as the model's visual input and would expect <image>
+// placeholders in the messages, which text conversations do not have.
+//
 // step: one row per step with the action, observation, screenshot (Image),
 // the step's token ids, step_reward and episode_reward.
 //

@@ -43,8 +43,8 @@
 // verl-sft: Arrow structs have one set of keys per column, so tool-call
 // arguments hold the union of every action's fields and tool parameters
 // the union of every tool's properties; keys a row does not use are null.
-// verl's loader passes them on as None. docs/verl_agent_loop.py has a
-// three-line function that drops them before the chat template sees them;
+// verl's loader passes them on as None. docs/verl_agent_loop.py has a short
+// function (drop_nulls) that drops them before the chat template sees them;
 // chat-jsonl and hf carry arguments as exact JSON instead.
 package verl
 
