@@ -67,18 +67,18 @@ type Config struct {
 	In             string // the dataset to replay
 	Provider       string // default: the provider the dataset was collected with
 	ProviderParams map[string]string
-	Image          string   // override every task's image (docker)
+	Image          string // override every task's image (docker)
 	// TaskFiles, when set, replaces the recorded specs with the specs of the
 	// same ids read from these files (a changed setup, a new version of a
 	// task): the replay then shows what the change does to stored episodes.
-	TaskFiles string
-	Tasks          []string // only these task ids (empty: all)
-	EpisodeIDs     []string // only these episode ids or id prefixes (empty: all)
-	Mode           Mode
-	Masks          []Mask // Normalized mode; nil means DefaultMasks
-	Replicas       int
-	WorkDir        string
-	Log            io.Writer
+	TaskFiles  string
+	Tasks      []string // only these task ids (empty: all)
+	EpisodeIDs []string // only these episode ids or id prefixes (empty: all)
+	Mode       Mode
+	Masks      []Mask // Normalized mode; nil means DefaultMasks
+	Replicas   int
+	WorkDir    string
+	Log        io.Writer
 }
 
 // Status of one replayed episode.
