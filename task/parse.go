@@ -502,10 +502,10 @@ func checkStartPage(start string) string {
 		if i := strings.LastIndex(host, ":"); i >= 0 && !strings.HasSuffix(host, "]") {
 			host = host[:i]
 		}
-		if host == "localhost" || host == "[::1]" || strings.HasPrefix(host, "127.") {
+		if host == "localhost" || host == "[::1]" || host == "127.0.0.1" {
 			return ""
 		}
-		return "is not a loopback URL: the browser reaches only the workspace and loopback"
+		return "is not a loopback URL (localhost, 127.0.0.1, [::1]): the browser reaches only the workspace and loopback"
 	case schemeRE.MatchString(start):
 		return "must be a workspace-relative path, a loopback http(s) URL or about:blank"
 	case strings.HasPrefix(start, "/"):

@@ -1,0 +1,634 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	_ "image/png" // DecodeConfig of screenshots
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/accessibility"
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/domsnapshot"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/runtime"
+)
+
+// Session is a sandbox with a browser beside it. It implements
+// providers.Sandbox (and so runtime.Session): GUI actions go to Chromium,
+// every other action to the sandbox. Like any session it is used by one
+// goroutine at a time; Close may come from another and waits for a running
+// action.
+type Session struct {
+	sb  providers.Sandbox
+	cfg Config
+	ws  string // the workspace as Chromium sees it
+	l   launcher
+
+	mu          sync.Mutex
+	running     bool
+	closed      bool
+	broken      error // the browser died; every later GUI action fails with it
+	cancelAlloc context.CancelFunc
+	cancelTab   context.CancelFunc
+	bctx        context.Context // the browser's tab; lives until Close
+	mainFrame   string
+	notes       []string // said once, in the next GUI observation
+	dirty       bool     // the page may differ from the page files
+	dialogs     chan string
+}
+
+// GUIKinds are the action kinds a Session sends to the browser.
+var GUIKinds = []runtime.ActionKind{runtime.ActNavigate, runtime.ActClick, runtime.ActType, runtime.ActKey,
+	runtime.ActScroll, runtime.ActScreenshot, runtime.ActWait}
+
+func isGUI(k runtime.ActionKind) bool {
+	for _, g := range GUIKinds {
+		if g == k {
+			return true
+		}
+	}
+	return false
+}
+
+// NewSession wraps sb. Chromium starts at the first GUI action. It returns
+// ErrNoHost when the browser cannot run for sb (see the package comment).
+func NewSession(sb providers.Sandbox, cfg Config) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Session{sb: sb, cfg: cfg, ws: sb.Info().Workspace, dialogs: make(chan string, 8)}
+	if p, ok := sb.(Piper); ok {
+		s.l = &pipeLauncher{sb: p}
+	} else if st, err := os.Stat(s.ws); err == nil && st.IsDir() && strings.HasPrefix(s.ws, "/") {
+		s.l = &hostLauncher{}
+	} else {
+		return nil, ErrNoHost
+	}
+	return s, nil
+}
+
+// Info is the sandbox's.
+func (s *Session) Info() providers.SandboxInfo { return s.sb.Info() }
+
+// Sandbox returns the wrapped sandbox.
+func (s *Session) Sandbox() providers.Sandbox { return s.sb }
+
+// Config returns the session's configuration.
+func (s *Session) Config() Config { return s.cfg }
+
+// BrowserPID is the host process id of the running browser, or 0 when it is
+// not running or does not run on this host.
+func (s *Session) BrowserPID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		return 0
+	}
+	if _, ok := s.l.(*hostLauncher); !ok {
+		return 0
+	}
+	return s.l.pid()
+}
+
+// Act runs one action. GUI actions go to the browser, others to the sandbox;
+// before a sandbox action, page files are refreshed when a GUI action may
+// have changed the page.
+func (s *Session) Act(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return runtime.Observation{}, providers.ErrClosed
+	}
+	if !isGUI(a.Kind) {
+		if s.dirty && s.running && s.broken == nil {
+			if err := s.writePageFiles(ctx); err != nil {
+				return runtime.Observation{}, err
+			}
+		}
+		return s.sb.Act(ctx, a)
+	}
+	return s.gui(ctx, a)
+}
+
+// Close kills the browser and closes the sandbox.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.stop(false)
+	return s.sb.Close(ctx)
+}
+
+// Prepare starts the browser, opens the start page, and closes the browser
+// gracefully, so the profile on disk is complete: what a golden checkpoint
+// should hold. The session stays usable; the next GUI action starts a new
+// browser on that profile.
+func (s *Session) Prepare(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return providers.ErrClosed
+	}
+	if s.broken != nil {
+		return s.broken
+	}
+	if !s.running {
+		if err := s.start(ctx); err != nil {
+			return err
+		}
+	}
+	s.stop(true)
+	s.notes, s.dirty = nil, false
+	return nil
+}
+
+// start launches Chromium, sets the viewport, and opens the start page.
+// A start page that fails to load is a note for the first observation, not
+// an error: the browser is up.
+func (s *Session) start(ctx context.Context) error {
+	allocCtx, cancelAlloc := s.l.allocator(s.cfg, s.ws)
+	tabCtx, cancelTab := chromedp.NewContext(allocCtx,
+		chromedp.WithLogf(func(string, ...any) {}), chromedp.WithErrorf(func(string, ...any) {}))
+	// The first call binds the browser's life to tabCtx, so it must not
+	// carry a deadline; the wait below bounds it instead.
+	done := make(chan error, 1)
+	go func() {
+		done <- chromedp.Do(tabCtx, chromedp.EmulateViewport(int64(s.cfg.Width), int64(s.cfg.Height)))
+	}()
+	timer := time.NewTimer(s.cfg.StartTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-timer.C:
+		err = fmt.Errorf("chromium did not answer within %s", s.cfg.StartTimeout)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		cancelTab()
+		cancelAlloc()
+		s.l.kill()
+		return fmt.Errorf("browser: starting %s: %w", s.cfg.exec(), err)
+	}
+	s.bctx, s.cancelTab, s.cancelAlloc, s.running = tabCtx, cancelTab, cancelAlloc, true
+	s.l.started(tabCtx)
+	if c := chromedp.FromContext(tabCtx); c != nil && c.Target != nil {
+		s.mainFrame = string(c.Target.TargetID)
+	}
+	// A dialog (alert, confirm, prompt) blocks the page, and so every input
+	// and screenshot after it: accept it at once and say so.
+	chromedp.Listen(tabCtx, func(ev any) {
+		if e, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			select {
+			case s.dialogs <- fmt.Sprintf("%s %q", e.Type, e.Message):
+			default:
+			}
+			go chromedp.Call(tabCtx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	})
+	if pid := s.l.pid(); pid > 0 {
+		s.sb.Act(ctx, runtime.Action{Kind: runtime.ActWriteFile, Path: Dir + "/pid", Content: strconv.Itoa(pid) + "\n"})
+	}
+	if s.cfg.Start != "about:blank" {
+		if note, _, err := s.navigate(ctx, s.cfg.Start); err != nil {
+			return err
+		} else if note != "" {
+			s.notes = append(s.notes, "start page "+note)
+		}
+	}
+	s.dirty = true
+	return nil
+}
+
+// stop ends the browser: gracefully (Browser.close, so the profile is
+// flushed) or at once; either way every process of it is killed after.
+func (s *Session) stop(graceful bool) {
+	if !s.running {
+		return
+	}
+	if graceful {
+		ctx, cancel := context.WithTimeout(s.bctx, 10*time.Second)
+		if _, ok := s.l.(*hostLauncher); ok {
+			chromedp.Cancel(ctx)
+		} else if c := chromedp.FromContext(s.bctx); c != nil && c.Browser != nil {
+			chromedp.CallBrowser(ctx, cdpbrowser.Close, cdp.Empty{})
+			select {
+			case <-c.Browser.LostConnection:
+			case <-ctx.Done():
+			}
+		}
+		cancel()
+	}
+	s.cancelTab()
+	s.cancelAlloc()
+	s.l.kill()
+	s.running = false
+	s.bctx = nil
+}
+
+// errBrowserGone wraps the cause when the browser died under a session.
+var errBrowserGone = errors.New("browser: chromium is gone")
+
+// call runs fn with a context derived from the browser's, bounded by d and
+// cancelled with ctx. It sorts the error: nil; the caller's ctx error; a
+// broken browser (returned as broken, and remembered); or anything else
+// (the action's own failure: a timeout, a protocol error).
+func (s *Session) call(ctx context.Context, d time.Duration, fn func(ctx context.Context) error) (failed, broken error) {
+	cctx, cancel := context.WithTimeout(s.bctx, d)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	err := fn(cctx)
+	// Between a navigation's answer and its commit (an error page comes
+	// from another renderer) the tab answers "not attached" for a moment.
+	for err != nil && strings.Contains(err.Error(), "Not attached to an active page") && cctx.Err() == nil {
+		select {
+		case <-time.After(25 * time.Millisecond):
+			err = fn(cctx)
+		case <-cctx.Done():
+		}
+	}
+	if err == nil {
+		return nil, nil
+	}
+	if s.bctx.Err() != nil {
+		return nil, s.markBroken(err)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer within %s", d), nil
+	}
+	return err, nil
+}
+
+func (s *Session) markBroken(cause error) error {
+	if s.broken == nil {
+		s.broken = fmt.Errorf("%w: %v", errBrowserGone, cause)
+		s.stop(false)
+	}
+	return s.broken
+}
+
+// gui performs one GUI action and observes the page.
+func (s *Session) gui(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
+	began := time.Now()
+	if s.broken != nil {
+		return runtime.Observation{}, s.broken
+	}
+	if !s.running {
+		if err := s.start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return runtime.Observation{}, ctx.Err()
+			}
+			return runtime.Observation{}, err
+		}
+	}
+	var (
+		msg   string // what went wrong, if anything
+		kind  runtime.ErrorKind
+		timed bool
+		err   error
+	)
+	switch a.Kind {
+	case runtime.ActNavigate:
+		msg, kind, err = s.navigate(ctx, a.URL)
+		timed = kind == runtime.ErrTimeout
+	case runtime.ActClick:
+		if a.X < 0 || a.Y < 0 || a.X >= s.cfg.Width || a.Y >= s.cfg.Height {
+			msg, kind = fmt.Sprintf("click at (%d, %d) is outside the %dx%d viewport; nothing was clicked", a.X, a.Y, s.cfg.Width, s.cfg.Height), runtime.ErrActionFail
+			break
+		}
+		msg, kind, err = s.input(ctx, func(ctx context.Context) error {
+			return chromedp.Do(ctx, chromedp.MouseClickXY(float64(a.X), float64(a.Y), chromedp.Button(buttonName(a.Button))))
+		})
+	case runtime.ActType:
+		msg, kind, err = s.input(ctx, func(ctx context.Context) error {
+			return chromedp.Do(ctx, chromedp.KeyEvent(a.Text))
+		})
+	case runtime.ActKey:
+		presses, perr := parseKeys(a.Keys)
+		if perr != nil {
+			msg, kind = "key: "+perr.Error(), runtime.ErrActionFail
+			break
+		}
+		msg, kind, err = s.input(ctx, func(ctx context.Context) error {
+			for _, p := range presses {
+				for _, ev := range p.events() {
+					if _, err := chromedp.Call(ctx, input.DispatchKeyEvent, ev); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	case runtime.ActScroll:
+		msg, kind, err = s.input(ctx, func(ctx context.Context) error {
+			x, y := float64(s.cfg.Width/2), float64(s.cfg.Height/2)
+			return chromedp.Do(ctx, chromedp.MouseEvent(chromedp.MouseWheel, x, y, func(p *input.DispatchMouseEventParams) {
+				p.DeltaX, p.DeltaY = float64(a.DX), float64(a.DY)
+			}))
+		})
+	case runtime.ActWait:
+		t := time.NewTimer(time.Duration(a.MS) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return runtime.Observation{}, ctx.Err()
+		}
+	case runtime.ActScreenshot:
+	}
+	if err != nil {
+		return runtime.Observation{}, err
+	}
+	s.dirty = true
+	obs, err := s.observe(ctx, a.Kind == runtime.ActScreenshot)
+	if err != nil {
+		return runtime.Observation{}, err
+	}
+	if msg != "" {
+		obs.Output = append([]byte(msg+"\n"), obs.Output...)
+		obs.Error, obs.ErrorKind, obs.TimedOut = true, kind, timed
+	}
+	obs.OutputBytes = int64(len(obs.Output))
+	obs.Duration = time.Since(began)
+	return obs, nil
+}
+
+func buttonName(b string) string {
+	if b == "" {
+		return "left"
+	}
+	return b
+}
+
+// navigate loads target and waits for its load event. It returns what went
+// wrong as a message and kind (refused, missing, load timeout, any other
+// load error) and an error only when the browser broke or ctx ended.
+func (s *Session) navigate(ctx context.Context, target string) (string, runtime.ErrorKind, error) {
+	u, refused := resolveURL(target, s.ws)
+	if refused != "" {
+		return fmt.Sprintf("navigate %s: refused: %s", target, refused), runtime.ErrPathRefused, nil
+	}
+	failed, broken := s.call(ctx, s.cfg.LoadTimeout, func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.Navigate(u))
+	})
+	if broken != nil {
+		return "", "", broken
+	}
+	if failed == nil {
+		return "", "", nil
+	}
+	if strings.HasPrefix(failed.Error(), "no answer within") {
+		// Stop the load, so the page is usable and observable.
+		s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
+			_, err := chromedp.Call(ctx, page.StopLoading, cdp.Empty{})
+			return err
+		})
+		return fmt.Sprintf("navigate %s: the page did not finish loading within %s; loading was stopped", target, s.cfg.LoadTimeout), runtime.ErrTimeout, nil
+	}
+	var le *chromedp.LoadError
+	if errors.As(failed, &le) {
+		kind := runtime.ErrActionFail
+		switch le.ErrorText {
+		case "net::ERR_FILE_NOT_FOUND":
+			kind = runtime.ErrNotFound
+		case "net::ERR_NAME_NOT_RESOLVED", "net::ERR_BLOCKED_BY_CLIENT", "net::ERR_ACCESS_DENIED":
+			kind = runtime.ErrPathRefused
+		}
+		return fmt.Sprintf("navigate %s: %s", target, le.ErrorText), kind, nil
+	}
+	return fmt.Sprintf("navigate %s: %v", target, failed), runtime.ErrActionFail, nil
+}
+
+// input dispatches input events with do, then lets the page settle: two
+// animation frames, and the load of a navigation the input started.
+func (s *Session) input(ctx context.Context, do func(ctx context.Context) error) (string, runtime.ErrorKind, error) {
+	var (
+		mu               sync.Mutex
+		started, stopped bool
+		stoppedCh        = make(chan struct{}, 1)
+	)
+	lctx, unlisten := context.WithCancel(s.bctx)
+	defer unlisten()
+	chromedp.Listen(lctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := ev.(type) {
+		case *page.EventFrameStartedLoading:
+			if string(e.FrameID) == s.mainFrame {
+				started, stopped = true, false
+			}
+		case *page.EventFrameStoppedLoading:
+			if string(e.FrameID) == s.mainFrame && started {
+				stopped = true
+				select {
+				case stoppedCh <- struct{}{}:
+				default:
+				}
+			}
+		}
+	})
+	failed, broken := s.call(ctx, s.cfg.CallTimeout, do)
+	if broken != nil {
+		return "", "", broken
+	}
+	if failed != nil {
+		return "input failed: " + failed.Error(), runtime.ErrActionFail, nil
+	}
+	// Two frames: handlers ran and the result is painted. During a
+	// navigation the evaluation may fail; that is fine.
+	if _, broken := s.call(ctx, time.Second, func(ctx context.Context) error {
+		_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+			`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise))
+		return err
+	}); broken != nil {
+		return "", "", broken
+	}
+	mu.Lock()
+	waiting := started && !stopped
+	mu.Unlock()
+	if !waiting {
+		return "", "", nil
+	}
+	t := time.NewTimer(s.cfg.LoadTimeout)
+	defer t.Stop()
+	select {
+	case <-stoppedCh:
+		return "", "", nil
+	case <-t.C:
+		s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
+			_, err := chromedp.Call(ctx, page.StopLoading, cdp.Empty{})
+			return err
+		})
+		return fmt.Sprintf("the page this input opened did not finish loading within %s; loading was stopped", s.cfg.LoadTimeout), runtime.ErrTimeout, nil
+	case <-s.bctx.Done():
+		return "", "", s.markBroken(context.Cause(s.bctx))
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	}
+}
+
+// observe describes the page: url and title as text, and a screenshot and
+// an accessibility tree as the config (or a screenshot action) asks.
+// Failures to capture are notes in the text; only a broken browser or an
+// ended ctx is an error.
+func (s *Session) observe(ctx context.Context, forceShot bool) (runtime.Observation, error) {
+	obs := runtime.Observation{ExitCode: -1}
+	var text strings.Builder
+	for _, n := range s.notes {
+		text.WriteString(n + "\n")
+	}
+	s.notes = nil
+	for done := false; !done; {
+		select {
+		case d := <-s.dialogs:
+			text.WriteString("dialog accepted: " + d + "\n")
+		default:
+			done = true
+		}
+	}
+	url, title, failed, broken := s.location(ctx)
+	if broken != nil {
+		return obs, broken
+	}
+	if failed != nil {
+		text.WriteString("page: " + failed.Error() + "\n")
+	} else {
+		fmt.Fprintf(&text, "url: %s\ntitle: %s\n", url, title)
+	}
+	if s.cfg.Screenshots || forceShot {
+		var png []byte
+		failed, broken := s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
+			var err error
+			png, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+			return err
+		})
+		if broken != nil {
+			return obs, broken
+		}
+		if failed != nil {
+			text.WriteString("screenshot failed: " + failed.Error() + "\n")
+		} else if cfg, _, err := image.DecodeConfig(bytes.NewReader(png)); err != nil {
+			text.WriteString("screenshot unreadable: " + err.Error() + "\n")
+		} else {
+			obs.Screenshot = &runtime.Screenshot{PNG: png, Width: cfg.Width, Height: cfg.Height}
+		}
+	}
+	if s.cfg.A11y {
+		tree, failed, broken := s.axTree(ctx)
+		if broken != nil {
+			return obs, broken
+		}
+		if failed != nil {
+			text.WriteString("accessibility tree failed: " + failed.Error() + "\n")
+		}
+		obs.AXTree = tree
+	}
+	obs.Output = []byte(text.String())
+	return obs, nil
+}
+
+// location is the current entry of the tab's history: the URL it shows
+// (also for error pages, where location.href would be chrome-error://) and
+// its title.
+func (s *Session) location(ctx context.Context) (url, title string, failed, broken error) {
+	failed, broken = s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
+		h, err := chromedp.Run(ctx, chromedp.NavigationEntries())
+		if err != nil {
+			return err
+		}
+		if h.CurrentIndex >= 0 && int(h.CurrentIndex) < len(h.Entries) {
+			e := h.Entries[h.CurrentIndex]
+			url, title = displayURL(e.URL, s.ws), s.relative(e.Title)
+		}
+		return nil
+	})
+	return url, title, failed, broken
+}
+
+// relative strips the workspace's file:// prefix from text the browser made
+// up (an error page's title is its URL), so observations do not depend on
+// where the replica's workspace is.
+func (s *Session) relative(text string) string {
+	return strings.ReplaceAll(text, fileURL(strings.TrimSuffix(s.ws, "/"))+"/", "")
+}
+
+// axTree captures the compact accessibility tree: the full AX tree and one
+// DOM snapshot for the layout boxes.
+func (s *Session) axTree(ctx context.Context) (string, error, error) {
+	var tree string
+	failed, broken := s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
+		res, err := chromedp.Call(ctx, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+		if err != nil {
+			return err
+		}
+		snap, err := chromedp.Call(ctx, domsnapshot.CaptureSnapshot, domsnapshot.CaptureSnapshotParams{ComputedStyles: []string{}})
+		if err != nil {
+			return err
+		}
+		tree = s.relative(marshalTree(compactTree(res.Nodes, layoutBounds(&snap))))
+		return nil
+	})
+	return tree, failed, broken
+}
+
+// maxPageText bounds .browser/text.
+const maxPageText = 1 << 20
+
+// writePageFiles refreshes .browser/url, title and text from the page,
+// through the sandbox, so shell commands (verifiers) see them.
+func (s *Session) writePageFiles(ctx context.Context) error {
+	url, title, failed, broken := s.location(ctx)
+	if broken != nil {
+		return broken
+	}
+	var text string
+	if failed == nil {
+		failed, broken = s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
+			var err error
+			text, err = chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+			return err
+		})
+		if broken != nil {
+			return broken
+		}
+	}
+	if failed != nil {
+		// The page is unreadable right now (a hung renderer): say so in the
+		// files rather than leaving stale ones.
+		url, title, text = "", "", "forkline: page unreadable: "+failed.Error()
+	}
+	if len(text) > maxPageText {
+		text = text[:maxPageText]
+	}
+	for name, content := range map[string]string{"url": url + "\n", "title": title + "\n", "text": text + "\n"} {
+		obs, err := s.sb.Act(ctx, runtime.Action{Kind: runtime.ActWriteFile, Path: Dir + "/" + name, Content: content})
+		if err != nil {
+			return err
+		}
+		if obs.Error {
+			return fmt.Errorf("browser: writing %s/%s: %s", Dir, name, obs.Text())
+		}
+	}
+	s.dirty = false
+	return nil
+}
