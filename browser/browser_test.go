@@ -64,7 +64,6 @@ const donePage = `<!doctype html><html><head><title>Welcome</title></head><body>
 <script>document.getElementById("msg").textContent = "Welcome, " + new URLSearchParams(location.search).get("name");</script>
 </body></html>`
 
-
 // newSession makes a local sandbox with files and wraps it.
 func newSession(t *testing.T, files map[string]string, cfg browser.Config) (*browser.Session, string) {
 	t.Helper()
