@@ -5,7 +5,9 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -91,4 +93,41 @@ func TestToolSchemasGolden(t *testing.T) {
 	want, err := os.ReadFile(path)
 	require.NoError(t, err, "run go test ./aci -update to create it")
 	assert.Equal(t, string(want), string(got))
+}
+
+func TestObservationText(t *testing.T) {
+	exec := runtime.Action{Kind: runtime.ActExec, Cmd: "x"}
+	read := runtime.Action{Kind: runtime.ActReadFile, Path: "f"}
+	for _, tc := range []struct {
+		name  string
+		step  runtime.Step
+		limit int
+		want  string
+	}{
+		{"exec without output", runtime.Step{Action: exec}, 0, "exit code: 0\n(no output)"},
+		{"failing exec", runtime.Step{Action: exec, Observation: runtime.Observation{Output: []byte("boom\n"), ExitCode: 2, Error: true, ErrorKind: runtime.ErrExitStatus}}, 0,
+			"exit code: 2\nboom\n"},
+		{"timeout", runtime.Step{Action: exec, Observation: runtime.Observation{Output: []byte("part"), ExitCode: -1, Error: true, ErrorKind: runtime.ErrTimeout, TimedOut: true}}, 0,
+			"exit code: -1\n[forkline: the action timed out and was killed]\npart"},
+		{"missing file", runtime.Step{Action: read, Observation: runtime.Observation{ExitCode: -1, Error: true, ErrorKind: runtime.ErrNotFound}}, 0,
+			"error: not_found\n"},
+		{"screenshot", runtime.Step{Action: runtime.Action{Kind: runtime.ActScreenshot}, Observation: runtime.Observation{ExitCode: -1, Screenshot: &runtime.Screenshot{Width: 3, Height: 2}}}, 0,
+			"[forkline: a 3x2 screenshot was taken; this policy sends text only]\n"},
+		{"invalid UTF-8", runtime.Step{Action: read, Observation: runtime.Observation{Output: []byte("a\xffb")}}, 0, "a\uFFFDb"},
+		{"elided", runtime.Step{Action: read, Observation: runtime.Observation{Output: []byte("0123456789abcdefghij")}}, 10,
+			"01234\n[... forkline: 10 bytes elided from the middle of this output ...]\nfghij"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, ObservationText(tc.step, tc.limit))
+		})
+	}
+}
+
+func TestElideKeepsRunes(t *testing.T) {
+	s := "ééééé" // 10 bytes
+	got := Elide(s, 5)
+	require.True(t, utf8.ValidString(got), got)
+	assert.True(t, strings.HasPrefix(got, "é"))
+	assert.True(t, strings.HasSuffix(got, "é"))
+	assert.Equal(t, s, Elide(s, 10))
 }
