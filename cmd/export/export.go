@@ -19,6 +19,7 @@ import (
 	"github.com/forkline/forkline/formats/jsonl"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/formats/verl"
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -135,15 +136,18 @@ func targetNames() []string {
 
 // input is one opened -in dataset and what its manifest says.
 type input struct {
-	path     string
-	ds       *shard.Dataset
-	m        shard.Manifest
-	tasks    map[string]task.Spec
-	system   string
-	thinking *bool
-	noPixels bool // capture pixels=none: hashes without blobs
-	read     int64
-	selected int64
+	path      string
+	ds        *shard.Dataset
+	m         shard.Manifest
+	tasks     map[string]task.Spec
+	system    string
+	thinking  *bool
+	actions   []runtime.ActionKind // the tools offered; nil = all
+	textCalls bool                 // tool_mode=text
+	obsCap    int                  // observation_cap; 0 = whole observations
+	noPixels  bool                 // capture pixels=none: hashes without blobs
+	read      int64
+	selected  int64
 }
 
 // summary is what an export did.
@@ -248,9 +252,13 @@ func openInputs(cfg *config, needTasks bool) ([]*input, error) {
 	return out, nil
 }
 
-// readPolicy takes the system prompt and enable_thinking from the policy
-// options the manifest records (-policy-opt system_prompt=..., or system=...,
-// and enable_thinking=true|false).
+// readPolicy takes what shaped the model's conversation from the policy
+// options the manifest records: system_prompt (or system), enable_thinking,
+// actions (the tools offered, comma-separated), tool_mode (text: calls
+// written in the model's text) and observation_cap (bytes of an observation
+// shown). Options a run did not record keep their neutral value: no system
+// message, enable_thinking unknown, every action, function calls, whole
+// observations.
 func readPolicy(in *input) error {
 	if len(in.m.Policy) == 0 {
 		return nil
@@ -271,6 +279,26 @@ func readPolicy(in *input) error {
 			return fmt.Errorf("manifest policy option enable_thinking=%q is not a boolean", v)
 		}
 		in.thinking = &b
+	}
+	if v := pol.Options["actions"]; v != "" {
+		for _, k := range strings.Split(v, ",") {
+			k = strings.TrimSpace(k)
+			if k == "" {
+				continue
+			}
+			if _, _, ok := runtime.ActionFieldNames(runtime.ActionKind(k)); !ok {
+				return fmt.Errorf("manifest policy option actions names unknown action %q", k)
+			}
+			in.actions = append(in.actions, runtime.ActionKind(k))
+		}
+	}
+	in.textCalls = pol.Options["tool_mode"] == "text"
+	if v, ok := pol.Options["observation_cap"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("manifest policy option observation_cap=%q is not a byte count", v)
+		}
+		in.obsCap = n
 	}
 	return nil
 }
@@ -344,7 +372,8 @@ func runPipeline(ctx context.Context, cfg *config, spec targetSpec, dir string, 
 			in.read++
 			sum.Read++
 			ep := &chat.Episode{Row: row, Steps: steps, Rewards: rewards, RewardName: cfg.RewardName,
-				System: in.system, EnableThinking: in.thinking}
+				System: in.system, EnableThinking: in.thinking, Actions: in.actions, TextToolCalls: in.textCalls,
+				ObservationCap: in.obsCap}
 			if !selected(cfg, ep) {
 				sum.Filtered++
 				return nil

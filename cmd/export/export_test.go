@@ -516,13 +516,15 @@ func TestHFEpisodeRows(t *testing.T) {
 	msgs := row["messages"].([]any)
 	assert.Equal(t, "user", msgs[0].(map[string]any)["role"])
 	assert.Equal(t, "Press the <Save> button.", msgs[0].(map[string]any)["content"])
-	assert.Equal(t, "cat: missing: No such file or directory\n[exit code 1]", msgs[4].(map[string]any)["content"])
+	assert.Equal(t, "exit code: 1\ncat: missing: No such file or directory\n", msgs[4].(map[string]any)["content"])
+	assert.Equal(t, "[forkline: a 4x3 screenshot was taken; this policy sends text only]\n", msgs[6].(map[string]any)["content"])
 	last := msgs[len(msgs)-1].(map[string]any)
 	assert.Equal(t, map[string]any{"role": "assistant", "content": "3 files", "reasoning_content": nil, "tool_calls": nil, "tool_call_id": nil}, last)
 }
 
-// chat-jsonl takes the system prompt from the policy options and the
-// instruction from the task spec.
+// chat-jsonl takes the system prompt, the tools offered and the
+// observation cap from the run's policy options, and the instruction from
+// the task spec.
 func TestChatJSONLFromManifest(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
@@ -532,12 +534,43 @@ func TestChatJSONLFromManifest(t *testing.T) {
 	require.NoError(t, err)
 	var line struct {
 		Messages []map[string]any `json:"messages"`
+		Tools    []map[string]any `json:"tools"`
 	}
 	require.NoError(t, json.Unmarshal(data, &line))
 	assert.Equal(t, map[string]any{"role": "system", "content": "You operate a Linux shell."}, line.Messages[0])
 	assert.Equal(t, map[string]any{"role": "user", "content": "List the files & count them."}, line.Messages[1])
 	args := line.Messages[2]["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"]
 	assert.Equal(t, map[string]any{"cmd": "ls -1 | wc -l > count.txt"}, args)
+	assert.Equal(t, "exit code: 1\ncat: missi\n[... forkline: 20 bytes elided from the middle of this output ...]\ndirectory\n",
+		line.Messages[5]["content"], "observation_cap=20 as the policy showed it")
+	var names []string
+	for _, tool := range line.Tools {
+		names = append(names, tool["function"].(map[string]any)["name"].(string))
+	}
+	assert.Equal(t, []string{"exec", "read_file", "done"}, names, "the actions the policy offered, in its order")
+}
+
+// A run whose policy wrote tool calls as text exports as it ran: the
+// model's text holds the call, observations are user messages, and no
+// function tools are listed.
+func TestTextToolCallRun(t *testing.T) {
+	dir := t.TempDir()
+	b := episodeBatch("t-0", epOpts{task: "shell", exit: "done", reward: ptr(1.0)})
+	call := "<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls -1 | wc -l > count.txt\"}}\n</tool_call>"
+	b.Steps[0].ModelText = &call
+	path := writeRun(t, dir, runSpec{runID: "text", policy: map[string]any{"name": "openai", "options": map[string]string{"tool_mode": "text"}},
+		episodes: []shard.EpisodeBatch{b}})
+	out := filepath.Join(dir, "out")
+	r := runExport(t, "-in", path, "-to", "chat-jsonl", "-out", out)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	data, err := os.ReadFile(filepath.Join(out, "train.jsonl"))
+	require.NoError(t, err)
+	var line map[string]any
+	require.NoError(t, json.Unmarshal(data, &line))
+	assert.NotContains(t, line, "tools")
+	msgs := line["messages"].([]any)
+	assert.Equal(t, map[string]any{"role": "assistant", "content": call}, msgs[1])
+	assert.Equal(t, map[string]any{"role": "user", "content": "exit code: 0\n(no output)"}, msgs[2])
 }
 
 func TestFlagErrors(t *testing.T) {

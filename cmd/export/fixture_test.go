@@ -194,6 +194,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.runA = writeRun(t, f.dir, runSpec{runID: "run-a", policy: map[string]any{"name": "script", "options": map[string]string{}}, episodes: a})
 	f.runB = writeRun(t, f.dir, runSpec{runID: "run-b", policy: map[string]any{"name": "openai",
-		"options": map[string]string{"system_prompt": "You operate a Linux shell.", "enable_thinking": "true"}}, episodes: b})
+		"options": map[string]string{"system_prompt": "You operate a Linux shell.", "enable_thinking": "true",
+			"actions": "exec,read_file,done", "observation_cap": "20"}}, episodes: b})
 	return f
 }

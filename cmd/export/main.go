@@ -31,9 +31,11 @@
 // are assigned by the first 8 bytes of sha256(episode_id), so an episode
 // stays in its split across exports.
 //
-// The user message is the task's instruction from the run's manifest; the
-// system prompt and enable_thinking come from the run's policy options
-// (system_prompt or system, enable_thinking) when it records them.
+// The user message is the task's instruction from the run's manifest. From
+// the run's recorded policy options come the system prompt (system_prompt
+// or system), enable_thinking, the tools offered (actions), text tool calls
+// (tool_mode=text) and the observation cap (observation_cap); tool messages
+// are the observations as aci.ObservationText shows them to a model.
 //
 // Exit codes: 0 written, 1 failed, 2 bad input (flags, inputs, a selection
 // that leaves nothing to write), 130 interrupted (nothing is left at -out).

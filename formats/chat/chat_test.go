@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -66,13 +67,13 @@ func TestMessages(t *testing.T) {
 	assert.Equal(t, ToolCall{ID: "call_0", Name: "exec", Arguments: json.RawMessage(`{"cmd":"go test ./... 2>&1 | head -n 5 > /tmp/x"}`)}, first.ToolCalls[0],
 		"arguments are the action's fields, kind removed, no HTML escapes")
 	assert.Equal(t, "call_0", msgs[3].ToolCallID)
-	assert.Equal(t, "ok\n", msgs[3].Content)
+	assert.Equal(t, "exit code: 0\nok\n", msgs[3].Content, "observations read as the policy shows them (aci.ObservationText)")
 
 	assert.Equal(t, `{"cmd":"false","timeout_ms":5000}`, string(msgs[4].ToolCalls[0].Arguments))
-	assert.Equal(t, "boom\n[exit code 2]", msgs[5].Content)
-	assert.Equal(t, "[error: not_found]", msgs[7].Content)
+	assert.Equal(t, "exit code: 2\nboom", msgs[5].Content)
+	assert.Equal(t, "error: not_found\n", msgs[7].Content)
 	assert.Equal(t, `{}`, string(msgs[8].ToolCalls[0].Arguments))
-	assert.Equal(t, "[screenshot 640x480]", msgs[9].Content)
+	assert.Equal(t, "[forkline: a 640x480 screenshot was taken; this policy sends text only]\n", msgs[9].Content)
 
 	done := msgs[10]
 	assert.Equal(t, "fixed", done.Content, "a done action is an assistant message with the answer")
@@ -99,24 +100,49 @@ func TestMessagesRefuseBadActions(t *testing.T) {
 	require.ErrorContains(t, err, "episode ep-1 step 1")
 }
 
-func TestToolResultNotes(t *testing.T) {
+func TestToolResult(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		row  schemas.StepRow
-		want string
+		name  string
+		row   schemas.StepRow
+		limit int
+		want  string
 	}{
-		{"ok command", schemas.StepRow{ActionKind: "exec", Output: "hi\n"}, "hi\n"},
-		{"exit code", schemas.StepRow{ActionKind: "exec", Output: "x", ExitCode: 1, IsError: true}, "x\n[exit code 1]"},
-		{"timeout", schemas.StepRow{ActionKind: "exec", Output: "partial\n", ExitCode: -1, IsError: true, TimedOut: true}, "partial\n[timed out]"},
-		{"killed", schemas.StepRow{ActionKind: "exec", ExitCode: -1, IsError: true}, "[killed]"},
-		{"file written", schemas.StepRow{ActionKind: "write_file", ExitCode: -1}, ""},
-		{"refused path", schemas.StepRow{ActionKind: "write_file", ExitCode: -1, IsError: true, ErrorKind: "path_refused"}, "[error: path_refused]"},
-		{"screenshot kept whole", schemas.StepRow{ActionKind: "click", ExitCode: -1, Screenshot: []byte{1}, ScreenW: 3, ScreenH: 4}, "[screenshot 3x4]"},
+		{"ok command", schemas.StepRow{ActionJSON: `{"kind":"exec","cmd":"x"}`, Output: "hi\n"}, 0, "exit code: 0\nhi\n"},
+		{"command without output", schemas.StepRow{ActionJSON: `{"kind":"exec","cmd":"x"}`}, 0, "exit code: 0\n(no output)"},
+		{"timeout", schemas.StepRow{ActionJSON: `{"kind":"exec","cmd":"x"}`, Output: "partial\n", ExitCode: -1, IsError: true, ErrorKind: "timeout", TimedOut: true}, 0,
+			"exit code: -1\n[forkline: the action timed out and was killed]\npartial\n"},
+		{"file written", schemas.StepRow{ActionJSON: `{"kind":"write_file","path":"a"}`, ExitCode: -1}, 0, ""},
+		{"refused path", schemas.StepRow{ActionJSON: `{"kind":"write_file","path":"/etc/x"}`, ExitCode: -1, IsError: true, ErrorKind: "path_refused"}, 0, "error: path_refused\n"},
+		{"screenshot kept whole", schemas.StepRow{ActionJSON: `{"kind":"click","x":1,"y":1}`, ExitCode: -1, Screenshot: []byte{1}, ScreenW: 3, ScreenH: 4}, 0,
+			"[forkline: a 3x4 screenshot was taken; this policy sends text only]\n"},
+		{"capped", schemas.StepRow{ActionJSON: `{"kind":"read_file","path":"a"}`, Output: "0123456789abcdefghij", ExitCode: -1}, 10,
+			"01234\n[... forkline: 10 bytes elided from the middle of this output ...]\nfghij"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, ToolResult(&tc.row))
+			got, err := ToolResult(&tc.row, tc.limit)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
 		})
 	}
+}
+
+// A run whose policy wrote tool calls as text exports the model's text as
+// it was and the observations as user messages, with no function tools.
+func TestMessagesWithTextToolCalls(t *testing.T) {
+	ep := sampleEpisode()
+	ep.TextToolCalls = true
+	ep.Steps[0].ModelText = ptr("<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>")
+	msgs, err := Messages(ep)
+	require.NoError(t, err)
+	assert.Equal(t, RoleAssistant, msgs[2].Role)
+	assert.Equal(t, *ep.Steps[0].ModelText, msgs[2].Content)
+	assert.Empty(t, msgs[2].ToolCalls)
+	assert.Equal(t, Message{Role: RoleUser, Content: "exit code: 0\nok\n"}, msgs[3])
+	assert.Nil(t, ep.Tools())
+	ep.TextToolCalls = false
+	ep.Actions = []runtime.ActionKind{runtime.ActExec, runtime.ActDone}
+	require.Len(t, ep.Tools(), 2)
+	assert.Equal(t, "exec", ep.Tools()[0]["function"].(map[string]any)["name"])
 }
 
 func TestRewards(t *testing.T) {

@@ -20,13 +20,18 @@
 //	assistant  content = the model's text (model_text) or "", reasoning kept
 //	           apart; one tool call: name = action kind, id = "call_<step>",
 //	           arguments = the action's fields (its canonical JSON minus "kind")
-//	tool       tool_call_id = "call_<step>", content = the observation's text,
-//	           followed by notes for what text alone does not say:
-//	           "[exit code N]", "[timed out]", "[killed]", "[error: KIND]",
-//	           "[screenshot WxH]"
+//	tool       tool_call_id = "call_<step>", content = aci.ObservationText:
+//	           the text a policy shows the model ("exit code: N" for
+//	           commands, timeout, error and screenshot notes, the output,
+//	           elided past the run's observation cap)
 //	a done action becomes a plain assistant message whose content is the
 //	answer (the model's text when the answer is empty); a step without an
 //	action becomes an assistant message with the model's text, if any.
+//
+// A run whose policy wrote its tool calls as text (TextToolCalls) exports as
+// it ran: each assistant message is the model's text, which holds the call,
+// and each observation goes back as a user message; no tools are listed,
+// since the model saw them in the system prompt, not as function tools.
 //
 // # chat-jsonl layout
 //
@@ -34,7 +39,8 @@
 //
 // Each line is an OpenAI chat fine-tuning example:
 // {"messages": [...], "tools": [...], "parallel_tool_calls": false}, tools
-// from aci.ToolSchemas. Tool-call arguments are JSON-encoded strings, as
+// as the run's policy offered them (Episode.Tools; no "tools" key for a
+// run with text tool calls). Tool-call arguments are JSON-encoded strings, as
 // OpenAI requires (ArgsString), or JSON objects (ArgsObject) for chat
 // templates that apply tojson to them (TRL's Qwen 2.5 template). An
 // assistant message with tool calls and no text has no "content" key.
@@ -43,7 +49,10 @@ package chat
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -59,6 +68,15 @@ type Episode struct {
 	VerifyCmd      string // the task's verify command, "" when it has none
 	System         string // the policy's system prompt, "" when none is recorded
 	EnableThinking *bool  // the policy's enable_thinking setting, nil when unknown
+	// Actions are the action tools the policy offered, in order; nil means
+	// every canonical action.
+	Actions []runtime.ActionKind
+	// TextToolCalls: the policy had the model write tool calls in its text
+	// (and showed observations as user messages) instead of function calls.
+	TextToolCalls bool
+	// ObservationCap is the most bytes of an observation's text the policy
+	// showed (aci.ObservationText's limit); 0 shows all.
+	ObservationCap int
 
 	// RewardName selects the reward rows Reward and StepReward return.
 	RewardName string
@@ -110,6 +128,34 @@ func (e *Episode) Screenshot(i int) ([]byte, error) {
 		return nil, fmt.Errorf("chat: episode %s step %d: screenshot %s: %w", e.Row.EpisodeID, i, s.ScreenHash, err)
 	}
 	return b, nil
+}
+
+// Tools returns the function tools the episode's policy offered (see
+// Actions), or nil when it offered none as functions (TextToolCalls).
+func (e *Episode) Tools() []map[string]any {
+	if e.TextToolCalls {
+		return nil
+	}
+	if len(e.Actions) == 0 {
+		return aci.ToolSchemas()
+	}
+	out := make([]map[string]any, len(e.Actions))
+	for i, k := range e.Actions {
+		out[i] = aci.ToolSchema(k)
+	}
+	return out
+}
+
+// ToolsKey identifies the episode's tool list, for caching its encoding.
+func (e *Episode) ToolsKey() string {
+	if e.TextToolCalls {
+		return "text"
+	}
+	ks := make([]string, len(e.Actions))
+	for i, k := range e.Actions {
+		ks[i] = string(k)
+	}
+	return "fn:" + strings.Join(ks, ",")
 }
 
 // Refusal is the error a target's Write returns for an episode it cannot

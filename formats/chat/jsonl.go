@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-
-	"github.com/forkline/forkline/aci"
 )
 
 // ToolArgs says how tool-call arguments are encoded in chat-jsonl.
@@ -33,7 +31,7 @@ func ParseToolArgs(s string) (ToolArgs, error) {
 // JSONLWriter writes the chat-jsonl target: DIR/<split>.jsonl.
 type JSONLWriter struct {
 	args  ToolArgs
-	tools json.RawMessage
+	tools map[string]json.RawMessage // encoded tool lists by Episode.ToolsKey
 	files map[string]*jsonlFile
 	err   error
 }
@@ -52,11 +50,7 @@ func NewJSONLWriter(dir string, splits []string, args ToolArgs) (*JSONLWriter, e
 	if _, err := ParseToolArgs(string(args)); err != nil {
 		return nil, err
 	}
-	tools, err := json.Marshal(aci.ToolSchemas())
-	if err != nil {
-		return nil, err
-	}
-	w := &JSONLWriter{args: args, tools: tools, files: map[string]*jsonlFile{}}
+	w := &JSONLWriter{args: args, tools: map[string]json.RawMessage{}, files: map[string]*jsonlFile{}}
 	for _, s := range splits {
 		f, err := os.Create(filepath.Join(dir, s+".jsonl"))
 		if err != nil {
@@ -71,7 +65,7 @@ func NewJSONLWriter(dir string, splits []string, args ToolArgs) (*JSONLWriter, e
 // Line is one chat-jsonl example.
 type Line struct {
 	Messages          []LineMessage   `json:"messages"`
-	Tools             json.RawMessage `json:"tools"`
+	Tools             json.RawMessage `json:"tools,omitempty"`
 	ParallelToolCalls bool            `json:"parallel_tool_calls"`
 }
 
@@ -97,7 +91,8 @@ type LineFunction struct {
 	Arguments json.RawMessage `json:"arguments"`
 }
 
-// Encode returns ep's chat-jsonl line, without the newline.
+// Encode returns ep's chat-jsonl line, without the newline. tools is the
+// encoding of ep.Tools(), nil when the episode has none.
 func Encode(ep *Episode, tools json.RawMessage, args ToolArgs) ([]byte, error) {
 	msgs, err := Messages(ep)
 	if err != nil {
@@ -132,7 +127,18 @@ func (w *JSONLWriter) Write(ep *Episode) error {
 	if !ok {
 		return fmt.Errorf("chat: episode %s: unknown split %q", ep.Row.EpisodeID, ep.Split)
 	}
-	b, err := Encode(ep, w.tools, w.args)
+	var err error
+	key := ep.ToolsKey()
+	tools, ok := w.tools[key]
+	if !ok {
+		if t := ep.Tools(); t != nil {
+			if tools, err = marshalNoEscape(t); err != nil {
+				return err
+			}
+		}
+		w.tools[key] = tools
+	}
+	b, err := Encode(ep, tools, w.args)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 
+	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 )
@@ -76,11 +76,21 @@ func Messages(ep *Episode) ([]Message, error) {
 			if err != nil {
 				return nil, fmt.Errorf("chat: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
 			}
+			result, err := ToolResult(s, ep.ObservationCap)
+			if err != nil {
+				return nil, fmt.Errorf("chat: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
+			}
+			if ep.TextToolCalls {
+				out = append(out,
+					Message{Role: RoleAssistant, Content: text, Reasoning: reasoning},
+					Message{Role: RoleUser, Content: result})
+				continue
+			}
 			id := CallID(int(s.StepIndex))
 			out = append(out,
 				Message{Role: RoleAssistant, Content: text, Reasoning: reasoning,
 					ToolCalls: []ToolCall{{ID: id, Name: s.ActionKind, Arguments: args}}},
-				Message{Role: RoleTool, Content: ToolResult(s), ToolCallID: id})
+				Message{Role: RoleTool, Content: result, ToolCallID: id})
 		}
 	}
 	return out, nil
@@ -161,34 +171,28 @@ func unescapeHTML(obj []byte) (json.RawMessage, error) {
 	return append(out, '}'), nil
 }
 
-// ToolResult is the tool message's content for a step: the observation's
-// text, then notes for what the text does not show.
-func ToolResult(s *schemas.StepRow) string {
-	var notes []string
-	exec := s.ActionKind == string(runtime.ActExec)
-	switch {
-	case s.TimedOut:
-		notes = append(notes, "[timed out]")
-	case exec && s.ExitCode == -1 && s.IsError:
-		notes = append(notes, "[killed]")
-	case exec && s.ExitCode != 0 && s.ExitCode != -1:
-		notes = append(notes, fmt.Sprintf("[exit code %d]", s.ExitCode))
-	case !exec && s.IsError && s.ErrorKind != "":
-		notes = append(notes, "[error: "+s.ErrorKind+"]")
-	case s.IsError:
-		notes = append(notes, "[error]")
+// ToolResult is the text of step s's observation as the policy showed it
+// to the model: aci.ObservationText of the step rebuilt from its row, with
+// the observation cap limit (0 for none).
+func ToolResult(s *schemas.StepRow, limit int) (string, error) {
+	var a runtime.Action
+	if err := json.Unmarshal([]byte(s.ActionJSON), &a); err != nil {
+		return "", fmt.Errorf("action_json: %w", err)
+	}
+	o := runtime.Observation{
+		Output:      []byte(s.Output),
+		OutputBytes: s.OutputBytes,
+		Truncated:   s.Truncated,
+		ExitCode:    int(s.ExitCode),
+		Error:       s.IsError,
+		ErrorKind:   runtime.ErrorKind(s.ErrorKind),
+		TimedOut:    s.TimedOut,
+		AXTree:      s.AXTree,
 	}
 	if s.ScreenHash != "" || len(s.Screenshot) > 0 {
-		notes = append(notes, fmt.Sprintf("[screenshot %dx%d]", s.ScreenW, s.ScreenH))
+		o.Screenshot = &runtime.Screenshot{Width: int(s.ScreenW), Height: int(s.ScreenH)}
 	}
-	out := s.Output
-	if len(notes) == 0 {
-		return out
-	}
-	if out != "" && !strings.HasSuffix(out, "\n") {
-		out += "\n"
-	}
-	return out + strings.Join(notes, " ")
+	return aci.ObservationText(runtime.Step{Action: a, Observation: o}, limit), nil
 }
 
 func deref(s *string) string {

@@ -105,13 +105,13 @@ func TestParquetRoundTripWithParquetGo(t *testing.T) {
 	require.NoError(t, err)
 	tw.BatchRows = 1 // one row group per row
 	for _, id := range []string{"a", "b"} {
-		r, err := EpisodeRow(episode(id, "train"), ToolsJSON())
+		r, err := EpisodeRow(episode(id, "train"), ToolsJSON(episode(id, "train")))
 		require.NoError(t, err)
 		require.NoError(t, tw.Append(r))
 	}
 	ep := episode("c", "train")
 	ep.Row.ResponseLogprobs = nil // a record without logprobs: null, not []
-	r, err := EpisodeRow(ep, ToolsJSON())
+	r, err := EpisodeRow(ep, ToolsJSON(ep))
 	require.NoError(t, err)
 	require.NoError(t, tw.Append(r))
 	require.NoError(t, tw.Close())

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/formats/chat"
 )
 
@@ -133,19 +132,25 @@ func MessageValues(msgs []chat.Message) []any {
 	return out
 }
 
-// ToolsJSON is the tools column: aci.ToolSchemas as one JSON string (tool
-// schemas differ in shape, so no single Arrow struct holds them without
-// inventing null keys; TRL accepts tools as a JSON string).
-func ToolsJSON() string {
-	b, err := json.Marshal(aci.ToolSchemas())
+// ToolsJSON is the tools column: the episode's tools (chat.Episode.Tools)
+// as one JSON string, or nil (null) when its policy offered none as
+// functions. Tool schemas differ in shape, so no single Arrow struct holds
+// them without inventing null keys; TRL accepts tools as a JSON string.
+func ToolsJSON(ep *chat.Episode) any {
+	t := ep.Tools()
+	if t == nil {
+		return nil
+	}
+	b, err := json.Marshal(t)
 	if err != nil {
 		panic(err)
 	}
 	return string(b)
 }
 
-// EpisodeRow builds ep's episode row.
-func EpisodeRow(ep *chat.Episode, tools string) (Row, error) {
+// EpisodeRow builds ep's episode row; tools is its tools column value
+// (ToolsJSON, which callers may cache by ep.ToolsKey()).
+func EpisodeRow(ep *chat.Episode, tools any) (Row, error) {
 	msgs, err := chat.Messages(ep)
 	if err != nil {
 		return nil, err

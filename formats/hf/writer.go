@@ -38,7 +38,7 @@ type Writer struct {
 	disk   bool
 	opt    Options
 	fs     Features
-	tools  string
+	tools  map[string]any // ToolsJSON by chat.Episode.ToolsKey
 	splits []*splitOut
 	byName map[string]*splitOut
 	err    error
@@ -81,7 +81,7 @@ func newWriter(dir string, splits []string, opt Options, disk bool) (*Writer, er
 	if opt.MaxShardBytes <= 0 {
 		opt.MaxShardBytes = DefaultMaxShardBytes
 	}
-	w := &Writer{dir: dir, disk: disk, opt: opt, fs: FeaturesFor(opt.Rows), tools: ToolsJSON(), byName: map[string]*splitOut{}}
+	w := &Writer{dir: dir, disk: disk, opt: opt, fs: FeaturesFor(opt.Rows), tools: map[string]any{}, byName: map[string]*splitOut{}}
 	for _, name := range splits {
 		sub := filepath.Join(dir, "data")
 		if disk {
@@ -176,8 +176,13 @@ func (w *Writer) Write(ep *chat.Episode) error {
 	if w.opt.Rows == RowsStep {
 		err = StepRows(ep, func(r Row) error { s.rows++; return s.cur.tw.Append(r) })
 	} else {
+		tools, ok := w.tools[ep.ToolsKey()]
+		if !ok {
+			tools = ToolsJSON(ep)
+			w.tools[ep.ToolsKey()] = tools
+		}
 		var r Row
-		if r, err = EpisodeRow(ep, w.tools); err == nil {
+		if r, err = EpisodeRow(ep, tools); err == nil {
 			s.rows++
 			err = s.cur.tw.Append(r)
 		}

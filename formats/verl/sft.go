@@ -86,7 +86,7 @@ func actionFieldNames() []string {
 type SFTWriter struct {
 	s            *splitFiles
 	withThinking bool
-	tools        []any
+	tools        map[string][]any // by chat.Episode.ToolsKey
 }
 
 // NewSFTWriter creates DIR/<split>.parquet for each split. withThinking
@@ -97,11 +97,7 @@ func NewSFTWriter(dir string, splits []string, withThinking bool) (*SFTWriter, e
 	if err != nil {
 		return nil, err
 	}
-	tools := []any{}
-	for _, t := range aci.ToolSchemas() {
-		tools = append(tools, t)
-	}
-	return &SFTWriter{s: s, withThinking: withThinking, tools: tools}, nil
+	return &SFTWriter{s: s, withThinking: withThinking, tools: map[string][]any{}}, nil
 }
 
 // Write appends ep's conversation.
@@ -137,9 +133,17 @@ func (w *SFTWriter) Write(ep *chat.Episode) error {
 		}
 		values[i] = v
 	}
+	tools, ok := w.tools[ep.ToolsKey()]
+	if !ok {
+		tools = []any{} // text tool calls: the model saw no function tools
+		for _, t := range ep.Tools() {
+			tools = append(tools, t)
+		}
+		w.tools[ep.ToolsKey()] = tools
+	}
 	row := hf.Row{
 		"messages":    values,
-		"tools":       w.tools,
+		"tools":       tools,
 		"episode_id":  ep.Row.EpisodeID,
 		"task_id":     ep.Row.TaskID,
 		"exit_reason": ep.Row.ExitReason,
