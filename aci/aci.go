@@ -1,12 +1,15 @@
 // Package aci describes forkline's agent-computer interface to models: the
 // canonical actions of package runtime as OpenAI-style function tools, one
-// tool per action kind, whose parameters are the action's fields.
+// tool per action kind whose parameters are the action's fields, and the
+// text a model is shown of an observation (ObservationText).
 //
 // The shapes come from runtime (ActionKinds, ActionFieldNames); this package
-// adds only what runtime leaves to its consumers: each field's JSON type and
-// a description a model can read. Policies use it to offer tools, exporters
-// to write the tools a trajectory was recorded with. It imports runtime and
-// the standard library only.
+// adds only what runtime leaves to its consumers: each field's JSON type, a
+// description a model can read, and the observation's rendering. Policies
+// use it to offer tools and show results, exporters to write the tools and
+// tool messages a trajectory was recorded with, so training data reads as
+// the policy's conversations do. It imports runtime and the standard
+// library only.
 package aci
 
 import (
