@@ -179,6 +179,11 @@ func export(ctx context.Context, cfg *config, stdout io.Writer) (*summary, error
 	if !spec.file && cfg.Out == "-" {
 		return nil, bad("export: -to %s writes a directory; -out - is for jsonl only", cfg.Target)
 	}
+	if cfg.Out != "-" {
+		if err := checkOut(filepath.Clean(cfg.Out), cfg.Force, !spec.file); err != nil {
+			return nil, err
+		}
+	}
 	inputs, err := openInputs(cfg, !spec.file)
 	if err != nil {
 		return nil, err
@@ -208,10 +213,7 @@ func export(ctx context.Context, cfg *config, stdout io.Writer) (*summary, error
 	for _, in := range inputs {
 		sum.Inputs = append(sum.Inputs, inputSummary{Path: in.path, RunID: in.m.RunID, Status: string(in.m.Status), Read: in.read, Selected: in.selected})
 	}
-	if err != nil {
-		return sum, err
-	}
-	return sum, nil
+	return sum, err
 }
 
 // openInputs opens every -in and reads its manifest's tasks and policy.
@@ -474,10 +476,7 @@ func selected(cfg *config, ep *chat.Episode) bool {
 // interrupted export leaves no directory that looks finished. -out must not
 // exist, be an empty directory, or (with -force) is replaced.
 func writeDirTarget(cfg *config, build func(dir string) error) error {
-	out := filepath.Clean(cfg.Out)
-	if err := checkOut(out, cfg.Force, true); err != nil {
-		return err
-	}
+	out := filepath.Clean(cfg.Out) // checked by checkOut before the export began
 	parent := filepath.Dir(out)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("export: %w", err)
@@ -524,9 +523,6 @@ func writeDirTarget(cfg *config, build func(dir string) error) error {
 func writeFileTarget(cfg *config, build func(w io.Writer) error, stdout io.Writer) error {
 	if cfg.Out == "-" {
 		return build(stdout)
-	}
-	if err := checkOut(cfg.Out, cfg.Force, false); err != nil {
-		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(cfg.Out), "."+filepath.Base(cfg.Out)+".*.tmp")
 	if err != nil {
