@@ -39,8 +39,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -184,7 +184,7 @@ func (p *Policy) catchUp(steps []runtime.Step) {
 		if !ours {
 			p.msgs = append(p.msgs, chatMessage{Role: "assistant", Content: str(textCall(s.Action))})
 		}
-		obs := ObservationText(s, p.cfg.ObservationCap)
+		obs := aci.ObservationText(s, p.cfg.ObservationCap)
 		if !meta.native {
 			p.msgs = append(p.msgs, chatMessage{Role: "user", Content: str(obs)})
 			continue
@@ -265,49 +265,6 @@ func modelEvent(resp *chatResponse, ch *chatChoice) *runtime.ModelEvent {
 		}
 	}
 	return ev
-}
-
-// ObservationText is what the model is shown of a step's result: a header
-// with the exit code and any failure, then the output with its middle elided
-// when it exceeds limit bytes (0: no limit).
-func ObservationText(s runtime.Step, limit int) string {
-	o := s.Observation
-	var b strings.Builder
-	if s.Action.Kind == runtime.ActExec {
-		fmt.Fprintf(&b, "exit code: %d\n", o.ExitCode)
-	}
-	if o.TimedOut {
-		b.WriteString("[forkline: the action timed out and was killed]\n")
-	} else if o.Error && o.ErrorKind != runtime.ErrExitStatus && o.ErrorKind != runtime.ErrNone {
-		fmt.Fprintf(&b, "error: %s\n", o.ErrorKind)
-	}
-	if o.Screenshot != nil {
-		fmt.Fprintf(&b, "[forkline: a %dx%d screenshot was taken; this policy sends text only]\n", o.Screenshot.Width, o.Screenshot.Height)
-	}
-	out := o.Text()
-	switch {
-	case out == "" && s.Action.Kind == runtime.ActExec:
-		b.WriteString("(no output)")
-	case limit > 0 && len(out) > limit:
-		b.WriteString(elide(out, limit))
-	default:
-		b.WriteString(out)
-	}
-	return b.String()
-}
-
-// elide keeps limit bytes of s, its head and tail, around a marker saying how
-// much was cut, never splitting a UTF-8 sequence.
-func elide(s string, limit int) string {
-	head := limit - limit/2
-	for head > 0 && !utf8.RuneStart(s[head]) {
-		head--
-	}
-	tail := len(s) - limit/2
-	for tail < len(s) && !utf8.RuneStart(s[tail]) {
-		tail++
-	}
-	return s[:head] + fmt.Sprintf("\n[... forkline: %d bytes elided from the middle of this output ...]\n", tail-head) + s[tail:]
 }
 
 // textCall writes an action in the <tool_call> dialect.

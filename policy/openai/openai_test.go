@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/policy/openai/openaitest"
 	"github.com/forkline/forkline/runtime"
 )
@@ -393,19 +394,19 @@ func TestObservationText(t *testing.T) {
 	step := func(kind runtime.ActionKind, o runtime.Observation) runtime.Step {
 		return runtime.Step{Action: runtime.Action{Kind: kind, Cmd: "x", Path: "x"}, Observation: o}
 	}
-	require.Equal(t, "exit code: 0\n(no output)", ObservationText(step(runtime.ActExec, runtime.Observation{}), 0))
+	require.Equal(t, "exit code: 0\n(no output)", aci.ObservationText(step(runtime.ActExec, runtime.Observation{}), 0))
 	require.Equal(t, "exit code: -1\n[forkline: the action timed out and was killed]\npartial",
-		ObservationText(step(runtime.ActExec, runtime.Observation{ExitCode: -1, TimedOut: true, Error: true, ErrorKind: runtime.ErrTimeout, Output: []byte("partial")}), 0))
+		aci.ObservationText(step(runtime.ActExec, runtime.Observation{ExitCode: -1, TimedOut: true, Error: true, ErrorKind: runtime.ErrTimeout, Output: []byte("partial")}), 0))
 	require.Equal(t, "error: not_found\nno such file",
-		ObservationText(step(runtime.ActReadFile, runtime.Observation{Error: true, ErrorKind: runtime.ErrNotFound, Output: []byte("no such file")}), 0))
-	require.Equal(t, "exit code: 2\nfailed", ObservationText(step(runtime.ActExec, runtime.Observation{ExitCode: 2, Error: true, ErrorKind: runtime.ErrExitStatus, Output: []byte("failed")}), 0))
+		aci.ObservationText(step(runtime.ActReadFile, runtime.Observation{Error: true, ErrorKind: runtime.ErrNotFound, Output: []byte("no such file")}), 0))
+	require.Equal(t, "exit code: 2\nfailed", aci.ObservationText(step(runtime.ActExec, runtime.Observation{ExitCode: 2, Error: true, ErrorKind: runtime.ErrExitStatus, Output: []byte("failed")}), 0))
 
 	big := strings.Repeat("a", 100) + strings.Repeat("é", 200) + strings.Repeat("z", 100)
-	got := ObservationText(step(runtime.ActReadFile, runtime.Observation{Output: []byte(big)}), 100)
+	got := aci.ObservationText(step(runtime.ActReadFile, runtime.Observation{Output: []byte(big)}), 100)
 	require.True(t, strings.HasPrefix(got, strings.Repeat("a", 50)+"\n[... forkline: "))
 	require.True(t, strings.HasSuffix(got, "bytes elided from the middle of this output ...]\n"+strings.Repeat("z", 50)))
 	require.Contains(t, got, fmt.Sprintf("%d bytes elided", len(big)-100))
-	odd := ObservationText(step(runtime.ActReadFile, runtime.Observation{Output: []byte(strings.Repeat("é", 100))}), 50)
+	odd := aci.ObservationText(step(runtime.ActReadFile, runtime.Observation{Output: []byte(strings.Repeat("é", 100))}), 50)
 	require.True(t, strings.HasPrefix(odd, strings.Repeat("é", 12)+"\n"), "a cut never splits a UTF-8 sequence: %q", odd[:30])
 	require.True(t, strings.HasSuffix(odd, "]\n"+strings.Repeat("é", 12)))
 }
