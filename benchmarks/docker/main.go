@@ -86,6 +86,23 @@ type machine struct {
 	Engine   string `json:"engine"`
 	API      string `json:"api"`
 	Go       string `json:"go"`
+	// LoadBefore and LoadAfter are the 1-minute load averages when the run
+	// began and ended: other work on the machine skews every number.
+	LoadBefore string `json:"load_before"`
+	LoadAfter  string `json:"load_after"`
+}
+
+// loadAverage is the 1-minute load average, or "".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
 func main() {
@@ -264,6 +281,7 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	}
 	add("exec", "one exec round trip (true) in a running fork", execs)
 
+	rep.Machine.LoadAfter = loadAverage()
 	for i := range rep.Measures {
 		rep.Measures[i].Ratio = round(rep.Measures[i].P50MS/rep.Measures[0].P50MS, 3)
 	}
@@ -357,6 +375,7 @@ func markdown(rep *report) string {
 	fmt.Fprintf(&b, "Date: %s  \n", rep.Date.Format(time.RFC3339))
 	fmt.Fprintf(&b, "Machine: %s, kernel %s, %d × %s, %d MiB; Docker Engine %s (API %s); %s  \n",
 		m.OS, m.Kernel, m.CPUs, m.CPU, m.MemoryMB, m.Engine, m.API, m.Go)
+	fmt.Fprintf(&b, "Load average (1 min): %s at the start, %s at the end  \n", m.LoadBefore, m.LoadAfter)
 	fmt.Fprintf(&b, "Image: %s\n\n", rep.Image)
 	fmt.Fprintf(&b, "| measure | what | n | p50 ms | p95 ms | p50 / baseline |\n|---|---|---:|---:|---:|---:|\n")
 	for _, x := range rep.Measures {
@@ -374,7 +393,7 @@ because "unpause" would add that much to every hand-off while a sleeping contain
 }
 
 func describeMachine(ctx context.Context, cli *client.Client) machine {
-	m := machine{CPUs: goruntime.NumCPU(), Go: goruntime.Version()}
+	m := machine{CPUs: goruntime.NumCPU(), Go: goruntime.Version(), LoadBefore: loadAverage()}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
