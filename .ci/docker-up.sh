@@ -48,7 +48,7 @@ fi
 if [ "${#missing[@]}" -gt 0 ]; then
 	echo "docker-up.sh: installing ${missing[*]}"
 	"${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	"${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	"${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 if engine_answers; then
