@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/accessibility"
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
@@ -267,7 +268,7 @@ func (s *Session) call(ctx context.Context, d time.Duration, fn func(ctx context
 	if err == nil {
 		return nil, nil
 	}
-	if s.bctx.Err() != nil {
+	if s.lost(err) {
 		return nil, s.markBroken(err)
 	}
 	if ctx.Err() != nil {
@@ -277,6 +278,32 @@ func (s *Session) call(ctx context.Context, d time.Duration, fn func(ctx context
 		return fmt.Errorf("no answer within %s", d), nil
 	}
 	return err, nil
+}
+
+// lost reports whether err came from a browser that is gone. An answer of
+// the browser (a protocol error) means it is alive; any other failure may
+// come from a browser that just died before chromedp noticed the closed
+// connection, so it waits a moment for that.
+func (s *Session) lost(err error) bool {
+	if s.bctx.Err() != nil {
+		return true
+	}
+	var answer *cdproto.Error
+	if errors.As(err, &answer) {
+		return false
+	}
+	c := chromedp.FromContext(s.bctx)
+	if c == nil || c.Browser == nil {
+		return false
+	}
+	select {
+	case <-c.Browser.LostConnection:
+		return true
+	case <-s.bctx.Done():
+		return true
+	case <-time.After(200 * time.Millisecond):
+		return false
+	}
 }
 
 func (s *Session) markBroken(cause error) error {
@@ -341,10 +368,11 @@ func (s *Session) gui(ctx context.Context, a runtime.Action) (runtime.Observatio
 		})
 	case runtime.ActScroll:
 		msg, kind, err = s.input(ctx, func(ctx context.Context) error {
-			x, y := float64(s.cfg.Width/2), float64(s.cfg.Height/2)
-			return chromedp.Do(ctx, chromedp.MouseEvent(chromedp.MouseWheel, x, y, func(p *input.DispatchMouseEventParams) {
-				p.DeltaX, p.DeltaY = float64(a.DX), float64(a.DY)
-			}))
+			// The protocol wants both deltas, and the generated params
+			// leave zeros out, so this one is sent as a map.
+			return chromedp.FromContext(ctx).Target.Call(ctx, input.CommandDispatchMouseEvent, map[string]any{
+				"type": chromedp.MouseWheel, "x": s.cfg.Width / 2, "y": s.cfg.Height / 2, "deltaX": a.DX, "deltaY": a.DY,
+			}, nil)
 		})
 	case runtime.ActWait:
 		t := time.NewTimer(time.Duration(a.MS) * time.Millisecond)

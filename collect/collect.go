@@ -245,6 +245,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			logf("closing provider: %v", err)
 		}
 	}()
+	// Tasks with a browser section get their browser through the provider.
+	if prov, err = WithBrowsers(prov, specs); err != nil {
+		return nil, badInput(err)
+	}
 	pl, err := pool.New(pool.Config{Provider: prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: logf,
 		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates})
 	if err != nil {
@@ -547,7 +551,7 @@ func Template(s *task.Spec) *pool.Template {
 			Env:       env,
 			OutputCap: s.Limits.OutputCap,
 			Resources: providers.Resources{CPUs: s.Limits.CPUs, MemoryMB: s.Limits.MemoryMB, Pids: s.Limits.Pids},
-			Labels:    map[string]string{"forkline.task": s.ID},
+			Labels:    map[string]string{taskLabel: s.ID},
 		},
 		Setup:          s.Setup,
 		Start:          s.Start,

@@ -122,6 +122,7 @@ type Report struct {
 	WallSec        float64            `json:"wall_s"`
 	Screenshots    int64              `json:"screenshots"`
 	BlobsStored    int64              `json:"blobs_stored"`
+	DedupRatio     float64            `json:"dedup_ratio"` // screenshots per blob stored (pixels hash); 0 when none was
 	BytesPerStep   float64            `json:"bytes_per_step"`
 	TokenDrift     int                `json:"episodes_with_token_drift"`
 	Replacements   int                `json:"replicas_replaced"`
@@ -164,6 +165,9 @@ func (s *Summary) Report() Report {
 	}
 	if s.Steps > 0 {
 		r.BytesPerStep = float64(s.StepBytes) / float64(s.Steps)
+	}
+	if s.BlobsStored > 0 {
+		r.DedupRatio = float64(s.Screenshots) / float64(s.BlobsStored)
 	}
 	return r
 }
@@ -212,8 +216,11 @@ func (r Report) Print(w io.Writer, out string) {
 		sort.Strings(parts)
 		fmt.Fprintf(w, "  golden builds: %s\n", strings.Join(parts, ", "))
 	}
-	if r.Screenshots > 0 {
-		fmt.Fprintf(w, "  screenshots: %d, blobs stored: %d (dedup %.1fx)\n", r.Screenshots, r.BlobsStored, float64(r.Screenshots)/max(1, float64(r.BlobsStored)))
+	switch {
+	case r.Screenshots > 0 && r.BlobsStored > 0:
+		fmt.Fprintf(w, "  screenshots: %d, blobs stored: %d (dedup ratio %.1fx)\n", r.Screenshots, r.BlobsStored, r.DedupRatio)
+	case r.Screenshots > 0:
+		fmt.Fprintf(w, "  screenshots: %d, no blobs stored by this run\n", r.Screenshots)
 	}
 	fmt.Fprintf(w, "  bytes kept per step: %.0f\n", r.BytesPerStep)
 	if r.TokenDrift > 0 {
