@@ -95,6 +95,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Capture.Pixels, "pixels", "hash", "capture: screenshots full, hash (stored once in blobs/) or none")
 	fs.StringVar(&cfg.Capture.A11y, "a11y", "full", "capture: accessibility trees full or none")
 	fs.StringVar(&cfg.Capture.Tokens, "tokens", "keep", "capture: token ids, masks and logprobs keep or drop")
+	captureFile := fs.String("capture", "", "capture: the whole policy from a YAML `FILE` (text, pixels, a11y, tokens); -text, -pixels, -a11y, -tokens given too override it")
 	rollMB := fs.Int64("roll-mb", 64, "close a shard generation after about this many MB")
 	rollEvery := fs.Duration("roll-interval", time.Minute, "close a shard generation at least this often (bounds what a crash can lose)")
 	shardFlag := fs.String("shard", "", "collect only part `i/n` of the plan (n machines, disjoint parts; join them with -merge)")
@@ -152,6 +153,25 @@ func run(args []string) int {
 	if cfg.Capture.TextCap, err = capture.ParseText(*text); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return exitBadInput
+	}
+	if *captureFile != "" {
+		flags := cfg.Capture
+		if cfg.Capture, err = collect.LoadCapture(*captureFile); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return exitBadInput
+		}
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "text":
+				cfg.Capture.TextCap = flags.TextCap
+			case "pixels":
+				cfg.Capture.Pixels = flags.Pixels
+			case "a11y":
+				cfg.Capture.A11y = flags.A11y
+			case "tokens":
+				cfg.Capture.Tokens = flags.Tokens
+			}
+		})
 	}
 	cfg.Shards = shard.DefaultConfig()
 	cfg.Shards.RollBytes = *rollMB << 20
