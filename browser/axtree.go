@@ -113,11 +113,17 @@ func compactTree(nodes []*accessibility.Node, bounds map[cdp.BackendNodeID][]int
 		return nil
 	}
 	// build returns what n contributes to its parent: itself, or its
-	// children when it is pruned.
+	// children when it is pruned. Each node is built once, and depth is
+	// bounded, so a malformed list cannot make it loop or blow up.
+	visited := make(map[accessibility.NodeID]bool, len(nodes))
 	var build func(n *accessibility.Node, depth int) []*AXNode
 	build = func(n *accessibility.Node, depth int) []*AXNode {
+		if visited[n.NodeID] {
+			return nil
+		}
+		visited[n.NodeID] = true
 		var kids []*AXNode
-		if depth < 256 { // a page cannot make us recurse without bound
+		if depth < 512 {
 			for _, id := range n.ChildIDs {
 				if c := byID[id]; c != nil {
 					kids = append(kids, build(c, depth+1)...)

@@ -64,13 +64,22 @@ const donePage = `<!doctype html><html><head><title>Welcome</title></head><body>
 <script>document.getElementById("msg").textContent = "Welcome, " + new URLSearchParams(location.search).get("name");</script>
 </body></html>`
 
+// openLocal opens a local provider (copy forks) that is closed with the
+// test.
+func openLocal(t *testing.T) (*local.Provider, error) {
+	prov, err := local.New(providers.Options{Dir: t.TempDir(), Params: map[string]string{local.ParamFork: local.ForkCopy}})
+	if err == nil {
+		t.Cleanup(func() { prov.Close(context.Background()) })
+	}
+	return prov, err
+}
+
 // newSession makes a local sandbox with files and wraps it.
 func newSession(t *testing.T, files map[string]string, cfg browser.Config) (*browser.Session, string) {
 	t.Helper()
 	needChromium(t)
-	prov, err := local.New(providers.Options{Dir: t.TempDir(), Params: map[string]string{local.ParamFork: local.ForkCopy}})
+	prov, err := openLocal(t)
 	require.NoError(t, err)
-	t.Cleanup(func() { prov.Close(context.Background()) })
 	spec := providers.Spec{Files: map[string][]byte{}}
 	for p, c := range files {
 		spec.Files[p] = []byte(c)

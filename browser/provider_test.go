@@ -1,0 +1,63 @@
+package browser_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/browser"
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/runtime"
+)
+
+func TestProviderForksStartFromTheGoldenProfile(t *testing.T) {
+	needChromium(t)
+	inner, err := openLocal(t)
+	require.NoError(t, err)
+	cfg := browser.DefaultConfig()
+	cfg.Width, cfg.Height, cfg.Start = 640, 480, "index.html"
+	prov := browser.Provider(inner, func(spec providers.Spec) (browser.Config, bool) {
+		return cfg, spec.Labels["web"] == "yes"
+	})
+	require.True(t, prov.Capabilities().GUI)
+	require.Equal(t, inner.Capabilities().ForkMethod, prov.Capabilities().ForkMethod)
+	ctx := context.Background()
+
+	plain, err := prov.Create(ctx, providers.Spec{})
+	require.NoError(t, err)
+	_, isSession := plain.(*browser.Session)
+	require.False(t, isSession, "tasks without a browser get the sandbox as it is")
+	require.NoError(t, plain.Close(ctx))
+
+	// The page stores something in its origin's storage: the golden's
+	// profile keeps it, and every fork sees it.
+	page := `<html><head><title>Visits</title></head><body><p id=v></p><script>
+const n = Number(localStorage.getItem("visits") || 0) + 1; localStorage.setItem("visits", n);
+document.getElementById("v").textContent = "visit " + n;</script></body></html>`
+	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(page)}, Labels: map[string]string{"web": "yes"}})
+	require.NoError(t, err)
+	_, isSession = golden.(*browser.Session)
+	require.True(t, isSession)
+	cp, err := prov.Checkpoint(ctx, golden, "golden")
+	require.NoError(t, err)
+	require.NoError(t, golden.Close(ctx))
+
+	var shots [][]byte
+	for range 2 {
+		fork, err := prov.Fork(ctx, cp)
+		require.NoError(t, err)
+		s, ok := fork.(*browser.Session)
+		require.True(t, ok, "forks of a browser checkpoint come with a browser")
+		_, err = os.Stat(filepath.Join(fork.Info().Workspace, browser.ProfileDir, "Local State"))
+		require.NoError(t, err, "the checkpoint holds the profile")
+		obs := act(t, s, runtime.Action{Kind: runtime.ActScreenshot})
+		findRole(t, obs, "StaticText", "visit 2")
+		shots = append(shots, obs.Screenshot.PNG)
+		require.NoError(t, s.Close(ctx))
+	}
+	require.Equal(t, shots[0], shots[1], "forks of one golden see the same first screenshot, byte for byte")
+	require.NoError(t, prov.Release(ctx, cp))
+}
