@@ -5,13 +5,14 @@
 //     replicas: the payload the steps keep (the collector's bytes_per_step,
 //     uncompressed) and what the steps/ and blobs/ Parquet files really take
 //     on disk (zstd), per step;
+//
 //  2. the time a screenshot and an accessibility snapshot each add to a
 //     step: one browser session on the sign-up form repeats a GUI action
 //     that changes nothing (wait 0 ms) under observe none, screenshot, a11y
 //     and screenshot+a11y; the differences to none are the costs.
 //
-//	go run ./benchmarks/capture                 # from the repository root
-//	go run ./benchmarks/capture -repeats 16 -iterations 100 -json out.json
+//     go run ./benchmarks/capture                 # from the repository root
+//     go run ./benchmarks/capture -repeats 16 -iterations 100 -json out.json
 //
 // It needs Chromium (apt-get install chromium, or bash .ci/chromium-up.sh).
 package main
