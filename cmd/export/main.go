@@ -39,6 +39,9 @@
 //
 // Exit codes: 0 written, 1 failed, 2 bad input (flags, inputs, a selection
 // that leaves nothing to write), 130 interrupted (nothing is left at -out).
+//
+// The export itself is package export; this command parses the flags into
+// export.Options, runs export.Run and maps its error to the exit code.
 package main
 
 import (
@@ -50,11 +53,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/forkline/forkline/export"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 )
@@ -85,23 +88,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var inputs, wheres, tasks strs
 	fs.Var(&inputs, "in", "native dataset `DIR` written by collect (required; repeatable)")
-	to := fs.String("to", "", "target: "+strings.Join(targetNames(), ", ")+" (required)")
+	to := fs.String("to", "", "target: "+strings.Join(export.Targets(), ", ")+" (required)")
 	out := fs.String("out", "", "output `DIR` (a FILE or - for jsonl) (required)")
 	force := fs.Bool("force", false, "replace a non-empty -out directory")
-	fs.Var(&wheres, "where", "keep episodes whose `column=v1[,v2]` (or column!=...) matches; repeatable, all must hold; columns: "+whereColumnNames())
+	fs.Var(&wheres, "where", "keep episodes whose `column=v1[,v2]` (or column!=...) matches; repeatable, all must hold; columns: "+strings.Join(export.WhereColumns(), ", "))
 	minReward := fs.String("min-reward", "", "keep episodes whose reward is at least `X` (a null reward never is)")
 	fs.Var(&tasks, "task", "keep episodes of task `ID` (repeatable)")
-	rewardName := fs.String("reward", "verify", "the episode-level reward `NAME` joined from the rewards table")
+	rewardName := fs.String("reward", export.DefaultReward, "the episode-level reward `NAME` joined from the rewards table")
 	split := fs.String("split", "train=1", "`name=fraction,...` by episode-id hash, e.g. train=0.95,test=0.05")
-	rows := fs.String("rows", "episode", "hf, hf-disk: one row per `episode|step`")
-	toolArgs := fs.String("tool-args", "string", "chat-jsonl: tool-call arguments as a JSON `string|object`")
+	rows := fs.String("rows", string(hf.RowsEpisode), "hf, hf-disk: one row per `episode|step`")
+	toolArgs := fs.String("tool-args", string(chat.ArgsString), "chat-jsonl: tool-call arguments as a JSON `string|object`")
 	jsonOut := fs.Bool("json", false, "print the summary as JSON on stdout (not with -out -)")
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "usage: export -in RUN [-in RUN2 ...] -to TARGET -out DIR [flags]\n\nTargets:\n")
-		for _, n := range targetNames() {
-			t := targets[n]
-			fmt.Fprintf(w, "  %-11s %s\n  %-11s   -> %s\n", n, t.summary, "", t.layout)
+		for _, n := range export.Targets() {
+			t, _ := export.Describe(n)
+			fmt.Fprintf(w, "  %-11s %s\n  %-11s   -> %s\n", n, t.Summary, "", t.Layout)
 		}
 		fmt.Fprintf(w, "\nExit codes: 0 written, 1 failed, 2 bad input, 130 interrupted.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -119,63 +122,58 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(inputs) == 0 || *out == "" || *to == "" {
 		return fail(errors.New("export: -in, -to and -out are required (see -h)"))
 	}
-	if _, ok := targets[*to]; !ok {
-		return fail(fmt.Errorf("export: unknown target %q (known: %s)", *to, strings.Join(targetNames(), ", ")))
-	}
-	cfg := &config{Inputs: inputs, Target: *to, Out: *out, Force: *force, Tasks: tasks, RewardName: *rewardName}
+	o := export.Options{Inputs: inputs, Target: *to, Out: *out, Force: *force, Stdout: stdout, Tasks: tasks, Reward: *rewardName}
 	for _, w := range wheres {
-		wh, err := parseWhere(w)
+		wh, err := export.ParseWhere(w)
 		if err != nil {
 			return fail(fmt.Errorf("export: %w", err))
 		}
-		cfg.Where = append(cfg.Where, wh)
+		o.Where = append(o.Where, wh)
 	}
 	if *minReward != "" {
 		v, err := strconv.ParseFloat(*minReward, 64)
 		if err != nil {
 			return fail(fmt.Errorf("export: -min-reward %q is not a number", *minReward))
 		}
-		cfg.MinReward = &v
+		o.MinReward = &v
 	}
 	var err error
-	if cfg.Split, err = parseSplit(*split); err != nil {
+	if o.Split, err = export.ParseSplit(*split); err != nil {
 		return fail(fmt.Errorf("export: %w", err))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["rows"] && !slices.Contains([]string{"hf", "hf-disk"}, *to) {
-		return fail(fmt.Errorf("export: -rows is for hf and hf-disk, not %s", *to))
-	}
-	if set["tool-args"] && *to != "chat-jsonl" {
-		return fail(fmt.Errorf("export: -tool-args is for chat-jsonl, not %s", *to))
-	}
-	if cfg.Rows, err = hf.ParseRows(*rows); err != nil {
-		return fail(fmt.Errorf("export: %w", err))
-	}
-	if cfg.ToolArgs, err = chat.ParseToolArgs(*toolArgs); err != nil {
-		return fail(fmt.Errorf("export: %w", err))
+	// -rows and -tool-args are passed on only when given, so that Validate
+	// refuses them for a target that takes neither.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "rows":
+			o.Rows = hf.RowsPer(*rows)
+		case "tool-args":
+			o.ToolArgs = chat.ToolArgs(*toolArgs)
+		}
+	})
+	if err := o.Validate(); err != nil {
+		return fail(err)
 	}
 	if *jsonOut && *out == "-" {
 		return fail(errors.New("export: -json prints on stdout, which -out - already uses"))
 	}
 
-	sum, err := export(ctx, cfg, stdout)
-	if sum != nil {
-		report(stderr, cfg, sum, err == nil)
+	rep, err := export.Run(ctx, o)
+	if rep != nil {
+		report(stderr, o, rep, err == nil)
 		if *jsonOut && err == nil {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
-			enc.Encode(sum)
+			enc.Encode(rep)
 		}
 	}
-	var bi badInput
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, context.Canceled):
-		fmt.Fprintln(stderr, "export: interrupted; nothing was written to", cfg.Out)
+		fmt.Fprintln(stderr, "export: interrupted; nothing was written to", o.Out)
 		return exitCancelled
-	case errors.As(err, &bi):
+	case errors.Is(err, export.ErrBadInput):
 		fmt.Fprintln(stderr, err)
 		return exitBadInput
 	default:
@@ -185,21 +183,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // report prints the summary: what was read, filtered, refused and written.
-func report(w io.Writer, cfg *config, s *summary, ok bool) {
-	for _, in := range s.Inputs {
+func report(w io.Writer, o export.Options, r *export.Report, ok bool) {
+	for _, in := range r.Inputs {
 		fmt.Fprintf(w, "export: -in %s (run %s, %s): %d episodes read, %d selected\n", in.Path, in.RunID, in.Status, in.Read, in.Selected)
 	}
-	if len(s.Refused) > 0 {
-		fmt.Fprintf(w, "export: refused by %s: %s\n", cfg.Target, refusedText(s.Refused))
+	if len(r.Refused) > 0 {
+		fmt.Fprintf(w, "export: refused by %s: %s\n", o.Target, r.RefusedText())
 	}
 	if !ok {
 		return
 	}
 	var parts []string
 	var total int64
-	for _, p := range cfg.Split {
-		parts = append(parts, fmt.Sprintf("%s %d", p.name, s.Written[p.name]))
-		total += s.Written[p.name]
+	for _, p := range o.Split {
+		parts = append(parts, fmt.Sprintf("%s %d", p.Name, r.Written[p.Name]))
+		total += r.Written[p.Name]
 	}
-	fmt.Fprintf(w, "export: %d episodes written to %s (%s), %d filtered out\n", total, cfg.Out, strings.Join(parts, ", "), s.Filtered)
+	fmt.Fprintf(w, "export: %d episodes written to %s (%s), %d filtered out\n", total, o.Out, strings.Join(parts, ", "), r.Filtered)
 }

@@ -24,22 +24,49 @@ type Episode struct {
 	Rewards []schemas.RewardRow `json:"rewards"`
 }
 
-// Write streams every episode of ds to w, one JSON object per line, holding
-// one episode in memory at a time. It returns the number of episodes written.
-func Write(ds *shard.Dataset, w io.Writer) (int, error) {
+// Encoder writes episodes as lines, one per Encode, through a buffer: the
+// lines reach the underlying writer by Flush (or when the buffer fills). It
+// is the one place a line is encoded, so every writer of this format writes
+// the same bytes. An Encoder is not safe for concurrent use.
+type Encoder struct {
+	bw  *bufio.Writer
+	enc *json.Encoder
+}
+
+// NewEncoder returns an Encoder writing to w.
+func NewEncoder(w io.Writer) *Encoder {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
+	return &Encoder{bw: bw, enc: enc}
+}
+
+// Encode writes one episode with its steps and rewards as one line. Nil
+// steps or rewards are written as empty arrays, never null.
+func (e *Encoder) Encode(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+	if steps == nil {
+		steps = []schemas.StepRow{}
+	}
+	if rewards == nil {
+		rewards = []schemas.RewardRow{}
+	}
+	if err := e.enc.Encode(Episode{EpisodeRow: ep, Steps: steps, Rewards: rewards}); err != nil {
+		return fmt.Errorf("jsonl: episode %s: %w", ep.EpisodeID, err)
+	}
+	return nil
+}
+
+// Flush writes the buffered lines to the underlying writer.
+func (e *Encoder) Flush() error { return e.bw.Flush() }
+
+// Write streams every episode of ds to w, one JSON object per line, holding
+// one episode in memory at a time. It returns the number of episodes written.
+func Write(ds *shard.Dataset, w io.Writer) (int, error) {
+	enc := NewEncoder(w)
 	n := 0
 	err := ds.EachEpisode(func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
-		if steps == nil {
-			steps = []schemas.StepRow{}
-		}
-		if rewards == nil {
-			rewards = []schemas.RewardRow{}
-		}
-		if err := enc.Encode(Episode{EpisodeRow: ep, Steps: steps, Rewards: rewards}); err != nil {
-			return fmt.Errorf("jsonl: episode %s: %w", ep.EpisodeID, err)
+		if err := enc.Encode(ep, steps, rewards); err != nil {
+			return err
 		}
 		n++
 		return nil
@@ -47,5 +74,5 @@ func Write(ds *shard.Dataset, w io.Writer) (int, error) {
 	if err != nil {
 		return n, err
 	}
-	return n, bw.Flush()
+	return n, enc.Flush()
 }

@@ -48,3 +48,26 @@ func TestWriteNestsStepsInOrder(t *testing.T) {
 	}
 	require.Equal(t, 2, lines)
 }
+
+// Encode writes one line per episode, empty arrays for missing steps or
+// rewards, and text as it is (no HTML escaping); lines are buffered until
+// Flush.
+func TestEncoderOneLinePerEpisode(t *testing.T) {
+	var buf bytes.Buffer
+	enc := NewEncoder(&buf)
+	require.NoError(t, enc.Encode(schemas.EpisodeRow{EpisodeID: "a", Answer: "<b> & c"}, nil, nil))
+	v := 1.0
+	require.NoError(t, enc.Encode(schemas.EpisodeRow{EpisodeID: "b"},
+		[]schemas.StepRow{{EpisodeID: "b", ActionKind: "done"}}, []schemas.RewardRow{{EpisodeID: "b", Name: "verify", Value: &v}}))
+	require.Zero(t, buf.Len(), "nothing reaches the writer before Flush")
+	require.NoError(t, enc.Flush())
+	lines := bytes.Split(bytes.TrimSuffix(buf.Bytes(), []byte("\n")), []byte("\n"))
+	require.Len(t, lines, 2)
+	require.Contains(t, string(lines[0]), `"answer":"<b> & c"`)
+	require.Contains(t, string(lines[0]), `"step_rows":[],"rewards":[]`)
+	var ep Episode
+	require.NoError(t, json.Unmarshal(lines[1], &ep))
+	require.Equal(t, "b", ep.EpisodeID)
+	require.Len(t, ep.Steps, 1)
+	require.Equal(t, 1.0, *ep.Rewards[0].Value)
+}

@@ -1,4 +1,4 @@
-package main
+package export
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/hf/hftest"
 	"github.com/forkline/forkline/formats/jsonl"
@@ -24,21 +25,35 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-type result struct {
-	code           int
-	stdout, stderr string
+// exportOK runs o and requires it to succeed.
+func exportOK(t *testing.T, o Options) *Report {
+	t.Helper()
+	rep, err := Run(t.Context(), o)
+	require.NoError(t, err)
+	require.NotNil(t, rep)
+	return rep
 }
 
-func runExport(t *testing.T, args ...string) result {
+// exportBad runs o and requires it to fail on bad input with msg.
+func exportBad(t *testing.T, o Options, msg string) {
 	t.Helper()
-	return runExportCtx(t, t.Context(), args...)
+	_, err := Run(t.Context(), o)
+	require.ErrorIs(t, err, ErrBadInput)
+	assert.ErrorContains(t, err, msg)
 }
 
-func runExportCtx(t *testing.T, ctx context.Context, args ...string) result {
+func split(t *testing.T, s string) []SplitPart {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(ctx, args, &out, &errb)
-	return result{code, out.String(), errb.String()}
+	parts, err := ParseSplit(s)
+	require.NoError(t, err)
+	return parts
+}
+
+func where(t *testing.T, s string) Where {
+	t.Helper()
+	w, err := ParseWhere(s)
+	require.NoError(t, err)
+	return w
 }
 
 // files lists a directory tree's files, slash-separated and sorted.
@@ -64,7 +79,7 @@ func golden(t *testing.T, name string, got string) {
 		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
 	}
 	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run go test ./cmd/export -update to create %s", path)
+	require.NoError(t, err, "run go test ./export -update to create %s", path)
 	assert.Equal(t, string(want), got, "%s differs; rerun with -update if the change is intended", path)
 }
 
@@ -155,15 +170,12 @@ func TestTargetsGoldenAndDeterministic(t *testing.T) {
 	for _, target := range append(slices.Clone(dirTargets), "hf/step", "hf-disk/step") {
 		t.Run(strings.ReplaceAll(target, "/", "-"), func(t *testing.T) {
 			to, rows, _ := strings.Cut(target, "/")
-			args := []string{"-in", f.runA, "-in", f.runB, "-to", to, "-split", "train=0.75,test=0.25"}
-			if rows != "" {
-				args = append(args, "-rows", rows)
-			}
+			o := Options{Inputs: []string{f.runA, f.runB}, Target: to, Split: split(t, "train=0.75,test=0.25"), Rows: hf.RowsPer(rows)}
 			var trees []map[string]string
 			for i := range 2 {
-				out := filepath.Join(t.TempDir(), fmt.Sprint("out", i))
-				r := runExport(t, append(args, "-out", out)...)
-				require.Equal(t, exitOK, r.code, r.stderr)
+				o.Out = filepath.Join(t.TempDir(), fmt.Sprint("out", i))
+				out := o.Out
+				exportOK(t, o)
 				trees = append(trees, hashTree(t, out))
 				if i == 0 {
 					golden(t, strings.ReplaceAll(target, "/", "-")+".golden", describe(t, out))
@@ -180,10 +192,7 @@ func TestRowCountsMatchTheSummary(t *testing.T) {
 	for _, target := range dirTargets {
 		t.Run(target, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
-			r := runExport(t, "-in", f.runA, "-in", f.runB, "-to", target, "-out", out, "-split", "train=0.75,test=0.25", "-json")
-			require.Equal(t, exitOK, r.code, r.stderr)
-			var sum summary
-			require.NoError(t, json.Unmarshal([]byte(r.stdout), &sum))
+			sum := exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: target, Out: out, Split: split(t, "train=0.75,test=0.25")})
 			assert.Equal(t, int64(21), sum.Read)
 			if target == "hf" {
 				readme, err := os.ReadFile(filepath.Join(out, "README.md"))
@@ -227,10 +236,7 @@ func TestRowCountsMatchTheSummary(t *testing.T) {
 func TestVerlAgentInvariantsAndRewards(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
-	r := runExport(t, "-in", f.runA, "-in", f.runB, "-to", "verl-agent", "-out", out, "-split", "train=0.5,test=0.5", "-json")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	var sum summary
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &sum))
+	sum := exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: "verl-agent", Out: out, Split: split(t, "train=0.5,test=0.5")})
 	noTokens, drift := 0, 0
 	for id, ok := range f.tokens {
 		if !ok {
@@ -242,7 +248,7 @@ func TestVerlAgentInvariantsAndRewards(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]int64{"no token record": int64(noTokens), "token record cut by retokenization drift": int64(drift)}, sum.Refused)
-	assert.Contains(t, r.stderr, fmt.Sprintf("refused by verl-agent: %d no token record, %d token record cut by retokenization drift", noTokens, drift))
+	assert.Equal(t, fmt.Sprintf("%d no token record, %d token record cut by retokenization drift", noTokens, drift), sum.RefusedText())
 
 	seen := map[string]bool{}
 	for _, split := range []string{"train", "test"} {
@@ -300,9 +306,8 @@ func TestVerlAgentInvariantsAndRewards(t *testing.T) {
 func TestVerlAgentRefusesARunWithoutTokens(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
-	r := runExport(t, "-in", f.runA, "-to", "verl-agent", "-out", out, "-where", "has_tokens=false")
-	assert.Equal(t, exitBadInput, r.code)
-	assert.Contains(t, r.stderr, "refused every one of the 1 selected episodes (1 no token record); nothing written")
+	exportBad(t, Options{Inputs: []string{f.runA}, Target: "verl-agent", Out: out, Where: []Where{where(t, "has_tokens=false")}},
+		"refused every one of the 1 selected episodes (1 no token record); nothing written")
 	assert.NoDirExists(t, out)
 }
 
@@ -313,9 +318,8 @@ func TestFiltersAndSplit(t *testing.T) {
 	}
 	t.Run("where, min-reward, task", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "out")
-		r := runExport(t, "-in", f.runA, "-in", f.runB, "-to", "verl-rl", "-out", out,
-			"-where", "exit_reason=done,timeout", "-where", "run_id!=run-b", "-min-reward", "0.5", "-task", "shell")
-		require.Equal(t, exitOK, r.code, r.stderr)
+		exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: "verl-rl", Out: out,
+			Where: []Where{where(t, "exit_reason=done,timeout"), where(t, "run_id!=run-b")}, MinReward: ptr(0.5), Tasks: []string{"shell"}})
 		rows := read(t, out, "train")
 		require.NotEmpty(t, rows)
 		for _, row := range rows {
@@ -327,10 +331,9 @@ func TestFiltersAndSplit(t *testing.T) {
 		}
 	})
 	t.Run("split is stable across exports", func(t *testing.T) {
-		splitOf := func(args ...string) map[string]string {
+		splitOf := func(inputs ...string) map[string]string {
 			out := filepath.Join(t.TempDir(), "out")
-			r := runExport(t, append([]string{"-to", "verl-rl", "-out", out, "-split", "train=0.6,test=0.4"}, args...)...)
-			require.Equal(t, exitOK, r.code, r.stderr)
+			exportOK(t, Options{Inputs: inputs, Target: "verl-rl", Out: out, Split: split(t, "train=0.6,test=0.4")})
 			m := map[string]string{}
 			for _, s := range []string{"train", "test"} {
 				for _, row := range read(t, out, s) {
@@ -339,8 +342,8 @@ func TestFiltersAndSplit(t *testing.T) {
 			}
 			return m
 		}
-		both := splitOf("-in", f.runA, "-in", f.runB)
-		alone := splitOf("-in", f.runB)
+		both := splitOf(f.runA, f.runB)
+		alone := splitOf(f.runB)
 		require.Len(t, both, 21)
 		for id, s := range alone {
 			assert.Equal(t, both[id], s, "episode %s changed split when exported with other runs", id)
@@ -353,14 +356,12 @@ func TestFiltersAndSplit(t *testing.T) {
 		}
 		assert.True(t, n > 0 && n < 21, "both splits get episodes (test: %d of 21)", n)
 		for id, s := range both {
-			assert.Equal(t, assignSplit([]splitPart{{"train", 0.6}, {"test", 0.4}}, id), s)
+			assert.Equal(t, assignSplit([]SplitPart{{"train", 0.6}, {"test", 0.4}}, id), s)
 		}
 	})
 	t.Run("nothing selected", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "out")
-		r := runExport(t, "-in", f.runA, "-to", "verl-rl", "-out", out, "-task", "nope")
-		assert.Equal(t, exitBadInput, r.code)
-		assert.Contains(t, r.stderr, "no episode to write: 17 read, 17 filtered out")
+		exportBad(t, Options{Inputs: []string{f.runA}, Target: "verl-rl", Out: out, Tasks: []string{"nope"}}, "no episode to write: 17 read, 17 filtered out")
 		assert.NoDirExists(t, out)
 	})
 }
@@ -379,7 +380,7 @@ func TestParseSplit(t *testing.T) {
 		{"train", "want name=fraction"},
 		{"train=x", "positive number"},
 	} {
-		_, err := parseSplit(tc.in)
+		_, err := ParseSplit(tc.in)
 		if tc.err == "" {
 			assert.NoError(t, err, tc.in)
 		} else {
@@ -395,32 +396,24 @@ func TestInputsMustBeCompatible(t *testing.T) {
 		writeRun(t, filepath.Dir(copyDir), runSpec{runID: "again", policy: map[string]any{"name": "script"},
 			episodes: []shard.EpisodeBatch{episodeBatch("b-2", epOpts{task: "shell", exit: "done", reward: ptr(1.0)})}})
 		out := filepath.Join(t.TempDir(), "out")
-		r := runExport(t, "-in", f.runB, "-in", copyDir, "-to", "chat-jsonl", "-out", out)
-		assert.Equal(t, exitBadInput, r.code)
-		assert.Contains(t, r.stderr, "episode b-2 is in both -in "+f.runB+" and -in "+copyDir)
+		exportBad(t, Options{Inputs: []string{f.runB, copyDir}, Target: "chat-jsonl", Out: out}, "episode b-2 is in both -in "+f.runB+" and -in "+copyDir)
 		assert.NoDirExists(t, out)
 	})
 	t.Run("same run twice", func(t *testing.T) {
-		r := runExport(t, "-in", f.runB, "-in", f.runB, "-to", "hf", "-out", filepath.Join(t.TempDir(), "out"))
-		assert.Equal(t, exitBadInput, r.code)
-		assert.Contains(t, r.stderr, "must be unique across inputs")
+		exportBad(t, Options{Inputs: []string{f.runB, f.runB}, Target: "hf", Out: filepath.Join(t.TempDir(), "out")}, "must be unique across inputs")
 	})
 	t.Run("other schema version", func(t *testing.T) {
 		other := filepath.Join(t.TempDir(), "v99")
 		require.NoError(t, os.MkdirAll(other, 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(other, "manifest.json"), []byte(`{"schema_version":99,"run_id":"x","shards":[]}`), 0o644))
-		r := runExport(t, "-in", f.runB, "-in", other, "-to", "hf", "-out", filepath.Join(t.TempDir(), "out"))
-		assert.Equal(t, exitBadInput, r.code)
-		assert.Contains(t, r.stderr, "schema version 99")
+		exportBad(t, Options{Inputs: []string{f.runB, other}, Target: "hf", Out: filepath.Join(t.TempDir(), "out")}, "schema version 99")
 	})
 	t.Run("task missing from the manifest", func(t *testing.T) {
 		dir := t.TempDir()
 		b := episodeBatch("x-0", epOpts{task: "unknown", exit: "done", reward: ptr(1.0)})
 		path := writeRun(t, dir, runSpec{runID: "x", policy: map[string]any{"name": "script"}, episodes: []shard.EpisodeBatch{b}})
 		out := filepath.Join(dir, "out")
-		r := runExport(t, "-in", path, "-to", "chat-jsonl", "-out", out)
-		assert.Equal(t, exitBadInput, r.code)
-		assert.Contains(t, r.stderr, `task "unknown" is not among the manifest's task specs`)
+		exportBad(t, Options{Inputs: []string{path}, Target: "chat-jsonl", Out: out}, `task "unknown" is not among the manifest's task specs`)
 		assert.NoDirExists(t, out)
 		assert.Equal(t, []string{"x"}, dirNames(t, dir), "no staging directory is left behind")
 	})
@@ -441,14 +434,10 @@ func TestOutputDirectory(t *testing.T) {
 	parent := t.TempDir()
 	out := filepath.Join(parent, "out")
 	require.NoError(t, os.MkdirAll(out, 0o755))
-	r := runExport(t, "-in", f.runB, "-to", "chat-jsonl", "-out", out)
-	require.Equal(t, exitOK, r.code, "an empty directory may be used: %s", r.stderr)
-	r = runExport(t, "-in", f.runB, "-to", "verl-rl", "-out", out)
-	assert.Equal(t, exitBadInput, r.code)
-	assert.Contains(t, r.stderr, "is not empty; choose another directory or pass -force")
+	exportOK(t, Options{Inputs: []string{f.runB}, Target: "chat-jsonl", Out: out}) // an empty directory may be used
+	exportBad(t, Options{Inputs: []string{f.runB}, Target: "verl-rl", Out: out}, "is not empty; choose another directory or pass -force")
 	assert.Equal(t, []string{"train.jsonl"}, files(t, out))
-	r = runExport(t, "-in", f.runB, "-to", "verl-rl", "-out", out, "-force")
-	require.Equal(t, exitOK, r.code, r.stderr)
+	exportOK(t, Options{Inputs: []string{f.runB}, Target: "verl-rl", Out: out, Force: true})
 	assert.Equal(t, []string{"train.parquet"}, files(t, out), "-force replaces the directory whole")
 	assert.Equal(t, []string{"out"}, dirNames(t, parent), "no staging or old directory is left")
 }
@@ -458,8 +447,8 @@ func TestInterruptedExportLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	out := filepath.Join(t.TempDir(), "out")
-	r := runExportCtx(t, ctx, "-in", f.runA, "-to", "hf", "-out", out)
-	assert.Equal(t, exitCancelled, r.code, r.stderr)
+	_, err := Run(ctx, Options{Inputs: []string{f.runA}, Target: "hf", Out: out})
+	assert.ErrorIs(t, err, context.Canceled)
 	assert.NoDirExists(t, out)
 	assert.Empty(t, dirNames(t, filepath.Dir(out)))
 }
@@ -473,20 +462,19 @@ func TestJSONLTargetUnchanged(t *testing.T) {
 	_, err = jsonl.Write(ds, &want)
 	require.NoError(t, err)
 
-	r := runExport(t, "-in", f.runA, "-to", "jsonl", "-out", "-")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Equal(t, want.String(), r.stdout)
+	var stdout bytes.Buffer
+	exportOK(t, Options{Inputs: []string{f.runA}, Target: "jsonl", Out: "-", Stdout: &stdout})
+	assert.Equal(t, want.String(), stdout.String())
 
 	path := filepath.Join(t.TempDir(), "run.jsonl")
-	r = runExport(t, "-in", f.runA, "-to", "jsonl", "-out", path)
-	require.Equal(t, exitOK, r.code, r.stderr)
+	exportOK(t, Options{Inputs: []string{f.runA}, Target: "jsonl", Out: path})
 	got, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.Equal(t, want.String(), string(got))
 
-	r = runExport(t, "-in", f.runA, "-in", f.runB, "-to", "jsonl", "-out", "-", "-where", "exit_reason=timeout")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	sc := bufio.NewScanner(strings.NewReader(r.stdout))
+	stdout.Reset()
+	exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: "jsonl", Out: "-", Stdout: &stdout, Where: []Where{where(t, "exit_reason=timeout")}})
+	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(nil, 1<<20)
 	n := 0
 	for sc.Scan() {
@@ -503,8 +491,8 @@ func TestJSONLTargetUnchanged(t *testing.T) {
 func TestHFEpisodeRows(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
-	r := runExport(t, "-in", f.runA, "-to", "hf", "-out", out, "-task", "gui", "-where", "exit_reason=done", "-where", "episode_id=a-gui-0")
-	require.Equal(t, exitOK, r.code, r.stderr)
+	exportOK(t, Options{Inputs: []string{f.runA}, Target: "hf", Out: out, Tasks: []string{"gui"},
+		Where: []Where{where(t, "exit_reason=done"), where(t, "episode_id=a-gui-0")}})
 	rows := readTable(t, filepath.Join(out, "data", "train-00000-of-00001.parquet")).Rows
 	require.Len(t, rows, 1)
 	row := rows[0]
@@ -528,8 +516,7 @@ func TestHFEpisodeRows(t *testing.T) {
 func TestChatJSONLFromManifest(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
-	r := runExport(t, "-in", f.runB, "-to", "chat-jsonl", "-out", out, "-tool-args", "object", "-where", "episode_id=b-0")
-	require.Equal(t, exitOK, r.code, r.stderr)
+	exportOK(t, Options{Inputs: []string{f.runB}, Target: "chat-jsonl", Out: out, ToolArgs: chat.ArgsObject, Where: []Where{where(t, "episode_id=b-0")}})
 	data, err := os.ReadFile(filepath.Join(out, "train.jsonl"))
 	require.NoError(t, err)
 	var line struct {
@@ -561,8 +548,7 @@ func TestTextToolCallRun(t *testing.T) {
 	path := writeRun(t, dir, runSpec{runID: "text", policy: map[string]any{"name": "openai", "options": map[string]string{"tool_mode": "text"}},
 		episodes: []shard.EpisodeBatch{b}})
 	out := filepath.Join(dir, "out")
-	r := runExport(t, "-in", path, "-to", "chat-jsonl", "-out", out)
-	require.Equal(t, exitOK, r.code, r.stderr)
+	exportOK(t, Options{Inputs: []string{path}, Target: "chat-jsonl", Out: out})
 	data, err := os.ReadFile(filepath.Join(out, "train.jsonl"))
 	require.NoError(t, err)
 	var line map[string]any
@@ -573,33 +559,82 @@ func TestTextToolCallRun(t *testing.T) {
 	assert.Equal(t, map[string]any{"role": "user", "content": "exit code: 0\n(no output)"}, msgs[2])
 }
 
-func TestFlagErrors(t *testing.T) {
-	f := newFixture(t)
+// Options that Validate refuses, before any input is read.
+func TestValidate(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
+	in := []string{filepath.Join(t.TempDir(), "run")} // never opened
 	for _, tc := range []struct {
-		args []string
+		name string
+		o    Options
 		msg  string
 	}{
-		{[]string{"-to", "hf", "-out", out}, "-in, -to and -out are required"},
-		{[]string{"-in", f.runB, "-to", "parquet", "-out", out}, `unknown target "parquet" (known: chat-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
-		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-split", "train=0.5"}, "sum to 0.5"},
-		{[]string{"-in", f.runB, "-to", "verl-rl", "-out", out, "-rows", "step"}, "-rows is for hf and hf-disk"},
-		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-tool-args", "object"}, "-tool-args is for chat-jsonl"},
-		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-rows", "turn"}, `rows "turn"`},
-		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-where", "color=red"}, `unknown column "color"`},
-		{[]string{"-in", f.runB, "-to", "hf", "-out", out, "-min-reward", "high"}, `-min-reward "high" is not a number`},
-		{[]string{"-in", f.runB, "-to", "jsonl", "-out", "-", "-split", "train=0.5,test=0.5"}, "writes one file"},
-		{[]string{"-in", f.runB, "-to", "hf", "-out", "-"}, "-out - is for jsonl only"},
-		{[]string{"-in", filepath.Join(f.dir, "nope"), "-to", "hf", "-out", out}, "no dataset"},
+		{"no input", Options{Target: "hf", Out: out}, "-in, -to and -out are required"},
+		{"no out", Options{Inputs: in, Target: "hf"}, "-in, -to and -out are required"},
+		{"unknown target", Options{Inputs: in, Target: "parquet", Out: out}, `unknown target "parquet" (known: chat-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
+		{"rows for verl", Options{Inputs: in, Target: "verl-rl", Out: out, Rows: hf.RowsStep}, "-rows is for hf and hf-disk, not verl-rl"},
+		{"tool args for hf", Options{Inputs: in, Target: "hf", Out: out, ToolArgs: chat.ArgsObject}, "-tool-args is for chat-jsonl, not hf"},
+		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `rows "turn"`},
+		{"unknown tool args", Options{Inputs: in, Target: "chat-jsonl", Out: out, ToolArgs: "yaml"}, `tool args "yaml"`},
+		{"unknown column", Options{Inputs: in, Target: "hf", Out: out, Where: []Where{{Column: "color", Values: []string{"red"}}}}, `-where "color=red": unknown column "color"`},
+		{"split sum", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"train", 0.5}}}, `-split "train=0.5": fractions sum to 0.5, not 1`},
+		{"split name", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"tr-ain", 1}}}, "names of letters"},
+		{"split twice", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"train", 0.5}, {"train", 0.5}}}, "named twice"},
+		{"split negative", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"train", 2}, {"test", -1}}}, "fraction of test must be a positive number"},
+		{"split empty", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{}}, "want name=fraction"},
+		{"jsonl split", Options{Inputs: in, Target: "jsonl", Out: "-", Split: []SplitPart{{"train", 0.5}, {"test", 0.5}}}, "writes one file"},
+		{"directory to stdout", Options{Inputs: in, Target: "hf", Out: "-"}, "-out - is for jsonl only"},
 	} {
-		r := runExport(t, tc.args...)
-		assert.Equal(t, exitBadInput, r.code, "%v: %s", tc.args, r.stderr)
-		assert.Contains(t, r.stderr, tc.msg, tc.args)
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.Validate()
+			require.ErrorIs(t, err, ErrBadInput)
+			assert.ErrorContains(t, err, tc.msg)
+			rep, err := Run(t.Context(), tc.o)
+			assert.Nil(t, rep)
+			require.ErrorIs(t, err, ErrBadInput)
+			assert.ErrorContains(t, err, tc.msg)
+		})
 	}
 	assert.NoDirExists(t, out)
-	r := runExport(t, "-h")
-	assert.Equal(t, exitOK, r.code)
-	for _, target := range targetNames() {
-		assert.Contains(t, r.stderr, target)
+	assert.NoError(t, Options{Inputs: in, Target: "hf", Out: out}.Validate(), "every optional field has a default")
+}
+
+func TestMissingInput(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	exportBad(t, Options{Inputs: []string{filepath.Join(t.TempDir(), "nope")}, Target: "hf", Out: out}, "no dataset")
+	assert.NoDirExists(t, out)
+}
+
+func TestParseWhere(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Where
+		err  string
+	}{
+		{"exit_reason=done", Where{Column: "exit_reason", Values: []string{"done"}}, ""},
+		{"run_id!=a,b", Where{Column: "run_id", Not: true, Values: []string{"a", "b"}}, ""},
+		{"color=red", Where{}, `unknown column "color"`},
+		{"exit_reason", Where{}, "want column=value"},
+		{"=done", Where{}, "want column=value"},
+	} {
+		w, err := ParseWhere(tc.in)
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, w, tc.in)
+		assert.Equal(t, tc.in, w.String(), "String reads back")
 	}
+}
+
+func TestDescribe(t *testing.T) {
+	for _, name := range Targets() {
+		info, err := Describe(name)
+		require.NoError(t, err, name)
+		assert.NotEmpty(t, info.Summary, name)
+		assert.NotEmpty(t, info.Layout, name)
+		assert.Equal(t, name == "jsonl", info.File, name)
+	}
+	_, err := Describe("parquet")
+	assert.ErrorIs(t, err, ErrBadInput)
 }

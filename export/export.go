@@ -1,0 +1,315 @@
+// Package export turns native forkline datasets into the formats trainers
+// load. It owns everything between the datasets on disk and a finished
+// output: checking the inputs (each opens, they share one schema version,
+// episode ids are unique across them, their manifests hold the task specs
+// and policy options the conversation is built from), the filters (-task,
+// -where, -min-reward), the split by episode-id hash, joining the named
+// episode reward, staging the output so that only a complete one appears at
+// Out, and the registry of targets (Targets, Describe) that hands each
+// selected episode to a writer in formats/.
+//
+// It reads datasets only through formats/shard and their manifests; it must
+// not know how a dataset was collected (providers, pools, policies at run
+// time), and the byte layout of each target belongs to its formats/
+// package. Run streams one episode at a time and is deterministic: the same
+// inputs and Options give the same bytes.
+//
+// Error messages name options by the command-line flags of cmd/export
+// (-in, -to, -out, ...), which is what a user of the tool sees.
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/formats/hf"
+	"github.com/forkline/forkline/schemas"
+)
+
+// ErrBadInput is wrapped by every error caused by the input rather than by
+// a failure while exporting: invalid Options, an unknown target, inputs
+// that cannot be opened or do not go together, an Out that may not be
+// replaced, and a selection that leaves nothing to write (every episode
+// filtered out or refused by the target). cmd/export maps it to exit code 2.
+var ErrBadInput = errors.New("export: bad input")
+
+// badInput keeps the message of err and adds ErrBadInput to its chain.
+type badInput struct{ err error }
+
+func (b badInput) Error() string   { return b.err.Error() }
+func (b badInput) Unwrap() []error { return []error{b.err, ErrBadInput} }
+
+func bad(format string, args ...any) error { return badInput{fmt.Errorf(format, args...)} }
+
+// DefaultReward is the reward joined when Options.Reward is empty: the one
+// the task's verifier gives.
+const DefaultReward = "verify"
+
+// Options is one export. The zero value of an optional field is its
+// default.
+type Options struct {
+	Inputs []string // native dataset directories (required)
+	Target string   // a name from Targets (required)
+	// Out is the output directory, or for a file target (Describe(..).File)
+	// a file or "-" for Stdout (required). A directory target's Out must be
+	// missing or empty unless Force.
+	Out    string
+	Force  bool      // replace a non-empty Out directory
+	Stdout io.Writer // where a file target writes when Out is "-"; os.Stdout when nil
+
+	// Selection: an episode is exported when every filter holds.
+	Where     []Where  // column filters (ParseWhere)
+	MinReward *float64 // the reward is at least this; a null reward never is
+	Tasks     []string // the episode's task is one of these; any task when empty
+	Reward    string   // the episode-level reward row joined; DefaultReward when empty
+
+	// Split assigns episodes to named splits by episode-id hash
+	// (ParseSplit); every episode goes to "train" when nil.
+	Split []SplitPart
+
+	Rows     hf.RowsPer    // hf, hf-disk only: one row per episode (default) or step
+	ToolArgs chat.ToolArgs // chat-jsonl only: tool-call arguments as a string (default) or object
+}
+
+// Validate reports the first problem with o that Run would refuse before
+// reading any input. Its errors wrap ErrBadInput.
+func (o Options) Validate() error {
+	_, err := o.validate()
+	return err
+}
+
+func (o Options) validate() (targetSpec, error) {
+	if len(o.Inputs) == 0 || o.Out == "" || o.Target == "" {
+		return targetSpec{}, bad("export: -in, -to and -out are required")
+	}
+	spec, err := lookup(o.Target)
+	if err != nil {
+		return targetSpec{}, err
+	}
+	if o.Rows != "" && !spec.rows {
+		return targetSpec{}, bad("export: -rows is for %s, not %s", targetsWith(func(s targetSpec) bool { return s.rows }), o.Target)
+	}
+	if o.ToolArgs != "" && !spec.toolArgs {
+		return targetSpec{}, bad("export: -tool-args is for %s, not %s", targetsWith(func(s targetSpec) bool { return s.toolArgs }), o.Target)
+	}
+	if o.Rows != "" {
+		if _, err := hf.ParseRows(string(o.Rows)); err != nil {
+			return targetSpec{}, badInput{fmt.Errorf("export: %w", err)}
+		}
+	}
+	if o.ToolArgs != "" {
+		if _, err := chat.ParseToolArgs(string(o.ToolArgs)); err != nil {
+			return targetSpec{}, badInput{fmt.Errorf("export: %w", err)}
+		}
+	}
+	for _, w := range o.Where {
+		if err := w.check(); err != nil {
+			return targetSpec{}, badInput{fmt.Errorf("export: -where %q: %w", w.String(), err)}
+		}
+	}
+	if o.Split != nil {
+		if err := checkSplit(o.Split); err != nil {
+			return targetSpec{}, badInput{fmt.Errorf("export: %w", err)}
+		}
+	}
+	if spec.file && len(o.Split) > 1 {
+		return targetSpec{}, bad("export: -to %s writes one file; -split needs a directory target (chat-jsonl, hf, ...)", o.Target)
+	}
+	if !spec.file && o.Out == "-" {
+		return targetSpec{}, bad("export: -to %s writes a directory; -out - is for jsonl only", o.Target)
+	}
+	return spec, nil
+}
+
+// withDefaults fills the optional fields Validate left empty.
+func (o Options) withDefaults() Options {
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Reward == "" {
+		o.Reward = DefaultReward
+	}
+	if o.Split == nil {
+		o.Split = []SplitPart{{Name: "train", Fraction: 1}}
+	}
+	if o.Rows == "" {
+		o.Rows = hf.RowsEpisode
+	}
+	if o.ToolArgs == "" {
+		o.ToolArgs = chat.ArgsString
+	}
+	return o
+}
+
+// Report is what an export did. Its JSON form is what cmd/export -json
+// prints.
+type Report struct {
+	Inputs   []InputReport    `json:"inputs"`
+	Read     int64            `json:"episodes_read"`
+	Filtered int64            `json:"filtered_out"`
+	Written  map[string]int64 `json:"written"` // per split, every split named
+	Refused  map[string]int64 `json:"refused"` // per reason the target gave
+}
+
+// InputReport is what an export did with one input.
+type InputReport struct {
+	Path     string `json:"path"`
+	RunID    string `json:"run_id"`
+	Status   string `json:"status"`
+	Read     int64  `json:"episodes_read"`
+	Selected int64  `json:"selected"`
+}
+
+// RefusedText lists the refusals by reason, sorted: "2 no token record, 1
+// ...".
+func (r *Report) RefusedText() string {
+	var reasons []string
+	for k := range r.Refused {
+		reasons = append(reasons, k)
+	}
+	slices.Sort(reasons)
+	var parts []string
+	for _, k := range reasons {
+		parts = append(parts, fmt.Sprintf("%d %s", r.Refused[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Run exports o.Inputs to o.Target at o.Out. The output appears at Out only
+// complete: a failed, refused or cancelled export leaves nothing there (a
+// file target streamed to Stdout excepted). Run stops when ctx is cancelled
+// and returns ctx's error.
+//
+// The Report is nil when Run failed before reading any episode (invalid
+// Options, an Out that may not be replaced, inputs that do not go
+// together); otherwise it says what was read, filtered, refused and
+// written, also when Run failed.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	spec, err := o.validate()
+	if err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	if o.Out != "-" {
+		if err := checkOut(filepath.Clean(o.Out), o.Force, !spec.file); err != nil {
+			return nil, err
+		}
+	}
+	inputs, err := openInputs(o, !spec.file)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkUniqueIDs(ctx, inputs); err != nil {
+		return nil, err
+	}
+	oc := &openContext{o: &o, splits: splitNames(o.Split), provenance: provenance(o, inputs), allThinking: true}
+	for _, in := range inputs {
+		oc.allThinking = oc.allThinking && in.thinking != nil
+	}
+
+	rep := &Report{Written: map[string]int64{}, Refused: map[string]int64{}}
+	for _, s := range oc.splits {
+		rep.Written[s] = 0
+	}
+	if spec.file {
+		err = writeFileTarget(o, func(w io.Writer) error {
+			oc.stream = w
+			return runPipeline(ctx, o, spec, "", oc, inputs, rep)
+		})
+	} else {
+		err = writeDirTarget(o, func(dir string) error {
+			return runPipeline(ctx, o, spec, dir, oc, inputs, rep)
+		})
+	}
+	for _, in := range inputs {
+		rep.Inputs = append(rep.Inputs, InputReport{Path: in.path, RunID: in.m.RunID, Status: string(in.m.Status), Read: in.read, Selected: in.selected})
+	}
+	return rep, err
+}
+
+// runPipeline streams every input's episodes, one at a time, through the
+// filters and the split into the target.
+func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc *openContext, inputs []*input, rep *Report) error {
+	s, err := spec.open(dir, oc)
+	if err != nil {
+		return err
+	}
+	for _, in := range inputs {
+		err = in.ds.EachEpisode(func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			in.read++
+			rep.Read++
+			ep := &chat.Episode{Row: row, Steps: steps, Rewards: rewards, RewardName: o.Reward,
+				System: in.system, EnableThinking: in.thinking, Actions: in.actions, TextToolCalls: in.textCalls,
+				ObservationCap: in.obsCap}
+			if !selected(o, ep) {
+				rep.Filtered++
+				return nil
+			}
+			in.selected++
+			ep.Split = assignSplit(o.Split, row.EpisodeID)
+			if t, ok := in.tasks[row.TaskID]; ok {
+				ep.Instruction = t.Instruction
+				if t.Verify != nil {
+					ep.VerifyCmd = t.Verify.Cmd
+				}
+			} else if !spec.file {
+				return bad("export: -in %s: episode %s: task %q is not among the manifest's task specs", in.path, row.EpisodeID, row.TaskID)
+			}
+			if !in.noPixels {
+				ep.Blob = in.ds.Blob
+			}
+			err := s.Write(ep)
+			var ref *chat.Refusal
+			switch {
+			case errors.As(err, &ref):
+				rep.Refused[ref.Reason]++
+				return nil
+			case err != nil:
+				return err
+			}
+			rep.Written[ep.Split]++
+			return nil
+		})
+		if err != nil {
+			s.Close()
+			return err
+		}
+	}
+	if err := s.Close(); err != nil {
+		return err
+	}
+	if spec.file {
+		return nil // jsonl is a view of the run; an empty view is still one
+	}
+	return checkWritten(o, rep)
+}
+
+// checkWritten refuses an export that wrote nothing: filters that match no
+// episode, or a target that refused them all, are mistakes to report, not
+// an empty dataset to hand to a trainer.
+func checkWritten(o Options, rep *Report) error {
+	var written, refused int64
+	for _, n := range rep.Written {
+		written += n
+	}
+	for _, n := range rep.Refused {
+		refused += n
+	}
+	if written > 0 {
+		return nil
+	}
+	if refused > 0 {
+		return bad("export: -to %s refused every one of the %d selected episodes (%s); nothing written", o.Target, refused, rep.RefusedText())
+	}
+	return bad("export: no episode to write: %d read, %d filtered out; nothing written", rep.Read, rep.Filtered)
+}

@@ -1,0 +1,169 @@
+package export
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/task"
+)
+
+// input is one opened dataset and what its manifest says.
+type input struct {
+	path      string
+	ds        *shard.Dataset
+	m         shard.Manifest
+	tasks     map[string]task.Spec
+	system    string
+	thinking  *bool
+	actions   []runtime.ActionKind // the tools offered; nil = all
+	textCalls bool                 // tool_mode=text
+	obsCap    int                  // observation_cap; 0 = whole observations
+	noPixels  bool                 // capture pixels=none: hashes without blobs
+	read      int64
+	selected  int64
+}
+
+// openInputs opens every input and reads its manifest's tasks and policy.
+func openInputs(o Options, needTasks bool) ([]*input, error) {
+	var out []*input
+	for _, p := range o.Inputs {
+		ds, err := shard.Open(p)
+		if err != nil {
+			return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
+		}
+		in := &input{path: p, ds: ds, m: ds.Manifest()}
+		if len(out) > 0 && in.m.SchemaVersion != out[0].m.SchemaVersion {
+			return nil, bad("export: -in %s has schema version %d, -in %s has %d; export runs of one schema version together",
+				p, in.m.SchemaVersion, out[0].path, out[0].m.SchemaVersion)
+		}
+		in.tasks = map[string]task.Spec{}
+		if len(in.m.Tasks) > 0 {
+			if in.tasks, err = collect.ManifestTasks(in.m); err != nil {
+				return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
+			}
+		} else if needTasks {
+			return nil, bad("export: -in %s: the manifest records no task specs, so there is no instruction for the user message", p)
+		}
+		if err := readPolicy(in); err != nil {
+			return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
+		}
+		var capt struct {
+			Pixels string `json:"pixels"`
+		}
+		if len(in.m.Capture) > 0 {
+			if err := json.Unmarshal(in.m.Capture, &capt); err != nil {
+				return nil, bad("export: -in %s: manifest capture policy: %v", p, err)
+			}
+		}
+		in.noPixels = capt.Pixels == "none"
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// readPolicy takes what shaped the model's conversation from the policy
+// options the manifest records: system_prompt (or system), enable_thinking,
+// actions (the tools offered, comma-separated), tool_mode (text: calls
+// written in the model's text) and observation_cap (bytes of an observation
+// shown). Options a run did not record keep their neutral value: no system
+// message, enable_thinking unknown, every action, function calls, whole
+// observations.
+func readPolicy(in *input) error {
+	if len(in.m.Policy) == 0 {
+		return nil
+	}
+	var pol struct {
+		Options map[string]string `json:"options"`
+	}
+	if err := json.Unmarshal(in.m.Policy, &pol); err != nil {
+		return fmt.Errorf("manifest policy: %w", err)
+	}
+	in.system = pol.Options["system_prompt"]
+	if in.system == "" {
+		in.system = pol.Options["system"]
+	}
+	if v, ok := pol.Options["enable_thinking"]; ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("manifest policy option enable_thinking=%q is not a boolean", v)
+		}
+		in.thinking = &b
+	}
+	if v := pol.Options["actions"]; v != "" {
+		for _, k := range strings.Split(v, ",") {
+			k = strings.TrimSpace(k)
+			if k == "" {
+				continue
+			}
+			if _, _, ok := runtime.ActionFieldNames(runtime.ActionKind(k)); !ok {
+				return fmt.Errorf("manifest policy option actions names unknown action %q", k)
+			}
+			in.actions = append(in.actions, runtime.ActionKind(k))
+		}
+	}
+	in.textCalls = pol.Options["tool_mode"] == "text"
+	if v, ok := pol.Options["observation_cap"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("manifest policy option observation_cap=%q is not a byte count", v)
+		}
+		in.obsCap = n
+	}
+	return nil
+}
+
+// checkUniqueIDs refuses inputs that share an episode id. It holds the ids
+// (not the rows) of all inputs: the one part of an export that grows with
+// the dataset, by about 100 bytes per episode.
+func checkUniqueIDs(ctx context.Context, inputs []*input) error {
+	if len(inputs) < 2 {
+		return nil
+	}
+	seen := map[string]int{}
+	for i, in := range inputs {
+		for ep, err := range in.ds.Episodes() {
+			if err != nil {
+				return fmt.Errorf("export: -in %s: %w", in.path, err)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if j, dup := seen[ep.EpisodeID]; dup {
+				if j == i {
+					return fmt.Errorf("export: -in %s holds episode %s twice: %w", in.path, ep.EpisodeID, shard.ErrCorrupt)
+				}
+				return bad("export: episode %s is in both -in %s and -in %s; episode ids must be unique across inputs (the same run given twice?)",
+					ep.EpisodeID, inputs[j].path, in.path)
+			}
+			seen[ep.EpisodeID] = i
+		}
+	}
+	return nil
+}
+
+// provenance is the card's source lines: runs, selection and split.
+func provenance(o Options, inputs []*input) []string {
+	var out []string
+	for _, in := range inputs {
+		out = append(out, fmt.Sprintf("run `%s` (%s, schema version %d, %s %s)", in.m.RunID, in.m.Status, in.m.SchemaVersion, in.m.Tool, in.m.ToolVersion))
+	}
+	sel := []string{"reward: `" + o.Reward + "`"}
+	for _, w := range o.Where {
+		sel = append(sel, "where `"+w.String()+"`")
+	}
+	if o.MinReward != nil {
+		sel = append(sel, "min reward "+strconv.FormatFloat(*o.MinReward, 'g', -1, 64))
+	}
+	if len(o.Tasks) > 0 {
+		sel = append(sel, "tasks "+strings.Join(o.Tasks, ", "))
+	}
+	out = append(out, "selection: "+strings.Join(sel, "; "))
+	out = append(out, "split: "+splitText(o.Split)+" by the first 8 bytes of sha256(episode_id)")
+	return out
+}

@@ -1,0 +1,210 @@
+package export
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/schemas"
+)
+
+// Where is one column filter: an episode column equal to one of Values,
+// or with Not, equal to none of them.
+type Where struct {
+	Column string // one of WhereColumns
+	Not    bool
+	Values []string
+}
+
+// whereColumns are the episode columns a Where can test.
+var whereColumns = map[string]func(e *schemas.EpisodeRow) string{
+	"episode_id":     func(e *schemas.EpisodeRow) string { return e.EpisodeID },
+	"run_id":         func(e *schemas.EpisodeRow) string { return e.RunID },
+	"task_id":        func(e *schemas.EpisodeRow) string { return e.TaskID },
+	"task_hash":      func(e *schemas.EpisodeRow) string { return e.TaskHash },
+	"provider":       func(e *schemas.EpisodeRow) string { return e.Provider },
+	"golden_id":      func(e *schemas.EpisodeRow) string { return e.GoldenID },
+	"reset_strategy": func(e *schemas.EpisodeRow) string { return e.ResetStrategy },
+	"reset_origin":   func(e *schemas.EpisodeRow) string { return e.ResetOrigin },
+	"exit_reason":    func(e *schemas.EpisodeRow) string { return e.ExitReason },
+	"token_drift":    func(e *schemas.EpisodeRow) string { return strconv.FormatBool(e.TokenDrift) },
+	"has_tokens":     func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseIDs) > 0) },
+}
+
+// WhereColumns returns the episode columns a Where can test, sorted.
+func WhereColumns() []string {
+	var n []string
+	for k := range whereColumns {
+		n = append(n, k)
+	}
+	slices.Sort(n)
+	return n
+}
+
+// ParseWhere reads "column=v1,v2" or "column!=v1,v2".
+func ParseWhere(s string) (Where, error) {
+	col, vals, ok := strings.Cut(s, "=")
+	w := Where{}
+	if !ok || col == "" {
+		return w, fmt.Errorf("-where %q: want column=value[,value...] or column!=value[,value...]", s)
+	}
+	if c, found := strings.CutSuffix(col, "!"); found {
+		col, w.Not = c, true
+	}
+	w.Column, w.Values = col, strings.Split(vals, ",")
+	if err := w.check(); err != nil {
+		return Where{}, fmt.Errorf("-where %q: %w", s, err)
+	}
+	return w, nil
+}
+
+func (w Where) check() error {
+	if _, ok := whereColumns[w.Column]; !ok {
+		return fmt.Errorf("unknown column %q (known: %s)", w.Column, strings.Join(WhereColumns(), ", "))
+	}
+	return nil
+}
+
+func (w Where) match(e *schemas.EpisodeRow) bool {
+	return slices.Contains(w.Values, whereColumns[w.Column](e)) != w.Not
+}
+
+// String is w as ParseWhere reads it.
+func (w Where) String() string {
+	op := "="
+	if w.Not {
+		op = "!="
+	}
+	return w.Column + op + strings.Join(w.Values, ",")
+}
+
+// selected applies Tasks, Where and MinReward.
+func selected(o Options, ep *chat.Episode) bool {
+	if len(o.Tasks) > 0 && !slices.Contains(o.Tasks, ep.Row.TaskID) {
+		return false
+	}
+	for _, w := range o.Where {
+		if !w.match(&ep.Row) {
+			return false
+		}
+	}
+	if o.MinReward != nil {
+		r := ep.Reward()
+		if r == nil || *r < *o.MinReward {
+			return false
+		}
+	}
+	return true
+}
+
+// SplitPart is one named share of a split.
+type SplitPart struct {
+	Name     string  // letters, digits and _
+	Fraction float64 // positive; the parts of a split sum to 1
+}
+
+var splitName = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+
+// ParseSplit reads "train=0.95,test=0.05": names made of letters, digits
+// and underscores, positive fractions summing to 1.
+func ParseSplit(s string) ([]SplitPart, error) {
+	var parts []SplitPart
+	for _, item := range strings.Split(s, ",") {
+		name, frac, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || !splitName.MatchString(name) {
+			return nil, fmt.Errorf("-split %q: want name=fraction[,name=fraction...], names of letters, digits and _", s)
+		}
+		f, err := strconv.ParseFloat(frac, 64)
+		if err != nil {
+			return nil, fmt.Errorf("-split %q: fraction of %s must be a positive number", s, name)
+		}
+		p := SplitPart{name, f}
+		if err := checkPart(s, parts, p); err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	if err := checkSum(s, parts); err != nil {
+		return nil, err
+	}
+	return parts, nil
+}
+
+// checkSplit applies ParseSplit's rules to parts built in code.
+func checkSplit(parts []SplitPart) error {
+	s := splitText(parts)
+	if len(parts) == 0 {
+		return fmt.Errorf("-split %q: want name=fraction[,name=fraction...], names of letters, digits and _", s)
+	}
+	for i, p := range parts {
+		if err := checkPart(s, parts[:i], p); err != nil {
+			return err
+		}
+	}
+	return checkSum(s, parts)
+}
+
+// checkPart checks p, to follow before in the split s.
+func checkPart(s string, before []SplitPart, p SplitPart) error {
+	if !splitName.MatchString(p.Name) {
+		return fmt.Errorf("-split %q: want name=fraction[,name=fraction...], names of letters, digits and _", s)
+	}
+	if !(p.Fraction > 0) || math.IsInf(p.Fraction, 0) {
+		return fmt.Errorf("-split %q: fraction of %s must be a positive number", s, p.Name)
+	}
+	if slices.ContainsFunc(before, func(q SplitPart) bool { return q.Name == p.Name }) {
+		return fmt.Errorf("-split %q: split %s named twice", s, p.Name)
+	}
+	return nil
+}
+
+func checkSum(s string, parts []SplitPart) error {
+	sum := 0.0
+	for _, p := range parts {
+		sum += p.Fraction
+	}
+	if math.Abs(sum-1) > 1e-9 {
+		return fmt.Errorf("-split %q: fractions sum to %g, not 1", s, sum)
+	}
+	return nil
+}
+
+// splitText is parts as ParseSplit reads them.
+func splitText(parts []SplitPart) string {
+	var s []string
+	for _, p := range parts {
+		s = append(s, p.Name+"="+strconv.FormatFloat(p.Fraction, 'g', -1, 64))
+	}
+	return strings.Join(s, ",")
+}
+
+func splitNames(parts []SplitPart) []string {
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// assignSplit places an episode by the hash of its id: the first 8 bytes
+// of sha256(episode_id) as a fraction of 2^64, against the parts'
+// cumulative fractions in order. The same id always lands in the same
+// split, whatever else is exported with it.
+func assignSplit(parts []SplitPart, episodeID string) string {
+	h := sha256.Sum256([]byte(episodeID))
+	x := float64(binary.BigEndian.Uint64(h[:8])>>11) / (1 << 53) // [0, 1), exact in float64
+	acc := 0.0
+	for _, p := range parts {
+		acc += p.Fraction
+		if x < acc {
+			return p.Name
+		}
+	}
+	return parts[len(parts)-1].Name
+}
