@@ -10,7 +10,7 @@
 //
 // It knows the native row types, the canonical actions (runtime) and their
 // tool schemas (aci). It does not read datasets (formats/shard), select or
-// split episodes (cmd/export), or know Parquet.
+// split episodes (package export), or know Parquet.
 //
 // # Conversation
 //

@@ -6,7 +6,7 @@
 // exports loads in datasets with exact types.
 //
 // It knows Episode and conversations (formats/chat) and the Arrow/Parquet
-// libraries. It does not select, split or read episodes (cmd/export).
+// libraries. It does not select, split or read episodes (package export).
 //
 // # Types
 //
