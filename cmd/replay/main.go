@@ -26,6 +26,7 @@ import (
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/replay"
 
+	_ "github.com/forkline/forkline/providers/docker"
 	_ "github.com/forkline/forkline/providers/local"
 )
 
