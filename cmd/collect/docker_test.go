@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/replay"
+)
+
+// requireDocker skips (or, under FORKLINE_REQUIRE=docker, fails) when no
+// engine answers or the base image is missing.
+func requireDocker(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput()
+	if err != nil {
+		testenv.Missing(t, "docker", "no engine answers `docker version`: "+strings.TrimSpace(string(out))+" (start one with bash .ci/docker-up.sh)")
+	}
+	if err := exec.Command("docker", "image", "inspect", "forkline/busybox").Run(); err != nil {
+		testenv.Missing(t, "docker", "image forkline/busybox is missing (build it with make images)")
+	}
+}
+
+// labelled lists the containers and images carrying forkline.run=runID.
+func labelled(t *testing.T, runID string) []string {
+	t.Helper()
+	var all []string
+	for _, args := range [][]string{
+		{"ps", "-aq", "--filter", "label=forkline.run=" + runID},
+		{"images", "-q", "--filter", "label=forkline.run=" + runID},
+	} {
+		out, err := exec.Command("docker", args...).Output()
+		require.NoError(t, err)
+		all = append(all, strings.Fields(string(out))...)
+	}
+	return all
+}
+
+func TestDockerCollectCompletesAndLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	requireDocker(t)
+	out := filepath.Join(t.TempDir(), "run")
+	cmd := exec.Command(collectBin, "-provider", "docker", "-tasks", "../../examples/tasks", "-replicas", "4", "-repeats", "2", "-out", out, "-quiet")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, exitOK, exitCode(cmd.Run()))
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	m := ds.Manifest()
+	require.Equal(t, shard.StatusComplete, m.Status)
+	require.Contains(t, string(m.Provider), `"docker"`)
+	n := 0
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.Equal(t, "done", e.ExitReason, e.Detail)
+		require.Equal(t, "image", e.ResetOrigin)
+		n++
+	}
+	require.Equal(t, 6, n)
+	require.Empty(t, labelled(t, m.RunID), "containers or images of the run are left")
+
+	// The same episodes replay identically on the local provider, and back.
+	rep, err := replay.Run(context.Background(), replay.Config{In: out, Provider: "local", Mode: replay.Normalized, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	require.Equal(t, 6, rep.Identical, "%+v", rep.Episodes)
+}
+
+func TestDockerSIGKILLedCollectorIsSweptByTheNextRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	requireDocker(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "slow.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(slowTask), 0o644))
+	out := filepath.Join(dir, "run")
+	cmd := exec.Command(collectBin, "-provider", "docker", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-quiet")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.NoError(t, cmd.Start())
+
+	// Wait until the run has containers, then kill the collector outright.
+	var runID string
+	require.Eventually(t, func() bool {
+		ds, err := shard.Open(out)
+		if err != nil {
+			return false
+		}
+		runID = ds.Manifest().RunID
+		return len(labelled(t, runID)) > 0
+	}, 60*time.Second, 100*time.Millisecond, "the collector never started a container")
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	cmd.Wait()
+	require.NotEmpty(t, labelled(t, runID), "a SIGKILLed collector cannot clean up after itself")
+
+	// The next collector sweeps what the dead one left, then finishes the run.
+	resume := exec.Command(collectBin, "-provider", "docker", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-quiet", "-resume")
+	resume.Stdout, resume.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, exitOK, exitCode(resume.Run()))
+	require.Empty(t, labelled(t, runID), "labelled objects survive the sweep")
+	got, _ := keptIDs(t, out)
+	require.Equal(t, expectedIDs(t, out), got)
+}
