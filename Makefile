@@ -44,3 +44,7 @@ install: build ## install as forkline-collect, forkline-export, forkline-replay
 
 clean: ## remove build output and the demo dataset
 	rm -rf $(BIN) runs
+
+.PHONY: images-browser
+images-browser: ## build forkline/chromium, the Docker image for browser tasks (root, debootstrap; minutes)
+	$(GO) run ./browser/mkimage

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chromedp/cdproto"
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 )
 
@@ -95,6 +97,10 @@ type hostLauncher struct {
 
 func (h *hostLauncher) allocator(cfg Config, ws string) (context.Context, context.CancelFunc) {
 	h.profile = path.Join(ws, ProfileDir)
+	// Stale lock files of the golden's browser (see pipeAllocator).
+	for _, f := range []string{"SingletonLock", "SingletonSocket", "SingletonCookie"} {
+		os.Remove(path.Join(h.profile, f))
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(cfg.exec()),
 		// Chromium's own files (NSS database, caches outside the profile)
@@ -177,6 +183,21 @@ type pipeLauncher struct {
 
 	mu     sync.Mutex
 	stream io.ReadWriteCloser
+	conn   *chromedp.PipeConn
+}
+
+// closeBrowser asks the browser to close (Browser.close), written straight
+// to the pipe: chromedp only sends that command from Cancel, which closes
+// gracefully only browsers it started itself. The id is far above
+// chromedp's counter and still an int32, as Chromium requires.
+func (p *pipeLauncher) closeBrowser(ctx context.Context) error {
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	if conn == nil {
+		return errors.New("browser: no pipe")
+	}
+	return conn.Write(ctx, &cdproto.Message{ID: 1 << 30, Method: cdproto.MethodType(cdpbrowser.CommandClose)})
 }
 
 func (p *pipeLauncher) allocator(cfg Config, ws string) (context.Context, context.CancelFunc) {
@@ -214,17 +235,21 @@ func (a *pipeAllocator) Wait()          {}
 func (a *pipeAllocator) Allocate(ctx context.Context, opts ...chromedp.BrowserOption) (*chromedp.Browser, error) {
 	args := append(chromiumFlags(a.cfg, a.ws), "--remote-debugging-pipe", "about:blank")
 	dir := path.Join(a.ws, Dir)
-	script := fmt.Sprintf(`mkdir -p %s && echo $$ > %s/pid && HOME=%s/home exec %s "$@" 3<&0 4>&1 </dev/null >>%s/chromium.log 2>&1`,
-		shellQuote(dir), shellQuote(dir), shellQuote(dir), shellQuote(a.cfg.exec()), shellQuote(dir))
+	// The profile's Singleton* files name the host and pid that last held
+	// it; in a fork they are stale by construction (another container's
+	// hostname), and Chromium would refuse the profile.
+	script := fmt.Sprintf(`mkdir -p %[1]s && rm -f %[1]s/profile/Singleton* && echo $$ > %[1]s/pid && HOME=%[1]s/home exec %[2]s "$@" 3<&0 4>&1 </dev/null >>%[1]s/chromium.log 2>&1`,
+		shellQuote(dir), shellQuote(a.cfg.exec()))
 	argv := append([]string{"/bin/sh", "-c", script, "chromium"}, args...)
 	stream, err := a.l.sb.Pipe(ctx, argv)
 	if err != nil {
 		return nil, fmt.Errorf("browser: starting chromium through the sandbox: %w", err)
 	}
+	conn := chromedp.NewPipeConn(stream, stream)
 	a.l.mu.Lock()
-	a.l.stream = stream
+	a.l.stream, a.l.conn = stream, conn
 	a.l.mu.Unlock()
-	return chromedp.NewBrowserTransport(ctx, chromedp.NewPipeConn(stream, stream), opts...)
+	return chromedp.NewBrowserTransport(ctx, conn, opts...)
 }
 
 func shellQuote(s string) string {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/accessibility"
-	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/domsnapshot"
 	"github.com/chromedp/cdproto/input"
@@ -225,13 +224,15 @@ func (s *Session) stop(graceful bool) {
 	}
 	if graceful {
 		ctx, cancel := context.WithTimeout(s.bctx, 10*time.Second)
-		if _, ok := s.l.(*hostLauncher); ok {
+		switch l := s.l.(type) {
+		case *hostLauncher:
 			chromedp.Cancel(ctx)
-		} else if c := chromedp.FromContext(s.bctx); c != nil && c.Browser != nil {
-			chromedp.CallBrowser(ctx, cdpbrowser.Close, cdp.Empty{})
-			select {
-			case <-c.Browser.LostConnection:
-			case <-ctx.Done():
+		case *pipeLauncher:
+			// The pipe may stay open after the browser exits (a helper
+			// such as crashpad inherits it), so wait for the process
+			// itself, in the sandbox: gone, or a zombie nobody reaped yet.
+			if l.closeBrowser(ctx) == nil {
+				s.sb.Act(context.WithoutCancel(ctx), runtime.Action{Kind: runtime.ActExec, TimeoutMS: 15_000, Cmd: waitExitScript})
 			}
 		}
 		cancel()
@@ -242,6 +243,16 @@ func (s *Session) stop(graceful bool) {
 	s.running = false
 	s.bctx = nil
 }
+
+// waitExitScript waits, for up to 10 s, until the process in .browser/pid
+// has exited.
+const waitExitScript = `p=$(cat ` + Dir + `/pid 2>/dev/null) || exit 0
+i=0
+while [ $i -lt 200 ]; do
+  st=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null) || break
+  [ "$st" = Z ] && break
+  sleep 0.05; i=$((i + 1))
+done`
 
 // errBrowserGone wraps the cause when the browser died under a session.
 var errBrowserGone = errors.New("browser: chromium is gone")
@@ -268,11 +279,11 @@ func (s *Session) call(ctx context.Context, d time.Duration, fn func(ctx context
 	if err == nil {
 		return nil, nil
 	}
+	if ctx.Err() != nil && s.bctx.Err() == nil {
+		return nil, ctx.Err()
+	}
 	if s.lost(err) {
 		return nil, s.markBroken(err)
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no answer within %s", d), nil

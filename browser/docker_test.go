@@ -1,0 +1,183 @@
+package browser_test
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/browser"
+	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/docker"
+	"github.com/forkline/forkline/runtime"
+)
+
+// dockerPiper gives a docker sandbox the Piper ability through the Engine
+// API: an exec with stdin and stdout attached, stdout demultiplexed from the
+// hijacked stream. It is what providers/docker needs to implement for
+// browser tasks to run there; the test proves the path end to end.
+type dockerPiper struct {
+	providers.Sandbox
+	cli *client.Client
+}
+
+func (d *dockerPiper) Pipe(ctx context.Context, argv []string) (io.ReadWriteCloser, error) {
+	ec, err := d.cli.ExecCreate(ctx, d.Info().ID, client.ExecCreateOptions{
+		Cmd: argv, AttachStdin: true, AttachStdout: true, AttachStderr: true, WorkingDir: docker.WorkspaceDir,
+	})
+	if err != nil {
+		return nil, err
+	}
+	at, err := d.cli.ExecAttach(ctx, ec.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, at.Reader)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+	}()
+	return &execStream{at: at.HijackedResponse, out: pr}, nil
+}
+
+type execStream struct {
+	at   client.HijackedResponse
+	out  *io.PipeReader
+	once sync.Once
+}
+
+func (s *execStream) Read(b []byte) (int, error)  { return s.out.Read(b) }
+func (s *execStream) Write(b []byte) (int, error) { return s.at.Conn.Write(b) }
+func (s *execStream) Close() error {
+	s.once.Do(func() {
+		s.at.CloseWrite() // the process reads EOF on fd 3: Chromium exits
+		s.at.Close()
+		s.out.Close()
+	})
+	return nil
+}
+
+// TestDockerSandboxOverExecStream runs Chromium inside a docker sandbox with
+// network none, from the forkline/chromium image (make images-browser), and
+// drives it over the exec stream: no port, no network.
+func TestDockerSandboxOverExecStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli, err := docker.Connect(ctx)
+	if err != nil {
+		testenv.Missing(t, "docker", err.Error())
+	}
+	defer cli.Close()
+	const image = "forkline/chromium"
+	if _, err := cli.ImageInspect(ctx, image); err != nil {
+		if !cerrdefs.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		t.Skipf("%s is not built (make images-browser): %v", image, err)
+	}
+	prov, err := docker.New(providers.Options{RunID: "browser-test", Params: map[string]string{docker.ParamImage: image}})
+	require.NoError(t, err)
+	defer prov.Close(context.Background())
+	sb, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(formPage), "done.html": []byte(donePage)}})
+	require.NoError(t, err)
+	cfg := browser.DefaultConfig()
+	cfg.Width, cfg.Height, cfg.Start = 800, 600, "index.html"
+	s, err := browser.NewSession(&dockerPiper{Sandbox: sb, cli: cli}, cfg)
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+
+	obs := act(t, s, runtime.Action{Kind: runtime.ActExec, Cmd: "ls /sys/class/net"})
+	require.Equal(t, "lo\n", string(obs.Output), "the sandbox has no network but loopback")
+	obs = act(t, s, runtime.Action{Kind: runtime.ActScreenshot})
+	require.False(t, obs.Error, string(obs.Output))
+	require.Contains(t, string(obs.Output), "url: index.html\n")
+	checkScreenshot(t, obs, 800, 600)
+	x, y := center(findRole(t, obs, "textbox", "Full name"))
+	act(t, s, runtime.Action{Kind: runtime.ActClick, X: x, Y: y})
+	act(t, s, runtime.Action{Kind: runtime.ActType, Text: "Grace Hopper"})
+	obs = act(t, s, runtime.Action{Kind: runtime.ActKey, Keys: "Enter"})
+	require.Contains(t, string(obs.Output), "url: done.html?name=Grace+Hopper&email=\n")
+	obs = act(t, s, runtime.Action{Kind: runtime.ActExec, Cmd: "cat .browser/url .browser/text; test -s .browser/pid"})
+	require.Equal(t, "done.html?name=Grace+Hopper&email=\nWelcome, Grace Hopper\n", string(obs.Output))
+	require.EqualValues(t, 0, obs.ExitCode)
+	require.NoError(t, s.Close(context.Background()))
+}
+
+// pipingProvider is the docker provider with dockerPiper sandboxes, standing
+// in for a docker provider whose sandboxes implement browser.Piper.
+type pipingProvider struct {
+	*docker.Provider
+	cli *client.Client
+}
+
+func (p pipingProvider) Create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
+	sb, err := p.Provider.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &dockerPiper{Sandbox: sb, cli: p.cli}, nil
+}
+
+func (p pipingProvider) Checkpoint(ctx context.Context, sb providers.Sandbox, label string) (providers.Checkpoint, error) {
+	return p.Provider.Checkpoint(ctx, sb.(*dockerPiper).Sandbox, label)
+}
+
+func (p pipingProvider) Fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
+	sb, err := p.Provider.Fork(ctx, cp)
+	if err != nil {
+		return nil, err
+	}
+	return &dockerPiper{Sandbox: sb, cli: p.cli}, nil
+}
+
+// TestDockerGoldenProfile: on docker too, the golden checkpoint (a commit)
+// holds the prepared profile and forks start from it.
+func TestDockerGoldenProfile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cli, err := docker.Connect(ctx)
+	if err != nil {
+		testenv.Missing(t, "docker", err.Error())
+	}
+	defer cli.Close()
+	const image = "forkline/chromium"
+	if _, err := cli.ImageInspect(ctx, image); err != nil {
+		t.Skipf("%s is not built (make images-browser): %v", image, err)
+	}
+	dp, err := docker.New(providers.Options{RunID: "browser-test-golden", Params: map[string]string{docker.ParamImage: image}})
+	require.NoError(t, err)
+	defer dp.Close(context.Background())
+	cfg := browser.DefaultConfig()
+	cfg.Width, cfg.Height, cfg.Start = 640, 480, "index.html"
+	prov := browser.Provider(pipingProvider{Provider: dp, cli: cli}, func(providers.Spec) (browser.Config, bool) { return cfg, true })
+
+	page := `<html><head><title>Visits</title></head><body><p id=v></p><script>
+const n = Number(localStorage.getItem("visits") || 0) + 1; localStorage.setItem("visits", n);
+document.getElementById("v").textContent = "visit " + n;</script></body></html>`
+	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(page)}})
+	require.NoError(t, err)
+	cp, err := prov.Checkpoint(ctx, golden, "golden")
+	require.NoError(t, err)
+	require.NoError(t, golden.Close(ctx))
+	defer prov.Release(context.Background(), cp)
+	var shots [][]byte
+	for range 2 {
+		fork, err := prov.Fork(ctx, cp)
+		require.NoError(t, err)
+		obs := act(t, fork, runtime.Action{Kind: runtime.ActScreenshot})
+		findRole(t, obs, "StaticText", "visit 2")
+		shots = append(shots, obs.Screenshot.PNG)
+		require.NoError(t, fork.Close(ctx))
+	}
+	require.Equal(t, shots[0], shots[1], "forks of one golden see the same first screenshot")
+}
