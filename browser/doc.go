@@ -14,11 +14,14 @@
 //
 // On providers whose sandboxes are host processes (Capabilities().Isolation
 // "none", e.g. local), Chromium runs on the host with the workspace
-// (SandboxInfo.Workspace, a host path) as its file tree. A sandbox whose
-// processes the host cannot reach implements Piper, and Chromium then runs
-// inside it, driven through --remote-debugging-pipe over the sandbox's own
-// stdin and stdout: no TCP port is opened, so a container with network none
-// works. A sandbox that does neither gets ErrNoHost from NewSession.
+// (SandboxInfo.Workspace, a host path) as its file tree, in its own process
+// group. A sandbox whose processes the host cannot reach implements Piper,
+// and Chromium then runs inside it (Config.Exec is then the path in the
+// sandbox's image, e.g. forkline/chromium from browser/mkimage), driven
+// through --remote-debugging-pipe on file descriptors 3 and 4 dup'ed from
+// the stdin and stdout of the provider's own exec stream: no TCP port is
+// opened, so a container with network none works. A sandbox that does
+// neither gets ErrNoHost from NewSession.
 //
 // Each session starts its own Chromium process, lazily, at its first GUI
 // action, and kills it (and every process of its profile) at Close. One

@@ -83,7 +83,7 @@ func TestDockerSandboxOverExecStream(t *testing.T) {
 		if !cerrdefs.IsNotFound(err) {
 			t.Fatal(err)
 		}
-		t.Skipf("%s is not built (make images-browser): %v", image, err)
+		testenv.Missing(t, "docker-chromium", image+" is not built (make images-browser)")
 	}
 	prov, err := docker.New(providers.Options{RunID: "browser-test", Params: map[string]string{docker.ParamImage: image}})
 	require.NoError(t, err)
@@ -152,7 +152,7 @@ func TestDockerGoldenProfile(t *testing.T) {
 	defer cli.Close()
 	const image = "forkline/chromium"
 	if _, err := cli.ImageInspect(ctx, image); err != nil {
-		t.Skipf("%s is not built (make images-browser): %v", image, err)
+		testenv.Missing(t, "docker-chromium", image+" is not built (make images-browser)")
 	}
 	dp, err := docker.New(providers.Options{RunID: "browser-test-golden", Params: map[string]string{docker.ParamImage: image}})
 	require.NoError(t, err)
