@@ -267,11 +267,19 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		if _, err := cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
 			return nil, err
 		}
+		if err := waitPaused(ctx, cli, id, true); err != nil {
+			return nil, err
+		}
 		began := time.Now()
 		if _, err := cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{}); err != nil {
 			return nil, err
 		}
 		unpause = append(unpause, time.Since(began))
+		// Engine 20.10 records the state change from an event, a moment
+		// after the call returns; pausing again before that fails.
+		if err := waitPaused(ctx, cli, id, false); err != nil {
+			return nil, err
+		}
 	}
 	add("unpause", "ContainerUnpause of a paused fork (the cost a paused standby would add)", unpause)
 
@@ -286,6 +294,20 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		rep.Measures[i].Ratio = round(rep.Measures[i].P50MS/rep.Measures[0].P50MS, 3)
 	}
 	return rep, nil
+}
+
+// waitPaused waits until the engine reports container id paused (or not).
+func waitPaused(ctx context.Context, cli *client.Client, id string, want bool) error {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		ci, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			return err
+		}
+		if ci.Container.State != nil && ci.Container.State.Paused == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("container %s: paused is not %v after 10 s", id, want)
 }
 
 // setup is the task setup of recreate and of the golden sandbox.
@@ -353,11 +375,26 @@ func quantile(s []time.Duration, q float64) time.Duration {
 	return s[max(0, min(i, len(s)-1))]
 }
 
-func ms(d time.Duration) float64 { return round(float64(d)/1e6, 2) }
+func ms(d time.Duration) float64 { return round(float64(d)/1e6, 3) }
 
 func round(x float64, digits int) float64 {
 	f := math.Pow(10, float64(digits))
 	return math.Round(x*f) / f
+}
+
+// fmtMS prints milliseconds, keeping sub-millisecond values readable.
+func fmtMS(v float64) string {
+	if v < 1 {
+		return fmt.Sprintf("%.3f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func fmtRatio(r float64) string {
+	if r < 0.001 {
+		return "<0.001"
+	}
+	return fmt.Sprintf("%.3f", r)
 }
 
 func printTable(w io.Writer, rep *report) {
@@ -378,8 +415,17 @@ func markdown(rep *report) string {
 	fmt.Fprintf(&b, "Load average (1 min): %s at the start, %s at the end  \n", m.LoadBefore, m.LoadAfter)
 	fmt.Fprintf(&b, "Image: %s\n\n", rep.Image)
 	fmt.Fprintf(&b, "| measure | what | n | p50 ms | p95 ms | p50 / baseline |\n|---|---|---:|---:|---:|---:|\n")
+	by := map[string]measure{}
 	for _, x := range rep.Measures {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.2f | %.2f | %.3f |\n", x.Name, x.What, x.N, x.P50MS, x.P95MS, x.Ratio)
+		by[x.Name] = x
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s |\n", x.Name, x.What, x.N, fmtMS(x.P50MS), fmtMS(x.P95MS), fmtRatio(x.Ratio))
+	}
+	fork, recreate, standby := by["fork"], by["recreate"], by["standby"]
+	if fork.P50MS > 0 && recreate.P50MS > 0 {
+		fmt.Fprintf(&b, "\nPer episode, a fork costs %s ms where recreating costs %s ms (%.1f× more); "+
+			"a standby hand-off costs %s ms, as long as the standby keeps up (a fork takes about %s ms to start, "+
+			"two at a time).\n", fmtMS(fork.P50MS), fmtMS(recreate.P50MS), recreate.P50MS/fork.P50MS,
+			fmtMS(standby.P50MS), fmtMS(fork.P50MS))
 	}
 	b.WriteString(`
 Samples run one after another in one process, on a machine that may have had other work; the

@@ -433,6 +433,7 @@ func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label s
 		return providers.Checkpoint{}, s.infraError(ctx, "commit", err)
 	}
 	took := time.Since(began)
+	s.waitUnpaused(ctx)
 	cp := providers.Checkpoint{ID: res.ID, Label: label, Provider: Name, Took: took, Bytes: p.diffBytes(ctx, s.id, res.ID)}
 	p.mu.Lock()
 	if p.closed {

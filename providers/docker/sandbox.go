@@ -171,6 +171,24 @@ func (s *sandbox) deadState(ctx context.Context) string {
 	return desc
 }
 
+// waitUnpaused waits (up to 2 s) until the engine no longer reports the
+// container paused. Commit pauses and unpauses it, and Engine 20.10 also
+// sets the paused state from containerd's events, which can arrive after
+// the commit returned; an exec into a container marked paused fails.
+func (s *sandbox) waitUnpaused(ctx context.Context) {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		ci, err := s.p.cli.ContainerInspect(ctx, s.id, client.ContainerInspectOptions{})
+		if err != nil || ci.Container.State == nil || !ci.Container.State.Paused {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // Close removes the container. It is idempotent and safe to call
 // concurrently with Act, which then fails with ErrClosed.
 func (s *sandbox) Close(ctx context.Context) error {
