@@ -21,8 +21,10 @@ test: ## run every test (about 3-6 minutes on 2 cores)
 test-short: ## the quick tests only
 	$(GO) test -short -count=1 ./...
 
-bench: ## reset-latency benchmark (local: overlay fork vs copy vs recreate)
+bench: ## benchmarks: local reset latency, docker reset latency (needs an engine), collector throughput
 	$(GO) run ./benchmarks/reset
+	$(GO) run ./benchmarks/docker
+	$(GO) run ./benchmarks/throughput
 
 demo: build ## collect the example tasks: 4 replicas, 24 episodes, into runs/demo
 	rm -rf $(DEMO_OUT)
@@ -44,6 +46,12 @@ install: build ## install as forkline-collect, forkline-export, forkline-replay
 
 clean: ## remove build output and the demo dataset
 	rm -rf $(BIN) runs
+
+images: ## build the Docker images forkline/busybox (and reuse them when present)
+	$(GO) run ./providers/docker/mkimages
+
+images-debian: ## also build forkline/debian from a debootstrap rootfs (root; slow, about a minute)
+	$(GO) run ./providers/docker/mkimages -debian
 
 .PHONY: images-browser
 images-browser: ## build forkline/chromium, the Docker image for browser tasks (root, debootstrap; minutes)
