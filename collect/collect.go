@@ -158,13 +158,6 @@ type planned struct {
 	repeat int
 }
 
-// taskRecord is how a task is recorded in the manifest.
-type taskRecord struct {
-	ID   string    `json:"id"`
-	Hash string    `json:"hash"`
-	Spec task.Spec `json:"spec"`
-}
-
 type planRecord struct {
 	Repeats  int    `json:"repeats"`
 	Seed     int64  `json:"seed"`
@@ -205,12 +198,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	// Plan.
 	var plan []planned
-	var records []taskRecord
 	total := 0
 	for i := range specs {
 		s := &specs[i]
 		h := s.Hash()
-		records = append(records, taskRecord{ID: s.ID, Hash: h, Spec: *s})
 		for r := range cfg.Repeats {
 			total++
 			id := EpisodeID(s.ID, h, r, cfg.Seed)
@@ -256,7 +247,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer pl.Close(context.Background())
 
-	w, err := openOutput(cfg, runID, records, len(plan), total)
+	w, err := openOutput(cfg, runID, specs, len(plan), total)
 	if err != nil {
 		return nil, badInput(err)
 	}
@@ -406,10 +397,13 @@ func newRunID() string {
 }
 
 // openOutput creates, resumes or replaces the dataset in cfg.Out.
-func openOutput(cfg Config, runID string, tasks []taskRecord, episodes, total int) (*shard.Writer, error) {
+func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int) (*shard.Writer, error) {
 	planRec, _ := json.Marshal(planRecord{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
 		Episodes: episodes, Part: cfg.Part, Total: total})
-	tasksRec, _ := json.Marshal(tasks)
+	tasksRec, err := task.EncodeRecords(specs)
+	if err != nil {
+		return nil, err
+	}
 	_, statErr := os.Stat(filepath.Join(cfg.Out, "manifest.json"))
 	exists := statErr == nil
 	switch {
@@ -418,7 +412,7 @@ func openOutput(cfg Config, runID string, tasks []taskRecord, episodes, total in
 		if err != nil {
 			return nil, err
 		}
-		if err := compatible(w.Manifest(), tasks, cfg); err != nil {
+		if err := compatible(w.Manifest(), specs, cfg); err != nil {
 			w.Close(shard.StatusPartial)
 			return nil, err
 		}
@@ -445,24 +439,20 @@ func openOutput(cfg Config, runID string, tasks []taskRecord, episodes, total in
 
 // compatible refuses a resume whose tasks or plan would produce other
 // episodes than the run being resumed.
-func compatible(m shard.Manifest, tasks []taskRecord, cfg Config) error {
-	var old []taskRecord
-	if err := json.Unmarshal(m.Tasks, &old); err != nil {
-		return fmt.Errorf("%w: manifest tasks unreadable: %v", ErrIncompatibleResume, err)
+func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
+	oldHash, err := task.RecordHashes(m.Tasks)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrIncompatibleResume, err)
 	}
-	oldHash := map[string]string{}
-	for _, t := range old {
-		oldHash[t.ID] = t.Hash
-	}
-	for _, t := range tasks {
-		h, ok := oldHash[t.ID]
+	for _, s := range specs {
+		h, ok := oldHash[s.ID]
 		if !ok {
-			return fmt.Errorf("%w: task %s is not in the run being resumed", ErrIncompatibleResume, t.ID)
+			return fmt.Errorf("%w: task %s is not in the run being resumed", ErrIncompatibleResume, s.ID)
 		}
-		if h != t.Hash {
-			return fmt.Errorf("%w: task %s changed since the run started (spec hash %s, was %s)", ErrIncompatibleResume, t.ID, t.Hash[:12], h[:12])
+		if now := s.Hash(); h != now {
+			return fmt.Errorf("%w: task %s changed since the run started (spec hash %.12s, was %.12s)", ErrIncompatibleResume, s.ID, now, h)
 		}
-		delete(oldHash, t.ID)
+		delete(oldHash, s.ID)
 	}
 	for id := range oldHash {
 		return fmt.Errorf("%w: task %s of the run being resumed is missing from -tasks", ErrIncompatibleResume, id)
@@ -512,24 +502,6 @@ func removeRun(dir string) error {
 		}
 	}
 	return nil
-}
-
-// ManifestTasks returns the task specs a run recorded in its manifest, keyed
-// by id, with the hash each had when the run started.
-func ManifestTasks(m shard.Manifest) (map[string]task.Spec, error) {
-	var recs []taskRecord
-	if err := json.Unmarshal(m.Tasks, &recs); err != nil {
-		return nil, fmt.Errorf("collect: manifest tasks unreadable: %w", err)
-	}
-	out := map[string]task.Spec{}
-	for _, r := range recs {
-		s := r.Spec.WithDefaults()
-		if h := s.Hash(); h != r.Hash {
-			return nil, fmt.Errorf("collect: manifest task %s: spec hashes to %s, recorded %s (written by another version?)", r.ID, h[:12], r.Hash[:12])
-		}
-		out[r.ID] = s
-	}
-	return out, nil
 }
 
 // Template is how a task becomes a pool template.

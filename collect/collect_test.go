@@ -2,7 +2,6 @@ package collect
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
 
 	_ "github.com/forkline/forkline/providers/local"
 )
@@ -213,9 +213,9 @@ func TestCollectCancelThenResume(t *testing.T) {
 	}
 	ds, err = shard.Open(cfg.Out)
 	require.NoError(t, err)
-	var recs []taskRecord
-	require.NoError(t, json.Unmarshal(ds.Manifest().Tasks, &recs))
-	h := recs[0].Hash
+	hashes, err := task.RecordHashes(ds.Manifest().Tasks)
+	require.NoError(t, err)
+	h := hashes["slow"]
 	for r := range 8 {
 		want = append(want, EpisodeID("slow", h, r, 0))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
 )
 
 // ErrMerge is wrapped by every refusal to merge: parts that overlap, or that
@@ -75,7 +76,7 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 		if plan.Part.Count == 0 {
 			plan.Part = Whole
 		}
-		tasks, err := taskHashes(m)
+		tasks, err := task.RecordHashes(m.Tasks)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrMerge, dir, err)
 		}
@@ -170,18 +171,6 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 		return nil, err
 	}
 	return rep, nil
-}
-
-func taskHashes(m shard.Manifest) (map[string]string, error) {
-	var recs []taskRecord
-	if err := json.Unmarshal(m.Tasks, &recs); err != nil {
-		return nil, fmt.Errorf("manifest tasks unreadable: %v", err)
-	}
-	out := map[string]string{}
-	for _, r := range recs {
-		out[r.ID] = r.Hash
-	}
-	return out, nil
 }
 
 func sameJSON(a, b json.RawMessage) bool {

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
@@ -44,7 +43,7 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 		}
 		in.tasks = map[string]task.Spec{}
 		if len(in.m.Tasks) > 0 {
-			if in.tasks, err = collect.ManifestTasks(in.m); err != nil {
+			if in.tasks, err = task.DecodeRecords(in.m.Tasks); err != nil {
 				return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
 			}
 		} else if needTasks {

@@ -152,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	m := ds.Manifest()
-	specs, err := collect.ManifestTasks(m)
+	specs, err := task.DecodeRecords(m.Tasks)
 	if err != nil {
 		return nil, err
 	}

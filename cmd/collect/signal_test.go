@@ -16,6 +16,7 @@ import (
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/task"
 )
 
 // These tests run the real binary and signal it, as an operator (or a
@@ -80,7 +81,7 @@ func exitCode(err error) int {
 func expectedIDs(t *testing.T, out string) []string {
 	ds, err := shard.Open(out)
 	require.NoError(t, err)
-	specs, err := collect.ManifestTasks(ds.Manifest())
+	specs, err := task.DecodeRecords(ds.Manifest().Tasks)
 	require.NoError(t, err)
 	s := specs["slow"]
 	var ids []string
