@@ -138,6 +138,45 @@ func (h *hostLauncher) pid() int {
 	return h.browser
 }
 
+// waitGone waits, up to d, until no live process uses the profile.
+func (h *hostLauncher) waitGone(d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if len(profileProcesses(h.profile, false)) == 0 {
+			return
+		}
+	}
+}
+
+// profileProcesses lists the processes with --user-data-dir=profile among
+// their arguments (zombies too when withZombies).
+func profileProcesses(profile string, withZombies bool) []int {
+	if profile == "" {
+		return nil
+	}
+	want := []byte("--user-data-dir=" + profile + "\x00")
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !containsArg(cmdline, want) {
+			continue
+		}
+		if !withZombies {
+			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+				if f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+					continue
+				}
+			}
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
 // kill ends the browser's process group and then any process still using
 // the profile (a helper that left the group); the profile path is unique to
 // the sandbox, so nothing else matches.
@@ -148,24 +187,13 @@ func (h *hostLauncher) kill() {
 	if h.profile == "" {
 		return
 	}
-	want := []byte("--user-data-dir=" + h.profile + "\x00")
 	deadline := time.Now().Add(2 * time.Second)
 	for quiet := 0; quiet < 3 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		found := 0
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == os.Getpid() {
-				continue
-			}
-			cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if err != nil || !containsArg(cmdline, want) {
-				continue
-			}
-			found++
+		found := profileProcesses(h.profile, false)
+		for _, pid := range found {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if found == 0 {
+		if len(found) == 0 {
 			quiet++
 		} else {
 			quiet = 0

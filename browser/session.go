@@ -8,6 +8,7 @@ import (
 	"image"
 	_ "image/png" // DecodeConfig of screenshots
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,15 +225,19 @@ func (s *Session) stop(graceful bool) {
 	}
 	if graceful {
 		ctx, cancel := context.WithTimeout(s.bctx, 10*time.Second)
+		// Helpers (the storage service writing localStorage) may still
+		// be flushing the profile when the main process is gone: wait
+		// until every process of the profile has exited on its own.
 		switch l := s.l.(type) {
 		case *hostLauncher:
 			chromedp.Cancel(ctx)
+			l.waitGone(10 * time.Second)
 		case *pipeLauncher:
-			// The pipe may stay open after the browser exits (a helper
-			// such as crashpad inherits it), so wait for the process
-			// itself, in the sandbox: gone, or a zombie nobody reaped yet.
+			// In the sandbox: the pipe may stay open after the browser
+			// exits (crashpad inherits it), so it proves nothing.
 			if l.closeBrowser(ctx) == nil {
-				s.sb.Act(context.WithoutCancel(ctx), runtime.Action{Kind: runtime.ActExec, TimeoutMS: 15_000, Cmd: waitExitScript})
+				s.sb.Act(context.WithoutCancel(ctx), runtime.Action{Kind: runtime.ActExec, TimeoutMS: 15_000,
+					Cmd: waitGoneScript(path.Join(s.ws, ProfileDir))})
 			}
 		}
 		cancel()
@@ -244,15 +249,23 @@ func (s *Session) stop(graceful bool) {
 	s.bctx = nil
 }
 
-// waitExitScript waits, for up to 10 s, until the process in .browser/pid
-// has exited.
-const waitExitScript = `p=$(cat ` + Dir + `/pid 2>/dev/null) || exit 0
+// waitGoneScript waits, for up to 10 s, until no process (but zombies) has
+// --user-data-dir=profile among its arguments.
+func waitGoneScript(profile string) string {
+	return `arg=` + shellQuote("--user-data-dir="+profile) + `
 i=0
 while [ $i -lt 200 ]; do
-  st=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null) || break
-  [ "$st" = Z ] && break
+  busy=
+  for f in /proc/[0-9]*/cmdline; do
+    if tr '\0' '\n' < "$f" 2>/dev/null | grep -qxF -- "$arg"; then
+      st=$(cut -d' ' -f3 "${f%/cmdline}/stat" 2>/dev/null)
+      [ "$st" = Z ] || busy=1
+    fi
+  done
+  [ -z "$busy" ] && break
   sleep 0.05; i=$((i + 1))
 done`
+}
 
 // errBrowserGone wraps the cause when the browser died under a session.
 var errBrowserGone = errors.New("browser: chromium is gone")
