@@ -254,7 +254,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	committed := w.Committed()
 
 	providerRec, _ := json.Marshal(map[string]any{"name": prov.Name(), "capabilities": prov.Capabilities(), "params": cfg.ProviderParams, "reset": pl.Strategy()})
-	policyRec, _ := json.Marshal(map[string]any{"name": cfg.Policy, "script_file": cfg.ScriptFile, "options": cfg.PolicyOptions})
+	policyRec, err := policyRecord(cfg)
+	if err != nil {
+		return nil, badInput(err)
+	}
 	w.Update(func(m *shard.Manifest) {
 		m.Provider, m.Policy, m.Capture = providerRec, policyRec, cfg.Capture.MarshalManifest()
 	})

@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 
@@ -59,4 +60,24 @@ func episodeSeed(base int64, episodeID string) int64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d/%s", base, episodeID)
 	return int64(h.Sum64() >> 1)
+}
+
+// policyRecord is the policy as the manifest records it: its name, the
+// options as given, and for policies that talk to a model the effective
+// conversation settings (defaults applied), which exporters read to rebuild
+// the exact messages the model saw.
+func policyRecord(cfg Config) (json.RawMessage, error) {
+	rec := map[string]any{"name": cfg.Policy, "script_file": cfg.ScriptFile, "options": cfg.PolicyOptions}
+	if cfg.Policy == "openai" {
+		oc, err := openai.ParseOptions(cfg.PolicyOptions)
+		if err != nil {
+			return nil, fmt.Errorf("collect: -policy openai: %w", err)
+		}
+		conv, err := oc.Conversation()
+		if err != nil {
+			return nil, fmt.Errorf("collect: -policy openai: %w", err)
+		}
+		rec["conversation"] = conv
+	}
+	return json.Marshal(rec)
 }

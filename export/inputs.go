@@ -67,7 +67,8 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 }
 
 // readPolicy takes what shaped the model's conversation from the policy
-// options the manifest records: system_prompt (or system), enable_thinking,
+// the manifest records — its effective "conversation" settings where the
+// collector wrote them (defaults applied), else its options: system_prompt (or system), enable_thinking,
 // actions (the tools offered, comma-separated), tool_mode (text: calls
 // written in the model's text) and observation_cap (bytes of an observation
 // shown). Options a run did not record keep their neutral value: no system
@@ -78,10 +79,17 @@ func readPolicy(in *input) error {
 		return nil
 	}
 	var pol struct {
-		Options map[string]string `json:"options"`
+		Options      map[string]string `json:"options"`
+		Conversation map[string]string `json:"conversation"` // effective settings, defaults applied
 	}
 	if err := json.Unmarshal(in.m.Policy, &pol); err != nil {
 		return fmt.Errorf("manifest policy: %w", err)
+	}
+	if pol.Options == nil {
+		pol.Options = map[string]string{}
+	}
+	for k, v := range pol.Conversation {
+		pol.Options[k] = v
 	}
 	in.system = pol.Options["system_prompt"]
 	if in.system == "" {

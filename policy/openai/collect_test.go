@@ -15,7 +15,9 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/export"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/policy/openai/openaitest"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
@@ -319,4 +321,35 @@ func TestCollectDropsTokens(t *testing.T) {
 		require.Empty(t, s.ResponseIDs)
 		require.Empty(t, s.ResponseLogprobs)
 	}
+}
+
+// TestExportedConversationMatchesWhatTheModelSaw: the manifest records the
+// effective conversation settings, so a chat export of an openai run starts
+// with the system prompt the model was really sent.
+func TestExportedConversationMatchesWhatTheModelSaw(t *testing.T) {
+	sc := scenarios()
+	one := map[string][]openaitest.Turn{"three-turn": sc["three-turn"]}
+	srv := openaitest.New(t, one)
+	srv.Key = apiKey
+	out, _, _ := runCollect(t, srv, names(one), "keep")
+
+	want, err := openai.DefaultConfig().Conversation()
+	require.NoError(t, err)
+	require.Contains(t, want["system_prompt"], "sandboxed computer")
+
+	dir := filepath.Join(t.TempDir(), "chat")
+	_, err = export.Run(context.Background(), export.Options{Inputs: []string{out}, Target: "chat-jsonl", Out: dir})
+	require.NoError(t, err)
+	data, err := os.ReadFile(filepath.Join(dir, "train.jsonl"))
+	require.NoError(t, err)
+	var line struct {
+		Messages []struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(bytes.SplitN(data, []byte("\n"), 2)[0], &line))
+	require.NotEmpty(t, line.Messages)
+	require.Equal(t, "system", line.Messages[0].Role)
+	require.Equal(t, want["system_prompt"], line.Messages[0].Content)
 }

@@ -38,6 +38,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/forkline/forkline/aci"
@@ -315,3 +316,25 @@ func systemPrompt(cfg Config, tools []map[string]any) string {
 }
 
 func str(s string) *string { return &s }
+
+// Conversation lists, with defaults applied, what shapes the conversation
+// this configuration produces — the rendered system prompt, the tool mode,
+// the actions offered and the observation cap — under the option names
+// exporters read from a manifest, so exported SFT data holds the same
+// messages the model was shown.
+func (c Config) Conversation() (map[string]string, error) {
+	tools, err := Tools(c.Actions)
+	if err != nil {
+		return nil, err
+	}
+	kinds := make([]string, len(c.Actions))
+	for i, k := range c.Actions {
+		kinds[i] = string(k)
+	}
+	return map[string]string{
+		"system_prompt":   systemPrompt(c, tools),
+		"tool_mode":       c.ToolMode,
+		"actions":         strings.Join(kinds, ","),
+		"observation_cap": strconv.Itoa(c.ObservationCap),
+	}, nil
+}
