@@ -224,6 +224,11 @@ func (s *Session) stop(graceful bool) {
 		return
 	}
 	if graceful {
+		// Unload the page first: its storage (localStorage, cookies) is
+		// handed over and unbound before the browser shuts down.
+		s.call(context.Background(), s.cfg.LoadTimeout, func(ctx context.Context) error {
+			return chromedp.Do(ctx, chromedp.Navigate("about:blank"))
+		})
 		ctx, cancel := context.WithTimeout(s.bctx, 10*time.Second)
 		// Helpers (the storage service writing localStorage) may still
 		// be flushing the profile when the main process is gone: wait
@@ -440,6 +445,19 @@ func (s *Session) navigate(ctx context.Context, target string) (string, runtime.
 	if refused != "" {
 		return fmt.Sprintf("navigate %s: refused: %s", target, refused), runtime.ErrPathRefused, nil
 	}
+	// A failed navigation answers before its error page is shown; the
+	// page's own stop-loading event says when it is.
+	stopped := make(chan struct{}, 1)
+	lctx, unlisten := context.WithCancel(s.bctx)
+	defer unlisten()
+	chromedp.Listen(lctx, func(ev any) {
+		if e, ok := ev.(*page.EventFrameStoppedLoading); ok && string(e.FrameID) == s.mainFrame {
+			select {
+			case stopped <- struct{}{}:
+			default:
+			}
+		}
+	})
 	failed, broken := s.call(ctx, s.cfg.LoadTimeout, func(ctx context.Context) error {
 		return chromedp.Do(ctx, chromedp.Navigate(u))
 	})
@@ -449,6 +467,17 @@ func (s *Session) navigate(ctx context.Context, target string) (string, runtime.
 	if failed == nil {
 		return "", "", nil
 	}
+	var le *chromedp.LoadError
+	if errors.As(failed, &le) {
+		t := time.NewTimer(s.cfg.LoadTimeout)
+		select {
+		case <-stopped:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		s.settle(ctx)
+	}
 	if strings.HasPrefix(failed.Error(), "no answer within") {
 		// Stop the load, so the page is usable and observable.
 		s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
@@ -457,8 +486,7 @@ func (s *Session) navigate(ctx context.Context, target string) (string, runtime.
 		})
 		return fmt.Sprintf("navigate %s: the page did not finish loading within %s; loading was stopped", target, s.cfg.LoadTimeout), runtime.ErrTimeout, nil
 	}
-	var le *chromedp.LoadError
-	if errors.As(failed, &le) {
+	if le != nil {
 		kind := runtime.ErrActionFail
 		switch le.ErrorText {
 		case "net::ERR_FILE_NOT_FOUND":
@@ -506,13 +534,7 @@ func (s *Session) input(ctx context.Context, do func(ctx context.Context) error)
 	if failed != nil {
 		return "input failed: " + failed.Error(), runtime.ErrActionFail, nil
 	}
-	// Two frames: handlers ran and the result is painted. During a
-	// navigation the evaluation may fail; that is fine.
-	if _, broken := s.call(ctx, time.Second, func(ctx context.Context) error {
-		_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
-			`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise))
-		return err
-	}); broken != nil {
+	if broken := s.settle(ctx); broken != nil {
 		return "", "", broken
 	}
 	mu.Lock()
@@ -537,6 +559,18 @@ func (s *Session) input(ctx context.Context, do func(ctx context.Context) error)
 	case <-ctx.Done():
 		return "", "", ctx.Err()
 	}
+}
+
+// settle waits two animation frames: handlers ran and their result is
+// painted. During a navigation the evaluation may fail; that is fine. It
+// returns an error only when the browser broke.
+func (s *Session) settle(ctx context.Context) error {
+	_, broken := s.call(ctx, time.Second, func(ctx context.Context) error {
+		_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+			`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise))
+		return err
+	})
+	return broken
 }
 
 // observe describes the page: url and title as text, and a screenshot and
