@@ -2,14 +2,10 @@ package browser_test
 
 import (
 	"context"
-	"io"
-	"sync"
 	"testing"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/browser"
@@ -18,54 +14,6 @@ import (
 	"github.com/forkline/forkline/providers/docker"
 	"github.com/forkline/forkline/runtime"
 )
-
-// dockerPiper gives a docker sandbox the Piper ability through the Engine
-// API: an exec with stdin and stdout attached, stdout demultiplexed from the
-// hijacked stream. It is what providers/docker needs to implement for
-// browser tasks to run there; the test proves the path end to end.
-type dockerPiper struct {
-	providers.Sandbox
-	cli *client.Client
-}
-
-func (d *dockerPiper) Pipe(ctx context.Context, argv []string) (io.ReadWriteCloser, error) {
-	ec, err := d.cli.ExecCreate(ctx, d.Info().ID, client.ExecCreateOptions{
-		Cmd: argv, AttachStdin: true, AttachStdout: true, AttachStderr: true, WorkingDir: docker.WorkspaceDir,
-	})
-	if err != nil {
-		return nil, err
-	}
-	at, err := d.cli.ExecAttach(ctx, ec.ID, client.ExecAttachOptions{})
-	if err != nil {
-		return nil, err
-	}
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := stdcopy.StdCopy(pw, io.Discard, at.Reader)
-		if err == nil {
-			err = io.EOF
-		}
-		pw.CloseWithError(err)
-	}()
-	return &execStream{at: at.HijackedResponse, out: pr}, nil
-}
-
-type execStream struct {
-	at   client.HijackedResponse
-	out  *io.PipeReader
-	once sync.Once
-}
-
-func (s *execStream) Read(b []byte) (int, error)  { return s.out.Read(b) }
-func (s *execStream) Write(b []byte) (int, error) { return s.at.Conn.Write(b) }
-func (s *execStream) Close() error {
-	s.once.Do(func() {
-		s.at.CloseWrite() // the process reads EOF on fd 3: Chromium exits
-		s.at.Close()
-		s.out.Close()
-	})
-	return nil
-}
 
 // TestDockerSandboxOverExecStream runs Chromium inside a docker sandbox with
 // network none, from the forkline/chromium image (make images-browser), and
@@ -92,7 +40,9 @@ func TestDockerSandboxOverExecStream(t *testing.T) {
 	require.NoError(t, err)
 	cfg := browser.DefaultConfig()
 	cfg.Width, cfg.Height, cfg.Start = 800, 600, "index.html"
-	s, err := browser.NewSession(&dockerPiper{Sandbox: sb, cli: cli}, cfg)
+	_, ok := sb.(browser.Piper)
+	require.True(t, ok, "docker sandboxes can pipe a process")
+	s, err := browser.NewSession(sb, cfg)
 	require.NoError(t, err)
 	defer s.Close(context.Background())
 
@@ -111,33 +61,6 @@ func TestDockerSandboxOverExecStream(t *testing.T) {
 	require.Equal(t, "done.html?name=Grace+Hopper&email=\nWelcome, Grace Hopper\n", string(obs.Output))
 	require.EqualValues(t, 0, obs.ExitCode)
 	require.NoError(t, s.Close(context.Background()))
-}
-
-// pipingProvider is the docker provider with dockerPiper sandboxes, standing
-// in for a docker provider whose sandboxes implement browser.Piper.
-type pipingProvider struct {
-	*docker.Provider
-	cli *client.Client
-}
-
-func (p pipingProvider) Create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
-	sb, err := p.Provider.Create(ctx, spec)
-	if err != nil {
-		return nil, err
-	}
-	return &dockerPiper{Sandbox: sb, cli: p.cli}, nil
-}
-
-func (p pipingProvider) Checkpoint(ctx context.Context, sb providers.Sandbox, label string) (providers.Checkpoint, error) {
-	return p.Provider.Checkpoint(ctx, sb.(*dockerPiper).Sandbox, label)
-}
-
-func (p pipingProvider) Fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
-	sb, err := p.Provider.Fork(ctx, cp)
-	if err != nil {
-		return nil, err
-	}
-	return &dockerPiper{Sandbox: sb, cli: p.cli}, nil
 }
 
 // TestDockerGoldenProfile: on docker too, the golden checkpoint (a commit)
@@ -159,7 +82,7 @@ func TestDockerGoldenProfile(t *testing.T) {
 	defer dp.Close(context.Background())
 	cfg := browser.DefaultConfig()
 	cfg.Width, cfg.Height, cfg.Start = 640, 480, "index.html"
-	prov := browser.Provider(pipingProvider{Provider: dp, cli: cli}, func(providers.Spec) (browser.Config, bool) { return cfg, true })
+	prov := browser.Provider(dp, func(providers.Spec) (browser.Config, bool) { return cfg, true })
 
 	page := `<html><head><title>Visits</title></head><body><p id=v></p><script>
 const n = Number(localStorage.getItem("visits") || 0) + 1; localStorage.setItem("visits", n);

@@ -11,6 +11,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
 )
 
 // comparer is the replay's StepSink: it compares each new step with the
@@ -19,19 +20,36 @@ type comparer struct {
 	cfg     Config
 	capture capture.Policy
 	rec     []schemas.StepRow
+	blob    func(sha256 string) ([]byte, error) // resolves recorded screenshots stored by hash
 	seen    int
 	matched int
 	first   *StepDiff
+
+	// With Config.Record, the replayed steps as rows of the new dataset.
+	recording         bool
+	episodeID, taskID string
+	rows              []schemas.StepRow
+	blobs             []schemas.BlobRow
+	seenBlobs         capture.SetIndex
+	result            runtime.Result
+	reward            *task.Reward
 }
 
 func (c *comparer) WriteStep(_ context.Context, s runtime.Step) error {
 	c.seen++
+	if c.recording {
+		row, blobs := c.capture.Row(c.episodeID, c.taskID, s, c.seenBlobs)
+		c.rows = append(c.rows, row)
+		c.blobs = append(c.blobs, blobs...)
+	}
 	if c.first != nil || s.Index >= len(c.rec) {
 		return nil
 	}
 	// Convert through the capture policy the recording used, so both sides
 	// are compared in the same form (a capped recording against the same cap).
-	now, _ := c.capture.Row("", "", s, nil)
+	cmpPolicy := c.capture
+	cmpPolicy.Pixels = "none" // screenshots are compared below, from the observation itself
+	now, _ := cmpPolicy.Row("", "", s, nil)
 	was := c.rec[s.Index]
 	if d := c.diff(s, was, now); d != nil {
 		c.first = d
@@ -50,8 +68,9 @@ func (c *comparer) diff(s runtime.Step, was, now schemas.StepRow) *StepDiff {
 		d.Field, d.Recorded, d.Replayed = "is_error", fmt.Sprint(was.IsError), fmt.Sprint(now.IsError)
 	case was.TimedOut != now.TimedOut:
 		d.Field, d.Recorded, d.Replayed = "timed_out", fmt.Sprint(was.TimedOut), fmt.Sprint(now.TimedOut)
-	case was.ScreenHash != now.ScreenHash && was.ScreenHash != "" && now.ScreenHash != "":
-		d.Field, d.Recorded, d.Replayed = "screenshot_sha256", was.ScreenHash, now.ScreenHash
+	}
+	if d.Field == "" && was.ScreenHash != now.ScreenHash {
+		c.screenshotDiff(d, s, was, now)
 	}
 	if d.Field != "" {
 		d.Diff = fmt.Sprintf("%s: recorded %s, replayed %s", d.Field, d.Recorded, d.Replayed)

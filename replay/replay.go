@@ -79,6 +79,14 @@ type Config struct {
 	Replicas   int
 	WorkDir    string
 	Log        io.Writer
+	// PixelTolerance, when above 0, lets screenshots whose hashes differ
+	// still match when at most this fraction of their pixels differ (same
+	// size required); 0 compares screenshots by hash.
+	PixelTolerance float64
+	// Record, when set, writes the replayed episodes as a new dataset there
+	// (re-capture under another provider or image), with the same episode
+	// ids and the replayed rewards.
+	Record string
 }
 
 // Status of one replayed episode.
@@ -99,6 +107,9 @@ type StepDiff struct {
 	Recorded string `json:"recorded"`
 	Replayed string `json:"replayed"`
 	Diff     string `json:"diff"` // a readable line diff for output
+	// Screenshots of the divergent step, for the HTML report.
+	RecordedPNG []byte `json:"-"`
+	ReplayedPNG []byte `json:"-"`
 }
 
 // EpisodeReport is the outcome of one replayed episode.
@@ -196,6 +207,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Browser tasks replay with a browser, as they were collected.
+	list := make([]task.Spec, 0, len(specs))
+	for _, s := range specs {
+		list = append(list, s)
+	}
+	if prov, err = collect.WithBrowsers(prov, list); err != nil {
+		return nil, err
+	}
 	defer prov.Close(context.WithoutCancel(ctx))
 	pl, err := pool.New(pool.Config{Provider: prov, Replicas: cfg.Replicas, Log: logf})
 	if err != nil {
@@ -206,6 +225,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	capPolicy, err := recordedCapture(m)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.PixelTolerance < 0 || cfg.PixelTolerance >= 1 {
+		return nil, fmt.Errorf("replay: pixel tolerance %g must be in [0, 1)", cfg.PixelTolerance)
+	}
+	rp := &replayer{cfg: cfg, capture: capPolicy, ds: ds}
+	if cfg.Record != "" {
+		if rp.rec, err = newRecording(cfg, m, specs, prov.Name()); err != nil {
+			return nil, err
+		}
 	}
 	templates := map[string]*pool.Template{}
 	for id, s := range specs {
@@ -248,12 +276,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	pl.Run(ctx, jobs, func(ctx context.Context, job pool.Job, r pool.Replica, acqErr error) pool.Outcome {
 		j := job.Payload.(*recorded)
-		er, out := replayEpisode(ctx, cfg, capPolicy, j, r, acqErr)
+		er, out := rp.episode(ctx, j, r, acqErr)
 		mu.Lock()
 		rep.Episodes = append(rep.Episodes, er)
 		mu.Unlock()
 		return out
 	})
+	if rp.rec != nil {
+		if err := rp.rec.close(rep, feedErr == nil && ctx.Err() == nil); err != nil {
+			return nil, err
+		}
+	}
 	if feedErr != nil && !errors.Is(feedErr, context.Canceled) {
 		return nil, feedErr
 	}
@@ -346,37 +379,58 @@ type recorded struct {
 	hasReward bool
 }
 
-func replayEpisode(ctx context.Context, cfg Config, capturePolicy capture.Policy, j *recorded, r pool.Replica, acqErr error) (EpisodeReport, pool.Outcome) {
+// replayer replays episodes of one dataset.
+type replayer struct {
+	cfg     Config
+	capture capture.Policy // the recording's policy
+	ds      *shard.Dataset
+	rec     *recording // nil unless Config.Record
+}
+
+func (rp *replayer) episode(ctx context.Context, j *recorded, r pool.Replica, acqErr error) (EpisodeReport, pool.Outcome) {
+	er, out, rows := rp.replay(ctx, j, r, acqErr)
+	if rp.rec != nil && er.Status != Errored {
+		if err := rp.rec.commit(ctx, j, er, rows); err != nil {
+			er.Status, er.Error = Errored, "recording: "+err.Error()
+		}
+	}
+	return er, out
+}
+
+func (rp *replayer) replay(ctx context.Context, j *recorded, r pool.Replica, acqErr error) (EpisodeReport, pool.Outcome, *comparer) {
+	cfg := rp.cfg
 	er := EpisodeReport{EpisodeID: j.ep.EpisodeID, TaskID: j.ep.TaskID, Steps: len(j.steps), RewardRecorded: j.reward}
 	if acqErr != nil {
 		er.Status, er.Error = Errored, acqErr.Error()
-		return er, pool.Done
+		return er, pool.Done, nil
 	}
 	var actions []runtime.Action
 	for _, s := range j.steps {
 		var a runtime.Action
 		if err := json.Unmarshal([]byte(s.ActionJSON), &a); err != nil {
 			er.Status, er.Error = Errored, fmt.Sprintf("step %d: recorded action unreadable: %v", s.StepIndex, err)
-			return er, pool.Done
+			return er, pool.Done, nil
 		}
 		if a.Kind == "" {
 			break // a model turn without an action ends the recorded episode
 		}
 		actions = append(actions, a)
 	}
-	cmp := comparer{cfg: cfg, capture: capturePolicy, rec: j.steps}
+	cmp := &comparer{cfg: cfg, capture: rp.capture, rec: j.steps, blob: rp.ds.Blob,
+		episodeID: j.ep.EpisodeID, taskID: j.ep.TaskID, recording: rp.rec != nil, seenBlobs: capture.SetIndex{}}
 	lim := j.spec.Limits.Runtime()
 	lim.MaxSteps = len(actions) + 1
-	res, err := runtime.Rollout(ctx, r.Sandbox, script.New(actions), runtime.History{Instruction: j.spec.Instruction}, lim, &cmp)
+	res, err := runtime.Rollout(ctx, r.Sandbox, script.New(actions), runtime.History{Instruction: j.spec.Instruction}, lim, cmp)
+	cmp.result = res
 	if err != nil {
 		er.Status, er.Error = Errored, err.Error()
-		return er, pool.Broken
+		return er, pool.Broken, nil
 	}
 	er.Matched = cmp.matched
 	er.First = cmp.first
 	if res.Exit == runtime.ExitEnvError {
 		er.Status, er.Error = Errored, "sandbox failed: "+res.Detail
-		return er, pool.Broken
+		return er, pool.Broken, nil
 	}
 	if er.First == nil && cmp.seen < len(actions) {
 		er.First = &StepDiff{Step: cmp.seen, Field: "steps", Recorded: fmt.Sprint(len(actions)), Replayed: fmt.Sprint(cmp.seen),
@@ -386,8 +440,9 @@ func replayEpisode(ctx context.Context, cfg Config, capturePolicy capture.Policy
 		rw, verr := j.spec.Verify.Run(ctx, r.Sandbox)
 		if verr != nil {
 			er.Status, er.Error = Errored, verr.Error()
-			return er, pool.Broken
+			return er, pool.Broken, nil
 		}
+		cmp.reward = &rw
 		er.RewardReplayed = rw.Value
 		er.RewardChanged = !sameReward(j.reward, rw.Value)
 		if er.RewardChanged && er.First == nil {
@@ -400,7 +455,7 @@ func replayEpisode(ctx context.Context, cfg Config, capturePolicy capture.Policy
 	} else {
 		er.Status = Identical
 	}
-	return er, pool.Done
+	return er, pool.Done, cmp
 }
 
 func sameReward(a, b *float64) bool {

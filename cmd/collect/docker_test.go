@@ -111,3 +111,40 @@ func TestDockerSIGKILLedCollectorIsSweptByTheNextRun(t *testing.T) {
 	got, _ := keptIDs(t, out)
 	require.Equal(t, expectedIDs(t, out), got)
 }
+
+func TestDockerWebTasksRunChromiumInContainers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers with Chromium")
+	}
+	requireDocker(t)
+	if err := exec.Command("docker", "image", "inspect", "forkline/chromium").Run(); err != nil {
+		testenv.Missing(t, "docker-chromium", "image forkline/chromium is missing (build it with make images-browser)")
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	cmd := exec.Command(collectBin, "-provider", "docker", "-provider-opt", "image=forkline/chromium",
+		"-tasks", "../../examples/tasks/web", "-replicas", "2", "-repeats", "2", "-out", out, "-quiet")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, exitOK, exitCode(cmd.Run()))
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	shots := 0
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		if s.ScreenHash != "" {
+			shots++
+			png, err := ds.Blob(s.ScreenHash)
+			require.NoError(t, err)
+			require.Equal(t, []byte("\x89PNG"), png[:4])
+		}
+	}
+	require.Positive(t, shots, "the container's Chromium took screenshots")
+	rewards := 0
+	for r, err := range ds.Rewards() {
+		require.NoError(t, err)
+		require.NotNil(t, r.Value)
+		require.Equal(t, 1.0, *r.Value, r.Detail)
+		rewards++
+	}
+	require.Equal(t, 4, rewards)
+	require.Empty(t, labelled(t, ds.Manifest().RunID))
+}

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,7 +80,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&masks, "mask", "extra normalized-mode mask `name=regex` (repeatable); -mask none drops the defaults")
 	fs.IntVar(&cfg.Replicas, "replicas", 4, "episodes replayed in parallel")
 	fs.StringVar(&cfg.WorkDir, "workdir", "", "where sandboxes live on the host")
-	reportFile := fs.String("report", "", "also write the report to `FILE` (.json)")
+	reportFile := fs.String("report", "", "also write the report to `FILE`: .json, or .html (one self-contained page, screenshots included)")
+	fs.Float64Var(&cfg.PixelTolerance, "pixel-tolerance", 0, "screenshots match when at most this `fraction` of pixels differ (0: compare by hash)")
+	fs.StringVar(&cfg.Record, "record", "", "write the replayed episodes as a new dataset in `DIR`")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: replay -in DIR [flags]\n\nExit codes: 0 identical, 1 diverged, 2 error, 130 interrupted.\nDefault masks (normalized):\n")
 		for _, m := range replay.DefaultMasks {
@@ -127,8 +130,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	printReport(stdout, rep)
 	if *reportFile != "" {
-		data, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(*reportFile, append(data, '\n'), 0o644); err != nil {
+		if err := writeReport(*reportFile, rep); err != nil {
 			fmt.Fprintln(stderr, "replay:", err)
 			return exitError
 		}
@@ -140,6 +142,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitDiverged
 	}
 	return exitIdentical
+}
+
+// writeReport writes the report as JSON or, for a .html name, as a page.
+func writeReport(path string, rep *replay.Report) error {
+	var buf bytes.Buffer
+	if strings.HasSuffix(strings.ToLower(path), ".html") {
+		if err := replay.WriteHTML(&buf, rep); err != nil {
+			return err
+		}
+	} else {
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		buf.Write(append(data, '\n'))
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
 func printReport(w io.Writer, rep *replay.Report) {

@@ -1,0 +1,62 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+)
+
+// Pipe starts argv in the sandbox with its stdin and stdout connected to the
+// returned stream (stderr is discarded). It is how a process inside a
+// network-none container is driven from the host without a port — the
+// browser environment runs Chromium with --remote-debugging-pipe through it
+// (it implements browser.Piper). Closing the stream closes the process's
+// stdin, then the connection.
+func (s *sandbox) Pipe(ctx context.Context, argv []string) (io.ReadWriteCloser, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	ec, err := s.p.cli.ExecCreate(ctx, s.id, client.ExecCreateOptions{
+		Cmd: argv, AttachStdin: true, AttachStdout: true, AttachStderr: true, WorkingDir: WorkspaceDir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("docker: pipe into %s: %w", s.short(), err)
+	}
+	at, err := s.p.cli.ExecAttach(ctx, ec.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("docker: pipe into %s: %w", s.short(), err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, at.Reader)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+	}()
+	return &execStream{at: at.HijackedResponse, out: pr}, nil
+}
+
+// execStream is a hijacked exec connection: writes go to the process's
+// stdin, reads come from its demultiplexed stdout.
+type execStream struct {
+	at   client.HijackedResponse
+	out  *io.PipeReader
+	once sync.Once
+}
+
+func (e *execStream) Read(b []byte) (int, error)  { return e.out.Read(b) }
+func (e *execStream) Write(b []byte) (int, error) { return e.at.Conn.Write(b) }
+
+func (e *execStream) Close() error {
+	e.once.Do(func() {
+		e.at.CloseWrite() // the process reads EOF on stdin
+		e.at.Close()
+		e.out.Close()
+	})
+	return nil
+}
