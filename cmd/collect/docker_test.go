@@ -69,8 +69,17 @@ func TestDockerCollectCompletesAndLeavesNothing(t *testing.T) {
 	require.Equal(t, 6, n)
 	require.Empty(t, labelled(t, m.RunID), "containers or images of the run are left")
 
-	// The same episodes replay identically on the local provider, and back.
+	// The same episodes replay identically on the local provider...
 	rep, err := replay.Run(context.Background(), replay.Config{In: out, Provider: "local", Mode: replay.Normalized, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	require.Equal(t, 6, rep.Identical, "%+v", rep.Episodes)
+
+	// ...and episodes collected on local replay identically on docker.
+	local := filepath.Join(t.TempDir(), "local")
+	cmd = exec.Command(collectBin, "-tasks", "../../examples/tasks", "-replicas", "4", "-repeats", "2", "-out", local, "-workdir", t.TempDir(), "-quiet")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, exitOK, exitCode(cmd.Run()))
+	rep, err = replay.Run(context.Background(), replay.Config{In: local, Provider: "docker", Mode: replay.Normalized})
 	require.NoError(t, err)
 	require.Equal(t, 6, rep.Identical, "%+v", rep.Episodes)
 }
