@@ -124,11 +124,11 @@ func resolveFailure(kind runtime.ActionKind, p string, err error) *runtime.Obser
 	var obs runtime.Observation
 	switch {
 	case errors.Is(err, errEscapes):
-		obs = failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s (through a symlink)", kind, p, providers.ErrPathEscapes))
+		obs = providers.Failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s (through a symlink)", kind, p, providers.ErrPathEscapes))
 	case errors.Is(err, errNotDir):
-		obs = failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: a parent is not a directory", kind, p))
+		obs = providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: a parent is not a directory", kind, p))
 	case errors.Is(err, errUnresolved):
-		obs = failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: the path cannot be resolved (a symlink loop?)", kind, p))
+		obs = providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: the path cannot be resolved (a symlink loop?)", kind, p))
 	default:
 		return nil
 	}
@@ -155,16 +155,16 @@ func (s *sandbox) readFile(ctx context.Context, p string) (runtime.Observation, 
 	}
 	switch {
 	case len(r.missing) > 0:
-		return failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p)), nil
+		return providers.Failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p)), nil
 	case r.stat.Mode.IsDir():
-		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is a directory", kind, p)), nil
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is a directory", kind, p)), nil
 	case !r.stat.Mode.IsRegular():
-		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
 	}
 	res, err := s.p.cli.CopyFromContainer(ctx, s.id, client.CopyFromContainerOptions{SourcePath: r.path})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) && s.deadState(ctx) == "" { // removed since the stat
-			return failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p)), nil
+			return providers.Failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p)), nil
 		}
 		return runtime.Observation{}, s.infraError(ctx, "copy from container", err)
 	}
@@ -175,7 +175,7 @@ func (s *sandbox) readFile(ctx context.Context, p string) (runtime.Observation, 
 		return runtime.Observation{}, s.infraError(ctx, "copy from container", err)
 	}
 	if h.Typeflag != tar.TypeReg {
-		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
 	}
 	buf := providers.NewCapBuffer(s.spec.outputCap)
 	if _, err := io.Copy(buf, tr); err != nil {
@@ -198,7 +198,7 @@ func (s *sandbox) writeFile(ctx context.Context, p, content string) (runtime.Obs
 		return runtime.Observation{}, err
 	}
 	if rel == "." {
-		return failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q is the workspace directory", p)), nil
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q is the workspace directory", p)), nil
 	}
 	r, err := s.resolve(ctx, rel)
 	if err != nil {
@@ -211,13 +211,13 @@ func (s *sandbox) writeFile(ctx context.Context, p, content string) (runtime.Obs
 	switch {
 	case len(r.missing) > 0:
 		if !r.stat.Mode.IsDir() {
-			return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: a parent is not a directory", kind, p)), nil
+			return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: a parent is not a directory", kind, p)), nil
 		}
 		dest, names = r.path, r.missing
 	case r.stat.Mode.IsDir():
-		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is a directory", kind, p)), nil
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is a directory", kind, p)), nil
 	case !r.stat.Mode.IsRegular():
-		return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q is not a regular file", kind, p)), nil
 	default:
 		mode = int64(r.stat.Mode.Perm())
 	}
@@ -245,7 +245,7 @@ func (s *sandbox) writeFile(ctx context.Context, p, content string) (runtime.Obs
 		if ctx.Err() != nil || s.checkOpen() != nil || s.deadState(ctx) != "" {
 			return runtime.Observation{}, s.infraError(ctx, "copy to container", err)
 		}
-		return failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q: %v", p, err)), nil
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q: %v", p, err)), nil
 	}
 	msg := fmt.Sprintf("wrote %d bytes to %s", len(content), rel)
 	return runtime.Observation{Output: []byte(msg), OutputBytes: int64(len(msg)), ExitCode: -1}, nil
@@ -254,9 +254,9 @@ func (s *sandbox) writeFile(ctx context.Context, p, content string) (runtime.Obs
 // pathFailure is the observation of a path ResolvePath refused.
 func pathFailure(kind runtime.ActionKind, p string, err error) runtime.Observation {
 	if errors.Is(err, providers.ErrPathEscapes) {
-		return failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s", kind, p, providers.ErrPathEscapes))
+		return providers.Failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s", kind, p, providers.ErrPathEscapes))
 	}
-	return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: %v", kind, p, err))
+	return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: %v", kind, p, err))
 }
 
 // filesTar packs Spec.Files as a tar stream to extract at the workspace,

@@ -72,57 +72,14 @@ func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 		return runtime.Observation{}, err
 	}
 
-	began := time.Now()
-	var obs runtime.Observation
-	var err error
-	if verr := a.Validate(); verr != nil {
-		kind := runtime.ErrActionFail
-		if _, _, known := runtime.ActionFieldNames(a.Kind); !known {
-			kind = runtime.ErrUnsupported
-		}
-		obs = failure(kind, verr.Error())
-	} else {
-		switch a.Kind {
-		case runtime.ActExec:
-			obs, err = s.exec(ctx, a)
-		case runtime.ActReadFile:
-			obs, err = s.readFile(ctx, a.Path)
-		case runtime.ActWriteFile:
-			obs, err = s.writeFile(ctx, a.Path, a.Content)
-		case runtime.ActWait:
-			obs, err = s.wait(ctx, time.Duration(a.MS)*time.Millisecond)
-		case runtime.ActDone:
-			obs = runtime.Observation{ExitCode: -1}
-		default:
-			obs = failure(runtime.ErrUnsupported, fmt.Sprintf("docker: %s is not supported: docker sandboxes are shell-only (no GUI)", a.Kind))
-		}
-	}
-	obs.Duration = time.Since(began)
-	if err != nil {
-		return runtime.Observation{}, err
-	}
-	return obs, nil
-}
-
-// failure is the observation of an action that failed for the given reason.
-func failure(kind runtime.ErrorKind, msg string) runtime.Observation {
-	return runtime.Observation{
-		Output: []byte(msg), OutputBytes: int64(len(msg)),
-		ExitCode: -1, Error: true, ErrorKind: kind,
-	}
-}
-
-func (s *sandbox) wait(ctx context.Context, d time.Duration) (runtime.Observation, error) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return runtime.Observation{ExitCode: -1}, nil
-	case <-ctx.Done():
-		return runtime.Observation{}, ctx.Err()
-	case <-s.done:
-		return runtime.Observation{}, fmt.Errorf("docker: sandbox %s: %w", s.short(), providers.ErrClosed)
-	}
+	return providers.Shell(ctx, a, providers.ShellOps{
+		Provider:  "docker",
+		Exec:      s.exec,
+		ReadFile:  s.readFile,
+		WriteFile: s.writeFile,
+		Closed:    s.done,
+		ClosedErr: func() error { return fmt.Errorf("docker: sandbox %s: %w", s.short(), providers.ErrClosed) },
+	})
 }
 
 // infraError turns an engine error met while acting into the error Act

@@ -100,46 +100,14 @@ func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 		return runtime.Observation{}, err
 	}
 
-	began := time.Now()
-	var obs runtime.Observation
-	var err error
-	if verr := a.Validate(); verr != nil {
-		kind := runtime.ErrActionFail
-		if errors.Is(verr, runtime.ErrInvalidAction) && !isKnownKind(a.Kind) {
-			kind = runtime.ErrUnsupported
-		}
-		obs = failure(kind, verr.Error())
-	} else {
-		switch a.Kind {
-		case runtime.ActExec:
-			obs, err = s.exec(ctx, a)
-		case runtime.ActReadFile:
-			obs = s.readFileAction(a.Path)
-		case runtime.ActWriteFile:
-			obs = s.writeFileAction(a.Path, a.Content)
-		case runtime.ActWait:
-			obs, err = s.wait(ctx, time.Duration(a.MS)*time.Millisecond)
-		case runtime.ActDone:
-			obs = runtime.Observation{ExitCode: -1}
-		default:
-			obs = failure(runtime.ErrUnsupported, fmt.Sprintf("local: %s is not supported: local sandboxes are shell-only (no GUI)", a.Kind))
-		}
-	}
-	obs.Duration = time.Since(began)
-	return obs, err
-}
-
-func isKnownKind(k runtime.ActionKind) bool {
-	_, _, ok := runtime.ActionFieldNames(k)
-	return ok
-}
-
-// failure is the observation of an action that failed for the given reason.
-func failure(kind runtime.ErrorKind, msg string) runtime.Observation {
-	return runtime.Observation{
-		Output: []byte(msg), OutputBytes: int64(len(msg)),
-		ExitCode: -1, Error: true, ErrorKind: kind,
-	}
+	return providers.Shell(ctx, a, providers.ShellOps{
+		Provider:  "local",
+		Exec:      s.exec,
+		ReadFile:  func(_ context.Context, p string) (runtime.Observation, error) { return s.readFileAction(p), nil },
+		WriteFile: func(_ context.Context, p, c string) (runtime.Observation, error) { return s.writeFileAction(p, c), nil },
+		Closed:    s.done,
+		ClosedErr: func() error { return fmt.Errorf("local: sandbox %s: %w", s.id, providers.ErrClosed) },
+	})
 }
 
 func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
@@ -259,19 +227,6 @@ func killGroups(groups map[int]bool) []error {
 	return errs
 }
 
-func (s *sandbox) wait(ctx context.Context, d time.Duration) (runtime.Observation, error) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return runtime.Observation{ExitCode: -1}, nil
-	case <-ctx.Done():
-		return runtime.Observation{}, ctx.Err()
-	case <-s.done:
-		return runtime.Observation{}, fmt.Errorf("local: sandbox %s: %w", s.id, providers.ErrClosed)
-	}
-}
-
 func (s *sandbox) readFileAction(p string) runtime.Observation {
 	rel, err := providers.ResolvePath(p)
 	if err != nil {
@@ -283,7 +238,7 @@ func (s *sandbox) readFileAction(p string) runtime.Observation {
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return failure(runtime.ErrActionFail, fmt.Sprintf("read_file: %q is a directory", p))
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("read_file: %q is a directory", p))
 	}
 	out := providers.NewCapBuffer(s.spec.outputCap)
 	if _, err := io.Copy(out, f); err != nil {
@@ -300,7 +255,7 @@ func (s *sandbox) writeFileAction(p, content string) runtime.Observation {
 		return pathFailure(runtime.ActWriteFile, p, err)
 	}
 	if rel == "." {
-		return failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q is the workspace directory", p))
+		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q is the workspace directory", p))
 	}
 	if err := s.writeFile(rel, []byte(content)); err != nil {
 		return pathFailure(runtime.ActWriteFile, p, err)
@@ -324,13 +279,13 @@ func (s *sandbox) writeFile(rel string, data []byte) error {
 func pathFailure(kind runtime.ActionKind, p string, err error) runtime.Observation {
 	switch {
 	case errors.Is(err, providers.ErrPathEscapes):
-		return failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s", kind, p, providers.ErrPathEscapes))
+		return providers.Failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s", kind, p, providers.ErrPathEscapes))
 	case escapesRoot(err):
-		return failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s (through a symlink)", kind, p, providers.ErrPathEscapes))
+		return providers.Failure(runtime.ErrPathRefused, fmt.Sprintf("%s: refused: %q %s (through a symlink)", kind, p, providers.ErrPathEscapes))
 	case errors.Is(err, fs.ErrNotExist):
-		return failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p))
+		return providers.Failure(runtime.ErrNotFound, fmt.Sprintf("%s: %q: no such file or directory", kind, p))
 	}
-	return failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: %v", kind, p, unwrapPath(err)))
+	return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("%s: %q: %v", kind, p, unwrapPath(err)))
 }
 
 // escapesRoot reports whether err is os.Root refusing a path that leads out
