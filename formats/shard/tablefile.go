@@ -52,6 +52,7 @@ type tableFile[T any] struct {
 	pw       *parquet.GenericWriter[T]
 	rows     int64
 	buffered int64 // estimated bytes since the last row-group flush
+	groupN   int64 // rows since the last row-group flush
 	groupMax int64
 	zeroNull []int // see zeroNullFields
 }
@@ -110,6 +111,7 @@ func createTableFile[T any](root, table string, gen int, runID string, codec com
 // write appends rows whose estimated size is bytes, flushing the row group
 // when enough is buffered.
 func (t *tableFile[T]) write(rows []T, bytes int64) error {
+	rows0 := rows
 	for len(rows) > 0 {
 		n := 1 // rows[:n] have equal presence: see zeroNullFields
 		for n < len(rows) && samePresence(&rows[0], &rows[n], t.zeroNull) {
@@ -122,14 +124,22 @@ func (t *tableFile[T]) write(rows []T, bytes int64) error {
 		rows = rows[n:]
 	}
 	t.buffered += bytes
-	if t.buffered >= t.groupMax {
+	t.groupN += int64(len(rows0))
+	if t.buffered >= t.groupMax || t.groupN >= maxGroupRows {
 		if err := t.pw.Flush(); err != nil {
 			return fmt.Errorf("shard: flush %s shard %d: %w", t.table, t.gen, err)
 		}
-		t.buffered = 0
+		t.buffered, t.groupN = 0, 0
 	}
 	return nil
 }
+
+// maxGroupRows also closes a row group after this many rows. parquet-go's
+// in-memory buffers for many small rows (dictionaries, per-row definition
+// levels) were measured at about ten times their estimated size, so a byte
+// estimate alone let a long generation of small episodes grow the writer's
+// memory with the episode count; a row cap bounds it.
+const maxGroupRows = 2048
 
 // finish writes the footer, fsyncs, closes and renames the file to its
 // final name. The caller fsyncs the directory.
