@@ -11,6 +11,7 @@ package collect
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -391,11 +392,7 @@ func validate(cfg *Config) error {
 
 func newRunID() string {
 	var b [6]byte
-	f, err := os.Open("/dev/urandom")
-	if err == nil {
-		io.ReadFull(f, b[:])
-		f.Close()
-	}
+	rand.Read(b[:]) // never fails (crypto/rand)
 	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
 }
 
@@ -569,12 +566,9 @@ func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	kept := b.Blobs[:0]
-	deduped := 0
 	for _, bl := range b.Blobs {
 		if r.seen.Add(bl.SHA256) {
 			kept = append(kept, bl)
-		} else {
-			deduped++
 		}
 	}
 	b.Blobs = kept
@@ -584,7 +578,7 @@ func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) error {
 		}
 		return err
 	}
-	r.sum.addEpisode(b, deduped)
+	r.sum.addEpisode(b)
 	return nil
 }
 

@@ -42,7 +42,7 @@ func newSummary(planned, skipped int) *Summary {
 		reset: map[string]*reservoir{}, golden: map[string]float64{}}
 }
 
-func (s *Summary) addEpisode(b shard.EpisodeBatch, _ int) {
+func (s *Summary) addEpisode(b shard.EpisodeBatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ep := b.Episode
