@@ -108,8 +108,16 @@ func FeaturesFor(r RowsPer) Features {
 	return EpisodeFeatures
 }
 
-// MessageValues converts chat messages into MessageFeature values.
+// MessageValues converts chat messages into MessageFeature values, with
+// tool-call arguments as JSON strings.
 func MessageValues(msgs []chat.Message) []any {
+	out, _ := MessageValuesWith(msgs, func(raw json.RawMessage) (any, error) { return string(raw), nil })
+	return out
+}
+
+// MessageValuesWith converts chat messages into row values, turning each
+// tool call's arguments with args (a JSON string for HF, an object for verl).
+func MessageValuesWith(msgs []chat.Message, args func(json.RawMessage) (any, error)) ([]any, error) {
 	out := make([]any, len(msgs))
 	for i, m := range msgs {
 		v := map[string]any{"role": m.Role, "content": m.Content}
@@ -122,14 +130,18 @@ func MessageValues(msgs []chat.Message) []any {
 		if len(m.ToolCalls) > 0 {
 			calls := make([]any, len(m.ToolCalls))
 			for j, tc := range m.ToolCalls {
+				a, err := args(tc.Arguments)
+				if err != nil {
+					return nil, fmt.Errorf("tool call %s: %w", tc.ID, err)
+				}
 				calls[j] = map[string]any{"id": tc.ID, "type": "function",
-					"function": map[string]any{"name": tc.Name, "arguments": string(tc.Arguments)}}
+					"function": map[string]any{"name": tc.Name, "arguments": a}}
 			}
 			v["tool_calls"] = calls
 		}
 		out[i] = v
 	}
-	return out
+	return out, nil
 }
 
 // ToolsJSON is the tools column: the episode's tools (chat.Episode.Tools)

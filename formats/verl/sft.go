@@ -110,28 +110,9 @@ func (w *SFTWriter) Write(ep *chat.Episode) error {
 	if err != nil {
 		return err
 	}
-	values := make([]any, len(msgs))
-	for i, m := range msgs {
-		v := map[string]any{"role": m.Role, "content": m.Content}
-		if m.Reasoning != "" {
-			v["reasoning_content"] = m.Reasoning
-		}
-		if m.ToolCallID != "" {
-			v["tool_call_id"] = m.ToolCallID
-		}
-		if len(m.ToolCalls) > 0 {
-			calls := make([]any, len(m.ToolCalls))
-			for j, tc := range m.ToolCalls {
-				args, err := argumentValues(tc.Arguments)
-				if err != nil {
-					return fmt.Errorf("verl: episode %s: tool call %s: %w", ep.Row.EpisodeID, tc.ID, err)
-				}
-				calls[j] = map[string]any{"id": tc.ID, "type": "function",
-					"function": map[string]any{"name": tc.Name, "arguments": args}}
-			}
-			v["tool_calls"] = calls
-		}
-		values[i] = v
+	values, err := hf.MessageValuesWith(msgs, func(raw json.RawMessage) (any, error) { return argumentValues(raw) })
+	if err != nil {
+		return fmt.Errorf("verl: episode %s: %w", ep.Row.EpisodeID, err)
 	}
 	tools, ok := w.tools[ep.ToolsKey()]
 	if !ok {
