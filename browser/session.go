@@ -229,6 +229,15 @@ func (s *Session) stop(graceful bool) {
 		s.call(context.Background(), s.cfg.LoadTimeout, func(ctx context.Context) error {
 			return chromedp.Do(ctx, chromedp.Navigate("about:blank"))
 		})
+		// Then let the storage commit timer fire. Chromium writes
+		// pending localStorage at shutdown only on a best-effort basis
+		// (its storage service can be gone before the write lands: a
+		// CI run lost a golden's localStorage that way), while with
+		// --enable-aggressive-domstorage-flushing every change is
+		// committed 1 s after it is made. Waiting past that makes the
+		// golden profile complete; it costs once per task, not per
+		// episode.
+		time.Sleep(profileSettle)
 		ctx, cancel := context.WithTimeout(s.bctx, 10*time.Second)
 		// Helpers (the storage service writing localStorage) may still
 		// be flushing the profile when the main process is gone: wait
@@ -253,6 +262,12 @@ func (s *Session) stop(graceful bool) {
 	s.running = false
 	s.bctx = nil
 }
+
+// profileSettle is how long a graceful stop waits, with no page open,
+// before closing the browser: longer than the 1 s localStorage commit delay
+// that --enable-aggressive-domstorage-flushing sets, with room for a loaded
+// machine.
+const profileSettle = 1500 * time.Millisecond
 
 // waitGoneScript waits, for up to 10 s, until no process (but zombies) has
 // --user-data-dir=profile among its arguments.
