@@ -20,7 +20,9 @@
 // runs it (go run ./providers/docker/mkimages [-debian]). A Create whose
 // image is missing fails with ErrImageMissing, naming the image and how to
 // build it. Any image with sh, setsid, sleep and kill (busybox, or
-// Debian's coreutils and util-linux) works.
+// Debian's coreutils and util-linux) works; with tr and grep too, a timeout
+// also kills the processes of the command that left its process group (see
+// execWrapper).
 //
 // # Sandboxes
 //

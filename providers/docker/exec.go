@@ -20,16 +20,18 @@ import (
 
 // execWrapper runs inside the container as
 //
-//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD
+//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD MARK
 //
-// with the script in the environment rather than in the arguments, so a ps
-// in the sandbox shows the command, not the script; the script unsets the
-// variable before it starts CMD.
+// with the script (and killMarkedScript) in the environment rather than in
+// the arguments, so a ps in the sandbox shows the command, not the script;
+// the script unsets both variables before it starts CMD.
 //
 // It starts CMD in a session (and so a process group) of its own, with
-// stdin /dev/null and stderr joined to stdout, and a timer in another
-// session that kills CMD's whole group with SIGKILL after SECONDS. Docker has
-// no API to kill an exec, and closing the stream does not stop it, so the
+// stdin /dev/null, stderr joined to stdout and FORKLINE_EXEC=MARK in its
+// environment, and a timer in another session that, after SECONDS, kills
+// CMD's whole group with SIGKILL and then every process still marked MARK:
+// the ones that left the group with setsid or a double fork. Docker has no
+// API to kill an exec, and closing the stream does not stop it, so the
 // timeout has to be enforced in the container. The wrapper and its timer
 // report on the exec's stderr, which the provider reads apart from the
 // command's output:
@@ -40,17 +42,41 @@ import (
 //
 // When CMD ends first, the timer is killed pid first, then group: whatever
 // stage it is in, no sleep of it survives to hold the exec's stream open.
-const execWrapper = `unset FORKLINE_EXEC_WRAPPER
-setsid sh -c "$2" forkline-cmd </dev/null 2>&1 &
+// The timer's killing runs in a session of its own, so that the wrapper,
+// which sees CMD die and then kills the timer, cannot cut a scan short.
+// Background jobs of a CMD that ended on its own are left running, as on the
+// local provider; the container's removal ends them.
+const execWrapper = `k=$FORKLINE_KILL_MARKED
+unset FORKLINE_EXEC_WRAPPER FORKLINE_KILL_MARKED
+FORKLINE_EXEC="$3" setsid sh -c "$2" forkline-cmd </dev/null 2>&1 &
 p=$!
 echo "forkline-pgid $p" >&2
-setsid sh -c 'sleep "$1" && echo forkline-timeout && kill -KILL "-$2"' forkline-timer "$1" "$p" </dev/null >&2 2>/dev/null &
+killer='kill -KILL "-$1"; m=$2; eval "$3"'
+setsid sh -c 'sleep "$1" && echo forkline-timeout && setsid sh -c "$5" forkline-killer "$2" "$3" "$4" </dev/null >/dev/null 2>&1' forkline-timer "$1" "$p" "$3" "$k" "$killer" </dev/null >&2 2>/dev/null &
 w=$!
 wait "$p"; rc=$?
 kill -KILL "$w" 2>/dev/null; kill -KILL "-$w" 2>/dev/null
 wait "$w" 2>/dev/null
 echo "forkline-exit $rc" >&2
 exit "$rc"
+`
+
+// killMarkedScript kills, with SIGKILL, every process in the container
+// whose environment holds FORKLINE_EXEC=$m, scanning until a scan finds
+// nobody (at most 8 times), so a process forked during a scan is caught by
+// the next. It needs tr and grep; in an image without them only the group
+// kill happens. A process that replaced its environment is not found.
+const killMarkedScript = `want="FORKLINE_EXEC=$m"
+for round in 1 2 3 4 5 6 7 8; do
+  hit=
+  for f in /proc/[0-9]*/environ; do
+    if tr '\0' '\n' <"$f" 2>/dev/null | grep -qxF -- "$want"; then
+      d=${f%/environ}
+      kill -KILL "${d#/proc/}" 2>/dev/null && hit=1
+    fi
+  done
+  [ -z "$hit" ] && break
+done
 `
 
 // execBackstop is how long after its own timeout an exec may still be
@@ -72,12 +98,13 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	secs := fmt.Sprintf("%d.%03d", ms/1000, ms%1000)
 	out := providers.NewCapBuffer(s.spec.outputCap)
 	diag := providers.NewCapBuffer(diagCap)
-	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd},
-		[]string{"FORKLINE_EXEC_WRAPPER=" + execWrapper}, out, diag, timeout+execBackstop)
+	mark := strconv.FormatInt(s.execs.Add(1), 10)
+	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd, mark},
+		[]string{"FORKLINE_EXEC_WRAPPER=" + execWrapper, "FORKLINE_KILL_MARKED=" + killMarkedScript}, out, diag, timeout+execBackstop)
 	rep := parseDiag(diag.Bytes())
 	if err != nil {
 		if rep.pgid > 0 {
-			s.killGroup(ctx, rep.pgid)
+			s.killGroup(ctx, rep.pgid, mark)
 		}
 		return runtime.Observation{}, err
 	}
@@ -101,7 +128,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 			return runtime.Observation{}, fmt.Errorf("%w: %s (%s) while running a command", ErrSandboxDied, s.short(), state)
 		}
 		if rep.pgid > 0 {
-			s.killGroup(ctx, rep.pgid)
+			s.killGroup(ctx, rep.pgid, mark)
 		}
 		msg := fmt.Sprintf("\n[forkline: the command's wrapper ended with exit code %d without reporting: %s]\n",
 			r.exitCode, strings.TrimSpace(string(diag.Bytes())))
@@ -232,11 +259,11 @@ func (s *sandbox) settledDeadState(ctx context.Context) string {
 
 // killGroup kills process group pgid in the container, best effort, with a
 // context detached from ctx (which may be the reason for the kill).
-func (s *sandbox) killGroup(ctx context.Context, pgid int) {
+func (s *sandbox) killGroup(ctx context.Context, pgid int, mark string) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	ec, err := s.p.cli.ExecCreate(kctx, s.id, client.ExecCreateOptions{
-		Cmd: []string{"sh", "-c", `kill -KILL "-$1"`, "forkline-kill", strconv.Itoa(pgid)},
+		Cmd: []string{"sh", "-c", `kill -KILL "-$1"; m=$2; eval "$3"`, "forkline-kill", strconv.Itoa(pgid), mark, killMarkedScript},
 	})
 	if err != nil {
 		return

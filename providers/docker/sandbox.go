@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -27,6 +28,7 @@ type sandbox struct {
 	cpID   string
 	spec   sandboxSpec
 	done   chan struct{}
+	execs  atomic.Int64 // numbers the execs: FORKLINE_EXEC marks
 
 	mu     sync.Mutex
 	closed bool

@@ -8,8 +8,11 @@
 // # Not a security boundary
 //
 // Isolation is "none". Commands run as host processes with the provider's
-// own user and privileges, see the whole host filesystem and network, and may
-// leave their process group (setsid) and outlive the sandbox. Spec.Image,
+// own user and privileges, and see the whole host filesystem and network.
+// Processes that leave their process group (setsid, a daemon's double fork)
+// are still found by the FORKLINE_EXEC mark in their environment and killed
+// with the rest on a timeout, at Close and by Sweep; one that replaces its
+// environment (env -i) escapes that and outlives the sandbox. Spec.Image,
 // Spec.Resources and Spec.Labels are ignored. Use providers/docker for
 // untrusted code.
 //
@@ -29,15 +32,17 @@
 // with stdin /dev/null and stdout and stderr sharing one pipe, so the output
 // is interleaved exactly as written and capped by a providers.CapBuffer
 // (Spec.OutputCap). The environment is PATH (the host's), LANG=C.UTF-8,
-// HOME and FORKLINE_WORKSPACE set to the workspace, then Spec.Env, which wins.
+// HOME and FORKLINE_WORKSPACE set to the workspace, then Spec.Env, then
+// FORKLINE_EXEC, the exec's mark (see killMarked).
 // The timeout is Action.TimeoutMS, else providers.DefaultExecTimeout; when it
-// fires the whole process group is killed with SIGKILL and the observation is
-// TimedOut with exit code -1. A cancelled ctx kills the group too and Act
-// returns ctx's error. A command killed by a signal it did not get from us
+// fires the whole process group, and every process carrying the exec's mark,
+// is killed with SIGKILL and the observation is TimedOut with exit code -1.
+// A cancelled ctx kills them too and Act returns ctx's error. A command killed by a signal it did not get from us
 // reports 128+signal, as a shell would.
 //
 // Background jobs (cmd &) survive the exec that started them, until the
-// sandbox is closed, which kills every process group the sandbox started. Act
+// sandbox is closed, which kills every process group the sandbox started
+// and every process carrying one of its marks. Act
 // waits at most PipeGrace after the shell exits for them to release the
 // output pipe, then closes it: a background job should redirect its output
 // (cmd >log 2>&1 &), or its next write to stdout fails.

@@ -212,6 +212,42 @@ func TestCloseKillsBackgroundJobs(t *testing.T) {
 	waitGone(t, pid)
 }
 
+// TestCloseKillsDetachedJobs: jobs that left the exec's process group, by
+// setsid or by a double fork under setsid (what daemons do), are found by
+// the mark in their environment and killed at Close, not left on the host.
+func TestCloseKillsDetachedJobs(t *testing.T) {
+	p := openLocal(t, local.ForkCopy)
+	defer p.Close(context.Background())
+	ctx := t.Context()
+	sb, err := p.Create(ctx, providers.Spec{})
+	require.NoError(t, err)
+	other, err := p.Create(ctx, providers.Spec{})
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	start := func(sb providers.Sandbox, cmd string) int {
+		t.Helper()
+		obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: cmd})
+		require.NoError(t, err)
+		require.False(t, obs.Error, obs.Text())
+		pid, err := strconv.Atoi(strings.TrimSpace(string(obs.Output)))
+		require.NoError(t, err, obs.Text())
+		require.False(t, hostProcessGone(pid), "a detached job outlives its exec")
+		return pid
+	}
+	setsid := start(sb, "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!")
+	daemon := start(sb, `setsid sh -c 'sleep 60 </dev/null >/dev/null 2>&1 & echo $!' </dev/null`)
+	sibling := start(other, "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!")
+	pg, err := syscall.Getpgid(setsid)
+	require.NoError(t, err)
+	require.Equal(t, setsid, pg, "setsid made its own group")
+	require.NoError(t, sb.Close(ctx))
+	waitGone(t, setsid)
+	waitGone(t, daemon)
+	require.False(t, hostProcessGone(sibling), "another sandbox's detached job is left alone")
+	require.NoError(t, other.Close(ctx))
+	waitGone(t, sibling)
+}
+
 func TestContextCancelKillsGroup(t *testing.T) {
 	p := openLocal(t, local.ForkCopy)
 	defer p.Close(context.Background())
@@ -328,11 +364,12 @@ func TestReleaseWaitsForOverlayForks(t *testing.T) {
 // mount whose owner process is gone.
 func TestSweep(t *testing.T) {
 	base := t.TempDir()
-	crashed, err := local.New(providers.Options{Dir: t.TempDir(), Params: map[string]string{"fork": "overlay"}})
+	crashed, err := local.New(providers.Options{Dir: base, Params: map[string]string{"fork": "overlay"}})
 	overlay := err == nil
 	if !overlay {
 		t.Logf("overlay unavailable (%v): sweeping a run that forked by copy", err)
-		crashed = openLocal(t, local.ForkCopy)
+		crashed, err = local.New(providers.Options{Dir: base, Params: map[string]string{"fork": "copy"}})
+		require.NoError(t, err)
 	}
 	ctx := t.Context()
 	sb, err := crashed.Create(ctx, providers.Spec{Files: map[string][]byte{"f": []byte("x")}})
@@ -342,10 +379,14 @@ func TestSweep(t *testing.T) {
 	f, err := crashed.Fork(ctx, cp)
 	require.NoError(t, err)
 	require.Equal(t, overlay, isMountPoint(t, f.Info().Workspace))
+	// A daemon the crashed run started, still running in its fork.
+	obs, err := f.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!"})
+	require.NoError(t, err)
+	daemon, err := strconv.Atoi(strings.TrimSpace(string(obs.Output)))
+	require.NoError(t, err, obs.Text())
 
-	// Move its directory into base and make its owner a dead process.
-	dead := filepath.Join(base, "forkline-local-dead")
-	require.NoError(t, os.Rename(crashed.Dir(), dead))
+	// Make its owner a dead process, as if the run had been SIGKILLed.
+	dead := crashed.Dir()
 	require.NoError(t, os.WriteFile(filepath.Join(dead, "owner"), []byte("999999999 1 \"\"\n"), 0o644))
 
 	live, err := local.New(providers.Options{Dir: base})
@@ -356,6 +397,7 @@ func TestSweep(t *testing.T) {
 
 	require.NoError(t, local.Sweep(base))
 	require.NoDirExists(t, dead, "the dead run's directory is removed")
+	waitGone(t, daemon)
 	for _, m := range mountsUnder(t, base) {
 		t.Errorf("mount left after Sweep: %s", m)
 	}

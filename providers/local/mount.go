@@ -296,6 +296,9 @@ func Sweep(dir string) error {
 		if ownerAlive(root) {
 			continue
 		}
+		// Commands the dead owner started and that outlived it (they left
+		// their process group) go first: they may hold the mounts.
+		killMarked(e.Name()+"/", true)
 		if err := unmountUnder(root); err != nil {
 			errs = append(errs, err)
 			continue

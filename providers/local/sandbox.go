@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,6 +33,8 @@ type sandbox struct {
 	root   *os.Root    // the workspace, for file actions
 	spec   sandboxSpec
 	env    []string // the full environment of commands
+	mark   string   // execMarker's value for this sandbox, less the exec number
+	execs  atomic.Int64
 	done   chan struct{}
 
 	mu     sync.Mutex
@@ -65,6 +69,7 @@ func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, out
 		p: p, id: id, dir: dir, ws: ws, origin: origin, cpID: cpID, uses: uses, root: root,
 		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap},
 		env:    full,
+		mark:   filepath.Base(p.root) + "/" + id + "/",
 		done:   make(chan struct{}),
 		groups: map[int]bool{},
 	}, nil
@@ -121,7 +126,8 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	out := providers.NewCapBuffer(s.spec.outputCap)
 	cmd := exec.CommandContext(tctx, "/bin/sh", "-c", a.Cmd)
 	cmd.Dir = s.ws
-	cmd.Env = s.env
+	mark := s.mark + strconv.FormatInt(s.execs.Add(1), 10)
+	cmd.Env = append(s.env[:len(s.env):len(s.env)], execMarker+"="+mark)
 	// The same writer for both makes os/exec share one pipe between them, so
 	// the output is interleaved exactly as the command wrote it.
 	cmd.Stdout, cmd.Stderr = out, out
@@ -144,7 +150,8 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	ps := cmd.ProcessState
 	timedOut := tctx.Err() != nil && ctx.Err() == nil && (ps == nil || !ps.Exited())
 	if timedOut || ctx.Err() != nil {
-		_ = killGroup(pgid) // members that escaped the first kill by forking
+		_ = killGroup(pgid)     // members that escaped the first kill by forking
+		killMarked(mark, false) // and those that left the group (setsid)
 	}
 	s.groupDone(pgid)
 
@@ -324,6 +331,7 @@ func (s *sandbox) destroy() error {
 	s.mu.Unlock()
 	close(s.done)
 	errs := killGroups(groups)
+	killMarked(s.mark, true)
 	s.acts.Wait()
 	errs = append(errs, s.root.Close())
 	if s.origin == ForkOverlay {

@@ -333,8 +333,12 @@ func (s *suite) testExecTimeout(t *testing.T) {
 	began := time.Now()
 	obs := act(t, sb, runtime.Action{
 		Kind:      runtime.ActExec,
-		Cmd:       "echo started; sleep 30 & echo $! > child.pid; sleep 30; echo not-reached",
-		TimeoutMS: 500,
+		// A child in the group, one that left it with setsid (its
+		// output still on the exec's stream), and a daemon: a double
+		// fork under setsid, orphaned at once.
+		Cmd: "echo started; sleep 30 & echo $! > child.pid; setsid sleep 30 & echo $! > detached.pid; " +
+			"setsid sh -c 'sleep 30 </dev/null >/dev/null 2>&1 & echo $! > daemon.pid'; sleep 30; echo not-reached",
+		TimeoutMS: 1000,
 	})
 	took := time.Since(began)
 	require.Less(t, took, 15*time.Second, "a 500 ms timeout must return promptly, not when the command ends")
@@ -345,16 +349,18 @@ func (s *suite) testExecTimeout(t *testing.T) {
 	require.Contains(t, obs.Text(), "started", "output written before the timeout is kept")
 	require.NotContains(t, obs.Text(), "not-reached")
 
-	pid := strings.TrimSpace(read(t, sb, "child.pid"))
-	require.Regexp(t, `^[0-9]+$`, pid, "child.pid")
-	probe := strings.ReplaceAll(processGone, "PID", pid)
-	var state string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if state = strings.TrimSpace(run(t, sb, probe)); state == "gone" {
-			break
+	for _, f := range []string{"child.pid", "detached.pid", "daemon.pid"} {
+		pid := strings.TrimSpace(read(t, sb, f))
+		require.Regexp(t, `^[0-9]+$`, pid, f)
+		probe := strings.ReplaceAll(processGone, "PID", pid)
+		var state string
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if state = strings.TrimSpace(run(t, sb, probe)); state == "gone" {
+				break
+			}
 		}
+		require.Equal(t, "gone", state, "the process %s (%s) of a timed-out command must be killed with it", pid, f)
 	}
-	require.Equal(t, "gone", state, "the background child %s of a timed-out command must be killed with it", pid)
 
 	// The sandbox is still usable after a timeout.
 	require.Equal(t, "alive\n", run(t, sb, "echo alive"))
