@@ -332,7 +332,7 @@ func (s *suite) testExecTimeout(t *testing.T) {
 	sb := create(t, p, providers.Spec{})
 	began := time.Now()
 	obs := act(t, sb, runtime.Action{
-		Kind:      runtime.ActExec,
+		Kind: runtime.ActExec,
 		// A child in the group, one that left it with setsid (its
 		// output still on the exec's stream), and a daemon: a double
 		// fork under setsid, orphaned at once.
