@@ -10,7 +10,6 @@ import (
 
 	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/providers"
-	"github.com/forkline/forkline/runtime"
 )
 
 func TestProviderForksStartFromTheGoldenProfile(t *testing.T) {
@@ -34,10 +33,7 @@ func TestProviderForksStartFromTheGoldenProfile(t *testing.T) {
 
 	// The page stores something in its origin's storage: the golden's
 	// profile keeps it, and every fork sees it.
-	page := `<html><head><title>Visits</title></head><body><p id=v></p><script>
-const n = Number(localStorage.getItem("visits") || 0) + 1; localStorage.setItem("visits", n);
-document.getElementById("v").textContent = "visit " + n;</script></body></html>`
-	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(page)}, Labels: map[string]string{"web": "yes"}})
+	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(visitsPage)}, Labels: map[string]string{"web": "yes"}})
 	require.NoError(t, err)
 	_, isSession = golden.(*browser.Session)
 	require.True(t, isSession)
@@ -45,18 +41,14 @@ document.getElementById("v").textContent = "visit " + n;</script></body></html>`
 	require.NoError(t, err)
 	require.NoError(t, golden.Close(ctx))
 
+	fork, err := prov.Fork(ctx, cp)
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(fork.Info().Workspace, browser.ProfileDir, "Local State"))
+	require.NoError(t, err, "the checkpoint holds the profile")
+	require.NoError(t, fork.Close(ctx))
 	var shots [][]byte
 	for range 2 {
-		fork, err := prov.Fork(ctx, cp)
-		require.NoError(t, err)
-		s, ok := fork.(*browser.Session)
-		require.True(t, ok, "forks of a browser checkpoint come with a browser")
-		_, err = os.Stat(filepath.Join(fork.Info().Workspace, browser.ProfileDir, "Local State"))
-		require.NoError(t, err, "the checkpoint holds the profile")
-		obs := act(t, s, runtime.Action{Kind: runtime.ActScreenshot})
-		findRole(t, obs, "StaticText", "visit 2")
-		shots = append(shots, obs.Screenshot.PNG)
-		require.NoError(t, s.Close(ctx))
+		shots = append(shots, firstForkObservation(t, prov, cp).Screenshot.PNG)
 	}
 	require.Equal(t, shots[0], shots[1], "forks of one golden see the same first screenshot, byte for byte")
 	require.NoError(t, prov.Release(ctx, cp))

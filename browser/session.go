@@ -473,6 +473,7 @@ func (s *Session) navigate(ctx context.Context, target string) (string, runtime.
 			}
 		}
 	})
+	before, sameDoc := s.document(ctx, u)
 	failed, broken := s.call(ctx, s.cfg.LoadTimeout, func(ctx context.Context) error {
 		return chromedp.Do(ctx, chromedp.Navigate(u))
 	})
@@ -480,7 +481,10 @@ func (s *Session) navigate(ctx context.Context, target string) (string, runtime.
 		return "", "", broken
 	}
 	if failed == nil {
-		return "", "", nil
+		if sameDoc {
+			return "", "", nil
+		}
+		return s.waitNewDocument(ctx, target, before)
 	}
 	var le *chromedp.LoadError
 	if errors.As(failed, &le) {
@@ -512,6 +516,61 @@ func (s *Session) navigate(ctx context.Context, target string) (string, runtime.
 		return fmt.Sprintf("navigate %s: %s", target, le.ErrorText), kind, nil
 	}
 	return fmt.Sprintf("navigate %s: %v", target, failed), runtime.ErrActionFail, nil
+}
+
+// document returns the current document's performance.timeOrigin, which
+// differs for every document, and whether navigating to u stays in it (only
+// the fragment changes). Zero when it cannot tell.
+func (s *Session) document(ctx context.Context, u string) (origin float64, sameDoc bool) {
+	var href string
+	s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
+		r, err := chromedp.Run(ctx, chromedp.Evaluate[[]any](`[performance.timeOrigin, location.href]`))
+		if err == nil && len(r) == 2 {
+			origin, _ = r[0].(float64)
+			href, _ = r[1].(string)
+		}
+		return err
+	})
+	base := func(v string) string { b, _, _ := strings.Cut(v, "#"); return b }
+	return origin, strings.Contains(u, "#") && href != "" && base(href) == base(u)
+}
+
+// waitNewDocument waits until the navigation's document has replaced the
+// one whose timeOrigin is before and has finished loading. chromedp's
+// Navigate can return on a stale load event (the initial about:blank of a
+// new browser loading late, on a loaded machine) before the new page has
+// run its scripts: an observation taken then, or a golden checkpoint
+// prepared then, would miss what the page does. A page that does not get
+// there within the load timeout is a note, as for a navigation that never
+// answers.
+func (s *Session) waitNewDocument(ctx context.Context, target string, before float64) (string, runtime.ErrorKind, error) {
+	deadline := time.Now().Add(s.cfg.LoadTimeout)
+	for {
+		ready := false
+		_, broken := s.call(ctx, s.cfg.CallTimeout, func(ctx context.Context) error {
+			r, err := chromedp.Run(ctx, chromedp.Evaluate[[]any](`[performance.timeOrigin, document.readyState]`))
+			if err == nil && len(r) == 2 {
+				origin, _ := r[0].(float64)
+				state, _ := r[1].(string)
+				ready = origin != before && state == "complete"
+			}
+			return err
+		})
+		switch {
+		case broken != nil:
+			return "", "", broken
+		case ready:
+			return "", "", nil
+		case ctx.Err() != nil:
+			return "", "", ctx.Err()
+		case time.Now().After(deadline):
+			return fmt.Sprintf("navigate %s: the page did not finish loading within %s", target, s.cfg.LoadTimeout), runtime.ErrTimeout, nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // input dispatches input events with do, then lets the page settle: two
