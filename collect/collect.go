@@ -252,6 +252,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, badInput(err)
 	}
+	if cfg.Resume {
+		if err := redoCancelled(ctx, w, logf); err != nil {
+			w.Close(shard.StatusPartial)
+			return nil, err
+		}
+	}
 	committed := w.Committed()
 
 	providerRec, _ := json.Marshal(map[string]any{"name": prov.Name(), "capabilities": prov.Capabilities(), "params": cfg.ProviderParams, "reset": pl.Strategy()})
@@ -586,4 +592,28 @@ func (r *recorder) failed() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.err
+}
+
+// redoCancelled removes, from a run being resumed, the episodes a stop
+// kept as cancelled, so that they run again: a resumed run ends with the
+// episodes an uninterrupted run would have, each once and finished. Their
+// partial rows were worth keeping while the run was stopped (a run that is
+// never resumed still has them); once the episode can be run whole, they
+// are not. Copy the run directory first to keep them.
+func redoCancelled(ctx context.Context, w *shard.Writer, logf func(string, ...any)) error {
+	redo := map[string]bool{}
+	for id, exit := range w.ExitReasons() {
+		if exit == string(runtime.ExitCancelled) {
+			redo[id] = true
+		}
+	}
+	if len(redo) == 0 {
+		return nil
+	}
+	n, err := w.Drop(ctx, redo)
+	if err != nil {
+		return fmt.Errorf("collect: resume: removing the cancelled episodes to run them again: %w", err)
+	}
+	logf("resume: %d episodes kept as cancelled run again (their partial rows are replaced)", n)
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,12 +178,26 @@ solution:
 func TestCollectCancelThenResume(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "slow.yaml")
-	require.NoError(t, os.WriteFile(spec, []byte(slowTask), 0o644))
+	// The first step leaves a mark outside the sandbox (local is not a
+	// boundary), so the stop comes while episodes are surely in flight,
+	// however slow the machine.
+	started := filepath.Join(dir, "started")
+	spec0 := strings.Replace(slowTask, "{kind: exec, cmd: sleep 0.2}", "{kind: exec, cmd: 'touch "+started+"; sleep 0.2'}", 1)
+	require.NoError(t, os.WriteFile(spec, []byte(spec0), 0o644))
 	cfg := baseConfig(t, spec)
 	cfg.Replicas, cfg.Repeats = 2, 8
 
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(1200*time.Millisecond, cancel)
+	go func() {
+		for {
+			if _, err := os.Stat(started); err == nil {
+				time.Sleep(500 * time.Millisecond)
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	_, err := Run(ctx, cfg)
 	require.ErrorIs(t, err, context.Canceled)
 
@@ -206,11 +221,17 @@ func TestCollectCancelThenResume(t *testing.T) {
 	cfg.Resume = true
 	_, err = Run(context.Background(), cfg)
 	require.NoError(t, err)
-	eps, _, _ = readAll(t, cfg.Out)
+	eps, steps, _ = readAll(t, cfg.Out)
 	var got, want []string
-	for id := range eps {
+	for id, e := range eps {
 		got = append(got, id)
+		require.Equal(t, string(runtime.ExitDone), e.ExitReason, "resume runs the cancelled episodes again, to the end")
+		require.Len(t, steps[id], 5, "each episode has its steps once")
 	}
+	rep, err := shard.Verify(cfg.Out)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "problems: %v", rep.Problems)
+	require.Empty(t, rep.Unlisted)
 	ds, err = shard.Open(cfg.Out)
 	require.NoError(t, err)
 	hashes, err := task.RecordHashes(ds.Manifest().Tasks)

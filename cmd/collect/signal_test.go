@@ -134,7 +134,7 @@ func manifestStatus(t *testing.T, out string) shard.Status {
 	return m.Status
 }
 
-func TestSIGTERMKeepsCancelledEpisodesThenResumeCompletes(t *testing.T) {
+func TestSIGTERMKeepsCancelledEpisodesThenResumeRedoesThem(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the collector for seconds")
 	}
@@ -166,6 +166,16 @@ func TestSIGTERMKeepsCancelledEpisodesThenResumeCompletes(t *testing.T) {
 	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
 	got, _ := keptIDs(t, out)
 	require.Equal(t, expectedIDs(t, out), got, "exactly the planned episodes, none twice")
+	ds, err = shard.Open(out)
+	require.NoError(t, err)
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.NotEqual(t, string(runtime.ExitCancelled), e.ExitReason, "resume ran %s again, to its end", e.EpisodeID)
+	}
+	rep, err = shard.Verify(out)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.Empty(t, rep.Unlisted, "the replaced shards are gone")
 }
 
 func TestSIGKILLLosesAtMostTheOpenGenerationThenResumeCompletes(t *testing.T) {

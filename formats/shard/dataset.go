@@ -77,6 +77,21 @@ func compareShards(a, b ShardInfo) int {
 	return slices.Index(schemas.Tables, a.Table) - slices.Index(schemas.Tables, b.Table)
 }
 
+// blobsOnly reports whether generation gen has a blobs shard and no other:
+// what Writer.Drop leaves of a generation whose episodes it moved.
+func (d *Dataset) blobsOnly(gen int) bool {
+	n := 0
+	for _, s := range d.m.Shards {
+		if s.Generation == gen {
+			if s.Table != schemas.TableBlobs {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
+}
+
 // Dir returns the dataset directory.
 func (d *Dataset) Dir() string { return d.dir }
 
@@ -195,6 +210,9 @@ func (d *Dataset) EachEpisode(fn func(ep schemas.EpisodeRow, steps []schemas.Ste
 func (d *Dataset) eachEpisodeOf(gen int, fn func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error) error {
 	eps, ok := d.shard(schemas.TableEpisodes, gen)
 	if !ok {
+		if d.blobsOnly(gen) {
+			return nil
+		}
 		return fmt.Errorf("%w: generation %d has shards but no episodes shard", ErrCorrupt, gen)
 	}
 	steps := pullShard[schemas.StepRow](d, schemas.TableSteps, gen)
@@ -387,6 +405,11 @@ func newReader[T any](pf *parquet.File) (r *parquet.GenericReader[T], err error)
 
 type episodeKey struct {
 	EpisodeID string `parquet:"episode_id"`
+}
+
+type episodeExit struct {
+	EpisodeID  string `parquet:"episode_id"`
+	ExitReason string `parquet:"exit_reason"`
 }
 
 // readEpisodeIDs streams the episode_id column of a shard.

@@ -51,6 +51,9 @@
 // loses at most the open generation, and readers never see part of an
 // episode: they read listed shards only.
 //
+// A generation may also hold a blobs shard and nothing else: what Drop
+// leaves when it moves a generation's episodes (see below).
+//
 // # Resume
 //
 // Resume reopens a run after a crash or a stop: it removes leftover
@@ -60,6 +63,13 @@
 // ids of the listed episode shards (Committed, so the collector can skip
 // finished episodes; episode ids are deterministic), continues the
 // generation numbering and sets the status back to running.
+//
+// ExitReasons tells the collector how each committed episode ended, and
+// Drop removes episodes so that they can be committed again (a resumed run
+// redoes the cancelled ones): each closed generation holding one is
+// rewritten, without them, as a new generation, by the same protocol (new
+// shards renamed, then one manifest write, then the old shards deleted);
+// the old generation keeps its blobs shard, which later episodes may use.
 //
 // # Memory and concurrency
 //

@@ -81,7 +81,9 @@ func Verify(dir string) (Report, error) {
 	for _, gen := range m.Generations() {
 		eps, ok := ds.shard(schemas.TableEpisodes, gen)
 		if !ok {
-			problem("generation %d has shards but no episodes shard", gen)
+			if !ds.blobsOnly(gen) {
+				problem("generation %d has shards but no episodes shard", gen)
+			}
 			continue
 		}
 		ids := map[string]bool{}

@@ -32,8 +32,9 @@ type Writer struct {
 
 	// Guarded by sem.
 	m         Manifest
-	committed map[string]bool // episode ids in closed generations
-	gen       *generation     // the open generation, nil when none
+	committed map[string]bool   // episode ids in closed generations
+	exits     map[string]string // their exit reasons
+	gen       *generation       // the open generation, nil when none
 	nextGen   int
 	broken    error // the first write error; the Writer refuses work after it
 	closed    bool
@@ -52,7 +53,7 @@ type generation struct {
 	num      int
 	opened   time.Time
 	bytes    int64
-	episodes map[string]bool
+	episodes map[string]string // id → exit reason
 	blobs    map[string]bool
 
 	steps    *tableFile[schemas.StepRow]
@@ -77,6 +78,16 @@ func (g *generation) files() []shardWriter {
 		out = append(out, g.blobF)
 	}
 	return out
+}
+
+// episode returns the exit reason of episode id when g holds it; g may be
+// nil.
+func (g *generation) episode(id string) (string, bool) {
+	if g == nil {
+		return "", false
+	}
+	exit, ok := g.episodes[id]
+	return exit, ok
 }
 
 func (g *generation) abandon() {
@@ -142,7 +153,7 @@ func Create(dir string, m Manifest, cfg Config) (*Writer, error) {
 	if err := writeManifest(dir, m); err != nil {
 		return fail(err)
 	}
-	return newWriter(dir, m, cfg, lock, map[string]bool{}, 0, nil), nil
+	return newWriter(dir, m, cfg, lock, map[string]string{}, 0, nil), nil
 }
 
 func zeroCounts() map[string]int64 {
@@ -153,8 +164,12 @@ func zeroCounts() map[string]int64 {
 	return c
 }
 
-func newWriter(dir string, m Manifest, cfg Config, lock *os.File, committed map[string]bool, nextGen int, removed []string) *Writer {
+func newWriter(dir string, m Manifest, cfg Config, lock *os.File, exits map[string]string, nextGen int, removed []string) *Writer {
 	codec, _ := cfg.codec() // validated
+	committed := make(map[string]bool, len(exits))
+	for id := range exits {
+		committed[id] = true
+	}
 	w := &Writer{
 		dir:       dir,
 		cfg:       cfg,
@@ -164,6 +179,7 @@ func newWriter(dir string, m Manifest, cfg Config, lock *os.File, committed map[
 		sem:       make(chan struct{}, 1),
 		m:         m,
 		committed: committed,
+		exits:     exits,
 		nextGen:   nextGen,
 		removed:   removed,
 		stop:      make(chan struct{}),
@@ -252,16 +268,16 @@ func resume(dir string, m Manifest, cfg Config, lock *os.File) (*Writer, error) 
 			return nil, fmt.Errorf("%w: listed shard %s has %d bytes, the manifest says %d", ErrCorrupt, s.File, fi.Size(), s.Bytes)
 		}
 	}
-	committed := map[string]bool{}
+	exits := map[string]string{}
 	for _, s := range m.Shards {
 		if s.Table != schemas.TableEpisodes {
 			continue
 		}
-		for id, err := range readEpisodeIDs(dir, s) {
+		for k, err := range readShard[episodeExit](dir, s, readBatchKeys) {
 			if err != nil {
 				return nil, err
 			}
-			committed[id] = true
+			exits[k.EpisodeID] = k.ExitReason
 		}
 	}
 	m.Status = StatusRunning
@@ -269,7 +285,7 @@ func resume(dir string, m Manifest, cfg Config, lock *os.File) (*Writer, error) 
 	if err := writeManifest(dir, m); err != nil {
 		return nil, err
 	}
-	return newWriter(dir, m, cfg, lock, committed, nextGen, removed), nil
+	return newWriter(dir, m, cfg, lock, exits, nextGen, removed), nil
 }
 
 // Removed lists the files Resume deleted, relative to the dataset: leftover
@@ -354,11 +370,11 @@ func (w *Writer) Commit(ctx context.Context, b EpisodeBatch) error {
 	if w.broken != nil {
 		return fmt.Errorf("%w: commit %q: %v", ErrBroken, id, w.broken)
 	}
-	if w.committed[id] || (w.gen != nil && w.gen.episodes[id]) {
+	if _, open := w.gen.episode(id); w.committed[id] || open {
 		return fmt.Errorf("%w: %q", ErrDuplicate, id)
 	}
 	if w.gen == nil {
-		w.gen = &generation{num: w.nextGen, opened: time.Now(), episodes: map[string]bool{}, blobs: map[string]bool{}}
+		w.gen = &generation{num: w.nextGen, opened: time.Now(), episodes: map[string]string{}, blobs: map[string]bool{}}
 		w.nextGen++
 	}
 	if err := w.append(w.gen, &b); err != nil {
@@ -441,7 +457,7 @@ func (w *Writer) append(g *generation, b *EpisodeBatch) error {
 		}
 		g.bytes += bn
 	}
-	g.episodes[b.Episode.EpisodeID] = true
+	g.episodes[b.Episode.EpisodeID] = b.Episode.ExitReason
 	return nil
 }
 
@@ -508,8 +524,9 @@ func (w *Writer) roll() error {
 		return err
 	}
 	w.m = m
-	for id := range g.episodes {
+	for id, exit := range g.episodes {
 		w.committed[id] = true
+		w.exits[id] = exit
 	}
 	w.gen = nil
 	return nil
