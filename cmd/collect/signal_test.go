@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -57,13 +58,27 @@ func startCollect(t *testing.T, work string, extra ...string) (*exec.Cmd, string
 	t.Helper()
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "slow.yaml")
-	require.NoError(t, os.WriteFile(spec, []byte(slowTask), 0o644))
+	// The second step of an episode leaves a mark outside the sandbox
+	// (local is not a boundary): waitStarted waits for it, so a signal
+	// comes while episodes are surely in flight, however slow the machine.
+	marked := strings.Replace(slowTask, "- {kind: exec, cmd: sleep 0.25}\n  - {kind: exec, cmd: sleep 0.25}",
+		"- {kind: exec, cmd: sleep 0.25}\n  - {kind: exec, cmd: 'touch "+filepath.Join(dir, "started")+"; sleep 0.25'}", 1)
+	require.NoError(t, os.WriteFile(spec, []byte(marked), 0o644))
 	out := filepath.Join(dir, "run")
 	args := append([]string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-workdir", work, "-quiet"}, extra...)
 	cmd := exec.Command(collectBin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	require.NoError(t, cmd.Start())
 	return cmd, spec, out
+}
+
+// waitStarted waits until an episode of the run whose task is spec has
+// finished its first step.
+func waitStarted(t *testing.T, spec string) {
+	t.Helper()
+	mark := filepath.Join(filepath.Dir(spec), "started")
+	require.Eventually(t, func() bool { _, err := os.Stat(mark); return err == nil }, time.Minute, 10*time.Millisecond,
+		"no episode got to its second step")
 }
 
 func exitCode(err error) int {
@@ -140,7 +155,8 @@ func TestSIGTERMKeepsCancelledEpisodesThenResumeRedoesThem(t *testing.T) {
 	}
 	work := t.TempDir()
 	cmd, spec, out := startCollect(t, work, "-grace", "0s")
-	time.Sleep(1500 * time.Millisecond)
+	waitStarted(t, spec)
+	time.Sleep(100 * time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, exitCancelled, exitCode(cmd.Wait()))
 
@@ -184,7 +200,8 @@ func TestSIGKILLLosesAtMostTheOpenGenerationThenResumeCompletes(t *testing.T) {
 	}
 	work := t.TempDir()
 	cmd, spec, out := startCollect(t, work, "-roll-interval", "300ms")
-	time.Sleep(2 * time.Second)
+	waitStarted(t, spec)
+	time.Sleep(1500 * time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	cmd.Wait()
 
