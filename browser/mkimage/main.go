@@ -14,9 +14,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,7 +29,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/client"
 
 	"github.com/forkline/forkline/providers/docker"
 )
@@ -78,20 +75,6 @@ func run(ctx context.Context, force bool) error {
 			return fmt.Errorf("inspecting %s: %w", Image, err)
 		}
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("building the image needs root (debootstrap and chroot)")
-	}
-	deboot, err := exec.LookPath("debootstrap")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/debootstrap"); serr != nil {
-			return fmt.Errorf("debootstrap not found (apt-get install debootstrap): %w", err)
-		}
-		deboot = "/usr/sbin/debootstrap"
-	}
-	mirror := docker.DebianMirror
-	if v := os.Getenv("FORKLINE_DEBIAN_MIRROR"); v != "" {
-		mirror = v
-	}
 	began := time.Now()
 	dir, err := os.MkdirTemp("", "forkline-chromium-rootfs-")
 	if err != nil {
@@ -102,9 +85,9 @@ func run(ctx context.Context, force bool) error {
 	// removed (debootstrap and the install mount /proc in it).
 	defer unmountUnder(dir)
 
-	fmt.Printf("mkimage: debootstrap --variant=minbase bookworm (%s)\n", mirror)
-	if err := runLogged(ctx, deboot, "--variant=minbase", "bookworm", dir, mirror); err != nil {
-		return fmt.Errorf("debootstrap: %w", err)
+	fmt.Println("mkimage: debootstrap --variant=minbase bookworm")
+	if err := docker.Debootstrap(ctx, dir); err != nil {
+		return err
 	}
 	fmt.Printf("mkimage: installing %s in the chroot\n", strings.Join(packages, ", "))
 	if err := installPackages(ctx, dir); err != nil {
@@ -122,47 +105,13 @@ func run(ctx context.Context, force bool) error {
 	}
 
 	fmt.Printf("mkimage: importing %s\n", Image)
-	pr, pw := io.Pipe()
-	tarCmd := exec.CommandContext(ctx, "tar", "-C", dir, "--numeric-owner", "--one-file-system", "-c", ".")
-	tarCmd.Stdout = pw
-	var tarErr strings.Builder
-	tarCmd.Stderr = &tarErr
-	go func() {
-		err := tarCmd.Run()
-		if err != nil {
-			msg := tarErr.String()
-			if len(msg) > 2000 {
-				msg = msg[:2000] + "..."
-			}
-			err = fmt.Errorf("tar of the rootfs: %w: %s", err, msg)
-		}
-		pw.CloseWithError(err)
-	}()
-	res, err := cli.ImageImport(ctx, client.ImageImportSource{Source: pr, SourceName: "-"}, Image+":latest",
-		client.ImageImportOptions{
-			Message: "built by forkline (browser/mkimage)",
-			Changes: []string{
-				"WORKDIR " + docker.WorkspaceDir,
-				"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-				`CMD ["/bin/sh"]`,
-				"LABEL " + docker.LabelImage + "=chromium",
-			},
-		})
+	st, err := docker.ImportRootfs(ctx, cli, Image, "chromium", func(ctx context.Context, w io.Writer) error {
+		return docker.TarRootfs(ctx, dir, w)
+	})
 	if err != nil {
-		pr.CloseWithError(err)
-		return fmt.Errorf("importing %s: %w", Image, err)
+		return err
 	}
-	ierr := drain(res)
-	res.Close()
-	pr.Close()
-	if ierr != nil {
-		return fmt.Errorf("importing %s: %w", Image, ierr)
-	}
-	ins, err := cli.ImageInspect(ctx, Image)
-	if err != nil {
-		return fmt.Errorf("%s is not there after the import: %w", Image, err)
-	}
-	fmt.Printf("mkimage: built %s (%s, %.0f MB) in %s\n", Image, ins.ID, float64(ins.Size)/1e6, time.Since(began).Round(time.Second))
+	fmt.Printf("mkimage: built %s (%s) in %s\n", Image, st.ID, time.Since(began).Round(time.Second))
 	return nil
 }
 
@@ -196,28 +145,22 @@ func installPackages(ctx context.Context, dir string) error {
 		return fmt.Errorf("mounting /proc in the chroot: %w", err)
 	}
 	env := []string{"DEBIAN_FRONTEND=noninteractive", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}
-	if err := runLoggedEnv(ctx, env, "chroot", dir, "apt-get", "update", "-qq"); err != nil {
+	if err := runLogged(ctx, env, "chroot", dir, "apt-get", "update", "-qq"); err != nil {
 		return fmt.Errorf("apt-get update in the chroot: %w", err)
 	}
 	args := append([]string{dir, "apt-get", "install", "-y", "-qq", "--no-install-recommends"}, packages...)
-	if err := runLoggedEnv(ctx, env, "chroot", args...); err != nil {
+	if err := runLogged(ctx, env, "chroot", args...); err != nil {
 		return fmt.Errorf("apt-get install in the chroot: %w", err)
 	}
 	return nil
 }
 
-func runLogged(ctx context.Context, name string, args ...string) error {
-	return runLoggedEnv(ctx, nil, name, args...)
-}
-
-// runLoggedEnv runs a command and returns the tail of its output with its
-// error.
-func runLoggedEnv(ctx context.Context, env []string, name string, args ...string) error {
+// runLogged runs a command with environment env and returns the tail of
+// its output with its error.
+func runLogged(ctx context.Context, env []string, name string, args ...string) error {
 	var log strings.Builder
 	cmd := exec.CommandContext(ctx, name, args...)
-	if env != nil {
-		cmd.Env = env
-	}
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
 		lines := strings.Split(strings.TrimRight(log.String(), "\n"), "\n")
@@ -227,30 +170,4 @@ func runLoggedEnv(ctx context.Context, env []string, name string, args ...string
 		return fmt.Errorf("%w\n%s", err, strings.Join(lines, "\n"))
 	}
 	return nil
-}
-
-// drain reads the engine's progress stream to EOF and returns its first
-// error message.
-func drain(r io.Reader) error {
-	dec := json.NewDecoder(bufio.NewReader(r))
-	for {
-		var m struct {
-			Error       string `json:"error"`
-			ErrorDetail *struct {
-				Message string `json:"message"`
-			} `json:"errorDetail"`
-		}
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if m.ErrorDetail != nil && m.ErrorDetail.Message != "" {
-			return errors.New(m.ErrorDetail.Message)
-		}
-		if m.Error != "" {
-			return errors.New(m.Error)
-		}
-	}
 }

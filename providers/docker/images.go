@@ -125,13 +125,28 @@ func ensureImages(ctx context.Context, cli *client.Client, force bool, names []s
 // buildImage streams the rootfs of name into ImageImport.
 func buildImage(ctx context.Context, cli *client.Client, name string) (ImageStatus, error) {
 	b := builders[name]
+	st, err := ImportRootfs(ctx, cli, name, b.label, b.write)
+	if err != nil {
+		return st, fmt.Errorf("%w (%s)", err, b.hint)
+	}
+	return st, nil
+}
+
+// ImportRootfs imports the root filesystem that write streams as a tar into
+// the engine as name:latest, with the settings every forkline image has:
+// WORKDIR WorkspaceDir, forkline's PATH, CMD /bin/sh and LabelImage=label
+// (never a run label, so no sweep removes it). write runs in a goroutine of
+// its own; its error fails the import. No registry and no Dockerfile are
+// involved. It is how this package builds its images, and how
+// browser/mkimage builds forkline/chromium.
+func ImportRootfs(ctx context.Context, cli *client.Client, name, label string, write func(ctx context.Context, w io.Writer) error) (ImageStatus, error) {
 	began := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
 	go func() {
 		bw := bufio.NewWriterSize(pw, 1<<20)
-		err := b.write(ctx, bw)
+		err := write(ctx, bw)
 		if err == nil {
 			err = bw.Flush()
 		}
@@ -140,12 +155,12 @@ func buildImage(ctx context.Context, cli *client.Client, name string) (ImageStat
 	ref := name + ":latest"
 	res, err := cli.ImageImport(ctx, client.ImageImportSource{Source: pr, SourceName: "-"}, ref,
 		client.ImageImportOptions{
-			Message: "built by forkline (providers/docker)",
+			Message: "built by forkline",
 			Changes: []string{
 				"WORKDIR " + WorkspaceDir,
 				"ENV " + imageEnv,
 				`CMD ["/bin/sh"]`,
-				"LABEL " + LabelImage + "=" + b.label,
+				"LABEL " + LabelImage + "=" + label,
 			},
 		})
 	if err != nil {
@@ -158,7 +173,7 @@ func buildImage(ctx context.Context, cli *client.Client, name string) (ImageStat
 	_ = res.Close()
 	_ = pr.Close()
 	if ierr != nil {
-		return ImageStatus{}, fmt.Errorf("docker: importing %s (%s): %w", name, b.hint, ierr)
+		return ImageStatus{}, fmt.Errorf("docker: importing %s: %w", name, ierr)
 	}
 	ins, err := cli.ImageInspect(ctx, ref)
 	if err != nil {
@@ -299,9 +314,30 @@ func checkStatic(file string) error {
 }
 
 // writeDebianRootfs runs debootstrap --variant=minbase bookworm into a
-// temporary directory and writes it as a tar stream (tar --numeric-owner,
-// which keeps ownership, modes, hard links and device nodes exactly).
+// temporary directory and writes it as a tar stream.
 func writeDebianRootfs(ctx context.Context, w io.Writer) error {
+	dir, err := os.MkdirTemp("", "forkline-debootstrap-")
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := Debootstrap(ctx, dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir+"/workspace", 0o755); err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	// Apt caches are of no use in a sandbox image.
+	_ = os.RemoveAll(dir + "/var/cache/apt/archives")
+	_ = os.MkdirAll(dir+"/var/cache/apt/archives/partial", 0o755)
+	return TarRootfs(ctx, dir, w)
+}
+
+// Debootstrap runs debootstrap --variant=minbase bookworm into dir, from
+// DebianMirror or the mirror in $FORKLINE_DEBIAN_MIRROR. It needs root
+// (debootstrap chroots and makes device nodes) and debootstrap; an error
+// carries the tail of its log.
+func Debootstrap(ctx context.Context, dir string) error {
 	deboot, err := exec.LookPath("debootstrap")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/debootstrap"); serr != nil {
@@ -310,35 +346,31 @@ func writeDebianRootfs(ctx context.Context, w io.Writer) error {
 		deboot = "/usr/sbin/debootstrap"
 	}
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("docker: building %s needs root (debootstrap chroots and makes device nodes)", ImageDebian)
+		return errors.New("docker: debootstrap needs root (it chroots and makes device nodes)")
 	}
 	mirror := DebianMirror
 	if v := os.Getenv("FORKLINE_DEBIAN_MIRROR"); v != "" {
 		mirror = v
 	}
-	dir, err := os.MkdirTemp("", "forkline-debootstrap-")
-	if err != nil {
-		return fmt.Errorf("docker: %w", err)
-	}
-	defer os.RemoveAll(dir)
 	var log strings.Builder
 	cmd := exec.CommandContext(ctx, deboot, "--variant=minbase", "bookworm", dir, mirror)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("docker: debootstrap --variant=minbase bookworm (mirror %s): %w\n%s", mirror, err, tailLines(log.String(), 20))
 	}
-	if err := os.MkdirAll(dir+"/workspace", 0o755); err != nil {
-		return fmt.Errorf("docker: %w", err)
-	}
-	// Apt caches are of no use in a sandbox image.
-	_ = os.RemoveAll(dir + "/var/cache/apt/archives")
-	_ = os.MkdirAll(dir+"/var/cache/apt/archives/partial", 0o755)
-	tarCmd := exec.CommandContext(ctx, "tar", "-C", dir, "--numeric-owner", "-c", ".")
+	return nil
+}
+
+// TarRootfs writes the tree dir to w as a tar stream, with tar
+// --numeric-owner (ownership, modes, hard links and device nodes exactly)
+// and --one-file-system (nothing mounted inside the tree comes along).
+func TarRootfs(ctx context.Context, dir string, w io.Writer) error {
+	tarCmd := exec.CommandContext(ctx, "tar", "-C", dir, "--numeric-owner", "--one-file-system", "-c", ".")
 	tarCmd.Stdout = w
 	var tarErr strings.Builder
 	tarCmd.Stderr = &tarErr
 	if err := tarCmd.Run(); err != nil {
-		return fmt.Errorf("docker: tar of the debootstrap tree: %w: %s", err, tarErr.String())
+		return fmt.Errorf("docker: tar of %s: %w: %s", dir, err, tailLines(tarErr.String(), 20))
 	}
 	return nil
 }
