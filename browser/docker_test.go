@@ -15,25 +15,34 @@ import (
 	"github.com/forkline/forkline/runtime"
 )
 
+// chromiumImage is the browser image of make images-browser.
+const chromiumImage = "forkline/chromium"
+
+// needDockerChromium skips (or, when FORKLINE_REQUIRE says so, fails) the
+// test unless an engine answers and has the image.
+func needDockerChromium(t *testing.T) {
+	t.Helper()
+	cli, err := docker.Connect(t.Context())
+	if err != nil {
+		testenv.Missing(t, "docker", err.Error())
+	}
+	defer cli.Close()
+	if _, err := cli.ImageInspect(t.Context(), chromiumImage); err != nil {
+		if !cerrdefs.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		testenv.Missing(t, "docker-chromium", chromiumImage+" is not built (make images-browser)")
+	}
+}
+
 // TestDockerSandboxOverExecStream runs Chromium inside a docker sandbox with
 // network none, from the forkline/chromium image (make images-browser), and
 // drives it over the exec stream: no port, no network.
 func TestDockerSandboxOverExecStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cli, err := docker.Connect(ctx)
-	if err != nil {
-		testenv.Missing(t, "docker", err.Error())
-	}
-	defer cli.Close()
-	const image = "forkline/chromium"
-	if _, err := cli.ImageInspect(ctx, image); err != nil {
-		if !cerrdefs.IsNotFound(err) {
-			t.Fatal(err)
-		}
-		testenv.Missing(t, "docker-chromium", image+" is not built (make images-browser)")
-	}
-	prov, err := docker.New(providers.Options{RunID: "browser-test", Params: map[string]string{docker.ParamImage: image}})
+	needDockerChromium(t)
+	prov, err := docker.New(providers.Options{RunID: "browser-test", Params: map[string]string{docker.ParamImage: chromiumImage}})
 	require.NoError(t, err)
 	defer prov.Close(context.Background())
 	sb, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(formPage), "done.html": []byte(donePage)}})
@@ -68,16 +77,8 @@ func TestDockerSandboxOverExecStream(t *testing.T) {
 func TestDockerGoldenProfile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cli, err := docker.Connect(ctx)
-	if err != nil {
-		testenv.Missing(t, "docker", err.Error())
-	}
-	defer cli.Close()
-	const image = "forkline/chromium"
-	if _, err := cli.ImageInspect(ctx, image); err != nil {
-		testenv.Missing(t, "docker-chromium", image+" is not built (make images-browser)")
-	}
-	dp, err := docker.New(providers.Options{RunID: "browser-test-golden", Params: map[string]string{docker.ParamImage: image}})
+	needDockerChromium(t)
+	dp, err := docker.New(providers.Options{RunID: "browser-test-golden", Params: map[string]string{docker.ParamImage: chromiumImage}})
 	require.NoError(t, err)
 	defer dp.Close(context.Background())
 	cfg := browser.DefaultConfig()
