@@ -76,10 +76,23 @@ const DefaultMaxSteps = 50
 // report TimedOut, and only a broken session overruns this.
 const actGrace = 10 * time.Second
 
+// ErrUnavailable is wrapped by errors that mean a service the episode
+// depends on could not be reached at all — the sandbox backend (a Docker
+// engine that stopped answering) or the model server (nothing listens at its
+// URL) — as opposed to the episode's own sandbox or policy failing. Session
+// and Policy implementations wrap it (errors.Is must find it); Rollout passes
+// it on in Result.Err. It is the run's failure, not the episode's: a
+// collector stops scheduling and leaves such an episode unrecorded, so that
+// a resumed run does it once the service is back.
+var ErrUnavailable = errors.New("runtime: a service the episode depends on is unavailable")
+
 // Result summarises an episode.
 type Result struct {
-	Exit       ExitReason
-	Detail     string // what went wrong, for env_error, policy_error and stops
+	Exit   ExitReason
+	Detail string // what went wrong, for env_error, policy_error and stops
+	// Err is the error that ended the episode as env_error or
+	// policy_error (nil otherwise); test it for ErrUnavailable.
+	Err        error
 	Answer     string // the done action's answer
 	Steps      int
 	Duration   time.Duration
@@ -110,6 +123,9 @@ func Rollout(ctx context.Context, s Session, p Policy, start History, lim Limits
 	var res Result
 	finish := func(exit ExitReason, detail string) (Result, error) {
 		res.Exit, res.Detail = exit, detail
+		if exit != ExitEnvError && exit != ExitPolicyError {
+			res.Err = nil
+		}
 		res.Steps = len(h.Steps) - len(start.Steps)
 		res.Duration = time.Since(began)
 		return res, nil
@@ -141,6 +157,7 @@ func Rollout(ctx context.Context, s Session, p Policy, start History, lim Limits
 			if exit, ok := interrupted(); ok {
 				return finish(exit, err.Error())
 			}
+			res.Err = err
 			return finish(ExitPolicyError, err.Error())
 		}
 		step := Step{Index: len(h.Steps), Model: d.Model, Started: stepStart, PolicyTime: policyTime}
@@ -180,6 +197,7 @@ func Rollout(ctx context.Context, s Session, p Policy, start History, lim Limits
 			exit, ok := interrupted()
 			if !ok {
 				exit = ExitEnvError
+				res.Err = actErr
 			}
 			step.Observation = Observation{
 				Output: []byte(actErr.Error()), OutputBytes: int64(len(actErr.Error())),

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"go/build"
 	"os"
 	"path/filepath"
@@ -146,5 +147,31 @@ func TestWaistKnowsNoPolicy(t *testing.T) {
 				t.Errorf("%s:%d names %q: the waist must know no policy", f, i+1, m)
 			}
 		}
+	}
+}
+
+// unavailableSession fails every action the way a backend that stopped
+// answering does.
+type unavailableSession struct{ fakeSession }
+
+func (u *unavailableSession) Act(context.Context, Action) (Observation, error) {
+	return Observation{}, fmt.Errorf("engine gone: %w", ErrUnavailable)
+}
+
+func TestRolloutPassesTheEndingError(t *testing.T) {
+	res, err := Rollout(context.Background(), &unavailableSession{}, listPolicy{exec("a")}, History{}, Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Exit != ExitEnvError || !errors.Is(res.Err, ErrUnavailable) {
+		t.Fatalf("exit %s, err %v: want env_error wrapping ErrUnavailable", res.Exit, res.Err)
+	}
+	res, _ = Rollout(context.Background(), &fakeSession{}, listPolicy{exec("a"), {Detail: "fail"}}, History{}, Limits{}, nil)
+	if res.Exit != ExitPolicyError || res.Err == nil || errors.Is(res.Err, ErrUnavailable) {
+		t.Fatalf("exit %s, err %v: want policy_error with its own error", res.Exit, res.Err)
+	}
+	res, _ = Rollout(context.Background(), &fakeSession{}, listPolicy{exec("a")}, History{}, Limits{}, nil)
+	if res.Err != nil {
+		t.Fatalf("a no_action episode carries err %v", res.Err)
 	}
 }
