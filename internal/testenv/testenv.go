@@ -5,7 +5,15 @@
 // habit). A green CI run therefore means the real thing ran.
 //
 // It knows nothing about how to find a component; callers probe and pass the
-// reason.
+// reason. The components named so far:
+//
+//	overlay          overlayfs mounts for the local provider (root or a user namespace)
+//	docker           a Docker engine with forkline's images (bash .ci/docker-up.sh)
+//	chromium         Debian's Chromium (bash .ci/chromium-up.sh)
+//	docker-chromium  the forkline/chromium image (make images-browser)
+//	templates        the test oracle's real chat templates and tokenizers: Node.js with
+//	                 internal/oracle/js/node_modules, and /usr/bin/python3 with Debian's
+//	                 python3-jinja2 (bash .ci/oracle-up.sh)
 package testenv
 
 import (
@@ -13,6 +21,11 @@ import (
 	"strings"
 	"testing"
 )
+
+// Templates is the component name of the test oracle (internal/oracle): real
+// chat templates and tokenizers, rendered by Python's Jinja2 and by
+// @huggingface/jinja.
+const Templates = "templates"
 
 // RequireEnv is the environment variable listing required components,
 // comma-separated (e.g. "docker,chromium,overlay"), or "all".
