@@ -430,6 +430,30 @@ func TokenStrings(ctx context.Context, model string, ids []int32) ([]string, err
 	return strs, err
 }
 
+// DecodeTokens decodes each id on its own, keeping special tokens: the text
+// a server shows for one token in its logprobs.
+func DecodeTokens(ctx context.Context, model string, ids []int32) ([]string, error) {
+	if ids == nil {
+		ids = []int32{}
+	}
+	var strs []string
+	err := tokenizerCall(ctx, model, "decode_each", map[string]any{"ids": ids}, &strs)
+	return strs, err
+}
+
+// PyJSON re-spells a JSON text the way Python's json.dumps(json.loads(text),
+// ensure_ascii=False) does (", " and ": " separators, non-ASCII raw, floats
+// in Python's repr): how Python servers and transformers' tojson write JSON
+// they parsed. Key order is kept.
+func PyJSON(ctx context.Context, jsonText string) (string, error) {
+	if err := start(); err != nil {
+		return "", err
+	}
+	var out string
+	err := pyHelper.call(ctx, "redump", map[string]any{"json": jsonText}, &out)
+	return out, err
+}
+
 // TokenID returns the id of one token, an added token (<|im_end|>) or a
 // vocabulary string.
 func TokenID(ctx context.Context, model, token string) (int32, error) {

@@ -181,6 +181,10 @@ const ops = {
   encode: (req) => tokenizer(req.tokenizer).tok.encode(req.text, { add_special_tokens: !!req.add_special_tokens }),
   decode: (req) => tokenizer(req.tokenizer).tok.decode(req.ids, { skip_special_tokens: !!req.skip_special_tokens }),
   tokens: (req) => tokenizer(req.tokenizer).tok.model.convert_ids_to_tokens(req.ids),
+  decode_each: (req) => {
+    const t = tokenizer(req.tokenizer).tok;
+    return req.ids.map((id) => t.decode([id], { skip_special_tokens: false }));
+  },
   token_id: (req) => {
     const t = tokenizer(req.tokenizer);
     const addedHit = t.tok.added_tokens.find((a) => a.content === req.token);

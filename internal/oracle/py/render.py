@@ -124,18 +124,17 @@ def render(req):
     return {"text": text, "generation_spans": spans}
 
 
-def tool_call(req):
-    """What vLLM's hermes tool parser does with the text between
-    <tool_call> tags: json.loads it, take name and arguments, and re-dump the
-    arguments with json.dumps(..., ensure_ascii=False)."""
-    obj = json.loads(req["json"])
-    return {"name": obj["name"], "arguments": json.dumps(obj["arguments"], ensure_ascii=False)}
+def redump(req):
+    """json.dumps(json.loads(text), ensure_ascii=False): how Python servers
+    (vLLM's tool parsers, transformers' tojson) write JSON they parsed.
+    Python's json module is the reference for number and string spelling."""
+    return json.dumps(json.loads(req["json"]), ensure_ascii=False)
 
 
 OPS = {
     "ping": lambda req: {"python": sys.version.split()[0], "jinja2": jinja2.__version__, "executable": sys.executable},
     "render": render,
-    "tool_call": tool_call,
+    "redump": redump,
 }
 
 
