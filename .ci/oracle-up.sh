@@ -25,8 +25,11 @@ if /usr/bin/python3 -c 'import jinja2' 2>/dev/null; then
 	echo "oracle-up.sh: python3-jinja2 is installed"
 else
 	echo "oracle-up.sh: installing python3-jinja2"
-	"${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	"${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-jinja2 >/dev/null
+	# apt's progress and debconf chatter are shown only when it fails.
+	if ! log=$("${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive sh -c 'apt-get update -qq && apt-get install -y -qq python3-jinja2' 2>&1); then
+		echo "$log" >&2
+		exit 1
+	fi
 fi
 /usr/bin/python3 -c 'import jinja2, sys; print("oracle-up.sh: jinja2", jinja2.__version__, "on python", sys.version.split()[0])'
 
@@ -49,6 +52,9 @@ if [ -f "$js/node_modules/.package-lock.json" ] && node -e '
 	echo "oracle-up.sh: $js/node_modules matches the lockfile"
 else
 	echo "oracle-up.sh: npm ci in $js"
-	(cd "$js" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
+	if ! log=$(cd "$js" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error 2>&1); then
+		echo "$log" >&2
+		exit 1
+	fi
 fi
 node -e 'console.log("oracle-up.sh: node", process.version)'

@@ -37,7 +37,8 @@ type history struct {
 	textTools bool
 }
 
-// driftRow is one row of VLLM.md's table: what the model (or the client)
+// driftRow is one row of the researched drift table (how Qwen3's template
+// re-renders history under vLLM): what the model (or the client)
 // does, the deployment, and whether history re-renders as generated.
 type driftRow struct {
 	name    string
@@ -46,7 +47,7 @@ type driftRow struct {
 	kwargs  map[string]any
 	history history
 	want    bool
-	// extra marks a row this test adds to VLLM.md's table.
+	// extra marks a row this test adds to the researched table.
 	extra bool
 }
 
@@ -72,7 +73,7 @@ var driftTable = []driftRow{
 	{name: "text tool mode (each observation a new user turn) with thinking", parser: true,
 		reply:   Reply{Text: "<think>\nI should list the files.\n</think>\n\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls -la\"}}"},
 		history: history{sendReasoning: true, nullWhitespaceContent: true, textTools: true}, want: false},
-	// Not in VLLM.md's table: an empty think block with the parser on and
+	// Not in the researched table: an empty think block with the parser on and
 	// the client that fixes the parser row sends the whitespace reasoning
 	// back, which the template writes back as the same empty block.
 	{name: "empty think block, reasoning parser on, client sends reasoning back and content null", parser: true,
@@ -80,7 +81,7 @@ var driftTable = []driftRow{
 		history: history{sendReasoning: true, nullWhitespaceContent: true}, want: true, extra: true},
 }
 
-// TestDriftTable reproduces VLLM.md's table against the simulator: for each
+// TestDriftTable reproduces the researched drift table against the simulator: for each
 // row, turn 1 is rendered and generated, the client sends the history back
 // the way a chat client does, and turn 2's prompt ids must (or must not)
 // start with turn 1's prompt ids followed by its response ids. The rows come
@@ -101,7 +102,7 @@ func TestDriftTable(t *testing.T) {
 			}
 			fmt.Fprintf(&table, "| %s | %s | %s |\n", name, mark, where)
 			if got != row.want {
-				t.Errorf("re-renders as generated = %v, VLLM.md says %v (%s)", got, row.want, where)
+				t.Errorf("re-renders as generated = %v, the table says %v (%s)", got, row.want, where)
 			}
 		})
 	}

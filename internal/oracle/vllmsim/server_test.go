@@ -12,10 +12,10 @@ import (
 	"github.com/forkline/forkline/internal/oracle"
 )
 
-const imEnd = 151645 // <|im_end|> in Qwen3's tokenizer.json (VLLM.md)
+const imEnd = 151645 // <|im_end|> in Qwen3's tokenizer.json
 
 // TestChatPreprocessing checks what reaches the template against what vLLM
-// documents doing to a request (VLLM.md, vLLM's chat_utils.py and
+// does to a request (vLLM's chat_utils.py and
 // protocol.py): content null becomes "", tool-call arguments are parsed
 // into an object in the order sent, reasoning_content is read as
 // reasoning, keys vLLM does not read are dropped, tools are re-ordered to
@@ -72,7 +72,7 @@ func TestChatPreprocessing(t *testing.T) {
 }
 
 // TestChatResponse checks the answer against vLLM's documented shape
-// (VLLM.md): the think block in message.reasoning with the qwen3 parser
+// (vLLM's serving code and parsers): the think block in message.reasoning with the qwen3 parser
 // (reasoning_content with the older field name), content before the first
 // <tool_call> or null, arguments re-dumped Python-style, finish_reason
 // tool_calls; token_ids end with <|im_end|>, which the text never shows;
@@ -160,7 +160,7 @@ func mustRec(t *testing.T, s *Server) Received {
 
 // TestCutToolCall: vLLM reports finish_reason tool_calls for a call the
 // parser could read even when max_tokens cut the reply before </tool_call>
-// (VLLM.md: check completion_tokens == max_tokens); a cut inside the JSON
+// (a client must check completion_tokens == max_tokens); a cut inside the JSON
 // parses no call and is finish_reason length with the text as content.
 func TestCutToolCall(t *testing.T) {
 	ctx := context.Background()
