@@ -24,6 +24,11 @@ import (
 type helper struct {
 	name  string
 	stdin io.WriteCloser
+	// writeMu serializes writes to stdin. It is never held together with mu:
+	// a writer blocked on a full pipe must not keep the reader from
+	// dispatching answers, or the helper (blocked on its own full stdout)
+	// would never read again.
+	writeMu sync.Mutex
 
 	mu      sync.Mutex
 	nextID  int64
@@ -120,13 +125,17 @@ func (h *helper) call(ctx context.Context, op string, params map[string]any, out
 		return fmt.Errorf("oracle: %s %s: %w", h.name, op, err)
 	}
 	h.pending[id] = ch
+	h.mu.Unlock()
+
+	h.writeMu.Lock()
 	_, err = h.stdin.Write(append(line, '\n'))
+	h.writeMu.Unlock()
 	if err != nil {
+		h.mu.Lock()
 		delete(h.pending, id)
 		h.mu.Unlock()
 		return fmt.Errorf("oracle: %s %s: write: %w", h.name, op, err)
 	}
-	h.mu.Unlock()
 
 	select {
 	case <-ctx.Done():

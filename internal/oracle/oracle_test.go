@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -372,4 +373,52 @@ func containsID(ids []int32, id int32) bool {
 		}
 	}
 	return false
+}
+
+// TestConcurrentCalls: many goroutines render and tokenize large texts at
+// once through the two helper processes; every answer reaches its caller
+// (run under -race; payloads larger than a pipe buffer exercise the
+// writer/reader split).
+func TestConcurrentCalls(t *testing.T) {
+	Require(t)
+	ctx := context.Background()
+	big := strings.Repeat("lorem ipsum dolor sit amet, ", 8000) // about 220 KB
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			content := fmt.Sprintf("%d %s", i, big)
+			req := RenderRequest{Messages: []map[string]any{{"role": "user", "content": content}}}
+			py, err := Render(ctx, "qwen3", req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			js, err := RenderJS(ctx, "qwen3", req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if py != js || !strings.Contains(py, content) {
+				errs <- fmt.Errorf("goroutine %d got another caller's render", i)
+				return
+			}
+			ids, err := Tokenize(ctx, "qwen3", content)
+			if err != nil {
+				errs <- err
+				return
+			}
+			back, err := Decode(ctx, "qwen3", ids)
+			if err != nil || back != content {
+				errs <- fmt.Errorf("goroutine %d: decode mismatch (%v)", i, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

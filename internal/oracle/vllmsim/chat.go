@@ -329,8 +329,11 @@ func (s *Server) parseOutput(ctx context.Context, text string, req object, kwarg
 
 func toolChoiceAuto(req object) bool {
 	v, ok := req.get("tool_choice")
-	if !ok || isNull(v) {
+	if !ok {
 		return true // vLLM makes "auto" the default when tools are given
+	}
+	if isNull(v) {
+		return true
 	}
 	choice, isStr, _ := str(v)
 	return isStr && choice == "auto"
@@ -381,6 +384,11 @@ func (s *Server) chatCompletions(ctx context.Context, r *Received) (any, error) 
 	sp, err := readSampling(r)
 	if err != nil {
 		return nil, err
+	}
+	if req.has("tools") && toolChoiceAuto(req) && !s.cfg.ToolParser {
+		// vLLM refuses auto tool choice without a tool parser
+		// (chat_completion/serving.py).
+		return nil, badRequest(`"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`)
 	}
 	p, err := s.readChatParams(req)
 	if err != nil {

@@ -98,7 +98,7 @@ type Turn struct {
 }
 
 // Responder gives the reply for one generation request; an error is
-// answered as a 500.
+// answered as a 500. The server calls it from concurrent requests.
 type Responder func(Turn) (Reply, error)
 
 // Replies answers the generation requests in order with rs; past the last

@@ -413,3 +413,17 @@ func TestGemma3ImageParts(t *testing.T) {
 		t.Errorf("gemma3 reply: %v", c)
 	}
 }
+
+// TestAutoToolChoiceNeedsAParser: vLLM refuses tools with tool_choice auto
+// (the default when tools are given) unless a tool parser is configured.
+func TestAutoToolChoiceNeedsAParser(t *testing.T) {
+	s := Start(t, Config{Respond: Replies(Reply{Text: "fine"})})
+	status, resp := post(t, s, "/v1/chat/completions", map[string]any{"messages": []any{driftUser}, "tools": driftTools})
+	if status != http.StatusBadRequest || !strings.Contains(resp["error"].(map[string]any)["message"].(string), "--enable-auto-tool-choice") {
+		t.Errorf("tools without a tool parser: %d %v", status, resp)
+	}
+	status, resp = post(t, s, "/v1/chat/completions", map[string]any{"messages": []any{driftUser}, "tools": driftTools, "tool_choice": "none"})
+	if status != 200 || !strings.Contains(mustRec(t, s).Prompt, "<tools>") {
+		t.Errorf("tool_choice none still renders the tools: %d %v", status, resp)
+	}
+}
