@@ -142,8 +142,9 @@ func TestCollectRefusesOccupiedOutput(t *testing.T) {
 	cfg.Resume = true
 	sum, err := Run(context.Background(), cfg)
 	require.NoError(t, err)
-	require.Equal(t, 0, sum.Report().Episodes)
-	require.Equal(t, 2, sum.Report().Skipped)
+	require.True(t, sum.Report().NothingToDo)
+	require.Equal(t, 0, sum.Report().Ran)
+	require.Equal(t, 2, sum.Report().Episodes, "the summary covers the dataset")
 	eps, _, _ := readAll(t, cfg.Out)
 	require.Len(t, eps, 2)
 
