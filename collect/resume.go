@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -220,7 +221,7 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
 		json.Unmarshal(m.Capture, &was)
 		json.Unmarshal(cfg.Capture.MarshalManifest(), &now)
 		if !reflect.DeepEqual(was, now) {
-			differ("capture policy: the run used %s, this command gives %s", m.Capture, cfg.Capture.MarshalManifest())
+			differ("capture policy: the run used %s, this command gives %s", compactJSON(m.Capture), cfg.Capture.MarshalManifest())
 		}
 	}
 
@@ -286,6 +287,14 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
 	return fmt.Errorf("%w %s: this command differs from the run in what its episodes would be:\n  %s\n"+
 		"pass the run's settings (the command printed when it stopped reproduces them), or collect into another -out",
 		ErrIncompatibleResume, cfg.Out, strings.Join(diffs, "\n  "))
+}
+
+func compactJSON(raw []byte) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
 }
 
 func settingKeys(a, b map[string]string) []string {
