@@ -67,7 +67,7 @@ func ParseLossLimit(s string) (LossLimit, error) {
 	if s == "" {
 		return LossLimit{}, nil
 	}
-	bad := fmt.Errorf("collect: -max-loss %q: want a count N >= 0 or a percentage F%% with 0 <= F <= 100, e.g. 10 or 5%%", s)
+	bad := fmt.Errorf("collect: -max-loss %s: want a count N >= 0 or a percentage F%% with 0 <= F <= 100, e.g. 10 or 5%%", s)
 	if f, ok := strings.CutSuffix(s, "%"); ok {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 		if err != nil || math.IsNaN(v) || v < 0 || v > 100 {
