@@ -82,7 +82,7 @@ func TestNumericFlagsAreRefused(t *testing.T) {
 		"-roll-mb=99999999999": "want an integer from 1 to", "-roll-interval=0s": "want a positive duration",
 		"-roll-interval=-1m": "want a positive duration", "-shard-count=0": "want an integer >= 1",
 		"-shard-count=-2": "want an integer >= 1",
-		"-max-loss=-1": "0 <= F <= 100", "-max-loss=101%": "0 <= F <= 100", "-max-loss=lots": "0 <= F <= 100",
+		"-max-loss=-1":    "0 <= F <= 100", "-max-loss=101%": "0 <= F <= 100", "-max-loss=lots": "0 <= F <= 100",
 	}
 	dir := t.TempDir()
 	for arg, want := range cases {
