@@ -420,9 +420,9 @@ func logErrorCounts(sum *Summary, logf func(string, ...any)) {
 			if t.seen[i] && e.Episodes > 1 {
 				what := ""
 				if t == &sum.unavailable {
-					what = " not kept, a service was unavailable"
+					what = "not kept, a service was unavailable: "
 				}
-				logf("%s%s", e, what)
+				logf("%s%s", what, e)
 			}
 		}
 	}
