@@ -188,3 +188,12 @@ func TestEveryEpisodeLostExitsThree(t *testing.T) {
 	require.Contains(t, stderr.String(), "every episode is a scaffold loss")
 	require.NotContains(t, stderr.String(), "with:\n", "a complete run has nothing to finish")
 }
+
+// shellQuote gives the shell back exactly the string, whatever it holds.
+func TestShellQuoteRoundTrips(t *testing.T) {
+	for _, s := range []string{"plain", "", "with space", "it's", `back\slash`, "$HOME", "`id`", "a\nb", "*?[x]", "-x=y,z", "tab\there", `"dq"`, "semi;colon|pipe&"} {
+		out, err := exec.Command("sh", "-c", "printf '%s' "+shellQuote(s)).Output()
+		require.NoError(t, err, s)
+		require.Equal(t, s, string(out))
+	}
+}

@@ -6,13 +6,17 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/policy/openai/openaitest"
 )
 
 // treeHash hashes everything in dir: every path, its type and mode, and
@@ -211,4 +215,77 @@ func TestResumeOfACompleteRunChangesNothing(t *testing.T) {
 		require.NotContains(t, printed, "exit reasons:", "no empty sections")
 		require.Equal(t, before, treeHash(t, out))
 	}
+}
+
+// A run collected with -policy openai: a resume with another option that
+// shapes the episodes (the server, the model, the sampling, the prompt's
+// text) or another policy is refused untouched; one that differs only in
+// how requests are made (retries, timeout, the prompt file's path) is
+// accepted, and on a complete run has nothing to do.
+func TestResumeOfAnOpenAIRunComparesItsOptions(t *testing.T) {
+	srv := openaitest.New(t, map[string][]openaitest.Turn{
+		"act": {{ToolCalls: []openaitest.ToolCall{{ID: "c1", Name: "done", Args: `{}`}}}},
+	})
+	spec := filepath.Join(t.TempDir(), "act.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte("id: act\ninstruction: 'scenario: act'\nsolution:\n  - {kind: done}\n"), 0o644))
+	prompts := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(prompts, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+		return p
+	}
+	prompt := write("system.txt", "You are careful. {{tools}}")
+	samePrompt := write("copy.txt", "You are careful. {{tools}}")
+	otherPrompt := write("other.txt", "You are reckless. {{tools}}")
+	t.Setenv("OPENAI_API_KEY", "")
+
+	out := filepath.Join(t.TempDir(), "run")
+	// args is the run's command with some flags replaced or added.
+	args := func(change map[string]string) []string {
+		flags := map[string]string{"-policy": "openai", "-base-url": srv.URL, "-model": "m", "-temperature": "0.7",
+			"-retries": "1", "-policy-opt backoff": "1ms", "-policy-opt system_prompt_file": prompt}
+		for k, v := range change {
+			flags[k] = v
+		}
+		a := []string{"-tasks", spec, "-out", out, "-workdir", t.TempDir(), "-quiet", "-repeats", "2"}
+		for _, k := range slices.Sorted(maps.Keys(flags)) {
+			if v := flags[k]; v != "" {
+				if opt, ok := strings.CutPrefix(k, "-policy-opt "); ok {
+					a = append(a, "-policy-opt", opt+"="+v)
+				} else {
+					a = append(a, k, v)
+				}
+			}
+		}
+		return a
+	}
+	code, printed := runCaptured(t, args(nil)...)
+	require.Equal(t, exitOK, code, printed)
+	before := treeHash(t, out)
+
+	for name, c := range map[string]struct {
+		change map[string]string
+		want   string
+	}{
+		"model":       {map[string]string{"-model": "other"}, `-policy-opt model: the run used "m", this command gives "other"`},
+		"temperature": {map[string]string{"-temperature": "0.2"}, `-policy-opt temperature: the run used "0.7", this command gives "0.2"`},
+		"max tokens":  {map[string]string{"-max-tokens": "9"}, `-policy-opt max_tokens: the run used none (the default), this command gives "9"`},
+		"server":      {map[string]string{"-base-url": "http://127.0.0.1:1/v1"}, "-policy-opt base_url: the run used"},
+		"prompt text": {map[string]string{"-policy-opt system_prompt_file": otherPrompt}, "the conversation's system_prompt differs"},
+		"policy": {map[string]string{"-policy": "script", "-base-url": "", "-model": "", "-temperature": "", "-retries": "",
+			"-policy-opt backoff": "", "-policy-opt system_prompt_file": ""}, "-policy: the run used openai, this command gives script"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, printed := runCaptured(t, append(args(c.change), "-resume")...)
+			require.Equal(t, exitBadInput, code, printed)
+			require.Contains(t, printed, c.want)
+			require.Equal(t, before, treeHash(t, out), "a refused resume changes nothing")
+		})
+	}
+
+	code, printed = runCaptured(t, append(args(map[string]string{"-policy-opt system_prompt_file": samePrompt,
+		"-request-timeout": "9s", "-retries": "3", "-policy-opt backoff": "5ms"}), "-resume")...)
+	require.Equal(t, exitOK, code, printed)
+	require.Contains(t, printed, "nothing to do")
+	require.Equal(t, before, treeHash(t, out))
 }
