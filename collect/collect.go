@@ -3,7 +3,10 @@
 // pool, drives every episode with its policy, verifies it, captures its steps
 // and commits everything to the native dataset, episode by episode, so that a
 // crash loses at most one open shard generation and a resumed run skips what
-// is already kept. cmd/collect is a thin wrapper around Run.
+// is already kept. It decides what is the episode's failure (kept, a scaffold
+// loss) and what is the run's (an unavailable service, a broken writer: not
+// kept, the run stops partial), and whether a resume matches the run it
+// resumes, read-only. cmd/collect is a thin wrapper around Run.
 //
 // It is where the consumer-side pieces meet (task, policy, pool, capture,
 // formats/shard); none of those know about each other through it.
