@@ -248,6 +248,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			sum.Status, sum.NothingToDo = string(shard.StatusComplete), true
 			return sum, nil
 		}
+		prior.kept = nil // the writer holds the same set from here on
 	}
 
 	// The provider and pool are opened before the output, so a bad provider
