@@ -269,8 +269,9 @@ solution:
 	cfg := baseConfig(t, filepath.Join(dir, "crash.yaml"))
 	cfg.Replicas, cfg.Repeats = 2, 2
 	sum, err := Run(context.Background(), cfg)
-	require.NoError(t, err, "a lost episode is still a kept episode")
+	require.ErrorIs(t, err, ErrAllLost, "every episode lost: the run says so")
 	rep := sum.Report()
+	require.Equal(t, "complete", rep.Status, "a lost episode is still a kept episode")
 	require.Equal(t, 2, rep.ByExit["env_error"], "%+v", rep)
 	require.Equal(t, 2, rep.Replacements)
 	eps, steps, _ := readAll(t, cfg.Out)

@@ -3,13 +3,17 @@
 // pool, drives every episode with its policy, verifies it, captures its steps
 // and commits everything to the native dataset, episode by episode, so that a
 // crash loses at most one open shard generation and a resumed run skips what
-// is already kept. cmd/collect is a thin wrapper around Run.
+// is already kept. It decides what is the episode's failure (kept, a scaffold
+// loss) and what is the run's (an unavailable service, a broken writer: not
+// kept, the run stops partial), and whether a resume matches the run it
+// resumes, read-only. cmd/collect is a thin wrapper around Run.
 //
 // It is where the consumer-side pieces meet (task, policy, pool, capture,
 // formats/shard); none of those know about each other through it.
 package collect
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,7 +25,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -66,7 +69,10 @@ type Config struct {
 	// MaxCreates caps concurrent sandbox creations (default 2 × Replicas).
 	MaxCreates int
 	// Part is the share of the plan this machine collects (default: all).
-	Part    Part
+	Part Part
+	// MaxLoss stops scheduling once this invocation's scaffold losses pass
+	// it (ErrMaxLoss); the zero value is no limit.
+	MaxLoss LossLimit
 	Resume  bool // finish the run in Out, skipping kept episodes
 	Force   bool // replace the run in Out
 	WorkDir string
@@ -99,8 +105,9 @@ func badInput(err error) error {
 	return configError{err}
 }
 
-// ErrIncompatibleResume is returned when a resumed run's tasks or plan differ
-// from the ones recorded in its manifest.
+// ErrIncompatibleResume is returned when a resume would produce other
+// episodes than the run it resumes: other tasks or plan, provider, policy or
+// capture policy (see compatible). The run is left untouched.
 var ErrIncompatibleResume = errors.New("collect: cannot resume")
 
 // Episode identifies the episode a policy is built for.
@@ -172,7 +179,13 @@ type planRecord struct {
 // Run collects a dataset. It returns the summary and an error; on
 // cancellation it finishes the episodes in flight as cancelled, closes the
 // shards, marks the manifest partial and returns an error wrapping
-// context.Canceled.
+// context.Canceled. It stops scheduling early, keeping what ran and marking
+// the run partial, when a service the episodes depend on is unavailable
+// (ErrUnavailable), when the dataset cannot be written, and when Config.MaxLoss
+// is passed (ErrMaxLoss). A complete run whose every episode is a scaffold
+// loss returns ErrAllLost. A resume is checked against the run without
+// changing it (ErrIncompatibleResume), and resuming a complete run changes
+// nothing (Summary.NothingToDo).
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := validate(&cfg); err != nil {
 		return nil, badInput(err)
@@ -190,6 +203,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if _, err := newPolicy(cfg, specs[i], Episode{}); err != nil {
 			return nil, badInput(err)
 		}
+	}
+	policyRec, err := policyRecord(cfg)
+	if err != nil {
+		return nil, badInput(err)
 	}
 	logf := func(format string, args ...any) {
 		if cfg.Log != nil {
@@ -212,14 +229,30 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 
+	// A resume is decided on a read-only look at the run, before the
+	// provider is opened or the dataset touched: refused, it changes
+	// nothing; already complete, there is nothing to do.
+	runID := newRunID()
+	var prior *priorRun
+	if cfg.Resume {
+		if prior, err = inspectResume(ctx, cfg, specs); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil, err
+			}
+			return nil, badInput(err)
+		}
+		runID = prior.manifest.RunID
+		if prior.nothingToDo(plan) {
+			sum := prior.tally
+			sum.Planned, sum.Skipped = len(plan), sum.Episodes
+			sum.Status, sum.NothingToDo = string(shard.StatusComplete), true
+			return sum, nil
+		}
+		prior.kept = nil // the writer holds the same set from here on
+	}
+
 	// The provider and pool are opened before the output, so a bad provider
 	// name or setting leaves no half-made run behind.
-	runID := newRunID()
-	if cfg.Resume {
-		if ds, err := shard.Open(cfg.Out); err == nil {
-			runID = ds.Manifest().RunID
-		}
-	}
 	prov, err := providers.Open(cfg.Provider, providers.Options{RunID: runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
 	if err != nil {
 		return nil, badInput(err)
@@ -247,8 +280,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, badInput(err)
 	}
 	defer pl.Close(context.Background())
+	providerRec, _ := json.Marshal(map[string]any{"name": prov.Name(), "capabilities": prov.Capabilities(), "params": cfg.ProviderParams, "reset": pl.Strategy()})
 
-	w, err := openOutput(cfg, runID, specs, len(plan), total)
+	w, err := openOutput(cfg, runID, specs, len(plan), total, providerRec, policyRec)
 	if err != nil {
 		return nil, badInput(err)
 	}
@@ -260,27 +294,39 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	committed := w.Committed()
 
-	providerRec, _ := json.Marshal(map[string]any{"name": prov.Name(), "capabilities": prov.Capabilities(), "params": cfg.ProviderParams, "reset": pl.Strategy()})
-	policyRec, err := policyRecord(cfg)
-	if err != nil {
-		return nil, badInput(err)
-	}
-	w.Update(func(m *shard.Manifest) {
-		m.Provider, m.Policy, m.Capture = providerRec, policyRec, cfg.Capture.MarshalManifest()
-	})
-
 	templates := map[string]*pool.Template{}
 	for i := range specs {
 		s := &specs[i]
 		templates[s.ID] = Template(s)
 	}
 
-	sum := newSummary(len(plan), len(committed))
+	sum := newSummary(len(plan), 0)
+	if prior != nil {
+		// The summary covers the whole dataset: the episodes kept before,
+		// as tallied from their rows, and what this invocation adds.
+		sum = prior.tally
+		sum.Planned, sum.Skipped = len(plan), sum.Episodes
+	}
 	rec := &recorder{w: w, seen: capture.SetIndex{}, capture: cfg.Capture, sum: sum}
 	if cfg.Capture.Pixels == "hash" {
 		if err := rec.loadBlobs(cfg.Out); err != nil {
 			w.Close(shard.StatusPartial)
 			return nil, err
+		}
+	}
+
+	// sched is cancelled when scheduling stops: by a signal (ctx), or from
+	// inside (the halter). runCtx is the episodes' context: a signal gives
+	// them cfg.Grace to finish on their own before they are cancelled too.
+	sched, stopScheduling := context.WithCancelCause(ctx)
+	defer stopScheduling(nil)
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	halt := &halter{sched: sched, stop: stopScheduling, cancelRun: cancelRun, log: logf}
+	todo := 0
+	for i := range plan {
+		if !committed[plan[i].id] {
+			todo++
 		}
 	}
 
@@ -291,9 +337,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			if committed[plan[i].id] {
 				continue
 			}
+			if sched.Err() != nil {
+				return
+			}
 			select {
 			case jobs <- pool.Job{Template: templates[plan[i].task.ID], Payload: &plan[i]}:
-			case <-ctx.Done():
+			case <-sched.Done():
 				return
 			}
 		}
@@ -301,11 +350,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	stopProgress := startProgress(cfg, sum)
 	began := time.Now()
-	runner := episodeRunner{cfg: cfg, runID: runID, provider: prov.Name(), rec: rec, newPolicy: newPolicy, log: logf}
-	// Cancelling ctx stops scheduling at once; episodes in flight get
-	// cfg.Grace to finish on their own before they are cancelled too.
-	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRun()
+	runner := episodeRunner{cfg: cfg, runID: runID, provider: prov.Name(), rec: rec, newPolicy: newPolicy, log: logf,
+		halt: halt, todo: todo}
 	stopGrace := context.AfterFunc(ctx, func() {
 		if cfg.Grace <= 0 {
 			cancelRun()
@@ -316,41 +362,81 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	})
 	defer stopGrace()
 	if cfg.Standby > 0 {
-		todo := map[string]int{}
+		byTask := map[string]int{}
 		for _, p := range plan {
 			if !committed[p.id] {
-				todo[p.task.ID]++
+				byTask[p.task.ID]++
 			}
 		}
-		for id, n := range todo {
+		for id, n := range byTask {
 			pl.Expect(runCtx, templates[id], n)
 		}
 	}
 	pl.Run(runCtx, jobs, runner.run)
 	sum.finish(time.Since(began), pl.Stats())
 	stopProgress()
+	logErrorCounts(sum, logf)
 
 	// The run is complete when every planned episode is kept, whatever
 	// its outcome — even if a stop came during the grace period.
 	status := shard.StatusComplete
 	var runErr error
 	kept := len(committed) + sum.Done()
-	switch err := rec.failed(); {
-	case err != nil:
-		status, runErr = shard.StatusPartial, err
+	unavailable, writeErr, maxLoss := halt.state()
+	switch rep := sum.Report(); {
+	case rec.failed() != nil || writeErr != nil:
+		// The writer broke: no new episode was started after it.
+		status, runErr = shard.StatusPartial, cmp.Or(rec.failed(), writeErr)
+	case unavailable != nil:
+		status = shard.StatusPartial
+		runErr = fmt.Errorf("%w: %d episodes were not kept and %d of %d planned episodes are kept; run again with -resume once it is back: %w",
+			ErrUnavailable, rep.NotRun, kept, len(plan), unavailable)
 	case kept < len(plan) && ctx.Err() != nil:
 		status, runErr = shard.StatusPartial, fmt.Errorf("collect: %w (%d of %d planned episodes kept)", context.Canceled, kept, len(plan))
+	case kept < len(plan) && maxLoss:
+		status = shard.StatusPartial
+		runErr = fmt.Errorf("%w %s: %d scaffold losses in this invocation; %d of %d planned episodes kept (-resume continues)",
+			ErrMaxLoss, cfg.MaxLoss, sum.RanLosses(), kept, len(plan))
 	case kept < len(plan):
 		status = shard.StatusPartial
 		runErr = fmt.Errorf("collect: %d of %d planned episodes are missing", len(plan)-kept, len(plan))
+	case rep.Episodes > 0 && rep.Losses == rep.Episodes:
+		// Complete — every planned episode is kept — but nothing worked.
+		runErr = fmt.Errorf("%w: all %d episodes of the run (%s)", ErrAllLost, rep.Episodes, mostCommonError(rep))
 	}
+	sum.Status = string(status)
 	sumJSON, _ := json.Marshal(sum.Report())
 	w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
 	if err := w.Close(status); err != nil {
+		sum.Status = string(shard.StatusPartial)
 		return sum, errors.Join(runErr, err)
 	}
-	sum.Status = string(status)
 	return sum, runErr
+}
+
+// logErrorCounts logs, once each, the distinct errors this invocation met,
+// with how many episodes of the dataset ended with them.
+func logErrorCounts(sum *Summary, logf func(string, ...any)) {
+	sum.mu.Lock()
+	defer sum.mu.Unlock()
+	for _, t := range []*errorTally{&sum.errs, &sum.unavailable} {
+		for i, e := range t.counts {
+			if t.seen[i] && e.Episodes > 1 {
+				what := ""
+				if t == &sum.unavailable {
+					what = "not kept, a service was unavailable: "
+				}
+				logf("%s%s", what, e)
+			}
+		}
+	}
+}
+
+func mostCommonError(r Report) string {
+	if len(r.Errors) == 0 {
+		return "no error detail"
+	}
+	return "most common: " + r.Errors[0].String()
 }
 
 func validate(cfg *Config) error {
@@ -366,10 +452,27 @@ func validate(cfg *Config) error {
 	if cfg.Policy == "" {
 		cfg.Policy = "script"
 	}
-	if cfg.Replicas <= 0 {
+	// Zero counts take their defaults (a library caller's zero Config);
+	// negative ones are refused, never silently replaced. cmd/collect also
+	// refuses an explicit zero where it means nothing.
+	for _, c := range []struct {
+		field, flag string
+		v           int64
+	}{
+		{"Replicas", "-replicas", int64(cfg.Replicas)},
+		{"Repeats", "-repeats", int64(cfg.Repeats)},
+		{"Standby", "-standby", int64(cfg.Standby)},
+		{"MaxCreates", "-max-creates", int64(cfg.MaxCreates)},
+		{"Grace", "-grace", int64(cfg.Grace)},
+	} {
+		if c.v < 0 {
+			return fmt.Errorf("collect: %s (%s) is negative: %d", c.field, c.flag, c.v)
+		}
+	}
+	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	if cfg.Repeats <= 0 {
+	if cfg.Repeats == 0 {
 		cfg.Repeats = 1
 	}
 	if cfg.Reset == "" {
@@ -403,7 +506,8 @@ func newRunID() string {
 }
 
 // openOutput creates, resumes or replaces the dataset in cfg.Out.
-func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int) (*shard.Writer, error) {
+// A resume was checked read-only (inspectResume) before it gets here.
+func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, providerRec, policyRec json.RawMessage) (*shard.Writer, error) {
 	planRec, _ := json.Marshal(planRecord{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
 		Episodes: episodes, Part: cfg.Part, Total: total})
 	tasksRec, err := task.EncodeRecords(specs)
@@ -418,11 +522,19 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 		if err != nil {
 			return nil, err
 		}
-		if err := compatible(w.Manifest(), specs, cfg); err != nil {
-			w.Close(shard.StatusPartial)
-			return nil, err
-		}
-		w.Update(func(m *shard.Manifest) { m.Plan = planRec })
+		w.Update(func(m *shard.Manifest) {
+			m.Plan = planRec
+			// The run keeps its own provider and policy entries: the resume
+			// check let through only differences that do not change an
+			// episode. A manifest written before the entries were recorded
+			// at creation may lack them.
+			if m.Provider == nil {
+				m.Provider = providerRec
+			}
+			if m.Policy == nil {
+				m.Policy = policyRec
+			}
+		})
 		return w, nil
 	case exists && cfg.Force:
 		if err := removeRun(cfg.Out); err != nil {
@@ -439,51 +551,11 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 	m := shard.Manifest{
 		SchemaVersion: schemas.Version, Tool: "forkline", ToolVersion: Version, RunID: runID,
 		Tasks: tasksRec, Plan: planRec, Capture: cfg.Capture.MarshalManifest(),
+		// Recorded at creation, so that a run that crashes before its first
+		// generation closes can still be checked on resume.
+		Provider: providerRec, Policy: policyRec,
 	}
 	return shard.Create(cfg.Out, m, cfg.Shards)
-}
-
-// compatible refuses a resume whose tasks or plan would produce other
-// episodes than the run being resumed.
-func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
-	oldHash, err := task.RecordHashes(m.Tasks)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrIncompatibleResume, err)
-	}
-	for _, s := range specs {
-		h, ok := oldHash[s.ID]
-		if !ok {
-			return fmt.Errorf("%w: task %s is not in the run being resumed", ErrIncompatibleResume, s.ID)
-		}
-		if now := s.Hash(); h != now {
-			return fmt.Errorf("%w: task %s changed since the run started (spec hash %.12s, was %.12s)", ErrIncompatibleResume, s.ID, now, h)
-		}
-		delete(oldHash, s.ID)
-	}
-	for id := range oldHash {
-		return fmt.Errorf("%w: task %s of the run being resumed is missing from -tasks", ErrIncompatibleResume, id)
-	}
-	var plan planRecord
-	if err := json.Unmarshal(m.Plan, &plan); err == nil {
-		if plan.Repeats != cfg.Repeats || plan.Seed != cfg.Seed {
-			return fmt.Errorf("%w: the run used -repeats %d -seed %d; pass the same values", ErrIncompatibleResume, plan.Repeats, plan.Seed)
-		}
-		if plan.Part.Count == 0 {
-			plan.Part = Whole
-		}
-		if plan.Part != cfg.Part {
-			return fmt.Errorf("%w: the run collected shard %s; pass -shard %s", ErrIncompatibleResume, plan.Part, plan.Part)
-		}
-	}
-	if m.Capture != nil {
-		var was, now map[string]any
-		json.Unmarshal(m.Capture, &was)
-		json.Unmarshal(cfg.Capture.MarshalManifest(), &now)
-		if !reflect.DeepEqual(was, now) {
-			return fmt.Errorf("%w: the run used capture policy %s; pass the same capture flags", ErrIncompatibleResume, cfg.Capture.MarshalManifest())
-		}
-	}
-	return nil
 }
 
 // removeRun deletes a forkline run directory's known contents only, so a
@@ -568,7 +640,9 @@ func (r *recorder) loadBlobs(dir string) error {
 	return nil
 }
 
-func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) error {
+// commit writes the episode and counts it; firstError reports a scaffold
+// loss whose error this invocation had not met yet.
+func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) (firstError bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	kept := b.Blobs[:0]
@@ -582,10 +656,9 @@ func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) error {
 		if r.err == nil {
 			r.err = err
 		}
-		return err
+		return false, err
 	}
-	r.sum.addEpisode(b)
-	return nil
+	return r.sum.addEpisode(b), nil
 }
 
 func (r *recorder) failed() error {

@@ -2,6 +2,7 @@ package collect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -142,8 +143,9 @@ func TestCollectRefusesOccupiedOutput(t *testing.T) {
 	cfg.Resume = true
 	sum, err := Run(context.Background(), cfg)
 	require.NoError(t, err)
-	require.Equal(t, 0, sum.Report().Episodes)
-	require.Equal(t, 2, sum.Report().Skipped)
+	require.True(t, sum.Report().NothingToDo)
+	require.Equal(t, 0, sum.Report().Ran)
+	require.Equal(t, 2, sum.Report().Episodes, "the summary covers the dataset")
 	eps, _, _ := readAll(t, cfg.Out)
 	require.Len(t, eps, 2)
 
@@ -217,10 +219,25 @@ func TestCollectCancelThenResume(t *testing.T) {
 		}
 	}
 	require.Positive(t, cancelled, "episodes in flight are kept as cancelled")
+	keptBefore := len(eps) - cancelled
 
 	cfg.Resume = true
-	_, err = Run(context.Background(), cfg)
+	sum, err := Run(context.Background(), cfg)
 	require.NoError(t, err)
+	// The summary covers the whole dataset, not only this invocation.
+	rep := sum.Report()
+	require.Equal(t, 8, rep.Episodes)
+	require.EqualValues(t, 8*5, rep.Steps)
+	require.Equal(t, map[string]int{"done": 8}, rep.ByExit)
+	require.Equal(t, keptBefore, rep.Skipped)
+	require.Equal(t, 8-keptBefore, rep.Ran, "the cancelled ones ran again")
+	ds, err = shard.Open(cfg.Out)
+	require.NoError(t, err)
+	var stored Report
+	require.NoError(t, json.Unmarshal(ds.Manifest().Summary, &stored))
+	require.Equal(t, 8, stored.Episodes, "the manifest's summary too")
+	require.EqualValues(t, 40, stored.Steps)
+	require.Equal(t, "complete", stored.Status)
 	eps, steps, _ = readAll(t, cfg.Out)
 	var got, want []string
 	for id, e := range eps {
@@ -228,10 +245,10 @@ func TestCollectCancelThenResume(t *testing.T) {
 		require.Equal(t, string(runtime.ExitDone), e.ExitReason, "resume runs the cancelled episodes again, to the end")
 		require.Len(t, steps[id], 5, "each episode has its steps once")
 	}
-	rep, err := shard.Verify(cfg.Out)
+	vr, err := shard.Verify(cfg.Out)
 	require.NoError(t, err)
-	require.True(t, rep.OK(), "problems: %v", rep.Problems)
-	require.Empty(t, rep.Unlisted)
+	require.True(t, vr.OK(), "problems: %v", vr.Problems)
+	require.Empty(t, vr.Unlisted)
 	ds, err = shard.Open(cfg.Out)
 	require.NoError(t, err)
 	hashes, err := task.RecordHashes(ds.Manifest().Tasks)

@@ -22,6 +22,8 @@ type episodeRunner struct {
 	rec       *recorder
 	newPolicy PolicyFactory
 	log       func(format string, args ...any)
+	halt      *halter
+	todo      int // episodes this invocation runs (for -max-loss percentages)
 }
 
 // stepBuffer is the episode's StepSink: it converts each step to a row as it
@@ -66,6 +68,12 @@ func (b *stepBuffer) tokenRecord(ep *schemas.EpisodeRow) error {
 
 func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
 	p := job.Payload.(*planned)
+	if er.halt.stopped() {
+		// Scheduling stopped (a signal, an unavailable service, a write
+		// error, -max-loss) after the pool took this job but before it
+		// began: it never started, and a resume does it.
+		return pool.Done
+	}
 	spec := p.task
 	ep := schemas.EpisodeRow{
 		EpisodeID: p.id, RunID: er.runID, TaskID: spec.ID, TaskHash: p.hash,
@@ -83,12 +91,17 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 	outcome := pool.Done
 
 	if acquireErr != nil {
+		if errors.Is(acquireErr, runtime.ErrUnavailable) {
+			// The golden build or the fork failed because the backend is
+			// gone: the run's failure, not the episode's.
+			er.notKept(p, runtime.ExitEnvError, acquireErr)
+			return pool.Done
+		}
 		ep.ExitReason = string(runtime.ExitEnvError)
 		if errors.Is(acquireErr, context.Canceled) || ctx.Err() != nil {
 			ep.ExitReason = string(runtime.ExitCancelled)
 		}
 		ep.Detail = acquireErr.Error()
-		er.log("episode %s of %s: %v", p.id[:12], spec.ID, acquireErr)
 	} else {
 		pol, err := er.newPolicy(er.cfg, *spec, Episode{ID: p.id, Repeat: p.repeat, Seed: er.cfg.Seed})
 		if err != nil {
@@ -99,6 +112,13 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 			if err != nil {
 				res.Exit, res.Detail = runtime.ExitUnknown, err.Error()
 			}
+			if res.Err != nil && errors.Is(res.Err, runtime.ErrUnavailable) {
+				// The engine or the model server went away under the
+				// episode: its steps so far are not kept, and a resume
+				// runs it whole once the service is back.
+				er.notKept(p, res.Exit, res.Err)
+				return pool.Done
+			}
 			ep.ExitReason, ep.Detail, ep.Answer = string(res.Exit), res.Detail, res.Answer
 			ep.DurationMS = schemas.Millis(time.Since(began))
 			ep.PolicyMS, ep.EnvMS = schemas.Millis(res.PolicyTime), schemas.Millis(res.EnvTime)
@@ -108,6 +128,10 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 			// Verify unless the sandbox broke or the run is stopping.
 			if spec.Verify != nil && outcome != pool.Broken && ctx.Err() == nil {
 				r, verr := spec.Verify.Run(ctx, rep.Sandbox)
+				if verr != nil && errors.Is(verr, runtime.ErrUnavailable) {
+					er.notKept(p, runtime.ExitEnvError, verr)
+					return pool.Done
+				}
 				ep.VerifyMS = schemas.Millis(r.Took)
 				rw := schemas.RewardRow{EpisodeID: p.id, Name: "verify", Value: r.Value, Source: spec.Verify.Cmd,
 					Detail: r.Detail, ExitCode: int32(r.ExitCode)}
@@ -131,10 +155,32 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		ep.Detail = strings.TrimSpace(ep.Detail + "; token record refused: " + err.Error())
 	}
 	batch.Episode, batch.Steps, batch.Blobs = ep, buf.rows, buf.blobs
-	if err := er.rec.commit(context.WithoutCancel(ctx), batch); err != nil {
+	firstError, err := er.rec.commit(context.WithoutCancel(ctx), batch)
+	if err != nil {
 		er.log("episode %s of %s could not be written: %v", p.id[:12], spec.ID, err)
+		er.halt.writeFailed(err)
+		return outcome
+	}
+	if firstError {
+		// Each distinct error is logged once; the summary counts them.
+		er.log("episode %s of %s: %s: %s (further episodes with this error are counted, not logged)",
+			p.id[:12], spec.ID, ep.ExitReason, oneLine(ep.Detail, 1000))
+	}
+	if limit := er.cfg.MaxLoss; limit.IsSet() {
+		if losses := er.rec.sum.RanLosses(); limit.passed(losses, er.todo) {
+			er.halt.lossLimitPassed(limit, losses, er.todo)
+		}
 	}
 	return outcome
+}
+
+// notKept records an episode ended by an unavailable service: counted, its
+// error logged once, scheduling stopped; nothing is committed.
+func (er episodeRunner) notKept(p *planned, exit runtime.ExitReason, err error) {
+	if er.rec.sum.addUnavailable(string(exit), err.Error()) {
+		er.log("episode %s of %s not kept: %s: %v", p.id[:12], p.task.ID, exit, err)
+	}
+	er.halt.serviceUnavailable(err)
 }
 
 // resetName is the reset_strategy column: fork or recreate, with "+standby"

@@ -1,9 +1,14 @@
 package collect
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"os"
+	"slices"
 
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/policy/script"
@@ -17,8 +22,12 @@ var policies = map[string]PolicyFactory{
 	"openai": openaiPolicy,
 }
 
-// scriptPolicy replays -script FILE, or else each task's solution.
+// scriptPolicy replays -script FILE, or else each task's solution. It has
+// no options: one given is refused by name rather than ignored.
 func scriptPolicy(cfg Config, t task.Spec, _ Episode) (runtime.Policy, error) {
+	for _, k := range slices.Sorted(maps.Keys(cfg.PolicyOptions)) {
+		return nil, fmt.Errorf("collect: -policy script has no option %q (it takes none; -script FILE replays a file of actions)", k)
+	}
 	if cfg.ScriptFile != "" {
 		acts, err := script.LoadFile(cfg.ScriptFile)
 		if err != nil {
@@ -66,18 +75,41 @@ func episodeSeed(base int64, episodeID string) int64 {
 // options as given, and for policies that talk to a model the effective
 // conversation settings (defaults applied), which exporters read to rebuild
 // the exact messages the model saw.
+// The script file's sha256 is recorded too: a resume compares the actions,
+// not the file's name.
 func policyRecord(cfg Config) (json.RawMessage, error) {
-	rec := map[string]any{"name": cfg.Policy, "script_file": cfg.ScriptFile, "options": cfg.PolicyOptions}
+	f, err := policyFields(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(f)
+}
+
+func policyFields(cfg Config) (policyRecordFields, error) {
+	sum := ""
+	if cfg.ScriptFile != "" {
+		data, err := os.ReadFile(cfg.ScriptFile)
+		if err != nil {
+			return policyRecordFields{}, fmt.Errorf("collect: -script: %w", err)
+		}
+		h := sha256.Sum256(data)
+		sum = hex.EncodeToString(h[:])
+	}
+	opts := cfg.PolicyOptions
+	if opts == nil {
+		opts = map[string]string{}
+	}
+	rec := policyRecordFields{Name: cfg.Policy, ScriptFile: cfg.ScriptFile, ScriptSHA256: &sum, Options: opts}
 	if cfg.Policy == "openai" {
 		oc, err := openai.ParseOptions(cfg.PolicyOptions)
 		if err != nil {
-			return nil, fmt.Errorf("collect: -policy openai: %w", err)
+			return policyRecordFields{}, fmt.Errorf("collect: -policy openai: %w", err)
 		}
 		conv, err := oc.Conversation()
 		if err != nil {
-			return nil, fmt.Errorf("collect: -policy openai: %w", err)
+			return policyRecordFields{}, fmt.Errorf("collect: -policy openai: %w", err)
 		}
-		rec["conversation"] = conv
+		rec.Conversation = conv
 	}
-	return json.Marshal(rec)
+	return rec, nil
 }

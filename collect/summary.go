@@ -4,37 +4,61 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
 )
 
 // Summary is what a run did. It is kept in bounded memory whatever the number
-// of episodes: counters, and latency samples in fixed-size reservoirs.
+// of episodes: counters, latency samples in fixed-size reservoirs, and at
+// most maxDistinctErrors distinct error texts.
+//
+// After a resume it covers the whole dataset — the episodes kept before
+// (tallied from their rows when the run was resumed) and the ones this
+// invocation added — except for what only this invocation measured: its wall
+// time and rates, screenshots, blobs and bytes per step, and replaced
+// replicas.
 type Summary struct {
 	mu sync.Mutex
 
-	Planned, Skipped int // skipped: already kept by an earlier run (resume)
-	Episodes         int
-	Steps            int64
-	ByExit           map[string]int
-	Rewards          int
-	rewardSum        float64
-	RewardsMissing   int // verifier produced no value
-	reset            map[string]*reservoir
-	Screenshots      int64
-	BlobsStored      int64
-	StepBytes        int64
-	Drift            int
-	Wall             time.Duration
-	Pool             pool.Stats
-	Status           string
-	golden           map[string]float64 // task → build ms
+	Planned  int // planned episodes of this part
+	Skipped  int // kept before this invocation (resume)
+	Episodes int // kept in the dataset
+	Steps    int64
+	ByExit   map[string]int
+	// Ran and RanSteps are what this invocation committed; ranLosses its
+	// scaffold losses (what -max-loss limits).
+	Ran       int
+	RanSteps  int64
+	ranLosses int
+	// NotRun counts the episodes this invocation ended without keeping
+	// because a service they depend on was unavailable.
+	NotRun         int
+	Rewards        int
+	rewardSum      float64
+	RewardsMissing int // verifier produced no value
+	reset          map[string]*reservoir
+	Screenshots    int64
+	BlobsStored    int64
+	StepBytes      int64
+	Drift          int
+	Wall           time.Duration
+	Pool           pool.Stats
+	Status         string
+	// NothingToDo is set when a resumed run was already complete: nothing
+	// ran and nothing was changed.
+	NothingToDo bool
+	golden      map[string]float64 // task → build ms
+	errs        errorTally         // scaffold losses of the dataset, by identical detail
+	unavailable errorTally         // episodes not kept, by identical error
 }
 
 func newSummary(planned, skipped int) *Summary {
@@ -42,26 +66,16 @@ func newSummary(planned, skipped int) *Summary {
 		reset: map[string]*reservoir{}, golden: map[string]float64{}}
 }
 
-func (s *Summary) addEpisode(b shard.EpisodeBatch) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ep := b.Episode
+// addKept counts an episode of the dataset: one kept before this
+// invocation, or (through addEpisode) one it committed. It reports whether
+// the episode is a scaffold loss whose error text this invocation had not
+// seen yet, so the caller logs each distinct error once.
+func (s *Summary) addKept(ep schemas.EpisodeRow, thisRun bool) (firstError bool) {
 	s.Episodes++
-	s.Steps += int64(len(b.Steps))
+	s.Steps += int64(ep.Steps)
 	s.ByExit[ep.ExitReason]++
 	if ep.TokenDrift {
 		s.Drift++
-	}
-	for _, r := range b.Rewards {
-		if r.StepIndex != nil {
-			continue
-		}
-		if r.Value == nil {
-			s.RewardsMissing++
-			continue
-		}
-		s.Rewards++
-		s.rewardSum += *r.Value
 	}
 	if ep.ResetMS > 0 { // a replica was really acquired
 		key := ep.ResetStrategy
@@ -76,6 +90,39 @@ func (s *Summary) addEpisode(b shard.EpisodeBatch) {
 	if ep.GoldenID != "" {
 		s.golden[ep.TaskID] = ep.GoldenBuildMS
 	}
+	if runtime.ParseExitReason(ep.ExitReason).ScaffoldLoss() {
+		if thisRun {
+			s.ranLosses++
+		}
+		return s.errs.add(ep.ExitReason, ep.Detail, thisRun)
+	}
+	return false
+}
+
+// addReward counts an episode-level reward of a kept episode.
+func (s *Summary) addReward(r schemas.RewardRow) {
+	if r.StepIndex != nil {
+		return
+	}
+	if r.Value == nil {
+		s.RewardsMissing++
+		return
+	}
+	s.Rewards++
+	s.rewardSum += *r.Value
+}
+
+// addEpisode counts an episode this invocation committed; see addKept for
+// the result.
+func (s *Summary) addEpisode(b shard.EpisodeBatch) (firstError bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	firstError = s.addKept(b.Episode, true)
+	s.Ran++
+	s.RanSteps += int64(len(b.Steps))
+	for _, r := range b.Rewards {
+		s.addReward(r)
+	}
 	for _, st := range b.Steps {
 		if st.ScreenHash != "" {
 			s.Screenshots++
@@ -88,6 +135,16 @@ func (s *Summary) addEpisode(b shard.EpisodeBatch) {
 	for _, bl := range b.Blobs {
 		s.StepBytes += int64(len(bl.Data))
 	}
+	return firstError
+}
+
+// addUnavailable counts an episode ended, and not kept, because a service
+// was unavailable; it reports whether its error is new to this invocation.
+func (s *Summary) addUnavailable(exit, detail string) (first bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.NotRun++
+	return s.unavailable.add(exit, detail, true)
 }
 
 func (s *Summary) finish(wall time.Duration, ps pool.Stats) {
@@ -96,36 +153,135 @@ func (s *Summary) finish(wall time.Duration, ps pool.Stats) {
 	s.Wall, s.Pool = wall, ps
 }
 
-// Done returns how many episodes were committed by this run so far.
+// Done returns how many episodes this invocation has committed so far.
 func (s *Summary) Done() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.Episodes
+	return s.Ran
 }
 
-// Report is the summary as data (also written into the manifest).
+// RanLosses returns how many of them are scaffold losses.
+func (s *Summary) RanLosses() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ranLosses
+}
+
+// maxDistinctErrors bounds the error texts a summary keeps; further
+// distinct ones are only counted.
+const maxDistinctErrors = 32
+
+// errorTally counts episodes by identical (exit reason, detail), so that a
+// run where every episode fails the same way reports it once with a count
+// ("24 episodes: env_error: pool: golden for X: create: no such image")
+// instead of once per episode.
+type errorTally struct {
+	index  map[errorKey]int
+	counts []ErrorCount
+	seen   []bool // this invocation met the error
+	other  int    // episodes whose error did not fit in the tally
+}
+
+type errorKey struct{ exit, detail string }
+
+func (t *errorTally) add(exit, detail string, thisRun bool) (firstThisRun bool) {
+	k := errorKey{exit, detail}
+	i, ok := t.index[k]
+	if !ok {
+		if len(t.counts) >= maxDistinctErrors {
+			t.other++
+			return false
+		}
+		if t.index == nil {
+			t.index = map[errorKey]int{}
+		}
+		i = len(t.counts)
+		t.index[k] = i
+		t.counts = append(t.counts, ErrorCount{ExitReason: exit, Detail: detail})
+		t.seen = append(t.seen, false)
+	}
+	t.counts[i].Episodes++
+	if thisRun && !t.seen[i] {
+		t.seen[i] = true
+		return true
+	}
+	return false
+}
+
+// report returns the counts, most frequent first (then in the order met).
+func (t *errorTally) report() []ErrorCount {
+	out := slices.Clone(t.counts)
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Episodes > out[b].Episodes })
+	return out
+}
+
+// ErrorCount is how many episodes ended with one identical error.
+type ErrorCount struct {
+	Episodes   int    `json:"episodes"`
+	ExitReason string `json:"exit_reason"`
+	Detail     string `json:"detail"`
+}
+
+// String is the one-line form: "24 episodes: env_error: pool: ...".
+func (e ErrorCount) String() string {
+	n := "episodes"
+	if e.Episodes == 1 {
+		n = "episode"
+	}
+	return fmt.Sprintf("%d %s: %s: %s", e.Episodes, n, e.ExitReason, oneLine(e.Detail, 300))
+}
+
+// oneLine folds a detail (which may hold a command's output tail) onto one
+// line of at most max bytes.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return "(no detail)"
+	}
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// Report is the summary as data (also written into the manifest). Fields
+// marked "this invocation" measure only what the last invocation did; the
+// others cover the whole dataset.
 type Report struct {
-	Status         string             `json:"status,omitempty"`
-	Planned        int                `json:"planned"`
-	Skipped        int                `json:"skipped_already_kept"`
-	Episodes       int                `json:"episodes"`
-	Steps          int64              `json:"steps"`
-	ByExit         map[string]int     `json:"by_exit_reason"`
-	Losses         int                `json:"scaffold_losses"`
+	Status      string         `json:"status,omitempty"`
+	NothingToDo bool           `json:"nothing_to_do,omitempty"`
+	Planned     int            `json:"planned"`
+	Episodes    int            `json:"episodes"`             // kept in the dataset
+	Skipped     int            `json:"skipped_already_kept"` // kept before this invocation
+	Ran         int            `json:"ran"`                  // this invocation: episodes committed
+	NotRun      int            `json:"not_run_unavailable"`  // this invocation: ended by an unavailable service, not kept
+	Steps       int64          `json:"steps"`
+	RanSteps    int64          `json:"ran_steps"` // this invocation
+	ByExit      map[string]int `json:"by_exit_reason"`
+	Losses      int            `json:"scaffold_losses"`
+	// Errors are the scaffold losses grouped by identical detail, most
+	// frequent first; OtherErrors counts losses whose detail did not fit.
+	Errors         []ErrorCount       `json:"errors"`
+	OtherErrors    int                `json:"errors_other,omitempty"`
+	Unavailable    []ErrorCount       `json:"unavailable,omitempty"` // this invocation: why NotRun episodes were not kept
 	RewardMean     *float64           `json:"reward_mean"`
 	Rewarded       int                `json:"rewarded"`
 	RewardsMissing int                `json:"rewards_missing"`
 	ResetMS        map[string]Latency `json:"reset_ms"`
 	GoldenBuildMS  map[string]float64 `json:"golden_build_ms"`
-	StepsPerSec    float64            `json:"steps_per_s"`
-	EpisodesPerSec float64            `json:"episodes_per_s"`
-	WallSec        float64            `json:"wall_s"`
-	Screenshots    int64              `json:"screenshots"`
-	BlobsStored    int64              `json:"blobs_stored"`
-	DedupRatio     float64            `json:"dedup_ratio"` // screenshots per blob stored (pixels hash); 0 when none was
-	BytesPerStep   float64            `json:"bytes_per_step"`
+	StepsPerSec    float64            `json:"steps_per_s"`    // this invocation
+	EpisodesPerSec float64            `json:"episodes_per_s"` // this invocation
+	WallSec        float64            `json:"wall_s"`         // this invocation
+	Screenshots    int64              `json:"screenshots"`    // this invocation
+	BlobsStored    int64              `json:"blobs_stored"`   // this invocation
+	DedupRatio     float64            `json:"dedup_ratio"`    // screenshots per blob stored (pixels hash); 0 when none was
+	BytesPerStep   float64            `json:"bytes_per_step"` // this invocation
 	TokenDrift     int                `json:"episodes_with_token_drift"`
-	Replacements   int                `json:"replicas_replaced"`
+	Replacements   int                `json:"replicas_replaced"` // this invocation
 }
 
 // Latency is a distribution summary in milliseconds.
@@ -139,8 +295,10 @@ type Latency struct {
 func (s *Summary) Report() Report {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := Report{Status: s.Status, Planned: s.Planned, Skipped: s.Skipped, Episodes: s.Episodes, Steps: s.Steps,
+	r := Report{Status: s.Status, NothingToDo: s.NothingToDo, Planned: s.Planned, Skipped: s.Skipped, Episodes: s.Episodes,
+		Ran: s.Ran, NotRun: s.NotRun, Steps: s.Steps, RanSteps: s.RanSteps,
 		ByExit: map[string]int{}, ResetMS: map[string]Latency{}, GoldenBuildMS: map[string]float64{},
+		Errors: s.errs.report(), OtherErrors: s.errs.other, Unavailable: s.unavailable.report(),
 		Rewarded: s.Rewards, RewardsMissing: s.RewardsMissing, WallSec: s.Wall.Seconds(),
 		Screenshots: s.Screenshots, BlobsStored: s.BlobsStored, TokenDrift: s.Drift, Replacements: s.Pool.Replacements}
 	for k, v := range s.ByExit {
@@ -160,11 +318,11 @@ func (s *Summary) Report() Report {
 		r.GoldenBuildMS[k] = v
 	}
 	if s.Wall > 0 {
-		r.StepsPerSec = float64(s.Steps) / s.Wall.Seconds()
-		r.EpisodesPerSec = float64(s.Episodes) / s.Wall.Seconds()
+		r.StepsPerSec = float64(s.RanSteps) / s.Wall.Seconds()
+		r.EpisodesPerSec = float64(s.Ran) / s.Wall.Seconds()
 	}
-	if s.Steps > 0 {
-		r.BytesPerStep = float64(s.StepBytes) / float64(s.Steps)
+	if s.RanSteps > 0 {
+		r.BytesPerStep = float64(s.StepBytes) / float64(s.RanSteps)
 	}
 	if s.BlobsStored > 0 {
 		r.DedupRatio = float64(s.Screenshots) / float64(s.BlobsStored)
@@ -174,11 +332,19 @@ func (s *Summary) Report() Report {
 
 // Print writes the human summary.
 func (r Report) Print(w io.Writer, out string) {
-	fmt.Fprintf(w, "\nforkline collect: %s — %d episodes kept (%d planned", r.Status, r.Episodes+r.Skipped, r.Planned)
-	if r.Skipped > 0 {
-		fmt.Fprintf(w, ", %d kept before this run", r.Skipped)
+	if r.NothingToDo {
+		fmt.Fprintf(w, "\nforkline collect: nothing to do — the run is complete: %d of %d planned episodes kept; nothing was changed\n", r.Episodes, r.Planned)
+		if out != "" {
+			fmt.Fprintf(w, "  dataset: %s\n", out)
+		}
+		return
 	}
-	fmt.Fprintf(w, "), %d steps in %.1fs (%.1f steps/s, %.2f episodes/s)\n", r.Steps, r.WallSec, r.StepsPerSec, r.EpisodesPerSec)
+	fmt.Fprintf(w, "\nforkline collect: %s — %d of %d planned episodes kept, %d steps\n", r.Status, r.Episodes, r.Planned, r.Steps)
+	fmt.Fprintf(w, "  this invocation: %d episodes, %d steps in %.1fs (%.1f steps/s, %.2f episodes/s)", r.Ran, r.RanSteps, r.WallSec, r.StepsPerSec, r.EpisodesPerSec)
+	if r.Skipped > 0 {
+		fmt.Fprintf(w, "; %d kept before", r.Skipped)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  exit reasons:")
 	for _, e := range runtime.ExitReasons() {
 		if n := r.ByExit[string(e)]; n > 0 {
@@ -190,6 +356,21 @@ func (r Report) Print(w io.Writer, out string) {
 		}
 	}
 	fmt.Fprintf(w, "   (* scaffold loss: %d)\n", r.Losses)
+	if len(r.Errors) > 0 {
+		fmt.Fprintf(w, "  scaffold losses by error:\n")
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "    %s\n", e)
+		}
+		if r.OtherErrors > 0 {
+			fmt.Fprintf(w, "    %d more episodes with other errors\n", r.OtherErrors)
+		}
+	}
+	if r.NotRun > 0 {
+		fmt.Fprintf(w, "  not kept, a service was unavailable (-resume runs them):\n")
+		for _, e := range r.Unavailable {
+			fmt.Fprintf(w, "    %s\n", e)
+		}
+	}
 	if r.RewardMean != nil {
 		fmt.Fprintf(w, "  reward: mean %.3f over %d episodes", *r.RewardMean, r.Rewarded)
 	} else {
@@ -216,18 +397,24 @@ func (r Report) Print(w io.Writer, out string) {
 		sort.Strings(parts)
 		fmt.Fprintf(w, "  golden builds: %s\n", strings.Join(parts, ", "))
 	}
+	only := ""
+	if r.Skipped > 0 {
+		only = " (this invocation)"
+	}
 	switch {
 	case r.Screenshots > 0 && r.BlobsStored > 0:
-		fmt.Fprintf(w, "  screenshots: %d, blobs stored: %d (dedup ratio %.1fx)\n", r.Screenshots, r.BlobsStored, r.DedupRatio)
+		fmt.Fprintf(w, "  screenshots: %d, blobs stored: %d (dedup ratio %.1fx)%s\n", r.Screenshots, r.BlobsStored, r.DedupRatio, only)
 	case r.Screenshots > 0:
-		fmt.Fprintf(w, "  screenshots: %d, no blobs stored by this run\n", r.Screenshots)
+		fmt.Fprintf(w, "  screenshots: %d, no blobs stored by this run%s\n", r.Screenshots, only)
 	}
-	fmt.Fprintf(w, "  bytes kept per step: %.0f\n", r.BytesPerStep)
+	if r.RanSteps > 0 {
+		fmt.Fprintf(w, "  bytes kept per step: %.0f%s\n", r.BytesPerStep, only)
+	}
 	if r.TokenDrift > 0 {
 		fmt.Fprintf(w, "  token drift: %d episodes flagged\n", r.TokenDrift)
 	}
 	if r.Replacements > 0 {
-		fmt.Fprintf(w, "  replicas replaced: %d\n", r.Replacements)
+		fmt.Fprintf(w, "  replicas replaced: %d%s\n", r.Replacements, only)
 	}
 	if out != "" {
 		fmt.Fprintf(w, "  dataset: %s\n", out)
@@ -283,14 +470,8 @@ func startProgress(cfg Config, s *Summary) func() {
 	began := time.Now()
 	todo := s.Planned - s.Skipped
 	draw := func(final bool) {
-		n := s.Done()
 		s.mu.Lock()
-		steps, losses := s.Steps, 0
-		for k, v := range s.ByExit {
-			if runtime.ParseExitReason(k).ScaffoldLoss() {
-				losses += v
-			}
-		}
+		n, steps, losses := s.Ran, s.RanSteps, s.ranLosses
 		s.mu.Unlock()
 		el := time.Since(began).Seconds()
 		if cfg.ProgressTTY {

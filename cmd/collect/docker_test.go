@@ -157,3 +157,64 @@ func TestDockerWebTasksRunChromiumInContainers(t *testing.T) {
 	require.Equal(t, 4, rewards)
 	require.Empty(t, labelled(t, ds.Manifest().RunID))
 }
+
+// The issue's case: a Docker run, interrupted, is finished with the command
+// the collector prints. It used to omit -provider docker, so the run went
+// on on the host. Now the command carries the provider and its settings,
+// every episode ran in Docker, and a resume on another provider or image is
+// refused without touching the dataset.
+func TestDockerInterruptedRunFinishesOnDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	requireDocker(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "slow.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(slowTask), 0o644))
+	out := filepath.Join(dir, "run")
+	cmd := exec.Command(collectBin, "-provider", "docker", "-provider-opt", "image=forkline/busybox", "-tasks", spec, "-out", out,
+		"-replicas", "2", "-repeats", "12", "-roll-interval", "200ms", "-grace", "0s", "-quiet")
+	var printed syncBuffer
+	cmd.Stdout, cmd.Stderr = &printed, &printed
+	require.NoError(t, cmd.Start())
+	// Stop once an episode is kept.
+	require.Eventually(t, func() bool {
+		ds, err := shard.Open(out)
+		return err == nil && ds.Manifest().Counts["episodes"] > 0
+	}, 2*time.Minute, 50*time.Millisecond, "no episode was kept")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, exitCancelled, exitCode(cmd.Wait()), printed.String())
+	finish := finishCommand(t, printed.String())
+	require.Contains(t, finish, " -provider docker -provider-opt image=forkline/busybox ")
+
+	// Resumes that would change what a sandbox is are refused, untouched.
+	before := treeHash(t, out)
+	for _, wrong := range [][]string{
+		{"-provider", "local"},
+		{"-provider", "docker", "-provider-opt", "image=forkline/chromium"},
+		{"-provider", "docker", "-provider-opt", "image=forkline/busybox", "-provider-opt", "network=host"},
+		{"-provider", "docker", "-provider-opt", "image=forkline/busybox", "-provider-opt", "init=off"},
+		{"-provider", "docker"}, // the image left to the default is another setting than the one given
+	} {
+		code, said := runCaptured(t, append([]string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-quiet", "-resume"}, wrong...)...)
+		require.Equal(t, exitBadInput, code, said)
+		require.Contains(t, said, "the run used")
+		require.Equal(t, before, treeHash(t, out), "refused %v changed the dataset", wrong)
+	}
+
+	// Settings that do not change a sandbox may differ: standby, sweep.
+	code, resumed := runShell(t, finish+" -provider-opt standby=1 -provider-opt sweep=off")
+	require.Equal(t, exitOK, code, resumed)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
+	require.Contains(t, string(ds.Manifest().Provider), `"image": "forkline/busybox"`, "the run keeps its own provider entry")
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.Equal(t, "docker", e.Provider, "every episode ran in Docker")
+		require.Equal(t, "done", e.ExitReason, e.Detail)
+	}
+	got, _ := keptIDs(t, out)
+	require.Equal(t, expectedIDs(t, out), got)
+	require.Empty(t, labelled(t, ds.Manifest().RunID))
+}

@@ -6,11 +6,23 @@
 //
 // Exit codes:
 //
-//	0    the run is complete (every planned episode is kept, whatever its outcome)
-//	1    the run failed or ended partial for a reason other than a signal
-//	2    bad input: flags, task files, unknown names, an occupied output directory
+//	0    the run is complete (every planned episode is kept, whatever its
+//	     outcome), or a resumed run was complete already (nothing to do)
+//	1    the run failed or ended partial for another reason (the dataset
+//	     could not be written, episodes missing); -resume finishes it once
+//	     the cause is fixed
+//	2    bad input: flags, task files, unknown names, an occupied output
+//	     directory, a resume that does not match the run; nothing was changed
+//	3    scaffold losses: every episode of the (complete) run is a scaffold
+//	     loss, or -max-loss stopped the run (partial; -resume continues it)
+//	4    a service the episodes depend on (the sandbox backend, the model
+//	     server) was unavailable: the episodes it ended were not kept, the
+//	     run is partial, and -resume runs them once it is back
 //	130  interrupted by SIGINT/SIGTERM: running episodes were kept as cancelled,
 //	     the manifest says partial, and -resume finishes the run
+//
+// When a run ends partial, the command that finishes it is printed, with
+// every setting that matters to its episodes.
 package main
 
 import (
@@ -39,10 +51,12 @@ import (
 
 // Exit codes.
 const (
-	exitOK        = 0
-	exitFailed    = 1
-	exitBadInput  = 2
-	exitCancelled = 130
+	exitOK          = 0
+	exitFailed      = 1
+	exitBadInput    = 2
+	exitLosses      = 3
+	exitUnavailable = 4
+	exitCancelled   = 130
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -88,6 +102,7 @@ func run(args []string) int {
 	reset := fs.String("reset", "auto", "reset strategy: auto, fork, recreate")
 	fs.IntVar(&cfg.Standby, "standby", 0, "keep `K` ready replicas per task prepared in the background, so a reset is a hand-off")
 	fs.IntVar(&cfg.MaxCreates, "max-creates", 0, "at most `N` sandbox creations/forks at once (default 2 × replicas)")
+	maxLoss := fs.String("max-loss", "", "stop scheduling once this invocation's scaffold losses pass `N|F%` (a count, or a percentage of the episodes to run); the run ends partial and -resume continues it")
 	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "after the first SIGINT/SIGTERM, how long episodes in flight may finish before they are cancelled")
 	fs.BoolVar(&cfg.Resume, "resume", false, "finish the run in -out, skipping episodes it already kept")
 	fs.BoolVar(&cfg.Force, "force", false, "replace the run in -out")
@@ -105,7 +120,9 @@ func run(args []string) int {
 	quiet := fs.Bool("quiet", false, "no progress output")
 	jsonOut := fs.Bool("json", false, "print the summary as JSON on stdout")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: collect -tasks DIR|FILE -out DIR [flags]\n       collect -merge -out DIR PART_DIR...\n\nExit codes: 0 complete, 1 failed or partial, 2 bad input, 130 interrupted.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "usage: collect -tasks DIR|FILE -out DIR [flags]\n       collect -merge -out DIR PART_DIR...\n\n"+
+			"Exit codes: 0 complete (or nothing to do), 1 failed or partial, 2 bad input (nothing changed),\n"+
+			"3 every episode a scaffold loss or -max-loss passed, 4 a service unavailable (resume later), 130 interrupted.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -121,8 +138,19 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "collect: unexpected arguments %q\n", fs.Args())
 		return exitBadInput
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := checkRanges(fs, given, cfg, *rollMB, *rollEvery, *shardCount); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return exitBadInput
+	}
+	var err error
+	if cfg.MaxLoss, err = collect.ParseLossLimit(*maxLoss); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return exitBadInput
+	}
 	switch {
-	case *shardFlag != "" && *shardCount != 0:
+	case *shardFlag != "" && given["shard-count"]:
 		fmt.Fprintln(os.Stderr, "collect: give -shard i/n or -shard-count n, not both")
 		return exitBadInput
 	case *shardFlag != "":
@@ -132,7 +160,7 @@ func run(args []string) int {
 			return exitBadInput
 		}
 		cfg.Part = p
-	case *shardCount != 0:
+	case given["shard-count"]:
 		p, err := collect.PartFromEnv(*shardCount, os.Getenv)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -140,7 +168,6 @@ func run(args []string) int {
 		}
 		cfg.Part = p
 	}
-	var err error
 	// BEGIN openai policy options
 	if err = llm.apply(fs, &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -183,7 +210,16 @@ func run(args []string) int {
 		cfg.ProgressTTY = isTerminal(os.Stderr)
 	}
 
-	ctx, stop := withSignals()
+	finish := resumeCommand(cfg, *quiet, *jsonOut)
+	ctx, stop := withSignals(func() {
+		workdir := cfg.WorkDir
+		if workdir == "" {
+			workdir = os.TempDir()
+		}
+		fmt.Fprintf(os.Stderr, "collect: second signal: exiting now. Closed shards stay valid; the open generation is lost.\n"+
+			"collect: this run's sandboxes stay behind (local workspaces and their overlay mounts under %s, Docker containers):\n"+
+			"collect: the next collect run sweeps them at start-up, as the command below does. Finish the run with:\n  %s\n", workdir, finish)
+	})
 	defer stop()
 	sum, err := collect.Run(ctx, cfg)
 	if sum != nil {
@@ -196,19 +232,27 @@ func run(args []string) int {
 			rep.Print(os.Stdout, cfg.Out)
 		}
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		return exitOK
-	case errors.Is(err, context.Canceled):
-		fmt.Fprintf(os.Stderr, "collect: interrupted; the run is partial. Finish it with: collect -resume -tasks %s -out %s -repeats %d -seed %d\n", cfg.Tasks, cfg.Out, cfg.Repeats, cfg.Seed)
-		return exitCancelled
+	}
+	partial := sum != nil && sum.Status == string(shard.StatusPartial)
+	code, how := exitFailed, "Once the cause is fixed, finish it with:"
+	switch {
 	case errors.Is(err, collect.ErrConfig):
 		fmt.Fprintln(os.Stderr, err)
 		return exitBadInput
-	default:
-		fmt.Fprintln(os.Stderr, err)
-		return exitFailed
+	case errors.Is(err, collect.ErrUnavailable):
+		code, how = exitUnavailable, "Once the service is back, finish it with:"
+	case errors.Is(err, context.Canceled):
+		code, how = exitCancelled, "Finish it with:"
+	case errors.Is(err, collect.ErrMaxLoss), errors.Is(err, collect.ErrAllLost):
+		code, how = exitLosses, "Continue it (this invocation's losses only count against -max-loss) with:"
 	}
+	fmt.Fprintln(os.Stderr, err)
+	if partial {
+		fmt.Fprintf(os.Stderr, "collect: the run is partial. %s\n  %s\n", how, finish)
+	}
+	return code
 }
 
 // runMerge joins parts into out.
@@ -217,7 +261,7 @@ func runMerge(out string, parts []string, asJSON bool) int {
 		fmt.Fprintln(os.Stderr, "collect: -merge needs -out DIR and the part directories as arguments")
 		return exitBadInput
 	}
-	ctx, stop := withSignals()
+	ctx, stop := withSignals(nil)
 	defer stop()
 	rep, err := collect.Merge(ctx, out, parts, shard.DefaultConfig())
 	if err != nil {
@@ -248,9 +292,9 @@ func runMerge(out string, parts []string, asJSON bool) int {
 
 // withSignals returns a context cancelled by the first SIGINT or SIGTERM:
 // running episodes end as cancelled, shards close, the manifest says partial.
-// A second signal exits at once; closed shards stay valid and only the open
-// generation is lost.
-func withSignals() (context.Context, func()) {
+// A second signal calls onSecond and exits at once; closed shards stay valid
+// and only the open generation is lost.
+func withSignals(onSecond func()) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
@@ -262,7 +306,11 @@ func withSignals() (context.Context, func()) {
 		fmt.Fprintf(os.Stderr, "\ncollect: %v: stopping (signal again to stop at once)\n", s)
 		cancel()
 		if _, ok := <-ch; ok {
-			fmt.Fprintln(os.Stderr, "collect: second signal: exiting now")
+			if onSecond != nil {
+				onSecond()
+			} else {
+				fmt.Fprintln(os.Stderr, "collect: second signal: exiting now")
+			}
 			os.Exit(exitCancelled)
 		}
 	}()

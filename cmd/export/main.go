@@ -51,6 +51,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -134,6 +135,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		v, err := strconv.ParseFloat(*minReward, 64)
 		if err != nil {
 			return fail(fmt.Errorf("export: -min-reward %q is not a number", *minReward))
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			// NaN would compare false with every reward and keep them all.
+			return fail(fmt.Errorf("export: -min-reward %q: want a finite number", *minReward))
 		}
 		o.MinReward = &v
 	}

@@ -135,3 +135,16 @@ func TestFlagErrors(t *testing.T) {
 	}
 	assert.Contains(t, r.stderr, "Exit codes: 0 written, 1 failed, 2 bad input, 130 interrupted.")
 }
+
+// -min-reward is a finite number: NaN would keep every episode (it compares
+// false with every reward) and ±Inf would keep all or none.
+func TestMinRewardMustBeFinite(t *testing.T) {
+	in := writeRun(t)
+	for _, v := range []string{"NaN", "nan", "Inf", "-Inf", "+inf"} {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runExport(t, t.Context(), "-in", in, "-to", "jsonl", "-out", out, "-min-reward", v)
+		assert.Equal(t, exitBadInput, r.code, "%s: %s", v, r.stderr)
+		assert.Contains(t, r.stderr, `-min-reward "`+v+`": want a finite number`)
+		assert.NoFileExists(t, out)
+	}
+}

@@ -101,6 +101,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "replay: -in is required")
 		return exitError
 	}
+	if err := checkRanges(fs, cfg); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitError
+	}
 	cfg.Mode = replay.Mode(*mode)
 	cfg.Tasks, cfg.EpisodeIDs = tasks, episodes
 	cfg.Masks = append([]replay.Mask(nil), replay.DefaultMasks...)
@@ -142,6 +146,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitDiverged
 	}
 	return exitIdentical
+}
+
+// checkRanges refuses a numeric flag outside its range, naming the flag,
+// the value and the range (replay.Run would otherwise replace a
+// non-positive -replicas by its default).
+func checkRanges(fs *flag.FlagSet, cfg replay.Config) error {
+	for _, c := range []struct {
+		name string
+		ok   bool
+		want string
+	}{
+		{"replicas", cfg.Replicas >= 1, "an integer >= 1"},
+		// NaN compares false both ways: the test is written so it fails.
+		{"pixel-tolerance", cfg.PixelTolerance >= 0 && cfg.PixelTolerance <= 1, "a fraction from 0 to 1 (0: compare screenshots by hash)"},
+	} {
+		if !c.ok {
+			return fmt.Errorf("replay: -%s %s: want %s", c.name, fs.Lookup(c.name).Value, c.want)
+		}
+	}
+	return nil
 }
 
 // writeReport writes the report as JSON or, for a .html name, as a page.

@@ -8,11 +8,15 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/forkline/forkline/runtime"
 )
 
 // The wire shapes of /v1/chat/completions, with the token fields of vLLM and
@@ -89,7 +93,10 @@ type chatChoice struct {
 
 // ErrRetriesExhausted is wrapped by the error Decide returns when a request
 // failed in a retryable way (429, 5xx, timeout, broken connection) on every
-// attempt.
+// attempt. When the last attempt found nothing listening at the address
+// (connection refused, no route, a name that does not resolve), the error
+// wraps runtime.ErrUnavailable too; an HTTP error from a live server never
+// does.
 var ErrRetriesExhausted = errors.New("openai: retries exhausted")
 
 // ErrBadResponse is wrapped when the server answered 2xx with something that
@@ -119,6 +126,9 @@ func (e *StatusError) Retryable() bool { return e.Code == http.StatusTooManyRequ
 type attemptError struct {
 	err        error
 	retryAfter time.Duration // the server's Retry-After, if any
+	// unreachable: nothing answered at the server's address at all (see
+	// unreachable).
+	unreachable bool
 }
 
 func (e *attemptError) Error() string { return e.err.Error() }
@@ -179,7 +189,14 @@ func (c *client) complete(ctx context.Context, req *chatRequest) (result, error)
 			return result{}, err
 		}
 		if attempt >= c.cfg.Retries {
-			return result{}, fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempt+1, ae.err)
+			err := fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempt+1, ae.err)
+			if ae.unreachable {
+				// The last attempt found nothing at the address: the
+				// server is gone, which is the run's failure, not the
+				// episode's (runtime.ErrUnavailable).
+				err = &unavailableError{err}
+			}
+			return result{}, err
 		}
 		d := c.backoff(attempt, ae.retryAfter)
 		if c.cfg.Logf != nil {
@@ -261,8 +278,29 @@ func (c *client) transportError(ctx, actx context.Context, err error, key string
 	if actx.Err() != nil {
 		return &attemptError{err: fmt.Errorf("openai: no answer within %s", c.cfg.Timeout)}
 	}
-	return &attemptError{err: fmt.Errorf("openai: %s", redact(err.Error(), key))}
+	return &attemptError{err: fmt.Errorf("openai: %s", redact(err.Error(), key)), unreachable: unreachable(err)}
 }
+
+// unreachable reports whether a transport error means that nothing could be
+// reached at the server's address at all: the connection was refused, there
+// is no route to the host or its network, or the host name does not
+// resolve. A timed-out attempt, a connection broken mid-answer or any HTTP
+// status is not: those come from a server that is there.
+func unreachable(err error) bool {
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+}
+
+// unavailableError is a request that found no server at its address on any
+// attempt up to the last: it wraps runtime.ErrUnavailable, so a collector
+// stops scheduling instead of recording the episode as a policy_error.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string {
+	return e.err.Error() + " (the model server cannot be reached)"
+}
+func (e *unavailableError) Unwrap() []error { return []error{e.err, runtime.ErrUnavailable} }
 
 // retryAfter reads a Retry-After header in seconds or as an HTTP date.
 func retryAfter(h http.Header) time.Duration {

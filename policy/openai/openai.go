@@ -17,7 +17,10 @@
 // tool call that does not make a canonical action → ExitUnparsedAction;
 // finish_reason "length" → ExitOutputTruncated (a cut answer is never
 // executed); a server that still fails after the retries → an error, which
-// runtime.Rollout records as ExitPolicyError.
+// runtime.Rollout records as ExitPolicyError — wrapping runtime.ErrUnavailable
+// when nothing could be reached at the server's address at all, so that a
+// collector treats a server that is gone as the run's failure, not the
+// episode's.
 //
 // Reasoning the server reports apart (message.reasoning, reasoning_content)
 // is recorded in ModelEvent.Reasoning but not sent back: chat templates drop

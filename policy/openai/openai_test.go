@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -419,4 +423,70 @@ func TestStatusErrorHint(t *testing.T) {
 	require.ErrorContains(t, err, "use tool_mode=text")
 	var se *StatusError
 	require.True(t, errors.As(err, &se))
+}
+
+// A server that cannot be reached at all — nothing listens, no route, a
+// name that does not resolve — is unavailable (runtime.ErrUnavailable), the
+// run's failure; anything a live server answers, or a connection it breaks,
+// is the episode's policy_error and never wraps it.
+func TestUnreachableServerIsUnavailable(t *testing.T) {
+	srv := openaitest.New(t, map[string][]openaitest.Turn{
+		"storm": {{Fail: &openaitest.Failure{Status: 503, Body: "busy"}, FailTimes: -1}},
+		"400":   {{Fail: &openaitest.Failure{Status: 400, Body: "bad request"}, FailTimes: -1}},
+		"slow":  {{Fail: &openaitest.Failure{Status: 200, Delay: 5 * time.Second}, FailTimes: -1}},
+	})
+	// An address where nothing listens: a port just released.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := "http://" + l.Addr().String() + "/v1"
+	require.NoError(t, l.Close())
+	// A server that accepts and then drops every connection.
+	dropper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			c.Close()
+		}
+	}))
+	t.Cleanup(dropper.Close)
+	dialing := func(err error) *http.Client {
+		return &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, err
+		}}}
+	}
+
+	cases := []struct {
+		name, url, scenario string
+		client              *http.Client
+		unavailable         bool
+	}{
+		{"connection refused", closed, "x", nil, true},
+		{"name does not resolve", "http://model.example/v1", "x",
+			dialing(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "model.example", IsNotFound: true}}), true},
+		{"no route to host", "http://10.255.255.1/v1", "x",
+			dialing(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}), true},
+		{"network unreachable", "http://10.255.255.1/v1", "x",
+			dialing(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}), true},
+		{"5xx storm", srv.URL, "storm", nil, false},
+		{"4xx", srv.URL, "400", nil, false},
+		{"no answer in time", srv.URL, "slow", nil, false},
+		{"connection dropped", dropper.URL + "/v1", "x", nil, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.BaseURL, cfg.Retries, cfg.Backoff, cfg.BackoffMax = c.url, 1, time.Millisecond, time.Millisecond
+			cfg.Timeout, cfg.HTTPClient = 200*time.Millisecond, c.client
+			p, err := New(cfg)
+			require.NoError(t, err)
+			_, err = p.Decide(context.Background(), runtime.History{Instruction: "scenario: " + c.scenario})
+			require.Error(t, err)
+			if c.unavailable {
+				require.ErrorIs(t, err, runtime.ErrUnavailable)
+				require.ErrorIs(t, err, ErrRetriesExhausted, "after its retries")
+				require.Contains(t, err.Error(), "cannot be reached")
+			} else {
+				require.NotErrorIs(t, err, runtime.ErrUnavailable, "%v", err)
+			}
+		})
+	}
 }

@@ -1,0 +1,326 @@
+package collect
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/task"
+)
+
+// A resume is decided read-only. Everything below reads the run being
+// resumed through shard.Open, which takes no lock and writes nothing, so a
+// refused resume (a mismatched plan, provider, policy or capture policy, a
+// task missing or edited) leaves every byte of the dataset as it was. Only
+// once the resume is accepted does Run take the writer lock (shard.Resume,
+// which deletes leftover files and rewrites the manifest).
+
+// priorRun is what the read-only look at the run being resumed found.
+type priorRun struct {
+	manifest shard.Manifest
+	// kept are the episodes the dataset holds that the resume keeps;
+	// cancelled are the ones kept as cancelled, which it runs again.
+	kept      map[string]bool
+	cancelled map[string]bool
+	// tally is the summary of the kept episodes (their rows and rewards),
+	// so the resumed run's summary covers the whole dataset.
+	tally *Summary
+}
+
+// inspectResume reads the run in cfg.Out without changing it, refuses it
+// when it cannot be resumed with cfg, and tallies the episodes it keeps.
+func inspectResume(ctx context.Context, cfg Config, specs []task.Spec) (*priorRun, error) {
+	ds, err := shard.Open(cfg.Out)
+	if errors.Is(err, shard.ErrNoDataset) {
+		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("collect: --resume: %w", err)
+	}
+	m := ds.Manifest()
+	if err := compatible(m, specs, cfg); err != nil {
+		return nil, err
+	}
+	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, tally: newSummary(0, 0)}
+	for e, err := range ds.Episodes() {
+		if err != nil {
+			return nil, fmt.Errorf("collect: --resume: reading the kept episodes: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("collect: --resume: %w", err)
+		}
+		if e.ExitReason == string(runtime.ExitCancelled) {
+			p.cancelled[e.EpisodeID] = true
+			continue
+		}
+		p.kept[e.EpisodeID] = true
+		p.tally.addKept(e, false)
+	}
+	for r, err := range ds.Rewards() {
+		if err != nil {
+			return nil, fmt.Errorf("collect: --resume: reading the kept rewards: %w", err)
+		}
+		if p.kept[r.EpisodeID] {
+			p.tally.addReward(r)
+		}
+	}
+	return p, nil
+}
+
+// nothingToDo reports whether the run is complete as it stands: every
+// planned episode kept, none to run again, and the manifest says complete.
+// Resuming it changes nothing.
+func (p *priorRun) nothingToDo(plan []planned) bool {
+	if p.manifest.Status != shard.StatusComplete || len(p.cancelled) > 0 {
+		return false
+	}
+	for i := range plan {
+		if !p.kept[plan[i].id] {
+			return false
+		}
+	}
+	return true
+}
+
+// providerRecord and policyRecordFields are the manifest's provider and
+// policy entries as the resume check reads them.
+type providerRecord struct {
+	Name   string            `json:"name"`
+	Params map[string]string `json:"params"`
+}
+
+type policyRecordFields struct {
+	Name         string            `json:"name"`
+	ScriptFile   string            `json:"script_file"`
+	ScriptSHA256 *string           `json:"script_sha256"` // absent in manifests written before it was recorded
+	Options      map[string]string `json:"options"`
+	Conversation map[string]string `json:"conversation,omitempty"`
+}
+
+// providerParamShapes says, per provider and setting, whether a different
+// value changes what a sandbox is, and so what an episode observes (true),
+// or only how the run gets its sandboxes (false). A resume refuses a
+// difference in the first kind and accepts one in the second. A setting not
+// listed here — any setting of a provider this table does not know — counts
+// as shaping: when in doubt, refuse. The names are the providers' own
+// (providers/local.ParamFork, providers/docker.Param*); a test checks that
+// every setting a registered provider accepts is listed.
+var providerParamShapes = map[string]map[string]bool{
+	"local": {
+		// overlay or copy: the fork holds the same files either way, and
+		// every episode row records the method (reset_origin).
+		"fork": false,
+	},
+	"docker": {
+		"image":   true,  // the filesystem and userland commands run in
+		"network": true,  // what commands can reach
+		"init":    true,  // PID 1 and how orphans are reaped, visible to commands (ps, zombies)
+		"standby": false, // how many forks are started ahead: timing only (reset_origin per episode)
+		"sweep":   false, // start-up cleaning of what dead runs left: not about this run's sandboxes
+	},
+}
+
+// policyOptionShapes says, per policy and option, whether a different value
+// changes what the policy does in an episode (true) or only how it reaches
+// its server (false). As for providers, an option not listed counts as
+// shaping. A test checks that every option policy/openai knows is listed.
+var policyOptionShapes = map[string]map[string]bool{
+	"openai": {
+		// A different server may serve another model or revision under the
+		// same name (or, with no model option, whatever it serves).
+		"base_url":    true,
+		"model":       true,
+		"temperature": true,
+		"top_p":       true,
+		"max_tokens":  true,
+		"seed":        true,
+		"tool_mode":   true,
+		"actions":     true,
+		// The cap changes what the model is shown.
+		"observation_cap": true,
+		// Whether token ids and logprobs are requested changes what is
+		// captured (an RL record or none).
+		"token_ids": true,
+		"logprobs":  true,
+		// The file's path may change; its text is compared through the
+		// recorded conversation (the rendered system prompt).
+		"system_prompt_file": false,
+		// Where the key comes from, and how long and how often a request
+		// is tried: they decide whether a request succeeds, not what the
+		// model is asked or answers.
+		"api_key_env": false,
+		"timeout":     false,
+		"retries":     false,
+		"backoff":     false,
+		"backoff_max": false,
+	},
+}
+
+func shapes(table map[string]map[string]bool, name, key string) bool {
+	if v, ok := table[name][key]; ok {
+		return v
+	}
+	return true
+}
+
+// compatible refuses a resume that would produce other episodes than the
+// run being resumed: other tasks or plan, another provider or a setting of
+// it that changes what a sandbox is, another policy or option that changes
+// what it does, another capture policy. Every difference is listed, each
+// with the run's value and this command's.
+func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
+	var diffs []string
+	differ := func(format string, args ...any) { diffs = append(diffs, fmt.Sprintf(format, args...)) }
+
+	oldHash, err := task.RecordHashes(m.Tasks)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrIncompatibleResume, err)
+	}
+	for _, s := range specs {
+		h, ok := oldHash[s.ID]
+		if !ok {
+			differ("task %s is not in the run being resumed", s.ID)
+			continue
+		}
+		if now := s.Hash(); h != now {
+			differ("task %s changed since the run started (spec hash %.12s, was %.12s)", s.ID, now, h)
+		}
+		delete(oldHash, s.ID)
+	}
+	for _, id := range slices.Sorted(maps.Keys(oldHash)) {
+		differ("task %s of the run being resumed is missing from -tasks", id)
+	}
+
+	var plan planRecord
+	if err := json.Unmarshal(m.Plan, &plan); err == nil {
+		if plan.Repeats != cfg.Repeats {
+			differ("-repeats: the run used %d, this command gives %d", plan.Repeats, cfg.Repeats)
+		}
+		if plan.Seed != cfg.Seed {
+			differ("-seed: the run used %d, this command gives %d", plan.Seed, cfg.Seed)
+		}
+		if plan.Part.Count == 0 {
+			plan.Part = Whole
+		}
+		if plan.Part != cfg.Part {
+			differ("-shard: the run collected part %s, this command collects part %s", plan.Part, cfg.Part)
+		}
+	}
+
+	if m.Capture != nil {
+		var was, now map[string]any
+		json.Unmarshal(m.Capture, &was)
+		json.Unmarshal(cfg.Capture.MarshalManifest(), &now)
+		if !reflect.DeepEqual(was, now) {
+			differ("capture policy: the run used %s, this command gives %s", compactJSON(m.Capture), cfg.Capture.MarshalManifest())
+		}
+	}
+
+	// A manifest without a provider or policy entry was written by a run
+	// that crashed before its first generation closed, by a build that
+	// recorded them only then: nothing to compare, and Run records this
+	// command's.
+	if m.Provider != nil {
+		var was providerRecord
+		if err := json.Unmarshal(m.Provider, &was); err != nil {
+			return fmt.Errorf("%w: the manifest's provider entry is unreadable: %v", ErrIncompatibleResume, err)
+		}
+		if was.Name != cfg.Provider {
+			differ("-provider: the run used %s, this command gives %s", was.Name, cfg.Provider)
+		} else {
+			for _, k := range settingKeys(was.Params, cfg.ProviderParams) {
+				o, okO := was.Params[k]
+				n, okN := cfg.ProviderParams[k]
+				if shapes(providerParamShapes, cfg.Provider, k) && (o != n || okO != okN) {
+					differ("-provider-opt %s: the run used %s, this command gives %s (it changes what a %s sandbox is)",
+						k, settingValue(o, okO), settingValue(n, okN), cfg.Provider)
+				}
+			}
+		}
+	}
+	if m.Policy != nil {
+		var was policyRecordFields
+		if err := json.Unmarshal(m.Policy, &was); err != nil {
+			return fmt.Errorf("%w: the manifest's policy entry is unreadable: %v", ErrIncompatibleResume, err)
+		}
+		now, err := policyFields(cfg)
+		if err != nil {
+			return err
+		}
+		if was.Name != now.Name {
+			differ("-policy: the run used %s, this command gives %s", was.Name, now.Name)
+		} else {
+			for _, k := range settingKeys(was.Options, now.Options) {
+				o, okO := was.Options[k]
+				n, okN := now.Options[k]
+				if shapes(policyOptionShapes, now.Name, k) && (o != n || okO != okN) {
+					differ("-policy-opt %s: the run used %s, this command gives %s", k, settingValue(o, okO), settingValue(n, okN))
+				}
+			}
+			switch {
+			case was.ScriptSHA256 != nil && *was.ScriptSHA256 != *now.ScriptSHA256:
+				differ("-script: the run replayed %s, this command %s", scriptName(was.ScriptFile, *was.ScriptSHA256), scriptName(now.ScriptFile, *now.ScriptSHA256))
+			case was.ScriptSHA256 == nil && (was.ScriptFile == "") != (now.ScriptFile == ""):
+				differ("-script: the run replayed %s, this command %s", scriptName(was.ScriptFile, ""), scriptName(now.ScriptFile, ""))
+			}
+			if was.Conversation != nil && !maps.Equal(was.Conversation, now.Conversation) {
+				for _, k := range settingKeys(was.Conversation, now.Conversation) {
+					if was.Conversation[k] != now.Conversation[k] {
+						differ("the conversation's %s differs from the run's (the model would be shown other messages)", k)
+					}
+				}
+			}
+		}
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w %s: this command differs from the run in what its episodes would be:\n  %s\n"+
+		"pass the run's settings (the command printed when it stopped reproduces them), or collect into another -out",
+		ErrIncompatibleResume, cfg.Out, strings.Join(diffs, "\n  "))
+}
+
+func compactJSON(raw []byte) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func settingKeys(a, b map[string]string) []string {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func settingValue(v string, set bool) string {
+	if !set {
+		return "none (the default)"
+	}
+	return fmt.Sprintf("%q", v)
+}
+
+func scriptName(file, sha string) string {
+	switch {
+	case file == "":
+		return "each task's solution"
+	case sha == "":
+		return file
+	}
+	return fmt.Sprintf("%s (sha256 %.12s)", file, sha)
+}

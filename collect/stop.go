@@ -1,0 +1,177 @@
+package collect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Whose failure is it? An episode's own failures are part of the data: a
+// command that fails or times out (an observation), a sandbox that died or
+// was killed under it (an OOM, a container removed, a browser that crashed:
+// env_error), a policy that failed on a live server (an HTTP error after
+// retries: policy_error). They are kept and counted as scaffold losses.
+//
+// The run's failures are not the episode's: a service every episode depends
+// on could not be reached at all (the sandbox backend's engine stopped
+// answering, nothing listens at the model server's address), which
+// providers and policies mark by wrapping runtime.ErrUnavailable; or the
+// dataset cannot be written (a full disk). Such an episode is not kept: the
+// collector stops scheduling, lets the episodes in flight end, closes the
+// shards, marks the run partial and exits non-zero, so that -resume runs the
+// missing episodes once the service is back. docs/FAILURES.md has the table.
+
+// ErrUnavailable is wrapped, together with runtime.ErrUnavailable and the
+// first such error, by Run's error when a service the episodes depend on
+// was unavailable: scheduling stopped, the episodes it ended were not kept,
+// the manifest says partial, and a resume runs them once it is back.
+var ErrUnavailable = errors.New("collect: a service the run depends on is unavailable")
+
+// ErrMaxLoss is wrapped by Run's error when Config.MaxLoss stopped the run:
+// scheduling stopped once this invocation's scaffold losses passed the
+// limit, the episodes in flight were kept, the manifest says partial, and a
+// resume continues the run.
+var ErrMaxLoss = errors.New("collect: scaffold losses passed -max-loss")
+
+// ErrAllLost is wrapped by Run's error when every episode of a complete run
+// is a scaffold loss: the manifest says complete (every planned episode is
+// kept), but nothing worked — typically a wrong image, a setup that fails
+// or a model server that answers only errors.
+var ErrAllLost = errors.New("collect: every episode is a scaffold loss")
+
+// LossLimit is -max-loss: the most scaffold losses this invocation may have
+// before it stops scheduling. It is either a count ("N") or a percentage
+// ("F%") of the episodes this invocation runs (planned minus already kept),
+// and is passed when the losses exceed it: "0" stops at the first loss,
+// "10%" of 200 episodes at the 21st. The zero value is no limit.
+//
+// Decision: the limit counts this invocation's losses only, so a resumed run
+// gets its own budget (the losses an earlier invocation kept do not stop it
+// at once); the percentage is of the episodes to run, not of those run so
+// far, so an early loss does not count as 100%.
+type LossLimit struct {
+	set     bool
+	percent bool
+	count   int     // when !percent
+	frac    float64 // when percent: 0..100
+}
+
+// ParseLossLimit reads "N" (an integer >= 0) or "F%" (0 <= F <= 100); ""
+// is no limit.
+func ParseLossLimit(s string) (LossLimit, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return LossLimit{}, nil
+	}
+	bad := fmt.Errorf("collect: -max-loss %s: want a count N >= 0 or a percentage F%% with 0 <= F <= 100, e.g. 10 or 5%%", s)
+	if f, ok := strings.CutSuffix(s, "%"); ok {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || math.IsNaN(v) || v < 0 || v > 100 {
+			return LossLimit{}, bad
+		}
+		return LossLimit{set: true, percent: true, frac: v}, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return LossLimit{}, bad
+	}
+	return LossLimit{set: true, count: n}, nil
+}
+
+// IsSet reports whether there is a limit.
+func (l LossLimit) IsSet() bool { return l.set }
+
+// String is the flag form ("" when there is no limit).
+func (l LossLimit) String() string {
+	switch {
+	case !l.set:
+		return ""
+	case l.percent:
+		return strconv.FormatFloat(l.frac, 'f', -1, 64) + "%"
+	}
+	return strconv.Itoa(l.count)
+}
+
+// passed reports whether losses exceed the limit for a run of todo
+// episodes.
+func (l LossLimit) passed(losses, todo int) bool {
+	switch {
+	case !l.set:
+		return false
+	case l.percent:
+		return float64(losses)*100 > l.frac*float64(todo)
+	}
+	return losses > l.count
+}
+
+// halter stops a run from the inside: at the first episode ended by an
+// unavailable service, at the first write error, or when -max-loss is
+// passed. Stopping scheduling cancels sched, which the job feeder and every
+// episode about to start watch; a write error also cancels the episodes in
+// flight (cancelRun), since none of them could be kept.
+type halter struct {
+	sched     context.Context
+	stop      context.CancelCauseFunc
+	cancelRun context.CancelFunc
+	log       func(format string, args ...any)
+
+	mu          sync.Mutex
+	unavailable error // the first error that marked a service unavailable
+	writeErr    error
+	maxLoss     bool
+}
+
+// stopped reports whether scheduling has stopped (for any reason, a signal
+// included): an episode that has not started yet is then left for a resume.
+func (h *halter) stopped() bool { return h.sched.Err() != nil }
+
+func (h *halter) serviceUnavailable(err error) {
+	h.mu.Lock()
+	first := h.unavailable == nil
+	if first {
+		h.unavailable = err
+	}
+	h.mu.Unlock()
+	if first {
+		h.log("a service the episodes depend on is unavailable: %v", err)
+		h.log("no new episodes are started; the episodes in flight finish; episodes it ends are not kept (-resume runs them once the service is back)")
+		h.stop(ErrUnavailable)
+	}
+}
+
+func (h *halter) writeFailed(err error) {
+	h.mu.Lock()
+	first := h.writeErr == nil
+	if first {
+		h.writeErr = err
+	}
+	h.mu.Unlock()
+	if first {
+		h.log("writing the dataset failed: %v", err)
+		h.log("no new episodes are started, and the episodes in flight are cancelled: none of them could be kept")
+		h.stop(err)
+		h.cancelRun()
+	}
+}
+
+func (h *halter) lossLimitPassed(limit LossLimit, losses, todo int) {
+	h.mu.Lock()
+	first := !h.maxLoss
+	h.maxLoss = true
+	h.mu.Unlock()
+	if first {
+		h.log("-max-loss %s passed: %d scaffold losses among %d episodes to run; no new episodes are started (the episodes in flight finish and are kept; -resume continues)",
+			limit, losses, todo)
+		h.stop(ErrMaxLoss)
+	}
+}
+
+func (h *halter) state() (unavailable, writeErr error, maxLoss bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.unavailable, h.writeErr, h.maxLoss
+}
