@@ -6,12 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -105,7 +110,9 @@ func Parse(name string, data []byte) ([]Spec, error) {
 		if err != nil {
 			return nil, syntaxError(name, err)
 		}
-		if len(doc.Content) == 0 {
+		// An empty document ("---" at the end of a file, or between two
+		// separators) holds no task, as it would in any YAML tool.
+		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
 			continue
 		}
 		p := parser{file: name}
@@ -149,7 +156,7 @@ func (p parser) fields(n *yaml.Node, path string, known []string, fn func(key st
 	for _, k := range known {
 		ok[k] = true
 	}
-	seen := map[string]bool{}
+	first := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		field := join(path, k.Value)
@@ -158,10 +165,9 @@ func (p parser) fields(n *yaml.Node, path string, known []string, fn func(key st
 			sort.Strings(sorted)
 			return p.errAt(k, field, "unknown field (known: %s)", strings.Join(sorted, ", "))
 		}
-		if seen[k.Value] {
-			return p.errAt(k, field, "appears twice")
+		if err := p.once(first, k, field); err != nil {
+			return err
 		}
-		seen[k.Value] = true
 		if err := fn(k.Value, v); err != nil {
 			return err
 		}
@@ -190,22 +196,89 @@ func kindName(n *yaml.Node) string {
 	return "empty"
 }
 
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+// once refuses a mapping key seen before in the same mapping, naming the
+// line of the first; first maps each key's text to its node.
+func (p parser) once(first map[string]*yaml.Node, k *yaml.Node, field string) error {
+	if prev, dup := first[k.Value]; dup {
+		return p.errAt(k, field, "appears twice (first at line %d)", prev.Line)
+	}
+	first[k.Value] = k
+	return nil
+}
+
+// yamlUnmarshalLineRE matches the "line N: " that yaml.v3 puts before each
+// unmarshal error; errAt says the line already. A line inside the message
+// ("already defined at line 3") is kept.
+var yamlUnmarshalLineRE = regexp.MustCompile(`^line \d+: `)
+
 func (p parser) decode(n *yaml.Node, field string, v any) error {
 	if err := n.Decode(v); err != nil {
 		msg := err.Error()
 		msg = strings.TrimPrefix(msg, "yaml: unmarshal errors:\n  ")
-		msg = yamlLineRE.ReplaceAllString(msg, "")
-		msg = strings.TrimLeft(msg, ": ")
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		msg = yamlUnmarshalLineRE.ReplaceAllString(msg, "")
 		return p.errAt(n, field, "%s", msg)
 	}
 	return nil
 }
 
+// errNotUTF8 is the message for a string that is not UTF-8. YAML itself is
+// UTF-8; such bytes come from a !!binary tag.
+const errNotUTF8 = "is not valid UTF-8 text: a dataset records its tasks as JSON, which keeps only UTF-8 exactly (make binary files in setup:, e.g. with base64 -d)"
+
 func (p parser) str(n *yaml.Node, field string, dst *string) error {
 	if n.Kind != yaml.ScalarNode {
 		return p.errAt(n, field, "must be a string, not %s", kindName(n))
 	}
-	return p.decode(n, field, dst)
+	if err := p.decode(n, field, dst); err != nil {
+		return err
+	}
+	if !utf8.ValidString(*dst) {
+		return p.errAt(n, field, errNotUTF8)
+	}
+	return nil
+}
+
+// key returns the text of a mapping key that names something the task
+// makes (a file, an environment variable).
+func (p parser) key(k *yaml.Node, path string) (string, error) {
+	switch {
+	case k.Kind != yaml.ScalarNode:
+		return "", p.errAt(k, path, "a name must be a plain string, not %s", kindName(k))
+	case k.Tag == "!!null":
+		return "", p.errAt(k, path, "a name must be a plain string, not null")
+	case k.Tag == "!!binary":
+		// Its text is base64: neither the name meant nor one to use.
+		return "", p.errAt(k, path, "a name must be a plain string, not !!binary")
+	}
+	return k.Value, nil
+}
+
+// noNUL refuses a NUL byte in a string that reaches a process (a command,
+// an environment entry, an image name) or names a path: execve and the
+// file system end strings at NUL, so the replica would fail at run time.
+func (p parser) noNUL(n *yaml.Node, field, s string) error {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return p.errAt(n, field, "holds a NUL byte (at byte %d); commands, names and paths cannot carry one", i)
+	}
+	return nil
+}
+
+// command checks a shell command of the task: the sandbox runs it as
+// sh -c CMD, one execve argument.
+func (p parser) command(n *yaml.Node, field, cmd string) error {
+	if strings.TrimSpace(cmd) == "" {
+		return p.errAt(n, field, "empty command")
+	}
+	if err := p.noNUL(n, field, cmd); err != nil {
+		return err
+	}
+	if len(cmd) > MaxArgBytes {
+		return p.errAt(n, field, "the command is %d bytes; one command may have at most %d (Linux's limit on one execve argument): put a long script in files: and run it", len(cmd), MaxArgBytes)
+	}
+	return nil
 }
 
 func (p parser) strList(n *yaml.Node, field string, dst *[]string) error {
@@ -214,15 +287,35 @@ func (p parser) strList(n *yaml.Node, field string, dst *[]string) error {
 	}
 	for i, c := range n.Content {
 		var s string
-		if err := p.str(c, fmt.Sprintf("%s[%d]", field, i), &s); err != nil {
+		item := fmt.Sprintf("%s[%d]", field, i)
+		if err := p.str(c, item, &s); err != nil {
 			return err
 		}
-		if strings.TrimSpace(s) == "" {
-			return p.errAt(c, fmt.Sprintf("%s[%d]", field, i), "empty command")
+		if err := p.command(c, item, s); err != nil {
+			return err
 		}
 		*dst = append(*dst, s)
 	}
 	return nil
+}
+
+// durationRE is the syntax time.ParseDuration accepts. A string of that
+// shape that still does not parse overflows int64 nanoseconds.
+var durationRE = regexp.MustCompile(`^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
+
+// timeoutRange is the accepted range of durations, for messages.
+var timeoutRange = fmt.Sprintf("from %s to %s", shortDuration(MinTimeout), shortDuration(MaxTimeout))
+
+// shortDuration writes d without trailing zero units: 168h, not 168h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func (p parser) duration(n *yaml.Node, field string, dst *Duration) error {
@@ -231,10 +324,34 @@ func (p parser) duration(n *yaml.Node, field string, dst *Duration) error {
 		return err
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
+	switch {
+	case err != nil && durationRE.MatchString(s):
+		return p.errAt(n, field, "%q is out of range (%s)", s, timeoutRange)
+	case err != nil:
 		return p.errAt(n, field, "%q is not a positive duration such as 30s or 5m", s)
+	case d <= 0:
+		return p.errAt(n, field, "%q is not a positive duration such as 30s or 5m", s)
+	case d < MinTimeout || d > MaxTimeout:
+		return p.errAt(n, field, "%q is out of range (%s)", s, timeoutRange)
 	}
 	*dst = Duration(d)
+	return nil
+}
+
+// timeoutMS checks a scripted action's duration in milliseconds (exec
+// timeout_ms, wait ms); 0 is allowed where the action gives it a meaning.
+func (p parser) timeoutMS(n *yaml.Node, field string, ms int64) error {
+	if ms > MaxTimeout.Milliseconds() {
+		return p.errAt(n, field, "%d ms is out of range (at most %d, %s)", ms, MaxTimeout.Milliseconds(), shortDuration(MaxTimeout))
+	}
+	return nil
+}
+
+// intRange checks an integer limit; unit names what it counts.
+func (p parser) intRange(n *yaml.Node, field string, v, lo, hi int64, unit string) error {
+	if v < lo || v > hi {
+		return p.errAt(n, field, "%d is out of range (%d to %d %s)", v, lo, hi, unit)
+	}
 	return nil
 }
 
@@ -244,6 +361,7 @@ var specFields = []string{"id", "instruction", "image", "files", "env", "setup",
 
 func (p parser) spec(n *yaml.Node) (Spec, error) {
 	s := Spec{Source: fmt.Sprintf("%s:%d", p.file, n.Line)}
+	var actions []actionNodes // to place errors found after the whole spec is read
 	err := p.fields(n, "", specFields, func(key string, v *yaml.Node) error {
 		switch key {
 		case "id":
@@ -256,14 +374,18 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 		case "instruction":
 			return p.str(v, key, &s.Instruction)
 		case "image":
-			return p.str(v, key, &s.Image)
+			if err := p.str(v, key, &s.Image); err != nil {
+				return err
+			}
+			if s.Image == "" {
+				// An empty image would silently mean the provider's default.
+				return p.errAt(v, key, "is empty (leave image out for the provider's default)")
+			}
+			return p.noNUL(v, key, s.Image)
 		case "files":
 			return p.files(v, &s)
 		case "env":
-			if v.Kind != yaml.MappingNode {
-				return p.errAt(v, key, "must be a mapping of NAME: value, not %s", kindName(v))
-			}
-			return p.decode(v, key, &s.Env)
+			return p.env(v, &s)
 		case "setup":
 			return p.strList(v, key, &s.Setup)
 		case "start":
@@ -273,7 +395,9 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 		case "limits":
 			return p.limits(v, &s.Limits)
 		case "solution":
-			return p.solution(v, &s)
+			var err error
+			actions, err = p.solution(v, &s)
+			return err
 		case "browser":
 			return p.browser(v, &s)
 		}
@@ -288,31 +412,156 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 	if strings.TrimSpace(s.Instruction) == "" {
 		return Spec{}, p.errAt(n, "instruction", "missing (tell the agent what to do)")
 	}
+	// The browser section may come after the solution, so clicks are
+	// checked against the viewport once both are read.
+	if err := p.clicks(&s, actions); err != nil {
+		return Spec{}, err
+	}
 	return s, nil
 }
 
+// files reads the files section. A name is a slash-separated path relative
+// to the workspace whose every segment names a file or directory: no
+// absolute paths, no empty, "." or ".." segments (a..b.txt is a fine name),
+// no backslashes (a task written on Windows would otherwise get one file
+// literally named dir\file.txt), at most MaxNameBytes per segment. So every
+// accepted name is the one path it makes, and two names never make the same
+// file; a name that is a file cannot also be a directory of another.
 func (p parser) files(v *yaml.Node, s *Spec) error {
 	if v.Kind != yaml.MappingNode {
 		return p.errAt(v, "files", "must be a mapping of path: content, not %s", kindName(v))
 	}
+	type origin struct {
+		name string
+		line int
+	}
 	s.Files = map[string]string{}
+	first := map[string]*yaml.Node{}
+	dirs := map[string]origin{} // directory → the first file name that makes it
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, c := v.Content[i], v.Content[i+1]
-		field := "files." + k.Value
-		if k.Value == "" || strings.HasPrefix(k.Value, "/") || strings.Contains(k.Value, "..") {
-			return p.errAt(k, field, "path must be relative and stay inside the workspace")
+		name, err := p.key(k, "files")
+		if err != nil {
+			return err
+		}
+		field := "files." + name
+		if name == "" {
+			field = "files"
+		}
+		if err := p.once(first, k, field); err != nil {
+			return err
+		}
+		if !utf8.ValidString(name) {
+			return p.errAt(k, field, errNotUTF8)
+		}
+		if err := p.noNUL(k, field, name); err != nil {
+			return err
+		}
+		if msg := checkFileName(name); msg != "" {
+			return p.errAt(k, field, "%s", msg)
+		}
+		if d, ok := dirs[name]; ok {
+			return p.errAt(k, field, "is a directory already (files.%s, line %d), so it cannot be a file too", d.name, d.line)
+		}
+		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+			if f, ok := first[dir]; ok {
+				return p.errAt(k, field, "needs %s to be a directory, but files.%s (line %d) makes it a file", dir, dir, f.Line)
+			}
+			if _, ok := dirs[dir]; !ok {
+				dirs[dir] = origin{name, k.Line}
+			}
 		}
 		var content string
 		if err := p.str(c, field, &content); err != nil {
 			return err
 		}
-		s.Files[k.Value] = content
+		s.Files[name] = content
+	}
+	return nil
+}
+
+// checkFileName says what is wrong with a name of the files section, or ""
+// (see files).
+func checkFileName(name string) string {
+	switch {
+	case name == "":
+		return "the path is empty"
+	case strings.HasPrefix(name, "/"):
+		return "the path must be relative to the workspace"
+	case strings.ContainsRune(name, '\\'):
+		return `the path holds a backslash; separate directories with "/"`
+	}
+	for _, seg := range strings.Split(name, "/") {
+		switch {
+		case seg == "":
+			return `the path has an empty segment (a doubled or trailing "/")`
+		case seg == ".":
+			return `the path has a "." segment; write it without`
+		case seg == "..":
+			return `the path has a ".." segment: files must stay inside the workspace`
+		case len(seg) > MaxNameBytes:
+			return fmt.Sprintf("a segment of the path is %d bytes; at most %d", len(seg), MaxNameBytes)
+		}
+	}
+	return ""
+}
+
+// env reads the env section: NAME: value pairs, each a string. A name is
+// any non-empty text without "=" (which ends a name in NAME=value) or NUL;
+// names a shell cannot expand ($A.B) are still passed to the processes.
+func (p parser) env(v *yaml.Node, s *Spec) error {
+	if v.Kind != yaml.MappingNode {
+		return p.errAt(v, "env", "must be a mapping of NAME: value, not %s", kindName(v))
+	}
+	s.Env = map[string]string{}
+	first := map[string]*yaml.Node{}
+	total := 0
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := v.Content[i], v.Content[i+1]
+		name, err := p.key(k, "env")
+		if err != nil {
+			return err
+		}
+		field := "env." + name
+		if name == "" {
+			field = "env"
+		}
+		if err := p.once(first, k, field); err != nil {
+			return err
+		}
+		switch {
+		case !utf8.ValidString(name):
+			return p.errAt(k, field, errNotUTF8)
+		case name == "":
+			return p.errAt(k, field, "the variable name is empty")
+		case strings.ContainsRune(name, '='):
+			return p.errAt(k, field, `the variable name holds "=", which would end it`)
+		}
+		if err := p.noNUL(k, field, name); err != nil {
+			return err
+		}
+		var value string
+		if err := p.str(val, field, &value); err != nil {
+			return err
+		}
+		if err := p.noNUL(val, field, value); err != nil {
+			return err
+		}
+		if n := len(name) + 1 + len(value); n > MaxArgBytes {
+			return p.errAt(val, field, "NAME=value is %d bytes; at most %d (Linux's limit on one environment string)", n, MaxArgBytes)
+		}
+		total += len(name) + 1 + len(value) + 1
+		s.Env[name] = value
+	}
+	if total > MaxEnvBytes {
+		return p.errAt(v, "env", "the environment is %d bytes; at most %d, so that a command still fits beside it", total, MaxEnvBytes)
 	}
 	return nil
 }
 
 func (p parser) verify(v *yaml.Node, s *Spec) error {
 	ver := &Verify{}
+	cmdNode := v
 	// A bare string is the command with the default reward rule.
 	if v.Kind == yaml.ScalarNode {
 		if err := p.str(v, "verify", &ver.Cmd); err != nil {
@@ -322,6 +571,7 @@ func (p parser) verify(v *yaml.Node, s *Spec) error {
 		err := p.fields(v, "verify", []string{"cmd", "reward", "timeout"}, func(key string, n *yaml.Node) error {
 			switch key {
 			case "cmd":
+				cmdNode = n
 				return p.str(n, "verify.cmd", &ver.Cmd)
 			case "reward":
 				if err := p.str(n, "verify.reward", &ver.Reward); err != nil {
@@ -346,6 +596,9 @@ func (p parser) verify(v *yaml.Node, s *Spec) error {
 	if strings.TrimSpace(ver.Cmd) == "" {
 		return p.errAt(v, "verify.cmd", "missing")
 	}
+	if err := p.command(cmdNode, "verify.cmd", ver.Cmd); err != nil {
+		return err
+	}
 	s.Verify = ver
 	return nil
 }
@@ -354,18 +607,12 @@ func (p parser) limits(v *yaml.Node, l *Limits) error {
 	known := []string{"max_steps", "action_timeout", "episode_timeout", "output_cap", "cpus", "memory_mb", "pids"}
 	return p.fields(v, "limits", known, func(key string, n *yaml.Node) error {
 		field := "limits." + key
-		positive := func(x float64) error {
-			if x <= 0 {
-				return p.errAt(n, field, "must be positive")
-			}
-			return nil
-		}
 		switch key {
 		case "max_steps":
 			if err := p.decode(n, field, &l.MaxSteps); err != nil {
 				return err
 			}
-			return positive(float64(l.MaxSteps))
+			return p.intRange(n, field, int64(l.MaxSteps), 1, MaxStepsLimit, "steps")
 		case "action_timeout":
 			return p.duration(n, field, &l.ActionTimeout)
 		case "episode_timeout":
@@ -374,51 +621,156 @@ func (p parser) limits(v *yaml.Node, l *Limits) error {
 			if err := p.decode(n, field, &l.OutputCap); err != nil {
 				return err
 			}
-			return positive(float64(l.OutputCap))
+			return p.intRange(n, field, int64(l.OutputCap), 1, MaxOutputCap, "bytes")
 		case "cpus":
 			if err := p.decode(n, field, &l.CPUs); err != nil {
 				return err
 			}
-			return positive(l.CPUs)
+			// NaN fails every comparison, so it is named first.
+			if math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) {
+				return p.errAt(n, field, "%s is not a finite number of cores", n.Value)
+			}
+			if l.CPUs < MinCPUs || l.CPUs > MaxCPUs {
+				return p.errAt(n, field, "%s is out of range (%g to %d cores)", n.Value, MinCPUs, MaxCPUs)
+			}
 		case "memory_mb":
 			if err := p.decode(n, field, &l.MemoryMB); err != nil {
 				return err
 			}
-			return positive(float64(l.MemoryMB))
+			return p.intRange(n, field, l.MemoryMB, MinMemoryMB, MaxMemoryMB, "MB")
 		case "pids":
 			if err := p.decode(n, field, &l.Pids); err != nil {
 				return err
 			}
-			return positive(float64(l.Pids))
+			return p.intRange(n, field, l.Pids, 1, MaxPids, "processes")
 		}
 		return nil
 	})
 }
 
 // solution reads the scripted actions, each in the canonical action form
-// ({kind: exec, cmd: ...}), and reports the line of a bad one.
-func (p parser) solution(v *yaml.Node, s *Spec) error {
+// ({kind: exec, cmd: ...}), and reports the line of a bad one. It returns
+// each action's field nodes, for checks that need the rest of the spec.
+func (p parser) solution(v *yaml.Node, s *Spec) ([]actionNodes, error) {
 	if v.Kind != yaml.SequenceNode {
-		return p.errAt(v, "solution", "must be a list of actions, not %s", kindName(v))
+		return nil, p.errAt(v, "solution", "must be a list of actions, not %s", kindName(v))
 	}
+	var nodes []actionNodes
 	for i, item := range v.Content {
 		field := fmt.Sprintf("solution[%d]", i)
 		if item.Kind != yaml.MappingNode {
-			return p.errAt(item, field, "must be an action such as {kind: exec, cmd: ls}, not %s", kindName(item))
+			return nil, p.errAt(item, field, "must be an action such as {kind: exec, cmd: ls}, not %s", kindName(item))
+		}
+		an := actionNodes{item: item, fields: map[string]*yaml.Node{}}
+		first := map[string]*yaml.Node{}
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			k := item.Content[j]
+			if err := p.once(first, k, field+"."+k.Value); err != nil {
+				return nil, err
+			}
+			an.fields[k.Value] = item.Content[j+1]
 		}
 		var m map[string]any
 		if err := p.decode(item, field, &m); err != nil {
-			return err
+			return nil, err
+		}
+		// json.Marshal would silently replace bytes that are not UTF-8.
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if str, ok := m[k].(string); ok && !utf8.ValidString(str) {
+				return nil, p.errAt(an.at(k), field+"."+k, errNotUTF8)
+			}
 		}
 		raw, err := json.Marshal(m)
 		if err != nil {
-			return p.errAt(item, field, "%v", err)
+			return nil, p.errAt(item, field, "%v", err)
 		}
 		var a runtime.Action
 		if err := json.Unmarshal(raw, &a); err != nil {
-			return p.errAt(item, field, "%s", strings.TrimPrefix(err.Error(), "runtime: "))
+			return nil, p.errAt(item, field, "%s", strings.TrimPrefix(err.Error(), "runtime: "))
+		}
+		if err := p.action(a, field, an); err != nil {
+			return nil, err
 		}
 		s.Solution = append(s.Solution, a)
+		nodes = append(nodes, an)
+	}
+	return nodes, nil
+}
+
+// actionNodes are the YAML nodes of one scripted action.
+type actionNodes struct {
+	item   *yaml.Node
+	fields map[string]*yaml.Node // by field name, as written
+}
+
+// at returns the node of a field, or the action's own node when the field
+// is not written out (it came from a merge key).
+func (an actionNodes) at(name string) *yaml.Node {
+	if n, ok := an.fields[name]; ok {
+		return n
+	}
+	return an.item
+}
+
+// action checks what runtime.Action.Validate leaves to the one who writes
+// the action: a scripted action is a mistake in the file when it could
+// never run as written. Text that only becomes data (write_file content, a
+// done answer) may hold any character.
+func (p parser) action(a runtime.Action, field string, an actionNodes) error {
+	at := func(name string) (*yaml.Node, string) { return an.at(name), field + "." + name }
+	noNUL := func(name, s string) error {
+		n, f := at(name)
+		return p.noNUL(n, f, s)
+	}
+	switch a.Kind {
+	case runtime.ActExec:
+		n, f := at("cmd")
+		if err := p.command(n, f, a.Cmd); err != nil {
+			return err
+		}
+		n, f = at("timeout_ms")
+		return p.timeoutMS(n, f, a.TimeoutMS)
+	case runtime.ActReadFile, runtime.ActWriteFile:
+		return noNUL("path", a.Path)
+	case runtime.ActWait:
+		n, f := at("ms")
+		return p.timeoutMS(n, f, a.MS)
+	case runtime.ActType:
+		return noNUL("text", a.Text)
+	case runtime.ActKey:
+		return noNUL("keys", a.Keys)
+	case runtime.ActNavigate:
+		return noNUL("url", a.URL)
+	case runtime.ActClick:
+		for _, c := range []struct {
+			name string
+			v    int
+		}{{"x", a.X}, {"y", a.Y}} {
+			if c.v < 0 {
+				n, f := at(c.name)
+				return p.errAt(n, f, "%d is negative; clicks are at viewport pixels from the top left", c.v)
+			}
+		}
+	}
+	return nil
+}
+
+// clicks checks the solution's clicks against the task's viewport: a
+// scripted click outside it can only fail.
+func (p parser) clicks(s *Spec, nodes []actionNodes) error {
+	if s.Browser == nil {
+		return nil
+	}
+	b := s.WithDefaults().Browser
+	for i, a := range s.Solution {
+		if a.Kind != runtime.ActClick || (a.X < b.Width && a.Y < b.Height) {
+			continue
+		}
+		name := "x"
+		if a.X < b.Width {
+			name = "y"
+		}
+		return p.errAt(nodes[i].at(name), fmt.Sprintf("solution[%d].%s", i, name), "click (%d, %d) is outside the %dx%d viewport", a.X, a.Y, b.Width, b.Height)
 	}
 	return nil
 }
@@ -461,6 +813,9 @@ func (p parser) browser(v *yaml.Node, s *Spec) error {
 			}
 		case "start":
 			if err := p.str(n, field, &b.Start); err != nil {
+				return err
+			}
+			if err := p.noNUL(n, field, b.Start); err != nil {
 				return err
 			}
 			if msg := checkStartPage(b.Start); msg != "" {

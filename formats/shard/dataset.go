@@ -42,7 +42,8 @@ type blobLoc struct {
 
 // Open reads dir's manifest. It fails with ErrNoDataset when there is none,
 // with ErrSchemaVersion for a schema version this build does not read, and
-// with ErrCorrupt when a shard entry is malformed.
+// with ErrCorrupt when a shard entry is malformed or the manifest's
+// bookkeeping does not hold together (checkManifest).
 func Open(dir string) (*Dataset, error) {
 	m, err := readManifest(dir)
 	if err != nil {

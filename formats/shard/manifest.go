@@ -88,26 +88,36 @@ func (m Manifest) Generations() []int {
 	return slices.Compact(gens)
 }
 
-// readManifest reads and decodes dir's manifest and checks its schema
-// version.
+// readManifest reads and decodes dir's manifest.
 func readManifest(dir string) (Manifest, error) {
-	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	name := filepath.Join(dir, ManifestFile)
+	data, err := os.ReadFile(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Manifest{}, fmt.Errorf("%w: %s has no %s", ErrNoDataset, dir, ManifestFile)
 	}
 	if err != nil {
 		return Manifest{}, fmt.Errorf("shard: read manifest: %w", err)
 	}
+	return decodeManifest(name, data)
+}
+
+// decodeManifest decodes the manifest read from the file name, checks its
+// schema version (ErrSchemaVersion), then that its bookkeeping holds
+// together (checkManifest, ErrCorrupt).
+func decodeManifest(name string, data []byte) (Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
-		return Manifest{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, filepath.Join(dir, ManifestFile), err)
+		return Manifest{}, fmt.Errorf("%w: %s: %s", ErrCorrupt, name, jsonError(data, err))
 	}
 	if m.SchemaVersion != schemas.Version {
 		return Manifest{}, fmt.Errorf("%w: %s was written with schema version %d; this build of forkline reads version %d only",
-			ErrSchemaVersion, dir, m.SchemaVersion, schemas.Version)
+			ErrSchemaVersion, name, m.SchemaVersion, schemas.Version)
 	}
 	if m.Counts == nil {
 		m.Counts = map[string]int64{}
+	}
+	if err := checkManifest(m); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
 	}
 	return m, nil
 }

@@ -35,7 +35,8 @@ func (r Report) OK() bool { return len(r.Problems) == 0 }
 // counts add up, and the generation invariant holds: every generation has
 // an episodes shard, episode ids are unique, and every step and reward row
 // belongs to an episode of its own generation. The error is for a dataset
-// that cannot be checked at all (no manifest, unknown schema version);
+// that cannot be checked at all (no manifest, unknown schema version, a
+// manifest whose own bookkeeping does not hold together: ErrCorrupt);
 // everything else is a Problem in the Report.
 func Verify(dir string) (Report, error) {
 	m, err := readManifest(dir)
