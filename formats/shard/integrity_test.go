@@ -18,7 +18,8 @@ import (
 )
 
 // treeHashes maps every file under dir (relative, slash-separated) to the
-// sha256 of its content; directories map to "dir". Two equal maps mean
+// sha256 of its content; directories map to "dir", symbolic links to their
+// target. Two equal maps mean
 // nothing under dir changed.
 func treeHashes(t testing.TB, dir string) map[string]string {
 	t.Helper()
@@ -32,6 +33,11 @@ func treeHashes(t testing.TB, dir string) map[string]string {
 		if d.IsDir() {
 			out[rel+"/"] = "dir"
 			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			target, err := os.Readlink(p)
+			out[rel] = "symlink to " + target
+			return err
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {
