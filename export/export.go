@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -197,10 +196,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	if o.Out != "-" {
-		if err := checkOut(filepath.Clean(o.Out), o.Force, !spec.file); err != nil {
-			return nil, err
-		}
+	if err := checkOut(o, !spec.file); err != nil {
+		return nil, err
 	}
 	inputs, err := openInputs(o, !spec.file)
 	if err != nil {
