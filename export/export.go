@@ -29,14 +29,17 @@ import (
 
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
+	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/schemas"
 )
 
 // ErrBadInput is wrapped by every error caused by the input rather than by
 // a failure while exporting: invalid Options, an unknown target, inputs
-// that cannot be opened or do not go together, an Out that may not be
-// replaced, and a selection that leaves nothing to write (every episode
-// filtered out or refused by the target). cmd/export maps it to exit code 2.
+// that cannot be opened, are damaged (shard.ErrCorrupt: a shard that fails
+// its sha256) or do not go together, an Out that may not be replaced or
+// that would overwrite an input, and a selection that leaves nothing to
+// write (every episode filtered out or refused by the target). cmd/export
+// maps it to exit code 2.
 var ErrBadInput = errors.New("export: bad input")
 
 // badInput keeps the message of err and adds ErrBadInput to its chain.
@@ -279,7 +282,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		})
 		if err != nil {
 			s.Close()
-			return err
+			return corruptInput(in.path, err)
 		}
 	}
 	if err := s.Close(); err != nil {
@@ -289,6 +292,16 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		return nil // jsonl is a view of the run; an empty view is still one
 	}
 	return checkWritten(o, rep)
+}
+
+// corruptInput marks a damaged input (a shard that fails its sha256 or
+// cannot be decoded) as bad input: retrying will not help, and nothing is
+// written. Other errors pass unchanged.
+func corruptInput(path string, err error) error {
+	if errors.Is(err, shard.ErrCorrupt) && !errors.Is(err, ErrBadInput) {
+		return badInput{fmt.Errorf("export: -in %s: %w", path, err)}
+	}
+	return err
 }
 
 // checkWritten refuses an export that wrote nothing: filters that match no

@@ -18,6 +18,8 @@ import (
 // sequential throughput, small enough that hashing never holds a shard.
 const hashBufferBytes = 1 << 20
 
+var hashBuffers = sync.Pool{New: func() any { b := make([]byte, hashBufferBytes); return &b }}
+
 // source is where the shards of one dataset are read from. Every shard is
 // checked against its manifest entry before a row of it is decoded: size,
 // sha256 (the whole file, read once sequentially), then the footer's row
@@ -113,7 +115,9 @@ func (src *source) check(s ShardInfo) error {
 // offset 0 without moving f's offset (the Parquet reader uses ReadAt).
 func hashFile(f *os.File, size int64) (string, error) {
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, size), make([]byte, hashBufferBytes))
+	buf := hashBuffers.Get().(*[]byte)
+	defer hashBuffers.Put(buf)
+	n, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, size), *buf)
 	if err != nil {
 		return "", err
 	}
