@@ -5,7 +5,8 @@
 // and policy options the conversation is built from), the filters (-task,
 // -where, -min-reward), the split by episode-id hash, joining the named
 // episode reward, staging the output so that only a complete one appears at
-// Out, and the registry of targets (Targets, Describe) that hands each
+// Out (and never over an input, or over anything export did not write: see
+// output.go), and the registry of targets (Targets, Describe) that hands each
 // selected episode to a writer in formats/.
 //
 // It reads datasets only through formats/shard and their manifests; it must
@@ -60,10 +61,13 @@ type Options struct {
 	Inputs []string // native dataset directories (required)
 	Target string   // a name from Targets (required)
 	// Out is the output directory, or for a file target (Describe(..).File)
-	// a file or "-" for Stdout (required). A directory target's Out must be
-	// missing or empty unless Force.
-	Out    string
-	Force  bool      // replace a non-empty Out directory
+	// a file or "-" for Stdout (required). It must not be, contain or lie
+	// inside an input. An existing Out must be an empty directory (for a
+	// directory target) unless Force.
+	Out string
+	// Force replaces an existing Out that an earlier export wrote and that
+	// is unchanged since; anything else at Out is refused even with Force.
+	Force  bool
 	Stdout io.Writer // where a file target writes when Out is "-"; os.Stdout when nil
 
 	// Selection: an episode is exported when every filter holds.
