@@ -35,7 +35,8 @@ import (
 //     A killed export leaves it behind; the next export into the same
 //     parent directory deletes every such entry that carries the mark and
 //     that no live export holds locked. Entries without the mark are never
-//     touched.
+//     touched; so a kill in the microseconds between creating the staging
+//     directory and marking it leaves an empty hidden directory behind.
 
 // markAttr is the extended attribute that marks export's output.
 const markAttr = "user.forkline.export"
