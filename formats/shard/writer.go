@@ -154,11 +154,7 @@ func Create(dir string, m Manifest, cfg Config) (*Writer, error) {
 	m.TasksFile = nil
 	// Reserve room for the final manifest before writing anything, so that
 	// a disk too full to hold even that refuses the run at once.
-	inline := 0
-	if len(m.Tasks) <= TasksInlineMax {
-		inline = len(m.Tasks)
-	}
-	if err := reserve(dir, reserveBytes(inline+4096)); err != nil {
+	if err := reserve(dir, reserveBytes(inlineTasks(m)+4096)); err != nil {
 		unreserve(dir)
 		return fail(err)
 	}
@@ -298,7 +294,7 @@ func resume(dir string, m Manifest, cfg Config, lock *os.File) (*Writer, error) 
 			return nil, fmt.Errorf("shard: resume: %w", err)
 		}
 	}
-	if err := reserve(dir, reserveBytes(len(m.Tasks)+len(m.Shards)*256+4096)); err != nil {
+	if err := reserve(dir, reserveBytes(inlineTasks(m)+len(m.Shards)*256+4096)); err != nil {
 		return nil, err
 	}
 	m.Status = StatusRunning
@@ -313,6 +309,15 @@ func resume(dir string, m Manifest, cfg Config, lock *os.File) (*Writer, error) 
 	w := newWriter(dir, m, cfg, lock, exits, nextGen, removed, src, side)
 	w.growReserve(n)
 	return w, nil
+}
+
+// inlineTasks is how many bytes m's tasks take inside the manifest: none
+// when they go to a sidecar.
+func inlineTasks(m Manifest) int {
+	if len(m.Tasks) > TasksInlineMax {
+		return 0
+	}
+	return len(m.Tasks)
 }
 
 // growReserve keeps the reserve at what a manifest of n bytes needs. It is
@@ -359,8 +364,8 @@ func (w *Writer) Manifest() Manifest {
 // Update lets the collector change its fields of the manifest (Summary,
 // Plan, ToolVersion, ...). Changes to the fields the writer owns
 // (SchemaVersion, RunID, Status, CreatedAt, UpdatedAt, TasksFile, Shards,
-// Counts) are ignored. The change is persisted at the next manifest write: when a
-// generation closes, or at Close.
+// Counts) are ignored. The change is persisted at the next manifest write:
+// when a generation closes, or at Close.
 func (w *Writer) Update(fn func(*Manifest)) error {
 	w.acquire(context.Background())
 	defer w.release()
