@@ -537,16 +537,16 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 		})
 		return w, nil
 	case exists && cfg.Force:
-		if err := removeRun(cfg.Out); err != nil {
-			return nil, err
+		if err := shard.RemoveDataset(cfg.Out); err != nil {
+			return nil, fmt.Errorf("collect: -force refuses to clear %s: %w", cfg.Out, err)
 		}
 	case exists:
 		return nil, fmt.Errorf("%w: %s", ErrOutputExists, cfg.Out)
 	case cfg.Resume:
 		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
 	}
-	if entries, err := os.ReadDir(cfg.Out); err == nil && len(entries) > 0 && !cfg.Force {
-		return nil, fmt.Errorf("collect: output directory %s is not empty and holds no forkline run; choose an empty or new directory", cfg.Out)
+	if entries, err := os.ReadDir(cfg.Out); err == nil && len(entries) > 0 {
+		return nil, fmt.Errorf("collect: output directory %s is not empty and holds no forkline run; choose an empty or new directory (-force replaces only a forkline run)", cfg.Out)
 	}
 	m := shard.Manifest{
 		SchemaVersion: schemas.Version, Tool: "forkline", ToolVersion: Version, RunID: runID,
@@ -556,30 +556,6 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 		Provider: providerRec, Policy: policyRec,
 	}
 	return shard.Create(cfg.Out, m, cfg.Shards)
-}
-
-// removeRun deletes a forkline run directory's known contents only, so a
-// mistyped -out with --force cannot wipe unrelated files.
-func removeRun(dir string) error {
-	known := map[string]bool{"manifest.json": true, "manifest.json.tmp": true, ".lock": true}
-	for _, t := range schemas.Tables {
-		known[t] = true
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("collect: %w", err)
-	}
-	for _, e := range entries {
-		if !known[e.Name()] {
-			return fmt.Errorf("collect: --force refuses to clear %s: it holds %q, which is not part of a forkline run", dir, e.Name())
-		}
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return fmt.Errorf("collect: %w", err)
-		}
-	}
-	return nil
 }
 
 // Template is how a task becomes a pool template.

@@ -5,7 +5,8 @@
 // and policy options the conversation is built from), the filters (-task,
 // -where, -min-reward), the split by episode-id hash, joining the named
 // episode reward, staging the output so that only a complete one appears at
-// Out, and the registry of targets (Targets, Describe) that hands each
+// Out (and never over an input, or over anything export did not write: see
+// output.go), and the registry of targets (Targets, Describe) that hands each
 // selected episode to a writer in formats/.
 //
 // It reads datasets only through formats/shard and their manifests; it must
@@ -24,20 +25,22 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
+	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/schemas"
 )
 
 // ErrBadInput is wrapped by every error caused by the input rather than by
 // a failure while exporting: invalid Options, an unknown target, inputs
-// that cannot be opened or do not go together, an Out that may not be
-// replaced, and a selection that leaves nothing to write (every episode
-// filtered out or refused by the target). cmd/export maps it to exit code 2.
+// that cannot be opened, are damaged (shard.ErrCorrupt: a shard that fails
+// its sha256) or do not go together, an Out that may not be replaced or
+// that would overwrite an input, and a selection that leaves nothing to
+// write (every episode filtered out or refused by the target). cmd/export
+// maps it to exit code 2.
 var ErrBadInput = errors.New("export: bad input")
 
 // badInput keeps the message of err and adds ErrBadInput to its chain.
@@ -58,10 +61,13 @@ type Options struct {
 	Inputs []string // native dataset directories (required)
 	Target string   // a name from Targets (required)
 	// Out is the output directory, or for a file target (Describe(..).File)
-	// a file or "-" for Stdout (required). A directory target's Out must be
-	// missing or empty unless Force.
-	Out    string
-	Force  bool      // replace a non-empty Out directory
+	// a file or "-" for Stdout (required). It must not be, contain or lie
+	// inside an input. An existing Out must be an empty directory (for a
+	// directory target) unless Force.
+	Out string
+	// Force replaces an existing Out that an earlier export wrote and that
+	// is unchanged since; anything else at Out is refused even with Force.
+	Force  bool
 	Stdout io.Writer // where a file target writes when Out is "-"; os.Stdout when nil
 
 	// Selection: an episode is exported when every filter holds.
@@ -197,10 +203,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	if o.Out != "-" {
-		if err := checkOut(filepath.Clean(o.Out), o.Force, !spec.file); err != nil {
-			return nil, err
-		}
+	if err := checkOut(o, !spec.file); err != nil {
+		return nil, err
 	}
 	inputs, err := openInputs(o, !spec.file)
 	if err != nil {
@@ -282,7 +286,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		})
 		if err != nil {
 			s.Close()
-			return err
+			return corruptInput(in.path, err)
 		}
 	}
 	if err := s.Close(); err != nil {
@@ -292,6 +296,16 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		return nil // jsonl is a view of the run; an empty view is still one
 	}
 	return checkWritten(o, rep)
+}
+
+// corruptInput marks a damaged input (a shard that fails its sha256 or
+// cannot be decoded) as bad input: retrying will not help, and nothing is
+// written. Other errors pass unchanged.
+func corruptInput(path string, err error) error {
+	if errors.Is(err, shard.ErrCorrupt) && !errors.Is(err, ErrBadInput) {
+		return badInput{fmt.Errorf("export: -in %s: %w", path, err)}
+	}
+	return err
 }
 
 // checkWritten refuses an export that wrote nothing: filters that match no

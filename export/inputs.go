@@ -3,6 +3,7 @@ package export
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -135,6 +136,9 @@ func checkUniqueIDs(ctx context.Context, inputs []*input) error {
 	seen := map[string]int{}
 	for i, in := range inputs {
 		for ep, err := range in.ds.Episodes() {
+			if errors.Is(err, shard.ErrCorrupt) {
+				return corruptInput(in.path, err)
+			}
 			if err != nil {
 				return fmt.Errorf("export: -in %s: %w", in.path, err)
 			}

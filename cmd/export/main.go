@@ -21,9 +21,14 @@
 //
 // Every split named by -split gets its file(s), empty or not. A directory
 // target is built in a hidden sibling directory and renamed into place when
-// complete; -out must be missing or empty unless -force. Exports stream one
-// episode at a time and are deterministic: the same inputs and flags give
-// the same bytes (no output holds a timestamp).
+// complete; an export killed midway leaves that directory, and the next
+// export into the same place deletes it. -out must be missing (or an empty
+// directory); -force replaces it only when it is an earlier export's
+// output, unchanged since. An -out that is, contains or lies inside an -in
+// is refused. Exports stream one episode at a time and are deterministic:
+// the same inputs and flags give the same bytes (no output holds a
+// timestamp). Every input shard is checked against its manifest's sha256
+// before it is read.
 //
 // Selection: -task and -where (repeatable; AND between flags, OR between
 // comma-separated values), -min-reward (episodes with a null reward never
@@ -37,8 +42,9 @@
 // (tool_mode=text) and the observation cap (observation_cap); tool messages
 // are the observations as aci.ObservationText shows them to a model.
 //
-// Exit codes: 0 written, 1 failed, 2 bad input (flags, inputs, a selection
-// that leaves nothing to write), 130 interrupted (nothing is left at -out).
+// Exit codes: 0 written, 1 failed, 2 bad input (flags, inputs, a damaged
+// input shard, an -out that may not be written, a selection that leaves
+// nothing to write), 130 interrupted (nothing is left at -out).
 //
 // The export itself is package export; this command parses the flags into
 // export.Options, runs export.Run and maps its error to the exit code.
@@ -91,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&inputs, "in", "native dataset `DIR` written by collect (required; repeatable)")
 	to := fs.String("to", "", "target: "+strings.Join(export.Targets(), ", ")+" (required)")
 	out := fs.String("out", "", "output `DIR` (a FILE or - for jsonl) (required)")
-	force := fs.Bool("force", false, "replace a non-empty -out directory")
+	force := fs.Bool("force", false, "replace an existing -out that an earlier export wrote (and nothing else)")
 	fs.Var(&wheres, "where", "keep episodes whose `column=v1[,v2]` (or column!=...) matches; repeatable, all must hold; columns: "+strings.Join(export.WhereColumns(), ", "))
 	minReward := fs.String("min-reward", "", "keep episodes whose reward is at least `X` (a null reward never is)")
 	fs.Var(&tasks, "task", "keep episodes of task `ID` (repeatable)")

@@ -203,7 +203,7 @@ func TestArrowReadsShards(t *testing.T) {
 	require.NoError(t, err)
 	episodeGen := map[string]int{} // which generation holds which episode
 	for _, s := range d.Shards(schemas.TableEpisodes) {
-		for id, err := range readEpisodeIDs(dir, s) {
+		for id, err := range readEpisodeIDs(d.src, s) {
 			require.NoError(t, err)
 			episodeGen[id] = s.Generation
 		}
@@ -297,9 +297,10 @@ func TestParquetGoReadsArrowShard(t *testing.T) {
 	info := ShardInfo{File: filepath.ToSlash(name), Table: schemas.TableSteps, Rows: int64(len(want)),
 		Bytes: int64(buf.Len()), SHA256: hex.EncodeToString(sum[:])}
 
-	got := collect(t, readShard[schemas.StepRow](dir, info, 5))
+	src := newSource(dir, "r")
+	require.NoError(t, src.check(info))
+	got := collect(t, readShard[schemas.StepRow](src, info, 5))
 	assert.Equal(t, want, normSteps(got))
-	require.NoError(t, verifyShard(dir, "r", info))
 }
 
 func appendArrow(b array.Builder, v any) {

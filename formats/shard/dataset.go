@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/forkline/forkline/schemas"
@@ -29,6 +26,7 @@ const (
 type Dataset struct {
 	dir string
 	m   Manifest
+	src *source
 
 	blobOnce sync.Once
 	blobIdx  map[string]blobLoc
@@ -55,7 +53,11 @@ func Open(dir string) (*Dataset, error) {
 		}
 	}
 	slices.SortStableFunc(m.Shards, compareShards)
-	return &Dataset{dir: dir, m: m}, nil
+	return newDataset(dir, m), nil
+}
+
+func newDataset(dir string, m Manifest) *Dataset {
+	return &Dataset{dir: dir, m: m, src: newSource(dir, m.RunID)}
 }
 
 // checkShardEntry rejects a manifest entry that names an unknown table or
@@ -123,24 +125,24 @@ func (d *Dataset) shard(table string, gen int) (ShardInfo, bool) {
 // Episodes streams the episodes table, shard by shard in generation order.
 // The iteration stops after yielding an error.
 func (d *Dataset) Episodes() iter.Seq2[schemas.EpisodeRow, error] {
-	return readShards[schemas.EpisodeRow](d.dir, d.Shards(schemas.TableEpisodes), readBatchRows)
+	return readShards[schemas.EpisodeRow](d.src, d.Shards(schemas.TableEpisodes), readBatchRows)
 }
 
 // Steps streams the steps table, shard by shard in generation order; within
 // a shard, in the episodes' order and then in step order.
 func (d *Dataset) Steps() iter.Seq2[schemas.StepRow, error] {
-	return readShards[schemas.StepRow](d.dir, d.Shards(schemas.TableSteps), readBatchRows)
+	return readShards[schemas.StepRow](d.src, d.Shards(schemas.TableSteps), readBatchRows)
 }
 
 // Rewards streams the rewards table in generation order.
 func (d *Dataset) Rewards() iter.Seq2[schemas.RewardRow, error] {
-	return readShards[schemas.RewardRow](d.dir, d.Shards(schemas.TableRewards), readBatchRows)
+	return readShards[schemas.RewardRow](d.src, d.Shards(schemas.TableRewards), readBatchRows)
 }
 
 // Blobs streams the blobs table in generation order. A hash may appear once
 // per generation.
 func (d *Dataset) Blobs() iter.Seq2[schemas.BlobRow, error] {
-	return readShards[schemas.BlobRow](d.dir, d.Shards(schemas.TableBlobs), readBatchBlob)
+	return readShards[schemas.BlobRow](d.src, d.Shards(schemas.TableBlobs), readBatchBlob)
 }
 
 // Blob returns the payload with the given hex sha256, or ErrBlobNotFound.
@@ -154,22 +156,26 @@ func (d *Dataset) Blob(sha256 string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrBlobNotFound, sha256)
 	}
-	f, pf, err := openShard(d.dir, loc.shard)
+	f, pf, err := d.src.open(loc.shard)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	path := d.src.path(loc.shard)
 	r, err := newReader[schemas.BlobRow](pf)
 	if err != nil {
-		return nil, fmt.Errorf("shard: read %s: %w", loc.shard.File, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
 	}
 	defer r.Close()
-	if err := r.SeekToRow(loc.row); err != nil {
-		return nil, fmt.Errorf("shard: read %s: %w", loc.shard.File, err)
+	if err := seekRow(r, loc.row); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
 	}
 	row := make([]schemas.BlobRow, 1)
-	if n, err := r.Read(row); n != 1 {
-		return nil, fmt.Errorf("shard: read %s row %d: %w", loc.shard.File, loc.row, err)
+	if n, err := readRows(r, row); n != 1 {
+		return nil, fmt.Errorf("%w: %s row %d: %v", ErrCorrupt, path, loc.row, err)
+	}
+	if row[0].SHA256 != sha256 {
+		return nil, fmt.Errorf("%w: %s row %d has blob %s, the index says %s", ErrCorrupt, path, loc.row, row[0].SHA256, sha256)
 	}
 	return row[0].Data, nil
 }
@@ -182,7 +188,7 @@ func (d *Dataset) indexBlobs() {
 	d.blobIdx = map[string]blobLoc{}
 	for _, s := range d.Shards(schemas.TableBlobs) {
 		var row int64
-		for k, err := range readShard[keyRow](d.dir, s, readBatchKeys) {
+		for k, err := range readShard[keyRow](d.src, s, readBatchKeys) {
 			if err != nil {
 				d.blobErr = err
 				return
@@ -221,7 +227,7 @@ func (d *Dataset) eachEpisodeOf(gen int, fn func(schemas.EpisodeRow, []schemas.S
 	rewards := pullShard[schemas.RewardRow](d, schemas.TableRewards, gen)
 	defer rewards.stop()
 
-	for ep, err := range readShard[schemas.EpisodeRow](d.dir, eps, readBatchRows) {
+	for ep, err := range readShard[schemas.EpisodeRow](d.src, eps, readBatchRows) {
 		if err != nil {
 			return err
 		}
@@ -287,7 +293,7 @@ func (p *puller[T]) advance() {
 func pullShard[T any](d *Dataset, table string, gen int) *puller[T] {
 	seq := func(func(T, error) bool) {}
 	if s, ok := d.shard(table, gen); ok {
-		seq = readShard[T](d.dir, s, readBatchRows)
+		seq = readShard[T](d.src, s, readBatchRows)
 	}
 	p := &puller[T]{}
 	p.next, p.stop = iter.Pull2(seq)
@@ -296,10 +302,10 @@ func pullShard[T any](d *Dataset, table string, gen int) *puller[T] {
 }
 
 // readShards streams the rows of several shards in order.
-func readShards[T any](dir string, shards []ShardInfo, batch int) iter.Seq2[T, error] {
+func readShards[T any](src *source, shards []ShardInfo, batch int) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		for _, s := range shards {
-			for row, err := range readShard[T](dir, s, batch) {
+			for row, err := range readShard[T](src, s, batch) {
 				if !yield(row, err) || err != nil {
 					return
 				}
@@ -308,20 +314,23 @@ func readShards[T any](dir string, shards []ShardInfo, batch int) iter.Seq2[T, e
 	}
 }
 
-// readShard streams one shard's rows, batch rows at a time. T may be a
-// projection of the table's row type (a struct with some of its columns).
-func readShard[T any](dir string, s ShardInfo, batch int) iter.Seq2[T, error] {
+// readShard streams one shard's rows, batch rows at a time, after src has
+// checked the file (size, sha256, footer). T may be a projection of the
+// table's row type (a struct with some of its columns). A shard that cannot
+// be decoded is ErrCorrupt naming the file.
+func readShard[T any](src *source, s ShardInfo, batch int) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		var zero T
-		f, pf, err := openShard(dir, s)
+		f, pf, err := src.open(s)
 		if err != nil {
 			yield(zero, err)
 			return
 		}
 		defer f.Close()
+		path := src.path(s)
 		r, err := newReader[T](pf)
 		if err != nil {
-			yield(zero, fmt.Errorf("shard: read %s: %w", s.File, err))
+			yield(zero, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err))
 			return
 		}
 		defer r.Close()
@@ -329,7 +338,7 @@ func readShard[T any](dir string, s ShardInfo, batch int) iter.Seq2[T, error] {
 		var seen int64
 		for {
 			clear(buf) // rows handed out must not share memory with the next batch
-			n, err := r.Read(buf)
+			n, err := readRows(r, buf)
 			for i := range n {
 				if !yield(buf[i], nil) {
 					return
@@ -338,59 +347,16 @@ func readShard[T any](dir string, s ShardInfo, batch int) iter.Seq2[T, error] {
 			seen += int64(n)
 			if errors.Is(err, io.EOF) || (err == nil && n == 0) {
 				if seen != s.Rows {
-					yield(zero, fmt.Errorf("%w: %s: read %d rows, the manifest says %d", ErrCorrupt, s.File, seen, s.Rows))
+					yield(zero, fmt.Errorf("%w: %s: read %d rows, the manifest says %d", ErrCorrupt, path, seen, s.Rows))
 				}
 				return
 			}
 			if err != nil {
-				yield(zero, fmt.Errorf("shard: read %s: %w", s.File, err))
+				yield(zero, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err))
 				return
 			}
 		}
 	}
-}
-
-// openShard opens a listed shard and checks it against its manifest entry:
-// size, row count and the forkline key/value metadata.
-func openShard(dir string, s ShardInfo) (*os.File, *parquet.File, error) {
-	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(s.File)))
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: listed shard %s: %v", ErrCorrupt, s.File, err)
-	}
-	fail := func(err error) (*os.File, *parquet.File, error) {
-		f.Close()
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return fail(fmt.Errorf("shard: %s: %w", s.File, err))
-	}
-	if fi.Size() != s.Bytes {
-		return fail(fmt.Errorf("%w: %s has %d bytes, the manifest says %d", ErrCorrupt, s.File, fi.Size(), s.Bytes))
-	}
-	pf, err := parquet.OpenFile(f, fi.Size())
-	if err != nil {
-		return fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, s.File, err))
-	}
-	if err := checkShardMeta(pf, s); err != nil {
-		return fail(err)
-	}
-	return f, pf, nil
-}
-
-// checkShardMeta compares a shard's footer with its manifest entry.
-func checkShardMeta(pf *parquet.File, s ShardInfo) error {
-	v, _ := pf.Lookup(schemas.MetaSchemaVersion)
-	if v != strconv.Itoa(schemas.Version) {
-		return fmt.Errorf("%w: %s has %s = %q; this build reads %d", ErrSchemaVersion, s.File, schemas.MetaSchemaVersion, v, schemas.Version)
-	}
-	if t, _ := pf.Lookup(schemas.MetaTable); t != s.Table {
-		return fmt.Errorf("%w: %s has %s = %q, the manifest says %q", ErrCorrupt, s.File, schemas.MetaTable, t, s.Table)
-	}
-	if pf.NumRows() != s.Rows {
-		return fmt.Errorf("%w: %s holds %d rows, the manifest says %d", ErrCorrupt, s.File, pf.NumRows(), s.Rows)
-	}
-	return nil
 }
 
 // newReader is parquet.NewGenericReader, which panics on a schema that
@@ -414,9 +380,9 @@ type episodeExit struct {
 }
 
 // readEpisodeIDs streams the episode_id column of a shard.
-func readEpisodeIDs(dir string, s ShardInfo) iter.Seq2[string, error] {
+func readEpisodeIDs(src *source, s ShardInfo) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
-		for k, err := range readShard[episodeKey](dir, s, readBatchKeys) {
+		for k, err := range readShard[episodeKey](src, s, readBatchKeys) {
 			if !yield(k.EpisodeID, err) || err != nil {
 				return
 			}

@@ -57,7 +57,7 @@ func (w *Writer) Drop(ctx context.Context, ids map[string]bool) (int, error) {
 		if s.Table != schemas.TableEpisodes {
 			continue
 		}
-		for id, err := range readEpisodeIDs(w.dir, s) {
+		for id, err := range readEpisodeIDs(w.src, s) {
 			if err != nil {
 				return 0, fmt.Errorf("shard: drop: %w", err)
 			}
@@ -85,7 +85,7 @@ func (w *Writer) Drop(ctx context.Context, ids map[string]bool) (int, error) {
 // rewriteWithout rewrites generation g's episode tables without the
 // episodes ids into generation w.nextGen and swaps them in the manifest.
 func (w *Writer) rewriteWithout(g int, ids map[string]bool) (int, error) {
-	ds := &Dataset{dir: w.dir, m: w.m}
+	ds := &Dataset{dir: w.dir, m: w.m, src: w.src}
 	ng := w.nextGen
 	w.nextGen++
 	keep := func(id string) bool { return !ids[id] }
@@ -130,7 +130,7 @@ func (w *Writer) rewriteWithout(g int, ids map[string]bool) (int, error) {
 			return 0, fmt.Errorf("sync %s: %w", table, err)
 		}
 	}
-	m := w.m.Clone()
+	m := w.m.withShards()
 	m.Shards = slices.DeleteFunc(m.Shards, func(s ShardInfo) bool { return slices.Contains(old, s) })
 	m.Shards = append(m.Shards, infos...)
 	slices.SortStableFunc(m.Shards, compareShards)
@@ -139,10 +139,13 @@ func (w *Writer) rewriteWithout(g int, ids map[string]bool) (int, error) {
 		m.Counts[s.Table] += s.Rows
 	}
 	m.UpdatedAt = time.Now().UTC()
-	if err := writeManifest(w.dir, m); err != nil {
+	n, err := writeManifest(w.dir, m, w.side)
+	if err != nil {
 		return 0, err
 	}
+	m.TasksFile = w.side.current()
 	w.m = m
+	w.growReserve(n)
 	for _, id := range removed {
 		delete(w.committed, id)
 		delete(w.exits, id)
@@ -176,7 +179,7 @@ func copyShard[T any](w *Writer, s ShardInfo, gen int, keep func(*T) (bool, int6
 		batch, bytes = batch[:0], 0
 		return err
 	}
-	for row, err := range readShard[T](w.dir, s, readBatchRows) {
+	for row, err := range readShard[T](w.src, s, readBatchRows) {
 		if err != nil {
 			f.abandon()
 			return ShardInfo{}, 0, err

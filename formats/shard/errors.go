@@ -10,8 +10,9 @@ var (
 	// --resume (Resume) or --force (remove the directory first).
 	ErrExists = errors.New("shard: dataset already exists")
 
-	// ErrNoDataset is returned by Open, Resume and Verify when the
-	// directory holds no manifest.
+	// ErrNoDataset is returned by Open, Resume, Verify and RemoveDataset
+	// when the directory holds no manifest (RemoveDataset: or does not
+	// exist).
 	ErrNoDataset = errors.New("shard: no dataset")
 
 	// ErrDuplicate is returned by Commit for an episode id that is already
@@ -27,9 +28,13 @@ var (
 	// (or a shard) written with a schema version this build does not know.
 	ErrSchemaVersion = errors.New("shard: unsupported schema version")
 
-	// ErrCorrupt is returned by Resume and the readers when a listed shard
-	// is missing, has the wrong size, or does not carry the expected
-	// metadata.
+	// ErrCorrupt is returned by Open, Resume and every reader (Episodes,
+	// Steps, Rewards, Blobs, Blob, EachEpisode, Drop) when a listed shard
+	// is missing, has another size or sha256 than the manifest records,
+	// carries other metadata (table, row count, run id), or cannot be
+	// decoded; and when the manifest or its tasks sidecar is malformed or
+	// does not match its recorded hash. The message names the file.
+	// Nothing is returned from a shard before its hash is known good.
 	ErrCorrupt = errors.New("shard: dataset corrupt")
 
 	// ErrClosed is returned by a Writer's methods after Close.
@@ -40,9 +45,21 @@ var (
 	// closed. Close still writes the manifest of the closed generations.
 	ErrBroken = errors.New("shard: writer broken by an earlier error")
 
-	// ErrLocked is returned by Create and Resume when another Writer holds
-	// the dataset directory.
+	// ErrLocked is returned by Create, Resume and RemoveDataset when a
+	// live Writer holds the dataset directory.
 	ErrLocked = errors.New("shard: dataset in use by another writer")
+
+	// ErrNotForkline is returned by RemoveDataset when the directory's
+	// manifest is not a forkline manifest it may act on: unreadable,
+	// undecodable, written by another tool, or of another schema version.
+	// Nothing is removed.
+	ErrNotForkline = errors.New("shard: not a forkline dataset")
+
+	// ErrForeignFile is returned by RemoveDataset when the dataset
+	// directory, or one of its table directories, holds a file or
+	// directory a forkline dataset does not have; the message names the
+	// first. Nothing is removed.
+	ErrForeignFile = errors.New("shard: the dataset directory holds a file forkline did not write")
 
 	// ErrBlobNotFound is returned by Dataset.Blob for an unknown hash.
 	ErrBlobNotFound = errors.New("shard: blob not found")

@@ -42,8 +42,8 @@ type ShardInfo struct {
 }
 
 // Manifest is the content of manifest.json. The writer owns SchemaVersion,
-// RunID, Status, CreatedAt, UpdatedAt, Shards and Counts; the collector owns
-// the rest, which this package stores as given.
+// RunID, Status, CreatedAt, UpdatedAt, TasksFile, Shards and Counts; the
+// collector owns the rest, which this package stores as given.
 type Manifest struct {
 	SchemaVersion int       `json:"schema_version"`
 	Tool          string    `json:"tool"`
@@ -60,6 +60,12 @@ type Manifest struct {
 	Plan     json.RawMessage `json:"plan,omitempty"`
 	Summary  json.RawMessage `json:"summary,omitempty"`
 
+	// TasksFile names the sidecar file that holds Tasks when they are
+	// longer than TasksInlineMax (the manifest then holds no "tasks"). The
+	// writer owns it; readers load the sidecar into Tasks, verified, so
+	// Tasks reads the same either way.
+	TasksFile *SidecarInfo `json:"tasks_file,omitempty"`
+
 	Shards []ShardInfo      `json:"shards"`
 	Counts map[string]int64 `json:"counts"` // rows per table over the listed shards
 }
@@ -73,6 +79,21 @@ func (m Manifest) Clone() Manifest {
 	c.Tasks = bytes.Clone(m.Tasks)
 	c.Plan = bytes.Clone(m.Plan)
 	c.Summary = bytes.Clone(m.Summary)
+	if m.TasksFile != nil {
+		tf := *m.TasksFile
+		c.TasksFile = &tf
+	}
+	c.Shards = slices.Clone(m.Shards)
+	c.Counts = maps.Clone(m.Counts)
+	return c
+}
+
+// withShards returns a copy of m that shares m's opaque fields (which
+// nobody mutates in place: the Writer copies them on the way in and out)
+// and owns its Shards and Counts: what a generation close changes. Unlike
+// Clone it does not copy Tasks, which may be tens of megabytes.
+func (m Manifest) withShards() Manifest {
+	c := m
 	c.Shards = slices.Clone(m.Shards)
 	c.Counts = maps.Clone(m.Counts)
 	return c
@@ -88,7 +109,9 @@ func (m Manifest) Generations() []int {
 	return slices.Compact(gens)
 }
 
-// readManifest reads and decodes dir's manifest.
+// readManifest reads dir's manifest and the tasks sidecar it names (see
+// TasksInlineMax), so that the Manifest's Tasks read the same whether they
+// were stored inline or not.
 func readManifest(dir string) (Manifest, error) {
 	name := filepath.Join(dir, ManifestFile)
 	data, err := os.ReadFile(name)
@@ -98,12 +121,24 @@ func readManifest(dir string) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, fmt.Errorf("shard: read manifest: %w", err)
 	}
-	return decodeManifest(name, data)
+	m, err := decodeManifest(name, data)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if m.TasksFile != nil {
+		if m.Tasks, err = readSidecar(dir, *m.TasksFile); err != nil {
+			return Manifest{}, err
+		}
+	}
+	return m, nil
 }
 
-// decodeManifest decodes the manifest read from the file name, checks its
-// schema version (ErrSchemaVersion), then that its bookkeeping holds
-// together (checkManifest, ErrCorrupt).
+// decodeManifest decodes the bytes of a manifest file (name is for
+// messages) and checks what can be checked without the dataset's other
+// files: the schema version (ErrSchemaVersion), that a tasks sidecar
+// reference is well-formed, and that its bookkeeping holds together
+// (checkManifest, ErrCorrupt). It does not read the sidecar: Tasks stays
+// empty when the manifest names one.
 func decodeManifest(name string, data []byte) (Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
@@ -112,6 +147,14 @@ func decodeManifest(name string, data []byte) (Manifest, error) {
 	if m.SchemaVersion != schemas.Version {
 		return Manifest{}, fmt.Errorf("%w: %s was written with schema version %d; this build of forkline reads version %d only",
 			ErrSchemaVersion, name, m.SchemaVersion, schemas.Version)
+	}
+	if m.TasksFile != nil {
+		if len(m.Tasks) > 0 {
+			return Manifest{}, fmt.Errorf("%w: %s has both tasks and tasks_file", ErrCorrupt, name)
+		}
+		if err := m.TasksFile.check(); err != nil {
+			return Manifest{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, name, err)
+		}
 	}
 	if m.Counts == nil {
 		m.Counts = map[string]int64{}
@@ -123,25 +166,38 @@ func decodeManifest(name string, data []byte) (Manifest, error) {
 }
 
 // writeManifest replaces dir's manifest atomically: temporary file, fsync,
-// rename, fsync of the directory.
-func writeManifest(dir string, m Manifest) error {
-	data, err := json.MarshalIndent(m, "", "  ")
+// rename, fsync of the directory. Tasks longer than TasksInlineMax go to
+// their sidecar first (written once: side remembers the last one written
+// and is updated; it may be nil). It returns the manifest's size in bytes.
+func writeManifest(dir string, m Manifest, side *tasksSidecar) (int, error) {
+	disk := m
+	disk.TasksFile = nil
+	var wrote *SidecarInfo
+	if len(m.Tasks) > TasksInlineMax {
+		info, err := side.ensure(dir, m.Tasks)
+		if err != nil {
+			return 0, err
+		}
+		disk.Tasks, disk.TasksFile, wrote = nil, &info, &info
+	}
+	data, err := json.MarshalIndent(disk, "", "  ")
 	if err != nil {
-		return fmt.Errorf("shard: encode manifest: %w", err)
+		return 0, fmt.Errorf("shard: encode manifest: %w", err)
 	}
 	data = append(data, '\n')
 	final := filepath.Join(dir, ManifestFile)
 	tmp := final + ".tmp"
 	if err := writeFileSync(tmp, data); err != nil {
-		return fmt.Errorf("shard: write manifest: %w", err)
+		return 0, fmt.Errorf("shard: write manifest: %w", err)
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("shard: write manifest: %w", err)
+		return 0, fmt.Errorf("shard: write manifest: %w", err)
 	}
 	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("shard: write manifest: %w", err)
+		return 0, fmt.Errorf("shard: write manifest: %w", err)
 	}
-	return nil
+	side.referenced(dir, wrote, m.Tasks)
+	return len(data), nil
 }
 
 func writeFileSync(path string, data []byte) error {

@@ -25,6 +25,27 @@ func shardName(g int) string { return fmt.Sprintf("part-%05d.parquet", g) }
 // tmpName returns the hidden name a shard has while its generation is open.
 func tmpName(g int) string { return "." + shardName(g) + ".tmp" }
 
+// isShardName reports whether name is a shard's file name: part-NNNNN.parquet
+// with five digits or more.
+func isShardName(name string) bool {
+	num, ok := strings.CutPrefix(name, "part-")
+	if !ok {
+		return false
+	}
+	num, ok = strings.CutSuffix(num, ".parquet")
+	return ok && len(num) >= 5 && strings.Trim(num, "0123456789") == ""
+}
+
+// isShardTmpName reports whether name is a shard's temporary name.
+func isShardTmpName(name string) bool {
+	inner, ok := strings.CutPrefix(name, ".")
+	if !ok {
+		return false
+	}
+	inner, ok = strings.CutSuffix(inner, ".tmp")
+	return ok && isShardName(inner)
+}
+
 // shardWriter is the interface the generation needs from a tableFile of any
 // row type.
 type shardWriter interface {

@@ -1,15 +1,13 @@
 package shard
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
-	"io"
 	"os"
+	"path"
 	"path/filepath"
 
 	"github.com/forkline/forkline/schemas"
-	"github.com/parquet-go/parquet-go"
 )
 
 // Report is what Verify found.
@@ -20,26 +18,53 @@ type Report struct {
 	Bytes       int64
 	Rows        map[string]int64 // rows per table, from the shards' footers
 	Problems    []string         // anything that breaks the dataset's guarantees
-	// Unlisted are files in the table directories that the manifest does
-	// not list: leftovers of a generation lost in a crash. Readers ignore
-	// them and Resume deletes them; they are not problems.
+	// Unlisted are forkline's files that are not part of the dataset:
+	// leftovers of a generation lost in a crash (unlisted shards,
+	// temporary files) and unreferenced tasks sidecars. Readers ignore
+	// them and Resume deletes them; they are not problems. (The manifest
+	// reserve of a live or crashed Writer, ReserveFile, is neither
+	// reported nor a problem.)
 	Unlisted []string
+	// Foreign are files in the dataset directory or its table directories
+	// that a forkline dataset does not have. Readers ignore them; they are
+	// not problems, but RemoveDataset refuses to delete a dataset that
+	// holds any.
+	Foreign []string
 }
 
 // OK reports whether Verify found no problem.
 func (r Report) OK() bool { return len(r.Problems) == 0 }
 
-// Verify checks the dataset in dir against its manifest: every listed shard
-// exists with its size and sha256 (re-hashed), its footer's row count and
-// forkline metadata (schema version, table, run id) match, the per-table
-// counts add up, and the generation invariant holds: every generation has
-// an episodes shard, episode ids are unique, and every step and reward row
-// belongs to an episode of its own generation. The error is for a dataset
-// that cannot be checked at all (no manifest, unknown schema version, a
-// manifest whose own bookkeeping does not hold together: ErrCorrupt);
-// everything else is a Problem in the Report.
+// Verify checks the dataset in dir against its manifest, everything that
+// readers rely on, and reports every problem it finds rather than the first:
+//
+//   - the manifest: written by forkline; a tasks sidecar it names exists
+//     with its recorded size and sha256;
+//   - every listed shard: its entry is well-formed and listed once; the
+//     file exists with its size and sha256 (re-hashed); its footer's row
+//     count, schema version, table and run id match;
+//   - the counts: the rows of the listed shards add up to the manifest's
+//     per-table counts;
+//   - the generation invariant: every generation has an episodes shard
+//     (or only a blobs shard), episode ids are unique across the dataset,
+//     every episode row carries the manifest's run id, every step and
+//     reward row belongs to an episode of its own generation, and each
+//     episode's steps count equals its step rows.
+//
+// The error is for a dataset that cannot be checked at all (no manifest,
+// an undecodable manifest, an unknown schema version, a manifest whose own
+// bookkeeping does not hold together: ErrCorrupt); everything else is a
+// Problem in the Report.
 func Verify(dir string) (Report, error) {
-	m, err := readManifest(dir)
+	name := filepath.Join(dir, ManifestFile)
+	data, err := os.ReadFile(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return Report{}, fmt.Errorf("%w: %s has no %s", ErrNoDataset, dir, ManifestFile)
+	}
+	if err != nil {
+		return Report{}, fmt.Errorf("shard: read manifest: %w", err)
+	}
+	m, err := decodeManifest(name, data)
 	if err != nil {
 		return Report{}, err
 	}
@@ -47,7 +72,18 @@ func Verify(dir string) (Report, error) {
 	problem := func(format string, args ...any) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
 	}
+	if m.Tool != ToolName {
+		problem("%s: tool is %q, not %q", name, m.Tool, ToolName)
+	}
+	if m.TasksFile != nil {
+		if _, err := readSidecar(dir, *m.TasksFile); err != nil {
+			problem("%v", err)
+		}
+	}
+
+	src := newSource(dir, m.RunID)
 	listed := map[string]bool{}
+	failed := map[string]bool{} // listed shards that failed their checks
 	good := []ShardInfo{}
 	for _, s := range m.Shards {
 		if err := checkShardEntry(s); err != nil {
@@ -61,8 +97,9 @@ func Verify(dir string) (Report, error) {
 		listed[s.File] = true
 		rep.Shards++
 		rep.Bytes += s.Bytes
-		if err := verifyShard(dir, m.RunID, s); err != nil {
+		if err := src.check(s); err != nil {
 			problem("%v", err)
+			failed[s.File] = true
 			continue
 		}
 		rep.Rows[s.Table] += s.Rows
@@ -73,101 +110,109 @@ func Verify(dir string) (Report, error) {
 			problem("table %s: the shards hold %d rows, the manifest counts %d", t, rep.Rows[t], m.Counts[t])
 		}
 	}
+	for t := range m.Counts {
+		if _, err := schemas.RowType(t); err != nil {
+			problem("the manifest counts rows of an unknown table %q", t)
+		}
+	}
 	rep.Generations = len(m.Generations())
 
-	// The generation invariant.
-	ds := &Dataset{dir: dir, m: m}
+	ds := &Dataset{dir: dir, m: m, src: src}
 	ds.m.Shards = good
 	seen := map[string]int{} // episode id → generation
 	for _, gen := range m.Generations() {
-		eps, ok := ds.shard(schemas.TableEpisodes, gen)
-		if !ok {
-			if !ds.blobsOnly(gen) {
-				problem("generation %d has shards but no episodes shard", gen)
-			}
-			continue
-		}
-		ids := map[string]bool{}
-		for id, err := range readEpisodeIDs(dir, eps) {
-			if err != nil {
-				problem("%v", err)
-				break
-			}
-			if g, dup := seen[id]; dup {
-				problem("episode %q is in generation %d and again in generation %d", id, g, gen)
-			}
-			seen[id] = gen
-			ids[id] = true
-		}
-		for _, table := range []string{schemas.TableSteps, schemas.TableRewards} {
-			s, ok := ds.shard(table, gen)
-			if !ok {
-				continue
-			}
-			orphans := 0
-			first := ""
-			for id, err := range readEpisodeIDs(dir, s) {
-				if err != nil {
-					problem("%v", err)
-					break
-				}
-				if !ids[id] {
-					if orphans == 0 {
-						first = id
-					}
-					orphans++
-				}
-			}
-			if orphans > 0 {
-				problem("%s: %d rows belong to no episode of generation %d (first: %q)", s.File, orphans, gen, first)
-			}
-		}
+		verifyGeneration(ds, m, gen, failed, seen, problem)
 	}
 
-	for _, table := range schemas.Tables {
-		entries, err := os.ReadDir(filepath.Join(dir, table))
-		if err != nil {
-			if !os.IsNotExist(err) {
-				problem("%v", err)
-			}
-			continue
-		}
-		for _, e := range entries {
-			if rel := table + "/" + e.Name(); !listed[rel] {
-				rep.Unlisted = append(rep.Unlisted, rel)
-			}
+	entries, err := scanDataset(dir, &m)
+	if err != nil {
+		problem("%v", err)
+	}
+	for _, e := range entries {
+		switch e.kind {
+		case kindLeftover:
+			rep.Unlisted = append(rep.Unlisted, e.rel)
+		case kindForeign:
+			rep.Foreign = append(rep.Foreign, e.rel)
 		}
 	}
 	return rep, nil
 }
 
-// verifyShard re-hashes a shard and checks its footer against its entry.
-func verifyShard(dir, runID string, s ShardInfo) error {
-	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(s.File)))
-	if err != nil {
-		return fmt.Errorf("listed shard %s: %w", s.File, err)
+// episodeCheck is the part of an episode row Verify reads.
+type episodeCheck struct {
+	EpisodeID string `parquet:"episode_id"`
+	RunID     string `parquet:"run_id"`
+	Steps     int32  `parquet:"steps"`
+}
+
+// verifyGeneration checks the generation invariant of one generation over
+// the shards that passed their own checks (ds lists only those; failed
+// names the others, already reported, so that their absence is not
+// reported again). It holds the generation's episode ids and step counts,
+// never rows.
+func verifyGeneration(ds *Dataset, m Manifest, gen int, failed map[string]bool, seen map[string]int, problem func(string, ...any)) {
+	isFailed := func(table string) bool { return failed[path.Join(table, shardName(gen))] }
+	eps, ok := ds.shard(schemas.TableEpisodes, gen)
+	if !ok {
+		// Judged on every listed shard, the failed ones included.
+		if all := (&Dataset{m: m}); !isFailed(schemas.TableEpisodes) && !all.blobsOnly(gen) {
+			problem("generation %d has shards but no episodes shard", gen)
+		}
+		return
 	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", s.File, err)
+	steps := map[string]int32{} // episode id → its steps column
+	for ep, err := range readShard[episodeCheck](ds.src, eps, readBatchKeys) {
+		if err != nil {
+			problem("%v", err)
+			return
+		}
+		if g, dup := seen[ep.EpisodeID]; dup {
+			problem("episode %q is in generation %d and again in generation %d", ep.EpisodeID, g, gen)
+		}
+		seen[ep.EpisodeID] = gen
+		steps[ep.EpisodeID] = ep.Steps
+		if ep.RunID != ds.m.RunID {
+			problem("%s: episode %q has run_id %q, the manifest's is %q", eps.File, ep.EpisodeID, ep.RunID, ds.m.RunID)
+		}
 	}
-	if n != s.Bytes {
-		return fmt.Errorf("%s has %d bytes, the manifest says %d", s.File, n, s.Bytes)
+	for _, table := range []string{schemas.TableSteps, schemas.TableRewards} {
+		s, ok := ds.shard(table, gen)
+		if !ok {
+			continue
+		}
+		orphans := 0
+		first := ""
+		rows := map[string]int32{}
+		for id, err := range readEpisodeIDs(ds.src, s) {
+			if err != nil {
+				problem("%v", err)
+				break
+			}
+			if _, ok := steps[id]; !ok {
+				if orphans == 0 {
+					first = id
+				}
+				orphans++
+			}
+			rows[id]++
+		}
+		if orphans > 0 {
+			problem("%s: %d rows belong to no episode of generation %d (first: %q)", s.File, orphans, gen, first)
+		}
+		if table == schemas.TableSteps {
+			for id, n := range steps {
+				if rows[id] != n {
+					problem("generation %d: episode %q has steps = %d but %s holds %d of its step rows", gen, id, n, s.File, rows[id])
+				}
+			}
+		}
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != s.SHA256 {
-		return fmt.Errorf("%s has sha256 %s, the manifest says %s", s.File, sum, s.SHA256)
+	if _, ok := ds.shard(schemas.TableSteps, gen); !ok && !isFailed(schemas.TableSteps) {
+		for id, n := range steps {
+			if n != 0 {
+				problem("generation %d: episode %q has steps = %d but the generation has no steps shard", gen, id, n)
+			}
+		}
 	}
-	pf, err := parquet.OpenFile(f, n)
-	if err != nil {
-		return fmt.Errorf("%s: %w", s.File, err)
-	}
-	if err := checkShardMeta(pf, s); err != nil {
-		return err
-	}
-	if id, _ := pf.Lookup(schemas.MetaRunID); id != runID {
-		return fmt.Errorf("%s has %s = %q, the manifest says %q", s.File, schemas.MetaRunID, id, runID)
-	}
-	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +24,8 @@ type Writer struct {
 	codec compress.Codec
 	runID string
 	lock  *os.File
+	src   *source       // reads back closed shards (Drop), verified
+	side  *tasksSidecar // the tasks sidecar the manifest references
 
 	// sem is a one-slot lock, so that Commit can stop waiting when its
 	// context ends.
@@ -150,10 +151,23 @@ func Create(dir string, m Manifest, cfg Config) (*Writer, error) {
 	m.UpdatedAt = now
 	m.Shards = []ShardInfo{}
 	m.Counts = zeroCounts()
-	if err := writeManifest(dir, m); err != nil {
+	m.TasksFile = nil
+	// Reserve room for the final manifest before writing anything, so that
+	// a disk too full to hold even that refuses the run at once.
+	if err := reserve(dir, reserveBytes(inlineTasks(m)+4096)); err != nil {
+		unreserve(dir)
 		return fail(err)
 	}
-	return newWriter(dir, m, cfg, lock, map[string]string{}, 0, nil), nil
+	side := &tasksSidecar{}
+	n, err := writeManifest(dir, m, side)
+	if err != nil {
+		unreserve(dir)
+		return fail(err)
+	}
+	m.TasksFile = side.current()
+	w := newWriter(dir, m, cfg, lock, map[string]string{}, 0, nil, newSource(dir, m.RunID), side)
+	w.growReserve(n)
+	return w, nil
 }
 
 func zeroCounts() map[string]int64 {
@@ -164,7 +178,8 @@ func zeroCounts() map[string]int64 {
 	return c
 }
 
-func newWriter(dir string, m Manifest, cfg Config, lock *os.File, exits map[string]string, nextGen int, removed []string) *Writer {
+func newWriter(dir string, m Manifest, cfg Config, lock *os.File, exits map[string]string, nextGen int, removed []string,
+	src *source, side *tasksSidecar) *Writer {
 	codec, _ := cfg.codec() // validated
 	committed := make(map[string]bool, len(exits))
 	for id := range exits {
@@ -176,6 +191,8 @@ func newWriter(dir string, m Manifest, cfg Config, lock *os.File, exits map[stri
 		codec:     codec,
 		runID:     m.RunID,
 		lock:      lock,
+		src:       src,
+		side:      side,
 		sem:       make(chan struct{}, 1),
 		m:         m,
 		committed: committed,
@@ -189,22 +206,29 @@ func newWriter(dir string, m Manifest, cfg Config, lock *os.File, exits map[stri
 	return w
 }
 
-// Resume reopens the run in dir after a crash or a stop. It deletes
-// leftover temporary files and every shard file that the manifest does not
-// list (Removed reports them), checks that every listed shard exists with
-// its recorded size (ErrCorrupt otherwise), loads the committed episode ids,
-// continues the generation numbering and sets the status to running.
+// Resume reopens the run in dir after a crash or a stop. It first checks
+// every listed shard against the manifest (size, sha256, footer, run id;
+// ErrCorrupt naming the file otherwise) and reads the committed episode
+// ids; a refused Resume changes no file. Then it deletes leftover
+// temporary files, every shard file that the manifest does not list and
+// unreferenced tasks sidecars (Removed reports them), continues the
+// generation numbering and sets the status to running.
 func Resume(dir string, cfg Config) (*Writer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := readManifest(dir)
-	if err != nil {
-		return nil, err
+	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s has no %s", ErrNoDataset, dir, ManifestFile)
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
+		return nil, err
+	}
+	// Read under the lock: a Writer that closed meanwhile wrote a newer one.
+	m, err := readManifest(dir)
+	if err != nil {
+		unlockDir(lock)
 		return nil, err
 	}
 	w, err := resume(dir, m, cfg, lock)
@@ -216,56 +240,19 @@ func Resume(dir string, cfg Config) (*Writer, error) {
 }
 
 func resume(dir string, m Manifest, cfg Config, lock *os.File) (*Writer, error) {
-	listed := make(map[string]ShardInfo, len(m.Shards))
+	// Read-only checks first: a refused Resume must leave every byte as it
+	// was.
 	nextGen := 0
 	for _, s := range m.Shards {
-		listed[s.File] = s
+		if err := checkShardEntry(s); err != nil {
+			return nil, err
+		}
 		nextGen = max(nextGen, s.Generation+1)
 	}
-	var removed []string
-	if _, err := os.Stat(filepath.Join(dir, ManifestFile+".tmp")); err == nil {
-		if err := os.Remove(filepath.Join(dir, ManifestFile+".tmp")); err != nil {
-			return nil, fmt.Errorf("shard: resume: %w", err)
-		}
-		removed = append(removed, ManifestFile+".tmp")
-	}
-	for _, table := range schemas.Tables {
-		tdir := filepath.Join(dir, table)
-		if err := os.MkdirAll(tdir, 0o755); err != nil {
-			return nil, fmt.Errorf("shard: resume: %w", err)
-		}
-		entries, err := os.ReadDir(tdir)
-		if err != nil {
-			return nil, fmt.Errorf("shard: resume: %w", err)
-		}
-		changed := false
-		for _, e := range entries {
-			name := e.Name()
-			rel := table + "/" + name
-			leftover := strings.HasSuffix(name, ".tmp") ||
-				(strings.HasPrefix(name, "part-") && strings.HasSuffix(name, ".parquet") && listed[rel].File == "")
-			if !leftover || e.IsDir() {
-				continue
-			}
-			if err := os.Remove(filepath.Join(tdir, name)); err != nil {
-				return nil, fmt.Errorf("shard: resume: %w", err)
-			}
-			removed = append(removed, rel)
-			changed = true
-		}
-		if changed {
-			if err := syncDir(tdir); err != nil {
-				return nil, fmt.Errorf("shard: resume: %w", err)
-			}
-		}
-	}
+	src := newSource(dir, m.RunID)
 	for _, s := range m.Shards {
-		fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(s.File)))
-		if err != nil {
-			return nil, fmt.Errorf("%w: listed shard %s: %v", ErrCorrupt, s.File, err)
-		}
-		if fi.Size() != s.Bytes {
-			return nil, fmt.Errorf("%w: listed shard %s has %d bytes, the manifest says %d", ErrCorrupt, s.File, fi.Size(), s.Bytes)
+		if err := src.check(s); err != nil {
+			return nil, err
 		}
 	}
 	exits := map[string]string{}
@@ -273,19 +260,71 @@ func resume(dir string, m Manifest, cfg Config, lock *os.File) (*Writer, error) 
 		if s.Table != schemas.TableEpisodes {
 			continue
 		}
-		for k, err := range readShard[episodeExit](dir, s, readBatchKeys) {
+		for k, err := range readShard[episodeExit](src, s, readBatchKeys) {
 			if err != nil {
 				return nil, err
 			}
 			exits[k.EpisodeID] = k.ExitReason
 		}
 	}
-	m.Status = StatusRunning
-	m.UpdatedAt = time.Now().UTC()
-	if err := writeManifest(dir, m); err != nil {
+
+	entries, err := scanDataset(dir, &m)
+	if err != nil {
+		return nil, fmt.Errorf("shard: resume: %w", err)
+	}
+	var removed []string
+	touched := map[string]bool{}
+	for _, e := range entries {
+		if e.kind != kindLeftover {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(e.rel))); err != nil {
+			return nil, fmt.Errorf("shard: resume: %w", err)
+		}
+		removed = append(removed, e.rel)
+		touched[filepath.Dir(filepath.Join(dir, filepath.FromSlash(e.rel)))] = true
+	}
+	for d := range touched {
+		if err := syncDir(d); err != nil {
+			return nil, fmt.Errorf("shard: resume: %w", err)
+		}
+	}
+	for _, table := range schemas.Tables {
+		if err := os.MkdirAll(filepath.Join(dir, table), 0o755); err != nil {
+			return nil, fmt.Errorf("shard: resume: %w", err)
+		}
+	}
+	if err := reserve(dir, reserveBytes(inlineTasks(m)+len(m.Shards)*256+4096)); err != nil {
 		return nil, err
 	}
-	return newWriter(dir, m, cfg, lock, exits, nextGen, removed), nil
+	m.Status = StatusRunning
+	m.UpdatedAt = time.Now().UTC()
+	side := &tasksSidecar{}
+	side.remember(m.Tasks, m.TasksFile)
+	n, err := writeManifest(dir, m, side)
+	if err != nil {
+		return nil, err
+	}
+	m.TasksFile = side.current()
+	w := newWriter(dir, m, cfg, lock, exits, nextGen, removed, src, side)
+	w.growReserve(n)
+	return w, nil
+}
+
+// inlineTasks is how many bytes m's tasks take inside the manifest: none
+// when they go to a sidecar.
+func inlineTasks(m Manifest) int {
+	if len(m.Tasks) > TasksInlineMax {
+		return 0
+	}
+	return len(m.Tasks)
+}
+
+// growReserve keeps the reserve at what a manifest of n bytes needs. It is
+// best effort: on a disk that is filling, the reserve keeps the size it
+// has, and the next write that fails breaks the Writer anyway.
+func (w *Writer) growReserve(n int) {
+	reserve(w.dir, reserveBytes(n))
 }
 
 // Removed lists the files Resume deleted, relative to the dataset: leftover
@@ -324,9 +363,9 @@ func (w *Writer) Manifest() Manifest {
 
 // Update lets the collector change its fields of the manifest (Summary,
 // Plan, ToolVersion, ...). Changes to the fields the writer owns
-// (SchemaVersion, RunID, Status, CreatedAt, UpdatedAt, Shards, Counts) are
-// ignored. The change is persisted at the next manifest write: when a
-// generation closes, or at Close.
+// (SchemaVersion, RunID, Status, CreatedAt, UpdatedAt, TasksFile, Shards,
+// Counts) are ignored. The change is persisted at the next manifest write:
+// when a generation closes, or at Close.
 func (w *Writer) Update(fn func(*Manifest)) error {
 	w.acquire(context.Background())
 	defer w.release()
@@ -340,6 +379,7 @@ func (w *Writer) Update(fn func(*Manifest)) error {
 	m.Status = w.m.Status
 	m.CreatedAt = w.m.CreatedAt
 	m.UpdatedAt = w.m.UpdatedAt
+	m.TasksFile = w.m.TasksFile
 	m.Shards = w.m.Shards
 	m.Counts = w.m.Counts
 	w.m = m
@@ -510,7 +550,7 @@ func (w *Writer) roll() error {
 			return err
 		}
 	}
-	m := w.m.Clone()
+	m := w.m.withShards()
 	m.Shards = append(m.Shards, infos...)
 	if m.Counts == nil {
 		m.Counts = zeroCounts()
@@ -519,11 +559,14 @@ func (w *Writer) roll() error {
 		m.Counts[info.Table] += info.Rows
 	}
 	m.UpdatedAt = time.Now().UTC()
-	if err := writeManifest(w.dir, m); err != nil {
+	n, err := writeManifest(w.dir, m, w.side)
+	if err != nil {
 		w.breakWith(err)
 		return err
 	}
+	m.TasksFile = w.side.current()
 	w.m = m
+	w.growReserve(n)
 	for id, exit := range g.episodes {
 		w.committed[id] = true
 		w.exits[id] = exit
@@ -562,9 +605,15 @@ func (w *Writer) Close(status Status) error {
 	w.gen = nil
 	w.m.Status = status
 	w.m.UpdatedAt = time.Now().UTC()
-	if merr := writeManifest(w.dir, w.m); merr != nil && err == nil {
+	// The reserve goes right before the final manifest write: on a full
+	// disk, its space is what lets the run be recorded as partial.
+	if rerr := unreserve(w.dir); rerr != nil && err == nil {
+		err = rerr
+	}
+	if _, merr := writeManifest(w.dir, w.m, w.side); merr != nil && err == nil {
 		err = merr
 	}
+	w.m.TasksFile = w.side.current()
 	if uerr := unlockDir(w.lock); uerr != nil && err == nil {
 		err = fmt.Errorf("shard: unlock: %w", uerr)
 	}
