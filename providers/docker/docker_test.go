@@ -122,11 +122,15 @@ func TestParams(t *testing.T) {
 		params map[string]string
 		want   string
 	}{
-		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: image, init, network, standby, sweep)`},
+		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: cpus, image, init, memory_mb, network, pids, standby, sweep)`},
 		{"standbyNotANumber", map[string]string{ParamStandby: "many"}, "standby"},
 		{"standbyNegative", map[string]string{ParamStandby: "-1"}, "standby"},
 		{"init", map[string]string{ParamInit: "maybe"}, "known: auto, off, on"},
 		{"sweep", map[string]string{ParamSweep: "yes"}, "known: off, on"},
+		{"pidsZero", map[string]string{ParamPids: "0"}, `param pids="0": want a number > 0`},
+		{"memoryNotANumber", map[string]string{ParamMemoryMB: "2G"}, `param memory_mb="2G"`},
+		{"cpusNaN", map[string]string{ParamCPUs: "NaN"}, `param cpus="NaN"`},
+		{"cpusInf", map[string]string{ParamCPUs: "+Inf"}, `param cpus="+Inf"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

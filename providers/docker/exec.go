@@ -40,22 +40,33 @@ import (
 //	forkline-timeout     the timer fired (it says so before it kills)
 //	forkline-exit RC     CMD ended with RC (128+9 after the timer's kill).
 //
-// When CMD ends first, the timer is killed pid first, then group: whatever
-// stage it is in, no sleep of it survives to hold the exec's stream open.
-// The timer's killing runs in a session of its own, so that the wrapper,
-// which sees CMD die and then kills the timer, cannot cut a scan short.
+// A command may fill the sandbox's pids limit at once (a fork bomb), after
+// which nothing in the sandbox can fork. So every process the timeout needs
+// exists before CMD runs: CMD's shell stops itself first (kill -STOP $$, a
+// builtin); the wrapper waits until /proc says it is stopped, starts the
+// timer, and the timer starts its sleep and only then lets CMD go on
+// (SIGCONT). When the timer fires it kills CMD's group with the builtin
+// kill, which needs no fork either, then ignores SIGTERM and runs the scan
+// for marked processes (which forks) in a session of its own. When CMD
+// ends, the wrapper sends SIGTERM to the timer, pid first, then group: a
+// timer still sleeping dies with its sleep, so none survives to hold the
+// exec's stream open; one that fired finishes its kill and scan, and the
+// wrapper waits for it. After CMD starts the wrapper itself uses builtins
+// only.
+//
 // Background jobs of a CMD that ended on its own are left running, as on the
 // local provider; the container's removal ends them.
 const execWrapper = `k=$FORKLINE_KILL_MARKED
 unset FORKLINE_EXEC_WRAPPER FORKLINE_KILL_MARKED
-FORKLINE_EXEC="$3" setsid sh -c "$2" forkline-cmd </dev/null 2>&1 &
+FORKLINE_EXEC="$3" setsid sh -c 'kill -STOP $$; exec sh -c "$1" forkline-cmd' forkline-cmd "$2" </dev/null 2>&1 &
 p=$!
+while read -r _ _ st _ <"/proc/$p/stat" && [ "$st" != T ]; do :; done 2>/dev/null
 echo "forkline-pgid $p" >&2
 killer='kill -KILL "-$1"; m=$2; eval "$3"'
-setsid sh -c 'sleep "$1" && echo forkline-timeout && setsid sh -c "$5" forkline-killer "$2" "$3" "$4" </dev/null >/dev/null 2>&1' forkline-timer "$1" "$p" "$3" "$k" "$killer" </dev/null >&2 2>/dev/null &
+setsid sh -c 'sleep "$1" & s=$!; kill -CONT "$2"; wait "$s" && trap "" TERM && echo forkline-timeout && kill -KILL "-$2" 2>/dev/null; setsid sh -c "$5" forkline-killer "$2" "$3" "$4" </dev/null >/dev/null 2>&1' forkline-timer "$1" "$p" "$3" "$k" "$killer" </dev/null >&2 2>/dev/null &
 w=$!
 wait "$p"; rc=$?
-kill -KILL "$w" 2>/dev/null; kill -KILL "-$w" 2>/dev/null
+kill -TERM "$w" 2>/dev/null; kill -TERM "-$w" 2>/dev/null
 wait "$w" 2>/dev/null
 echo "forkline-exit $rc" >&2
 exit "$rc"

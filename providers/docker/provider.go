@@ -114,6 +114,7 @@ type Provider struct {
 	image    string
 	network  string
 	standbyN int
+	limits   limits // defaults for what a Spec leaves zero
 
 	initMu     sync.Mutex
 	useInit    bool
@@ -154,13 +155,19 @@ type sandboxSpec struct {
 // ParamInit and ParamSweep; an unknown key fails. Options.RunID labels every
 // object (a random id is made when it is empty). Options.Dir is not used.
 func New(opts providers.Options) (*Provider, error) {
-	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamStandby, ParamInit, ParamSweep); err != nil {
+	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamStandby, ParamInit, ParamSweep,
+		ParamPids, ParamMemoryMB, ParamCPUs); err != nil {
+		return nil, err
+	}
+	lim, err := parseLimitParams(opts.Params)
+	if err != nil {
 		return nil, err
 	}
 	p := &Provider{
 		runID:       opts.RunID,
 		image:       DefaultImage,
 		network:     "none",
+		limits:      lim,
 		sandboxes:   map[string]*sandbox{},
 		checkpoints: map[string]*checkpoint{},
 	}
@@ -350,15 +357,8 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 		NetworkMode: container.NetworkMode(ss.network),
 		Init:        &useInit,
 	}
-	if ss.res.CPUs > 0 {
-		hc.NanoCPUs = int64(ss.res.CPUs * 1e9)
-	}
-	if ss.res.MemoryMB > 0 {
-		hc.Memory = ss.res.MemoryMB << 20
-	}
-	if ss.res.Pids > 0 {
-		pids := ss.res.Pids
-		hc.PidsLimit = &pids
+	if err := p.applyLimits(hc, ss.res); err != nil {
+		return "", err
 	}
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
