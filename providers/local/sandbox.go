@@ -34,6 +34,7 @@ type sandbox struct {
 	spec   sandboxSpec
 	env    []string // the full environment of commands
 	mark   string   // execMarker's value for this sandbox, less the exec number
+	limit  *sandboxLimit
 	execs  atomic.Int64
 	done   chan struct{}
 
@@ -49,11 +50,17 @@ type sandbox struct {
 type sandboxSpec struct {
 	env       []string
 	outputCap int
+	pidsMax   int64
 }
 
-func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, outputCap int, uses *checkpoint) (*sandbox, error) {
+func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, outputCap int, pidsMax int64, uses *checkpoint) (*sandbox, error) {
+	limit, err := p.pids.forSandbox(id, pidsMax)
+	if err != nil {
+		return nil, err
+	}
 	root, err := os.OpenRoot(ws)
 	if err != nil {
+		_ = limit.killAll()
 		return nil, fmt.Errorf("local: %w", err)
 	}
 	if outputCap <= 0 {
@@ -67,7 +74,8 @@ func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, out
 	full = append(full, env...) // later entries win in os/exec
 	return &sandbox{
 		p: p, id: id, dir: dir, ws: ws, origin: origin, cpID: cpID, uses: uses, root: root,
-		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap},
+		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap, pidsMax: pidsMax},
+		limit:  limit,
 		env:    full,
 		mark:   filepath.Base(p.root) + "/" + id + "/",
 		done:   make(chan struct{}),
@@ -124,7 +132,8 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	defer cancel()
 
 	out := providers.NewCapBuffer(s.spec.outputCap)
-	cmd := exec.CommandContext(tctx, "/bin/sh", "-c", a.Cmd)
+	argv := s.limit.command(a.Cmd)
+	cmd := exec.CommandContext(tctx, argv[0], argv[1:]...)
 	cmd.Dir = s.ws
 	mark := s.mark + strconv.FormatInt(s.execs.Add(1), 10)
 	cmd.Env = append(s.env[:len(s.env):len(s.env)], execMarker+"="+mark)
@@ -332,6 +341,7 @@ func (s *sandbox) destroy() error {
 	close(s.done)
 	errs := killGroups(groups)
 	killMarked(s.mark, true)
+	errs = append(errs, s.limit.killAll())
 	s.acts.Wait()
 	errs = append(errs, s.root.Close())
 	if s.origin == ForkOverlay {
