@@ -135,6 +135,9 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		if err := s.checkOpen(); err != nil {
 			return runtime.Observation{}, err
 		}
+		if gerr := s.p.gone(ctx, "the command's wrapper in "+s.short()+" ended without a word", nil); gerr != nil {
+			return runtime.Observation{}, gerr
+		}
 		if state := s.settledDeadState(ctx); state != "" {
 			return runtime.Observation{}, fmt.Errorf("%w: %s (%s) while running a command", ErrSandboxDied, s.short(), state)
 		}
@@ -213,8 +216,11 @@ func (s *sandbox) run(ctx context.Context, cmd, env []string, stdout, stderr io.
 	closeConn()
 	switch {
 	case ctx.Err() != nil:
-		return runResult{}, fmt.Errorf("docker: exec in %s: %w", s.short(), ctx.Err())
+		return runResult{}, fmt.Errorf("docker: exec in %s: %w", s.short(), cause(ctx, context.Cause(ctx)))
 	case overran.Load():
+		if gerr := s.p.gone(ctx, "an exec stream that went silent in "+s.short(), nil); gerr != nil {
+			return runResult{}, gerr
+		}
 		return runResult{}, fmt.Errorf("docker: exec in %s still running %s after its deadline: the in-container timeout failed; the sandbox is unusable", s.short(), execBackstop)
 	case copyErr != nil:
 		return runResult{}, s.infraError(ctx, "exec stream", copyErr)
@@ -271,7 +277,7 @@ func (s *sandbox) settledDeadState(ctx context.Context) string {
 // killGroup kills process group pgid in the container, best effort, with a
 // context detached from ctx (which may be the reason for the kill).
 func (s *sandbox) killGroup(ctx context.Context, pgid int, mark string) {
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	kctx, cancel := detach(ctx, 5*time.Second)
 	defer cancel()
 	ec, err := s.p.cli.ExecCreate(kctx, s.id, client.ExecCreateOptions{
 		Cmd: []string{"sh", "-c", `kill -KILL "-$1"; m=$2; eval "$3"`, "forkline-kill", strconv.Itoa(pgid), mark, killMarkedScript},

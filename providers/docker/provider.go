@@ -116,6 +116,9 @@ type Provider struct {
 	standbyN int
 	limits   limits // defaults for what a Spec leaves zero
 
+	// probeEvery and probeTimeout pace the engine watch (see watch).
+	probeEvery, probeTimeout time.Duration
+
 	initMu     sync.Mutex
 	useInit    bool
 	initBinary string
@@ -164,12 +167,14 @@ func New(opts providers.Options) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{
-		runID:       opts.RunID,
-		image:       DefaultImage,
-		network:     "none",
-		limits:      lim,
-		sandboxes:   map[string]*sandbox{},
-		checkpoints: map[string]*checkpoint{},
+		runID:        opts.RunID,
+		image:        DefaultImage,
+		network:      "none",
+		limits:       lim,
+		probeEvery:   defaultProbeEvery,
+		probeTimeout: defaultProbeTimeout,
+		sandboxes:    map[string]*sandbox{},
+		checkpoints:  map[string]*checkpoint{},
 	}
 	if v := opts.Params[ParamImage]; v != "" {
 		p.image = v
@@ -262,6 +267,13 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
+	wctx, stop := p.watch(ctx)
+	defer stop()
+	sb, err := p.create(wctx, spec)
+	return sb, cause(wctx, err)
+}
+
+func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
 	files, err := filesTar(spec.Files)
 	if err != nil {
 		return nil, err
@@ -292,6 +304,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 			DestinationPath: WorkspaceDir, Content: files,
 		}); err != nil {
 			_ = sb.Close(ctx)
+			if gerr := p.gone(ctx, "copying spec files into "+sb.short(), err); gerr != nil {
+				return nil, gerr
+			}
 			return nil, fmt.Errorf("docker: copying spec files into %s: %w", sb.short(), err)
 		}
 	}
@@ -375,10 +390,16 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 		if cerrdefs.IsNotFound(err) {
 			return "", missingImage(image, err)
 		}
+		if gerr := p.gone(ctx, "creating a container from "+image, err); gerr != nil {
+			return "", gerr
+		}
 		return "", fmt.Errorf("docker: creating a container from %s: %w", image, err)
 	}
 	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		p.removeContainer(ctx, created.ID)
+		_ = p.removeContainer(ctx, created.ID)
+		if gerr := p.gone(ctx, "starting a container from "+image, err); gerr != nil {
+			return "", gerr
+		}
 		return "", fmt.Errorf("docker: starting a container from %s: %w", image, err)
 	}
 	return created.ID, nil
@@ -407,6 +428,13 @@ func missingImage(image string, err error) error {
 // processes are not part of it. Bytes is the size of the committed diff
 // (image size minus the size of the image the sandbox started from).
 func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label string) (providers.Checkpoint, error) {
+	wctx, stop := p.watch(ctx)
+	defer stop()
+	cp, err := p.checkpoint(wctx, sb, label)
+	return cp, cause(wctx, err)
+}
+
+func (p *Provider) checkpoint(ctx context.Context, sb providers.Sandbox, label string) (providers.Checkpoint, error) {
 	s, ok := sb.(*sandbox)
 	if !ok || s.p != p {
 		return providers.Checkpoint{}, fmt.Errorf("docker: Checkpoint of a sandbox this provider did not make")
@@ -477,6 +505,13 @@ func (p *Provider) diffBytes(ctx context.Context, containerID, imageID string) i
 // standby fork of cp is ready, it is handed out instead and a replacement is
 // started in the background.
 func (p *Provider) Fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
+	wctx, stop := p.watch(ctx)
+	defer stop()
+	sb, err := p.fork(wctx, cp)
+	return sb, cause(wctx, err)
+}
+
+func (p *Provider) fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -531,6 +566,9 @@ func (p *Provider) Release(ctx context.Context, cp providers.Checkpoint) error {
 		}
 	}
 	if err != nil {
+		if gerr := p.gone(ctx, "releasing checkpoint "+shortID(cp.ID), err); gerr != nil {
+			return gerr
+		}
 		return fmt.Errorf("docker: releasing checkpoint %s: %w", shortID(cp.ID), err)
 	}
 	p.mu.Lock()
@@ -611,7 +649,7 @@ func (p *Provider) forget(s *sandbox) {
 // removeContainer force-removes a container, detached from ctx's
 // cancellation; a container already gone is not an error.
 func (p *Provider) removeContainer(ctx context.Context, id string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	rctx, cancel := detach(ctx, removeTimeout)
 	defer cancel()
 	_, err := p.cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -625,7 +663,7 @@ func (p *Provider) removeImage(ctx context.Context, id string) { _ = p.removeIma
 // removeImageErr removes an image and its untagged parents; an image already
 // gone is not an error.
 func (p *Provider) removeImageErr(ctx context.Context, id string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	rctx, cancel := detach(ctx, removeTimeout)
 	defer cancel()
 	_, err := p.cli.ImageRemove(rctx, id, client.ImageRemoveOptions{Force: true, PruneChildren: true})
 	if err != nil && cerrdefs.IsNotFound(err) {
