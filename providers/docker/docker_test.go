@@ -242,6 +242,7 @@ func TestKilledMidEpisode(t *testing.T) {
 		} {
 			_, err := sb.Act(ctx, a)
 			require.ErrorIs(t, err, ErrSandboxDied, "%s on a dead sandbox", a.Kind)
+			require.NotErrorIs(t, err, runtime.ErrUnavailable, "a dead sandbox is the episode's failure, not the engine's")
 			require.Contains(t, err.Error(), "exit code 137")
 		}
 	})
@@ -255,6 +256,7 @@ func TestKilledMidEpisode(t *testing.T) {
 		began := time.Now()
 		_, err = sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "echo started; sleep 30"})
 		require.ErrorIs(t, err, ErrSandboxDied)
+		require.NotErrorIs(t, err, runtime.ErrUnavailable)
 		require.Less(t, time.Since(began), 20*time.Second)
 	})
 	t.Run("closedDuringExec", func(t *testing.T) {
@@ -272,6 +274,7 @@ func TestKilledMidEpisode(t *testing.T) {
 		require.NoError(t, err)
 		_, err = sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "true"})
 		require.ErrorIs(t, err, ErrSandboxDied)
+		require.NotErrorIs(t, err, runtime.ErrUnavailable)
 		require.NoError(t, sb.Close(ctx), "Close of a vanished container")
 	})
 }
