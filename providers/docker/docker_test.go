@@ -83,9 +83,11 @@ func TestConformance(t *testing.T) {
 		name   string
 		params map[string]string
 	}{
-		{"default", nil},
-		// Forks come from the standby, and containers run without init.
-		{"standbyNoInit", map[string]string{ParamStandby: "1", ParamInit: InitOff}},
+		// Output through the FIFO (required here: the engine is local).
+		{"default", map[string]string{ParamOutput: OutputFIFO}},
+		// Forks come from the standby, containers run without init, and
+		// output takes the exec stream.
+		{"standbyNoInitStream", map[string]string{ParamStandby: "1", ParamInit: InitOff, ParamOutput: OutputStream}},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -122,7 +124,8 @@ func TestParams(t *testing.T) {
 		params map[string]string
 		want   string
 	}{
-		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: cpus, image, init, memory_mb, network, pids, standby, sweep)`},
+		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: cpus, image, init, memory_mb, network, output, pids, standby, sweep)`},
+		{"output", map[string]string{ParamOutput: "pipe"}, "known: auto, fifo, stream"},
 		{"standbyNotANumber", map[string]string{ParamStandby: "many"}, "standby"},
 		{"standbyNegative", map[string]string{ParamStandby: "-1"}, "standby"},
 		{"init", map[string]string{ParamInit: "maybe"}, "known: auto, off, on"},

@@ -20,15 +20,16 @@ import (
 
 // execWrapper runs inside the container as
 //
-//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD MARK
+//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD MARK FIFO
 //
 // with the script (and killMarkedScript) in the environment rather than in
 // the arguments, so a ps in the sandbox shows the command, not the script;
 // the script unsets both variables before it starts CMD.
 //
 // It starts CMD in a session (and so a process group) of its own, with
-// stdin /dev/null, stderr joined to stdout and FORKLINE_EXEC=MARK in its
-// environment, and a timer in another session that, after SECONDS, kills
+// stdin /dev/null, stdout going to FIFO (the exec's stdout when FIFO is
+// empty or cannot be opened; see output.go), stderr joined to stdout and
+// FORKLINE_EXEC=MARK in its environment, and a timer in another session that, after SECONDS, kills
 // CMD's whole group with SIGKILL and then every process still marked MARK:
 // the ones that left the group with setsid or a double fork. Docker has no
 // API to kill an exec, and closing the stream does not stop it, so the
@@ -58,8 +59,10 @@ import (
 // local provider; the container's removal ends them.
 const execWrapper = `k=$FORKLINE_KILL_MARKED
 unset FORKLINE_EXEC_WRAPPER FORKLINE_KILL_MARKED
-FORKLINE_EXEC="$3" setsid sh -c 'kill -STOP $$; exec sh -c "$1" forkline-cmd' forkline-cmd "$2" </dev/null 2>&1 &
+if [ -n "$4" ] && true 2>/dev/null >"$4"; then exec 5>"$4"; else exec 5>&1; fi
+FORKLINE_EXEC="$3" setsid sh -c 'kill -STOP $$; exec sh -c "$1" forkline-cmd' forkline-cmd "$2" </dev/null >&5 2>&1 5>&- &
 p=$!
+exec 5>&-
 while read -r _ _ st _ <"/proc/$p/stat" && [ "$st" != T ]; do :; done 2>/dev/null
 echo "forkline-pgid $p" >&2
 killer='kill -KILL "-$1"; m=$2; eval "$3"'
@@ -110,14 +113,33 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	out := providers.NewCapBuffer(s.spec.outputCap)
 	diag := providers.NewCapBuffer(diagCap)
 	mark := strconv.FormatInt(s.execs.Add(1), 10)
-	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd, mark},
+	var f *fifo
+	inside := ""
+	if s.p.out.usable(s) {
+		// Without a FIFO the output takes the exec stream, slower but the
+		// same bytes; a host that cannot make one now is no reason to fail.
+		if f, _ = openFIFO(s.outDir); f != nil {
+			inside = f.inside
+		}
+	}
+	drained := make(chan struct{})
+	if f != nil {
+		f.drain(out, drained)
+	}
+	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd, mark, inside},
 		[]string{"FORKLINE_EXEC_WRAPPER=" + execWrapper, "FORKLINE_KILL_MARKED=" + killMarkedScript}, out, diag, timeout+execBackstop)
 	rep := parseDiag(diag.Bytes())
 	if err != nil {
 		if rep.pgid > 0 {
 			s.killGroup(ctx, rep.pgid, mark)
 		}
+		if f != nil {
+			f.finish(drained)
+		}
 		return runtime.Observation{}, err
+	}
+	if f != nil {
+		f.finish(drained)
 	}
 	obs := runtime.Observation{Output: out.Bytes(), OutputBytes: out.Total(), Truncated: out.Truncated()}
 	switch {

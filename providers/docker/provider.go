@@ -15,6 +15,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/forkline/forkline/providers"
@@ -118,6 +119,7 @@ type Provider struct {
 
 	// probeEvery and probeTimeout pace the engine watch (see watch).
 	probeEvery, probeTimeout time.Duration
+	out                      *outputFIFOs
 
 	initMu     sync.Mutex
 	useInit    bool
@@ -155,11 +157,17 @@ type sandboxSpec struct {
 
 // New opens a docker provider on the engine named by the environment (see
 // Connect). Options.Params accepts ParamImage, ParamNetwork, ParamStandby,
-// ParamInit and ParamSweep; an unknown key fails. Options.RunID labels every
-// object (a random id is made when it is empty). Options.Dir is not used.
+// ParamInit, ParamSweep, ParamPids, ParamMemoryMB, ParamCPUs and
+// ParamOutput; an unknown key fails. Options.RunID labels every object (a
+// random id is made when it is empty). Options.Dir is where the sandboxes'
+// output directories go (default os.TempDir()).
 func New(opts providers.Options) (*Provider, error) {
 	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamStandby, ParamInit, ParamSweep,
-		ParamPids, ParamMemoryMB, ParamCPUs); err != nil {
+		ParamPids, ParamMemoryMB, ParamCPUs, ParamOutput); err != nil {
+		return nil, err
+	}
+	out, err := newOutputFIFOs(opts.Params[ParamOutput], opts.Dir)
+	if err != nil {
 		return nil, err
 	}
 	lim, err := parseLimitParams(opts.Params)
@@ -171,6 +179,7 @@ func New(opts providers.Options) (*Provider, error) {
 		image:        DefaultImage,
 		network:      "none",
 		limits:       lim,
+		out:          out,
 		probeEvery:   defaultProbeEvery,
 		probeTimeout: defaultProbeTimeout,
 		sandboxes:    map[string]*sandbox{},
@@ -236,6 +245,9 @@ func New(opts providers.Options) (*Provider, error) {
 		sctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		_, err := Sweep(sctx, cli, SweepOptions{DeadOwners: true})
 		cancel()
+		if err == nil {
+			err = sweepOutputDirs(opts.Dir)
+		}
 		if err != nil {
 			_ = cli.Close()
 			return nil, fmt.Errorf("docker: sweeping what dead runs left (set param %s=off to skip): %w", ParamSweep, err)
@@ -253,6 +265,10 @@ func (p *Provider) Name() string { return Name }
 func (p *Provider) Capabilities() providers.Capabilities {
 	return providers.Capabilities{Checkpoint: true, Fork: true, Isolation: "container", ForkMethod: ForkMethod}
 }
+
+// OutputPath says how command output reaches the provider: OutputFIFO,
+// OutputStream (and why not FIFOs), or "unknown" before the first sandbox.
+func (p *Provider) OutputPath() (path, why string) { return p.out.path() }
 
 // RunID returns the run id that labels every object of this provider.
 func (p *Provider) RunID() string { return p.runID }
@@ -319,39 +335,70 @@ func (p *Provider) startSandbox(ctx context.Context, image string, ss sandboxSpe
 	if err := p.checkOpen(); err != nil {
 		return nil, err
 	}
-	id, err := p.startContainer(ctx, image, ss, cpID)
+	st, err := p.startContainer(ctx, image, ss, cpID)
 	if err != nil {
 		return nil, err
 	}
-	sb := newSandbox(p, id, origin, cpID, ss)
+	sb := newSandbox(p, st, origin, cpID, ss)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		p.removeContainer(ctx, id)
+		_ = sb.Close(ctx)
 		return nil, fmt.Errorf("docker: %w", providers.ErrClosed)
 	}
-	p.sandboxes[id] = sb
+	p.sandboxes[st.id] = sb
 	p.mu.Unlock()
+	if err := p.out.probe(ctx, sb); err != nil {
+		_ = sb.Close(ctx)
+		return nil, err
+	}
 	return sb, nil
+}
+
+// started is a container that runs, and the host directory bind-mounted
+// at OutputDir in it ("" when none).
+type started struct {
+	id, outDir string
 }
 
 // startContainer creates and starts a container; it falls back to running
 // without init once if the engine's init binary turns out to be missing.
-func (p *Provider) startContainer(ctx context.Context, image string, ss sandboxSpec, cpID string) (string, error) {
+// It also makes the container's output directory, and goes on without one
+// when the engine refuses the bind mount (its host has no such path: a
+// remote engine).
+func (p *Provider) startContainer(ctx context.Context, image string, ss sandboxSpec, cpID string) (started, error) {
+	outDir, err := p.out.newDir()
+	if err != nil {
+		return started{}, err
+	}
 	p.initMu.Lock()
 	useInit := p.useInit
 	p.initMu.Unlock()
-	id, err := p.createAndStart(ctx, image, ss, cpID, useInit)
+	id, err := p.createAndStart(ctx, image, ss, cpID, useInit, outDir)
+	if err != nil && outDir != "" && cerrdefs.IsInvalidArgument(err) && strings.Contains(err.Error(), "bind source path does not exist") {
+		_ = os.RemoveAll(outDir)
+		outDir = ""
+		if ferr := p.out.fail(fmt.Errorf("the engine cannot bind-mount this host's directories (%v)", err)); ferr != nil {
+			return started{}, ferr
+		}
+		id, err = p.createAndStart(ctx, image, ss, cpID, useInit, "")
+	}
 	if err != nil && useInit && p.initBinary != "" && strings.Contains(err.Error(), p.initBinary) {
 		p.initMu.Lock()
 		p.useInit = false
 		p.initMu.Unlock()
-		id, err = p.createAndStart(ctx, image, ss, cpID, false)
+		id, err = p.createAndStart(ctx, image, ss, cpID, false, outDir)
 	}
-	return id, err
+	if err != nil {
+		if outDir != "" {
+			_ = os.RemoveAll(outDir)
+		}
+		return started{}, err
+	}
+	return started{id: id, outDir: outDir}, nil
 }
 
-func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxSpec, cpID string, useInit bool) (string, error) {
+func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxSpec, cpID string, useInit bool, outDir string) (string, error) {
 	labels := copyLabels(ss.labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -374,6 +421,9 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 	}
 	if err := p.applyLimits(hc, ss.res); err != nil {
 		return "", err
+	}
+	if outDir != "" {
+		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: outDir, Target: OutputDir, ReadOnly: true}}
 	}
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
@@ -615,7 +665,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	if _, err := removeLabelled(ctx, p.cli, LabelInstance+"="+p.instance, func(map[string]string) bool { return true }); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, p.cli.Close())
+	errs = append(errs, p.cli.Close(), p.out.close())
 	return errors.Join(errs...)
 }
 
@@ -627,7 +677,14 @@ func (p *Provider) Leftovers(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer cli.Close()
-	return listLabelled(ctx, cli, LabelInstance+"="+p.instance)
+	left, err := listLabelled(ctx, cli, LabelInstance+"="+p.instance)
+	return append(left, p.out.leftovers(p.isClosed())...), err
+}
+
+func (p *Provider) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 func (p *Provider) checkOpen() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ var ErrSandboxDied = errors.New("docker: sandbox container is not running")
 type sandbox struct {
 	p      *Provider
 	id     string // container id
+	outDir string // host directory mounted at OutputDir, "" when none
 	origin string
 	cpID   string
 	spec   sandboxSpec
@@ -37,8 +39,8 @@ type sandbox struct {
 	err    error
 }
 
-func newSandbox(p *Provider, id, origin, cpID string, ss sandboxSpec) *sandbox {
-	return &sandbox{p: p, id: id, origin: origin, cpID: cpID, spec: ss, done: make(chan struct{})}
+func newSandbox(p *Provider, st started, origin, cpID string, ss sandboxSpec) *sandbox {
+	return &sandbox{p: p, id: st.id, outDir: st.outDir, origin: origin, cpID: cpID, spec: ss, done: make(chan struct{})}
 }
 
 func (s *sandbox) short() string { return shortID(s.id) }
@@ -175,6 +177,9 @@ func (s *sandbox) Close(ctx context.Context) error {
 		close(s.done)
 		s.err = s.p.removeContainer(ctx, s.id)
 		s.acts.Wait()
+		if s.outDir != "" {
+			s.err = errors.Join(s.err, os.RemoveAll(s.outDir))
+		}
 		s.p.forget(s)
 	})
 	return s.err
