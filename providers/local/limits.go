@@ -52,7 +52,6 @@ type pidsLimiter struct {
 	mode   string
 	dir    string // PidsCgroup: the provider's cgroup directory
 	base   int64  // PidsRlimit: the user's processes when the provider opened
-	flag   string // PidsRlimit: /bin/sh's ulimit flag for RLIMIT_NPROC
 	reason string // why the mode is not PidsCgroup
 }
 
@@ -71,11 +70,7 @@ func newPidsLimiter(root string) *pidsLimiter {
 	if os.Getuid() == 0 && initialUserNamespace() {
 		return &pidsLimiter{mode: PidsNone, reason: reason + "; and the kernel does not apply RLIMIT_NPROC to root"}
 	}
-	flag, err := shellNprocFlag()
-	if err != nil {
-		return &pidsLimiter{mode: PidsNone, reason: reason + "; and " + err.Error()}
-	}
-	return &pidsLimiter{mode: PidsRlimit, base: userTasks(os.Getuid()), flag: flag, reason: reason}
+	return &pidsLimiter{mode: PidsRlimit, base: userTasks(os.Getuid()), reason: reason}
 }
 
 // sandboxLimit is the process limit of one sandbox.
@@ -103,24 +98,41 @@ func (l *pidsLimiter) forSandbox(id string, pids int64) (*sandboxLimit, error) {
 	return sl, nil
 }
 
-// command is how cmd runs under the limit: an argv for /bin/sh -c cmd. Both
-// limited forms start a small shell that puts itself under the limit (joins
-// the cgroup, or sets RLIMIT_NPROC) before it execs /bin/sh -c cmd, so that
-// no process of the command ever runs outside it; the command sees the
-// same $0 and arguments as without a limit. It costs one more exec of
-// /bin/sh per command (about half a millisecond).
-func (sl *sandboxLimit) command(cmd string) []string {
-	switch {
-	case sl == nil || sl.l.mode == PidsNone:
-		return []string{"/bin/sh", "-c", cmd}
-	case sl.l.mode == PidsCgroup:
-		return []string{"/bin/sh", "-c", `echo $$ >"$1" || { echo "forkline: cannot join the sandbox's pids cgroup $1" >&2; exit 126; }; exec /bin/sh -c "$2"`,
-			"/bin/sh", filepath.Join(sl.group, "cgroup.procs"), cmd}
-	default:
-		n := strconv.FormatInt(sl.l.base+sl.pids, 10)
-		return []string{"/bin/sh", "-c", `ulimit ` + sl.l.flag + ` "$1" || { echo "forkline: cannot set the process limit" >&2; exit 126; }; exec /bin/sh -c "$2"`,
-			"/bin/sh", n, cmd}
+// gatePrefix makes a limited command's shell wait, before it runs anything,
+// until the provider has put it under the limit: it reads a line from
+// descriptor 3 (a pipe from the provider; read is a builtin, so nothing is
+// forked before) and closes it. On the same line as the command, so that
+// its error messages keep their line numbers ("sh: 1: x: not found").
+const gatePrefix = "read _ <&3; exec 3<&-; "
+
+// command is the argv for /bin/sh -c cmd under the limit, and whether it
+// is gated: started with a pipe as descriptor 3, then released by release
+// once the process is under the limit. The gate costs a pipe and a write,
+// against about a millisecond for a second shell that would put itself
+// under the limit; the command sees the same $0, arguments and exit
+// status as without a limit.
+func (sl *sandboxLimit) command(cmd string) (argv []string, gated bool) {
+	if sl == nil || sl.l.mode == PidsNone {
+		return []string{"/bin/sh", "-c", cmd}, false
 	}
+	return []string{"/bin/sh", "-c", gatePrefix + cmd}, true
+}
+
+// limit puts the started, gated process pid under the limit: into the
+// sandbox's cgroup, or its RLIMIT_NPROC set.
+func (sl *sandboxLimit) limit(pid int) error {
+	switch sl.l.mode {
+	case PidsCgroup:
+		if err := os.WriteFile(filepath.Join(sl.group, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("local: putting a command into its sandbox's pids cgroup: %w", err)
+		}
+	case PidsRlimit:
+		n := uint64(sl.l.base + sl.pids)
+		if err := unix.Prlimit(pid, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
+			return fmt.Errorf("local: setting a command's process limit: %w", err)
+		}
+	}
+	return nil
 }
 
 // killAll kills every process in the sandbox's cgroup and removes it. It
@@ -390,28 +402,6 @@ func initialUserNamespace() bool {
 	}
 	f := strings.Fields(string(b))
 	return len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295"
-}
-
-// shellNprocFlag finds the ulimit flag of /bin/sh for RLIMIT_NPROC: -u in
-// bash, busybox and most shells, -p in dash.
-func shellNprocFlag() (string, error) {
-	for _, flag := range []string{"-u", "-p"} {
-		out, err := exec.Command("/bin/sh", "-c", "ulimit "+flag).Output()
-		if err == nil && strings.TrimSpace(string(out)) != "" {
-			var lim unix.Rlimit
-			if unix.Getrlimit(unix.RLIMIT_NPROC, &lim) == nil && strings.TrimSpace(string(out)) == rlimitString(lim.Cur) {
-				return flag, nil
-			}
-		}
-	}
-	return "", errors.New("/bin/sh has no ulimit flag for RLIMIT_NPROC")
-}
-
-func rlimitString(v uint64) string {
-	if v == ^uint64(0) {
-		return "unlimited"
-	}
-	return strconv.FormatUint(v, 10)
 }
 
 // userTasks counts the processes and threads whose real uid is uid, as

@@ -36,8 +36,10 @@
 //     does not apply. Setting the "pids" param then fails New, since it
 //     could not be honoured.
 //
-// A limited command starts as a small /bin/sh that puts itself under the
-// limit and execs /bin/sh -c CMD, about half a millisecond more per exec.
+// A limited command's shell first waits on a pipe (a builtin read, see
+// gatePrefix) while the provider puts it into the cgroup or sets its
+// RLIMIT_NPROC, so none of its processes ever runs outside the limit; that
+// costs a pipe per exec, no extra process.
 // Memory and CPU are not bounded (Spec.Resources.MemoryMB and CPUs are
 // ignored), nor are capabilities dropped (Spec.Resources.Capabilities is
 // ignored: commands have the provider's own privileges); Spec.Image and

@@ -132,8 +132,17 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	defer cancel()
 
 	out := providers.NewCapBuffer(s.spec.outputCap)
-	argv := s.limit.command(a.Cmd)
+	argv, gated := s.limit.command(a.Cmd)
 	cmd := exec.CommandContext(tctx, argv[0], argv[1:]...)
+	var gate, release *os.File
+	if gated {
+		var err error
+		if gate, release, err = os.Pipe(); err != nil {
+			return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
+		}
+		defer release.Close()
+		cmd.ExtraFiles = []*os.File{gate} // descriptor 3, read by gatePrefix
+	}
 	cmd.Dir = s.ws
 	mark := s.mark + strconv.FormatInt(s.execs.Add(1), 10)
 	cmd.Env = append(s.env[:len(s.env):len(s.env)], execMarker+"="+mark)
@@ -143,10 +152,25 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	cmd.WaitDelay = PipeGrace
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	if gate != nil {
+		gate.Close() // the child has its own copy
+	}
+	if err != nil {
 		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
 	}
 	pgid := cmd.Process.Pid
+	if gated {
+		// The command's shell waits on the gate: nothing of it runs before
+		// it is under the sandbox's process limit.
+		if err := s.limit.limit(pgid); err != nil {
+			_ = killGroup(pgid)
+			_ = cmd.Wait()
+			return runtime.Observation{}, err
+		}
+		_, _ = release.Write([]byte("\n"))
+		release.Close()
+	}
 	s.mu.Lock()
 	s.groups[pgid] = true
 	closing := s.closed
