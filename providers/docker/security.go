@@ -107,8 +107,8 @@ func parseLimitParams(params map[string]string) (limits, error) {
 	return l, nil
 }
 
-// applyLimits puts the resources of ss into hc: the spec's limits, else the
-// provider's defaults; capabilities dropped to DefaultCapabilities plus the
+// applyLimits puts res into hc: the spec's limits, else the provider's
+// defaults; every capability dropped but DefaultCapabilities and the
 // spec's; no-new-privileges.
 func (p *Provider) applyLimits(hc *container.HostConfig, res providers.Resources) error {
 	caps, err := providers.CanonicalCapabilities(res.Capabilities)
