@@ -2,6 +2,7 @@ package browser_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/docker"
+	"github.com/forkline/forkline/providers/providertest"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -96,4 +98,55 @@ func TestDockerGoldenProfile(t *testing.T) {
 		shots = append(shots, firstForkObservation(t, prov, cp).Screenshot.PNG)
 	}
 	require.Equal(t, shots[0], shots[1], "forks of one golden see the same first screenshot")
+}
+
+// TestDockerEngineGone: when the engine goes away under a browser task,
+// every error the browser decorator passes on (Create, Fork, a shell
+// action, a GUI action whose browser went with the engine) still matches
+// runtime.ErrUnavailable, so a collector can tell the run's failure from
+// the episode's. The engine is taken away from this provider only, through
+// a proxy.
+func TestDockerEngineGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	needDockerChromium(t)
+	direct, err := docker.Connect(ctx)
+	require.NoError(t, err)
+	target, ok := strings.CutPrefix(direct.DaemonHost(), "unix://")
+	direct.Close()
+	if !ok {
+		t.Skipf("the engine is not on a unix socket (%s)", direct.DaemonHost())
+	}
+	px := providertest.NewSocketProxy(t, "unix", target)
+	t.Setenv("DOCKER_HOST", "unix://"+px.Path())
+	dp, err := docker.New(providers.Options{RunID: "browser-test-gone", Params: map[string]string{docker.ParamImage: chromiumImage}})
+	require.NoError(t, err)
+	defer func() {
+		px.Restore()
+		require.NoError(t, dp.Close(context.Background()))
+	}()
+	cfg := browser.DefaultConfig()
+	cfg.Width, cfg.Height, cfg.Start = 640, 480, "index.html"
+	prov := browser.Provider(dp, func(providers.Spec) (browser.Config, bool) { return cfg, true })
+	spec := providers.Spec{Files: map[string][]byte{"index.html": []byte(formPage)}}
+	golden, err := prov.Create(ctx, spec)
+	require.NoError(t, err)
+	cp, err := prov.Checkpoint(ctx, golden, "golden")
+	require.NoError(t, err)
+	s, err := prov.Fork(ctx, cp)
+	require.NoError(t, err)
+	obs := act(t, s, runtime.Action{Kind: runtime.ActScreenshot}) // the browser runs
+	require.False(t, obs.Error, obs.Text())
+
+	px.Cut()
+	_, err = s.Act(ctx, runtime.Action{Kind: runtime.ActScreenshot})
+	require.ErrorIs(t, err, runtime.ErrUnavailable, "a GUI action whose browser went with the engine")
+	_, err = s.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "true"})
+	require.ErrorIs(t, err, runtime.ErrUnavailable, "a shell action through the browser session")
+	_, err = prov.Create(ctx, spec)
+	require.ErrorIs(t, err, runtime.ErrUnavailable, "Create through the decorator")
+	_, err = prov.Fork(ctx, cp)
+	require.ErrorIs(t, err, runtime.ErrUnavailable, "Fork through the decorator")
+	_, err = prov.Checkpoint(ctx, golden, "again")
+	require.ErrorIs(t, err, runtime.ErrUnavailable, "Checkpoint through the decorator")
 }

@@ -370,10 +370,23 @@ func (s *Session) lost(err error) bool {
 func (s *Session) markBroken(cause error) error {
 	if s.broken == nil {
 		s.broken = fmt.Errorf("%w: %v", errBrowserGone, cause)
+		// A browser in a sandbox goes with the sandbox's backend (its
+		// pipe runs through it). Ask the sandbox, so that errors.Is finds
+		// runtime.ErrUnavailable when the backend went away: then the
+		// run failed, not the episode.
+		pctx, cancel := context.WithTimeout(context.Background(), backendProbeTimeout)
+		_, err := s.sb.Act(pctx, runtime.Action{Kind: runtime.ActExec, Cmd: "true"})
+		cancel()
+		if errors.Is(err, runtime.ErrUnavailable) {
+			s.broken = fmt.Errorf("%w: %w", errBrowserGone, err)
+		}
 		s.stop(false)
 	}
 	return s.broken
 }
+
+// backendProbeTimeout bounds the question markBroken asks the sandbox.
+const backendProbeTimeout = 30 * time.Second
 
 // gui performs one GUI action and observes the page.
 func (s *Session) gui(ctx context.Context, a runtime.Action) (runtime.Observation, error) {

@@ -576,7 +576,7 @@ func Template(s *task.Spec) *pool.Template {
 			Files:     files,
 			Env:       env,
 			OutputCap: s.Limits.OutputCap,
-			Resources: providers.Resources{CPUs: s.Limits.CPUs, MemoryMB: s.Limits.MemoryMB, Pids: s.Limits.Pids},
+			Resources: providers.Resources{CPUs: s.Limits.CPUs, MemoryMB: s.Limits.MemoryMB, Pids: s.Limits.Pids, Capabilities: s.Limits.Capabilities},
 			Labels:    map[string]string{taskLabel: s.ID},
 		},
 		Setup:          s.Setup,

@@ -13,8 +13,13 @@ package providers
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/forkline/forkline/internal/linuxcap"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -107,12 +112,76 @@ type Spec struct {
 	Labels map[string]string
 }
 
-// Resources are limits on one sandbox.
+// Resources are limits on one sandbox. A zero limit means the provider's
+// default, never "unlimited": every provider documents its defaults (see
+// docs/providers.md), so a task that sets none still cannot take the host
+// down where the provider can enforce limits at all.
 type Resources struct {
 	CPUs     float64 // cores; 0 = provider default
-	MemoryMB int64
-	Pids     int64
-	Network  string // "none" (default) or a provider-specific mode
+	MemoryMB int64   // memory (and swap) in MiB; 0 = provider default
+	Pids     int64   // processes and threads; 0 = provider default
+	Network  string  // "none" (default) or a provider-specific mode
+	// Capabilities are Linux capabilities (capabilities(7), named without
+	// the CAP_ prefix: "NET_RAW") the sandbox's commands may use on top of
+	// the provider's default set. Providers that cannot grant or withhold
+	// capabilities (local) say so in their docs.
+	Capabilities []string
+}
+
+// Validate refuses a spec no provider can run: an Env entry that is not
+// KEY=VALUE or holds a NUL byte (no process environment can carry one, so
+// every command would fail), negative or non-finite limits, and capability
+// names Linux does not have. Providers call it first in Create, so bad input
+// fails there, naming the entry, instead of breaking each command later.
+func (s Spec) Validate() error {
+	var errs []error
+	for i, kv := range s.Env {
+		key, _, ok := strings.Cut(kv, "=")
+		switch {
+		case strings.IndexByte(kv, 0) >= 0:
+			errs = append(errs, fmt.Errorf("providers: Env[%d] %q holds a NUL byte, which no process environment can carry", i, key))
+		case !ok:
+			errs = append(errs, fmt.Errorf("providers: Env[%d] %q is not KEY=VALUE", i, kv))
+		case key == "":
+			errs = append(errs, fmt.Errorf("providers: Env[%d] has an empty name (it starts with =)", i))
+		}
+	}
+	r := s.Resources
+	if r.CPUs < 0 || math.IsNaN(r.CPUs) || math.IsInf(r.CPUs, 0) {
+		errs = append(errs, fmt.Errorf("providers: Resources.CPUs %v: want a finite number >= 0 (0 = the provider's default)", r.CPUs))
+	}
+	if r.MemoryMB < 0 {
+		errs = append(errs, fmt.Errorf("providers: Resources.MemoryMB %d: want >= 0 (0 = the provider's default)", r.MemoryMB))
+	}
+	if r.Pids < 0 {
+		errs = append(errs, fmt.Errorf("providers: Resources.Pids %d: want >= 0 (0 = the provider's default)", r.Pids))
+	}
+	if _, err := CanonicalCapabilities(r.Capabilities); err != nil {
+		errs = append(errs, err)
+	}
+	if s.OutputCap < 0 {
+		errs = append(errs, fmt.Errorf("providers: OutputCap %d: want >= 0 (0 = DefaultOutputCap)", s.OutputCap))
+	}
+	return errors.Join(errs...)
+}
+
+// CanonicalCapabilities returns caps in their canonical spelling ("NET_RAW"
+// for "cap_net_raw"), sorted, refusing an unknown name (the error lists the
+// known ones) and a name given twice.
+func CanonicalCapabilities(caps []string) ([]string, error) {
+	out := make([]string, 0, len(caps))
+	for _, c := range caps {
+		name, err := linuxcap.Canonical(c)
+		if err != nil {
+			return nil, fmt.Errorf("providers: Resources.Capabilities: %w", err)
+		}
+		if slices.Contains(out, name) {
+			return nil, fmt.Errorf("providers: Resources.Capabilities: %s is listed twice", name)
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // DefaultOutputCap is the per-action output cap when a Spec sets none.

@@ -3,6 +3,7 @@ package providers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/forkline/forkline/runtime"
@@ -22,7 +23,8 @@ type ShellOps struct {
 
 // Shell performs one action on a shell-only sandbox: an action that is not
 // canonical is a failed observation (ErrUnsupported for an unknown kind,
-// ErrActionFail otherwise); exec, read_file and write_file go to ops; wait
+// ErrActionFail otherwise), and so is an exec whose command holds a NUL
+// byte; exec, read_file and write_file go to ops; wait
 // sleeps (ended by ctx or by the sandbox closing); done does nothing; GUI
 // actions are ErrUnsupported observations. The observation is timed.
 // Actions that are not commands report exit code -1.
@@ -39,6 +41,13 @@ func Shell(ctx context.Context, a runtime.Action, ops ShellOps) (runtime.Observa
 	} else {
 		switch a.Kind {
 		case runtime.ActExec:
+			if i := strings.IndexByte(a.Cmd, 0); i >= 0 {
+				// A model can emit a NUL; no command line (argv) can carry
+				// one, so no provider could start it. It is the action's
+				// failure, never the sandbox's.
+				obs = Failure(runtime.ErrActionFail, fmt.Sprintf("%s: exec: the command holds a NUL byte at offset %d; a command line cannot carry one, so nothing ran", ops.Provider, i))
+				break
+			}
 			obs, err = ops.Exec(ctx, a)
 		case runtime.ActReadFile:
 			obs, err = ops.ReadFile(ctx, a.Path)

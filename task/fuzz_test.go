@@ -285,7 +285,7 @@ func specEqual(a, b Spec) bool {
 		return true
 	}
 	if a.ID != b.ID || a.Instruction != b.Instruction || a.Image != b.Image || !eqMap(a.Files, b.Files) ||
-		!eqMap(a.Env, b.Env) || !eqList(a.Setup, b.Setup) || !eqList(a.Start, b.Start) || a.Limits != b.Limits ||
+		!eqMap(a.Env, b.Env) || !eqList(a.Setup, b.Setup) || !eqList(a.Start, b.Start) || !sameLimits(a.Limits, b.Limits) ||
 		len(a.Solution) != len(b.Solution) || (a.Verify == nil) != (b.Verify == nil) || (a.Browser == nil) != (b.Browser == nil) {
 		return false
 	}
@@ -462,4 +462,11 @@ func yamlNode(t *testing.T, v any) *yaml.Node {
 	}
 	t.Fatalf("render: no YAML form for %T", v)
 	return nil
+}
+
+// sameLimits compares limits field by field (Capabilities is a list).
+func sameLimits(a, b Limits) bool {
+	return a.MaxSteps == b.MaxSteps && a.ActionTimeout == b.ActionTimeout && a.EpisodeTimeout == b.EpisodeTimeout &&
+		a.OutputCap == b.OutputCap && a.CPUs == b.CPUs && a.MemoryMB == b.MemoryMB && a.Pids == b.Pids &&
+		slices.Equal(a.Capabilities, b.Capabilities)
 }

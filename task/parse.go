@@ -20,6 +20,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/forkline/forkline/internal/linuxcap"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -604,7 +605,7 @@ func (p parser) verify(v *yaml.Node, s *Spec) error {
 }
 
 func (p parser) limits(v *yaml.Node, l *Limits) error {
-	known := []string{"max_steps", "action_timeout", "episode_timeout", "output_cap", "cpus", "memory_mb", "pids"}
+	known := []string{"max_steps", "action_timeout", "episode_timeout", "output_cap", "cpus", "memory_mb", "pids", "capabilities"}
 	return p.fields(v, "limits", known, func(key string, n *yaml.Node) error {
 		field := "limits." + key
 		switch key {
@@ -643,9 +644,40 @@ func (p parser) limits(v *yaml.Node, l *Limits) error {
 				return err
 			}
 			return p.intRange(n, field, l.Pids, 1, MaxPids, "processes")
+		case "capabilities":
+			return p.capabilities(n, field, &l.Capabilities)
 		}
 		return nil
 	})
+}
+
+// capabilities reads limits.capabilities: Linux capability names the
+// sandbox may use beyond its provider's default set, stored canonical
+// (NET_RAW for cap_net_raw) and sorted, so the spelling and order do not
+// change the spec's hash.
+func (p parser) capabilities(n *yaml.Node, field string, dst *[]string) error {
+	if n.Kind != yaml.SequenceNode {
+		return p.errAt(n, field, "must be a list of capability names such as [NET_RAW], not %s", kindName(n))
+	}
+	var out []string
+	for i, c := range n.Content {
+		item := fmt.Sprintf("%s[%d]", field, i)
+		var name string
+		if err := p.str(c, item, &name); err != nil {
+			return err
+		}
+		canon, err := linuxcap.Canonical(name)
+		if err != nil {
+			return p.errAt(c, item, "%s", strings.TrimPrefix(err.Error(), "linuxcap: "))
+		}
+		if slices.Contains(out, canon) {
+			return p.errAt(c, item, "%s is listed twice", canon)
+		}
+		out = append(out, canon)
+	}
+	slices.Sort(out)
+	*dst = out
+	return nil
 }
 
 // solution reads the scripted actions, each in the canonical action form

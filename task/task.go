@@ -96,6 +96,9 @@ type Limits struct {
 	CPUs           float64  `json:"cpus,omitempty"`
 	MemoryMB       int64    `json:"memory_mb,omitempty"`
 	Pids           int64    `json:"pids,omitempty"`
+	// Capabilities are Linux capabilities (NET_RAW, SYS_PTRACE, ...) the
+	// sandbox may use beyond its provider's default set; canonical, sorted.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // Defaults applied by WithDefaults.

@@ -33,17 +33,40 @@
 // it) or the "init" param is "off", the keeper is a shell loop that waits
 // for its own sleep, and busybox ash and dash reap any child while they
 // wait, orphans included. Network is "none" unless Spec.Resources.Network or
-// the "network" param says otherwise; Resources.CPUs, MemoryMB and Pids
-// become NanoCPUs, Memory and PidsLimit. Commands see LANG=C.UTF-8,
+// the "network" param says otherwise. Commands see LANG=C.UTF-8,
 // HOME=/workspace, FORKLINE_WORKSPACE=/workspace, the image's PATH, then
-// Spec.Env. Spec.Files are copied into /workspace as one tar stream.
+// Spec.Env. Spec.Files are copied into /workspace as one tar stream. Create
+// first refuses a spec providers.Spec.Validate refuses (a NUL byte in Env,
+// an unknown capability name, negative limits).
+//
+// # Safe by default
+//
+// Every sandbox is bounded, whether its spec sets limits or not: Resources
+// CPUs, MemoryMB and Pids become NanoCPUs, Memory (and MemorySwap, equal to
+// it: no swap beyond the limit) and PidsLimit; a zero means the provider's
+// default (DefaultCPUs = 1 core, DefaultMemoryMB = 2048, DefaultPids = 1024,
+// changed per provider by the "cpus", "memory_mb" and "pids" params), never
+// unlimited. The container drops every Linux capability (CapDrop ALL) but
+// DefaultCapabilities (CHOWN, DAC_OVERRIDE, FOWNER, KILL: what shell work
+// as root on the workspace's files needs; see there why each) and those
+// Resources.Capabilities names, and runs with no-new-privileges, so no
+// setuid binary or file capability raises a process above that. A fork
+// bomb then fills the pids limit and is killed by the action's timeout (the
+// timer needs no fork to kill: see execWrapper); a memory hog is killed by
+// the kernel and the command reports 137; both are observations, and the
+// sandbox works afterwards.
 //
 // # Actions
 //
 // exec runs sh -c CMD through a small wrapper script, in a session and
 // process group of its own, with stdin /dev/null and stderr joined to stdout
 // (one stream, interleaved as written, capped by a providers.CapBuffer of
-// Spec.OutputCap). The timeout (Action.TimeoutMS, else
+// Spec.OutputCap). On an engine on this host the output goes through a FIFO
+// in a read-only directory bind-mounted at OutputDir, at the speed of a
+// local pipe, instead of through the engine's exec stream (several times
+// slower); the first sandbox probes whether that works, and the "output"
+// param can force either (see output.go). A command holding a NUL byte is a
+// failed observation (no argv can carry one); nothing runs. The timeout (Action.TimeoutMS, else
 // providers.DefaultExecTimeout) is enforced inside the container, because
 // the engine has no way to kill an exec: a timer kills the command's whole
 // process group with SIGKILL and says so, and the observation is TimedOut
@@ -76,6 +99,19 @@
 // or the sandbox was closed (providers.ErrClosed). The episode then ends as
 // env_error.
 //
+// # The engine going away
+//
+// When the engine stops answering — connections refused or reset, its socket
+// gone, or a call in flight while /_ping gets no answer (the provider pings
+// every 10 s while any call of an operation is in flight, and gives the
+// engine 5 s to answer) — Create, Fork, Checkpoint, Release and Act fail with
+// an error wrapping ErrEngineGone, which matches runtime.ErrUnavailable: the
+// run's failure, which a resumed run redoes, not the episode's. A sandbox
+// that died under an episode (killed, out of memory, removed behind the
+// provider's back) is ErrSandboxDied and never ErrUnavailable: the engine
+// answered. An error the engine itself returned (an API error) proves it
+// alive without a ping. ErrNoEngine (from New) matches ErrUnavailable too.
+//
 // # Checkpoint, fork and standby
 //
 // Checkpoint commits the container (paused during the commit, so the image
@@ -96,6 +132,10 @@
 //
 // # Labels and cleanup
 //
+// A sandbox's output directory lives under Options.Dir (default
+// os.TempDir()), in a forkline-docker-* directory of the provider that Close
+// removes and the sweep of New removes when its process is dead.
+//
 // Every container and checkpoint image carries forkline.run (Options.RunID,
 // random when empty), forkline.owner (pid@hostname) and forkline.instance
 // (this Provider value), plus Spec.Labels. Close removes every container
@@ -107,11 +147,15 @@
 //
 // # Params
 //
-//	image    default image (default forkline/busybox)
-//	network  default network mode (default none)
-//	standby  started forks to keep per checkpoint (default 0)
-//	init     auto (default), on, off
-//	sweep    on (default), off
+//	image      default image (default forkline/busybox)
+//	network    default network mode (default none)
+//	standby    started forks to keep per checkpoint (default 0)
+//	init       auto (default), on, off
+//	sweep      on (default), off
+//	pids       default process limit per sandbox (default 1024)
+//	memory_mb  default memory limit per sandbox, MiB (default 2048)
+//	cpus       default CPU limit per sandbox, cores (default 1)
+//	output     auto (default), fifo, stream: how command output reaches the provider
 //
 // Any other key fails New with the list of these.
 package docker

@@ -83,9 +83,11 @@ func TestConformance(t *testing.T) {
 		name   string
 		params map[string]string
 	}{
-		{"default", nil},
-		// Forks come from the standby, and containers run without init.
-		{"standbyNoInit", map[string]string{ParamStandby: "1", ParamInit: InitOff}},
+		// Output through the FIFO (required here: the engine is local).
+		{"default", map[string]string{ParamOutput: OutputFIFO}},
+		// Forks come from the standby, containers run without init, and
+		// output takes the exec stream.
+		{"standbyNoInitStream", map[string]string{ParamStandby: "1", ParamInit: InitOff, ParamOutput: OutputStream}},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -122,11 +124,16 @@ func TestParams(t *testing.T) {
 		params map[string]string
 		want   string
 	}{
-		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: image, init, network, standby, sweep)`},
+		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: cpus, image, init, memory_mb, network, output, pids, standby, sweep)`},
+		{"output", map[string]string{ParamOutput: "pipe"}, "known: auto, fifo, stream"},
 		{"standbyNotANumber", map[string]string{ParamStandby: "many"}, "standby"},
 		{"standbyNegative", map[string]string{ParamStandby: "-1"}, "standby"},
 		{"init", map[string]string{ParamInit: "maybe"}, "known: auto, off, on"},
 		{"sweep", map[string]string{ParamSweep: "yes"}, "known: off, on"},
+		{"pidsZero", map[string]string{ParamPids: "0"}, `param pids="0": want a number > 0`},
+		{"memoryNotANumber", map[string]string{ParamMemoryMB: "2G"}, `param memory_mb="2G"`},
+		{"cpusNaN", map[string]string{ParamCPUs: "NaN"}, `param cpus="NaN"`},
+		{"cpusInf", map[string]string{ParamCPUs: "+Inf"}, `param cpus="+Inf"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -238,6 +245,7 @@ func TestKilledMidEpisode(t *testing.T) {
 		} {
 			_, err := sb.Act(ctx, a)
 			require.ErrorIs(t, err, ErrSandboxDied, "%s on a dead sandbox", a.Kind)
+			require.NotErrorIs(t, err, runtime.ErrUnavailable, "a dead sandbox is the episode's failure, not the engine's")
 			require.Contains(t, err.Error(), "exit code 137")
 		}
 	})
@@ -251,6 +259,7 @@ func TestKilledMidEpisode(t *testing.T) {
 		began := time.Now()
 		_, err = sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "echo started; sleep 30"})
 		require.ErrorIs(t, err, ErrSandboxDied)
+		require.NotErrorIs(t, err, runtime.ErrUnavailable)
 		require.Less(t, time.Since(began), 20*time.Second)
 	})
 	t.Run("closedDuringExec", func(t *testing.T) {
@@ -268,6 +277,7 @@ func TestKilledMidEpisode(t *testing.T) {
 		require.NoError(t, err)
 		_, err = sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "true"})
 		require.ErrorIs(t, err, ErrSandboxDied)
+		require.NotErrorIs(t, err, runtime.ErrUnavailable)
 		require.NoError(t, sb.Close(ctx), "Close of a vanished container")
 	})
 }

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -13,8 +12,8 @@ import (
 // ErrNoEngine is wrapped by the error Connect (and so New and Open) returns
 // when no Docker engine answers. The message names the address that was
 // tried, how it was chosen (DOCKER_HOST or the default socket) and how to
-// start an engine.
-var ErrNoEngine = errors.New("docker: no engine answers")
+// start an engine. It matches runtime.ErrUnavailable too.
+var ErrNoEngine error = &engineError{"docker: no engine answers"}
 
 // pingTimeout bounds the first request to the engine. A local engine answers
 // in about a millisecond; a remote one gets more slack.

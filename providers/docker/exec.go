@@ -20,15 +20,16 @@ import (
 
 // execWrapper runs inside the container as
 //
-//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD MARK
+//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD MARK FIFO
 //
 // with the script (and killMarkedScript) in the environment rather than in
 // the arguments, so a ps in the sandbox shows the command, not the script;
 // the script unsets both variables before it starts CMD.
 //
 // It starts CMD in a session (and so a process group) of its own, with
-// stdin /dev/null, stderr joined to stdout and FORKLINE_EXEC=MARK in its
-// environment, and a timer in another session that, after SECONDS, kills
+// stdin /dev/null, stdout going to FIFO (the exec's stdout when FIFO is
+// empty or cannot be opened; see output.go), stderr joined to stdout and
+// FORKLINE_EXEC=MARK in its environment, and a timer in another session that, after SECONDS, kills
 // CMD's whole group with SIGKILL and then every process still marked MARK:
 // the ones that left the group with setsid or a double fork. Docker has no
 // API to kill an exec, and closing the stream does not stop it, so the
@@ -40,22 +41,35 @@ import (
 //	forkline-timeout     the timer fired (it says so before it kills)
 //	forkline-exit RC     CMD ended with RC (128+9 after the timer's kill).
 //
-// When CMD ends first, the timer is killed pid first, then group: whatever
-// stage it is in, no sleep of it survives to hold the exec's stream open.
-// The timer's killing runs in a session of its own, so that the wrapper,
-// which sees CMD die and then kills the timer, cannot cut a scan short.
+// A command may fill the sandbox's pids limit at once (a fork bomb), after
+// which nothing in the sandbox can fork. So every process the timeout needs
+// exists before CMD runs: CMD's shell stops itself first (kill -STOP $$, a
+// builtin); the wrapper waits until /proc says it is stopped, starts the
+// timer, and the timer starts its sleep and only then lets CMD go on
+// (SIGCONT). When the timer fires it kills CMD's group with the builtin
+// kill, which needs no fork either, then ignores SIGTERM and runs the scan
+// for marked processes (which forks) in a session of its own. When CMD
+// ends, the wrapper sends SIGTERM to the timer, pid first, then group: a
+// timer still sleeping dies with its sleep, so none survives to hold the
+// exec's stream open; one that fired finishes its kill and scan, and the
+// wrapper waits for it. After CMD starts the wrapper itself uses builtins
+// only.
+//
 // Background jobs of a CMD that ended on its own are left running, as on the
 // local provider; the container's removal ends them.
 const execWrapper = `k=$FORKLINE_KILL_MARKED
 unset FORKLINE_EXEC_WRAPPER FORKLINE_KILL_MARKED
-FORKLINE_EXEC="$3" setsid sh -c "$2" forkline-cmd </dev/null 2>&1 &
+if [ -n "$4" ] && true 2>/dev/null >"$4"; then exec 5>"$4"; else exec 5>&1; fi
+FORKLINE_EXEC="$3" setsid sh -c 'kill -STOP $$; exec sh -c "$1" forkline-cmd' forkline-cmd "$2" </dev/null >&5 2>&1 5>&- &
 p=$!
+exec 5>&-
+while read -r _ _ st _ <"/proc/$p/stat" && [ "$st" != T ]; do :; done 2>/dev/null
 echo "forkline-pgid $p" >&2
 killer='kill -KILL "-$1"; m=$2; eval "$3"'
-setsid sh -c 'sleep "$1" && echo forkline-timeout && setsid sh -c "$5" forkline-killer "$2" "$3" "$4" </dev/null >/dev/null 2>&1' forkline-timer "$1" "$p" "$3" "$k" "$killer" </dev/null >&2 2>/dev/null &
+setsid sh -c 'sleep "$1" & s=$!; kill -CONT "$2"; wait "$s" && trap "" TERM && echo forkline-timeout && kill -KILL "-$2" 2>/dev/null; setsid sh -c "$5" forkline-killer "$2" "$3" "$4" </dev/null >/dev/null 2>&1' forkline-timer "$1" "$p" "$3" "$k" "$killer" </dev/null >&2 2>/dev/null &
 w=$!
 wait "$p"; rc=$?
-kill -KILL "$w" 2>/dev/null; kill -KILL "-$w" 2>/dev/null
+kill -TERM "$w" 2>/dev/null; kill -TERM "-$w" 2>/dev/null
 wait "$w" 2>/dev/null
 echo "forkline-exit $rc" >&2
 exit "$rc"
@@ -99,14 +113,33 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	out := providers.NewCapBuffer(s.spec.outputCap)
 	diag := providers.NewCapBuffer(diagCap)
 	mark := strconv.FormatInt(s.execs.Add(1), 10)
-	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd, mark},
+	var f *fifo
+	inside := ""
+	if s.p.out.usable(s) {
+		// Without a FIFO the output takes the exec stream, slower but the
+		// same bytes; a host that cannot make one now is no reason to fail.
+		if f, _ = openFIFO(s.outDir); f != nil {
+			inside = f.inside
+		}
+	}
+	drained := make(chan struct{})
+	if f != nil {
+		f.drain(out, drained)
+	}
+	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd, mark, inside},
 		[]string{"FORKLINE_EXEC_WRAPPER=" + execWrapper, "FORKLINE_KILL_MARKED=" + killMarkedScript}, out, diag, timeout+execBackstop)
 	rep := parseDiag(diag.Bytes())
 	if err != nil {
 		if rep.pgid > 0 {
 			s.killGroup(ctx, rep.pgid, mark)
 		}
+		if f != nil {
+			f.finish(drained)
+		}
 		return runtime.Observation{}, err
+	}
+	if f != nil {
+		f.finish(drained)
 	}
 	obs := runtime.Observation{Output: out.Bytes(), OutputBytes: out.Total(), Truncated: out.Truncated()}
 	switch {
@@ -123,6 +156,9 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		// memory limit).
 		if err := s.checkOpen(); err != nil {
 			return runtime.Observation{}, err
+		}
+		if gerr := s.p.gone(ctx, "the command's wrapper in "+s.short()+" ended without a word", nil); gerr != nil {
+			return runtime.Observation{}, gerr
 		}
 		if state := s.settledDeadState(ctx); state != "" {
 			return runtime.Observation{}, fmt.Errorf("%w: %s (%s) while running a command", ErrSandboxDied, s.short(), state)
@@ -202,8 +238,11 @@ func (s *sandbox) run(ctx context.Context, cmd, env []string, stdout, stderr io.
 	closeConn()
 	switch {
 	case ctx.Err() != nil:
-		return runResult{}, fmt.Errorf("docker: exec in %s: %w", s.short(), ctx.Err())
+		return runResult{}, fmt.Errorf("docker: exec in %s: %w", s.short(), cause(ctx, context.Cause(ctx)))
 	case overran.Load():
+		if gerr := s.p.gone(ctx, "an exec stream that went silent in "+s.short(), nil); gerr != nil {
+			return runResult{}, gerr
+		}
 		return runResult{}, fmt.Errorf("docker: exec in %s still running %s after its deadline: the in-container timeout failed; the sandbox is unusable", s.short(), execBackstop)
 	case copyErr != nil:
 		return runResult{}, s.infraError(ctx, "exec stream", copyErr)
@@ -260,7 +299,7 @@ func (s *sandbox) settledDeadState(ctx context.Context) string {
 // killGroup kills process group pgid in the container, best effort, with a
 // context detached from ctx (which may be the reason for the kill).
 func (s *sandbox) killGroup(ctx context.Context, pgid int, mark string) {
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	kctx, cancel := detach(ctx, 5*time.Second)
 	defer cancel()
 	ec, err := s.p.cli.ExecCreate(kctx, s.id, client.ExecCreateOptions{
 		Cmd: []string{"sh", "-c", `kill -KILL "-$1"; m=$2; eval "$3"`, "forkline-kill", strconv.Itoa(pgid), mark, killMarkedScript},

@@ -67,8 +67,8 @@ walk:
 			cur.missing = comps[i:]
 			return cur, nil
 		case err != nil:
-			if ctx.Err() != nil || s.checkOpen() != nil || s.deadState(ctx) != "" {
-				return resolvedPath{}, s.infraError(ctx, "stat", err)
+			if berr := s.broken(ctx, "stat", err); berr != nil {
+				return resolvedPath{}, berr
 			}
 			// The engine answers 500 without a reason for a symlink loop or
 			// a path through a file.
@@ -242,8 +242,8 @@ func (s *sandbox) writeFile(ctx context.Context, p, content string) (runtime.Obs
 	if _, err := s.p.cli.CopyToContainer(ctx, s.id, client.CopyToContainerOptions{
 		DestinationPath: dest, Content: &tb,
 	}); err != nil {
-		if ctx.Err() != nil || s.checkOpen() != nil || s.deadState(ctx) != "" {
-			return runtime.Observation{}, s.infraError(ctx, "copy to container", err)
+		if berr := s.broken(ctx, "copy to container", err); berr != nil {
+			return runtime.Observation{}, berr
 		}
 		return providers.Failure(runtime.ErrActionFail, fmt.Sprintf("write_file: %q: %v", p, err)), nil
 	}

@@ -15,6 +15,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/forkline/forkline/providers"
@@ -114,6 +115,11 @@ type Provider struct {
 	image    string
 	network  string
 	standbyN int
+	limits   limits // defaults for what a Spec leaves zero
+
+	// probeEvery and probeTimeout pace the engine watch (see watch).
+	probeEvery, probeTimeout time.Duration
+	out                      *outputFIFOs
 
 	initMu     sync.Mutex
 	useInit    bool
@@ -151,18 +157,33 @@ type sandboxSpec struct {
 
 // New opens a docker provider on the engine named by the environment (see
 // Connect). Options.Params accepts ParamImage, ParamNetwork, ParamStandby,
-// ParamInit and ParamSweep; an unknown key fails. Options.RunID labels every
-// object (a random id is made when it is empty). Options.Dir is not used.
+// ParamInit, ParamSweep, ParamPids, ParamMemoryMB, ParamCPUs and
+// ParamOutput; an unknown key fails. Options.RunID labels every object (a
+// random id is made when it is empty). Options.Dir is where the sandboxes'
+// output directories go (default os.TempDir()).
 func New(opts providers.Options) (*Provider, error) {
-	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamStandby, ParamInit, ParamSweep); err != nil {
+	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamStandby, ParamInit, ParamSweep,
+		ParamPids, ParamMemoryMB, ParamCPUs, ParamOutput); err != nil {
+		return nil, err
+	}
+	out, err := newOutputFIFOs(opts.Params[ParamOutput], opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := parseLimitParams(opts.Params)
+	if err != nil {
 		return nil, err
 	}
 	p := &Provider{
-		runID:       opts.RunID,
-		image:       DefaultImage,
-		network:     "none",
-		sandboxes:   map[string]*sandbox{},
-		checkpoints: map[string]*checkpoint{},
+		runID:        opts.RunID,
+		image:        DefaultImage,
+		network:      "none",
+		limits:       lim,
+		out:          out,
+		probeEvery:   defaultProbeEvery,
+		probeTimeout: defaultProbeTimeout,
+		sandboxes:    map[string]*sandbox{},
+		checkpoints:  map[string]*checkpoint{},
 	}
 	if v := opts.Params[ParamImage]; v != "" {
 		p.image = v
@@ -224,6 +245,9 @@ func New(opts providers.Options) (*Provider, error) {
 		sctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		_, err := Sweep(sctx, cli, SweepOptions{DeadOwners: true})
 		cancel()
+		if err == nil {
+			err = sweepOutputDirs(opts.Dir)
+		}
 		if err != nil {
 			_ = cli.Close()
 			return nil, fmt.Errorf("docker: sweeping what dead runs left (set param %s=off to skip): %w", ParamSweep, err)
@@ -242,6 +266,10 @@ func (p *Provider) Capabilities() providers.Capabilities {
 	return providers.Capabilities{Checkpoint: true, Fork: true, Isolation: "container", ForkMethod: ForkMethod}
 }
 
+// OutputPath says how command output reaches the provider: OutputFIFO,
+// OutputStream (and why not FIFOs), or "unknown" before the first sandbox.
+func (p *Provider) OutputPath() (path, why string) { return p.out.path() }
+
 // RunID returns the run id that labels every object of this provider.
 func (p *Provider) RunID() string { return p.runID }
 
@@ -252,6 +280,16 @@ func (p *Provider) Client() *client.Client { return p.cli }
 // Create makes a container from spec.Image (else the "image" param, else
 // DefaultImage), starts it, and copies spec.Files into the workspace.
 func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	wctx, stop := p.watch(ctx)
+	defer stop()
+	sb, err := p.create(wctx, spec)
+	return sb, cause(wctx, err)
+}
+
+func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
 	files, err := filesTar(spec.Files)
 	if err != nil {
 		return nil, err
@@ -282,6 +320,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 			DestinationPath: WorkspaceDir, Content: files,
 		}); err != nil {
 			_ = sb.Close(ctx)
+			if gerr := p.gone(ctx, "copying spec files into "+sb.short(), err); gerr != nil {
+				return nil, gerr
+			}
 			return nil, fmt.Errorf("docker: copying spec files into %s: %w", sb.short(), err)
 		}
 	}
@@ -294,39 +335,70 @@ func (p *Provider) startSandbox(ctx context.Context, image string, ss sandboxSpe
 	if err := p.checkOpen(); err != nil {
 		return nil, err
 	}
-	id, err := p.startContainer(ctx, image, ss, cpID)
+	st, err := p.startContainer(ctx, image, ss, cpID)
 	if err != nil {
 		return nil, err
 	}
-	sb := newSandbox(p, id, origin, cpID, ss)
+	sb := newSandbox(p, st, origin, cpID, ss)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		p.removeContainer(ctx, id)
+		_ = sb.Close(ctx)
 		return nil, fmt.Errorf("docker: %w", providers.ErrClosed)
 	}
-	p.sandboxes[id] = sb
+	p.sandboxes[st.id] = sb
 	p.mu.Unlock()
+	if err := p.out.probe(ctx, sb); err != nil {
+		_ = sb.Close(ctx)
+		return nil, err
+	}
 	return sb, nil
+}
+
+// started is a container that runs, and the host directory bind-mounted
+// at OutputDir in it ("" when none).
+type started struct {
+	id, outDir string
 }
 
 // startContainer creates and starts a container; it falls back to running
 // without init once if the engine's init binary turns out to be missing.
-func (p *Provider) startContainer(ctx context.Context, image string, ss sandboxSpec, cpID string) (string, error) {
+// It also makes the container's output directory, and goes on without one
+// when the engine refuses the bind mount (its host has no such path: a
+// remote engine).
+func (p *Provider) startContainer(ctx context.Context, image string, ss sandboxSpec, cpID string) (started, error) {
+	outDir, err := p.out.newDir()
+	if err != nil {
+		return started{}, err
+	}
 	p.initMu.Lock()
 	useInit := p.useInit
 	p.initMu.Unlock()
-	id, err := p.createAndStart(ctx, image, ss, cpID, useInit)
+	id, err := p.createAndStart(ctx, image, ss, cpID, useInit, outDir)
+	if err != nil && outDir != "" && cerrdefs.IsInvalidArgument(err) && strings.Contains(err.Error(), "bind source path does not exist") {
+		_ = os.RemoveAll(outDir)
+		outDir = ""
+		if ferr := p.out.fail(fmt.Errorf("the engine cannot bind-mount this host's directories (%v)", err)); ferr != nil {
+			return started{}, ferr
+		}
+		id, err = p.createAndStart(ctx, image, ss, cpID, useInit, "")
+	}
 	if err != nil && useInit && p.initBinary != "" && strings.Contains(err.Error(), p.initBinary) {
 		p.initMu.Lock()
 		p.useInit = false
 		p.initMu.Unlock()
-		id, err = p.createAndStart(ctx, image, ss, cpID, false)
+		id, err = p.createAndStart(ctx, image, ss, cpID, false, outDir)
 	}
-	return id, err
+	if err != nil {
+		if outDir != "" {
+			_ = os.RemoveAll(outDir)
+		}
+		return started{}, err
+	}
+	return started{id: id, outDir: outDir}, nil
 }
 
-func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxSpec, cpID string, useInit bool) (string, error) {
+func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxSpec, cpID string, useInit bool, outDir string) (string, error) {
 	labels := copyLabels(ss.labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -347,15 +419,11 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 		NetworkMode: container.NetworkMode(ss.network),
 		Init:        &useInit,
 	}
-	if ss.res.CPUs > 0 {
-		hc.NanoCPUs = int64(ss.res.CPUs * 1e9)
+	if err := p.applyLimits(hc, ss.res); err != nil {
+		return "", err
 	}
-	if ss.res.MemoryMB > 0 {
-		hc.Memory = ss.res.MemoryMB << 20
-	}
-	if ss.res.Pids > 0 {
-		pids := ss.res.Pids
-		hc.PidsLimit = &pids
+	if outDir != "" {
+		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: outDir, Target: OutputDir, ReadOnly: true}}
 	}
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
@@ -372,10 +440,16 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 		if cerrdefs.IsNotFound(err) {
 			return "", missingImage(image, err)
 		}
+		if gerr := p.gone(ctx, "creating a container from "+image, err); gerr != nil {
+			return "", gerr
+		}
 		return "", fmt.Errorf("docker: creating a container from %s: %w", image, err)
 	}
 	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		p.removeContainer(ctx, created.ID)
+		_ = p.removeContainer(ctx, created.ID)
+		if gerr := p.gone(ctx, "starting a container from "+image, err); gerr != nil {
+			return "", gerr
+		}
 		return "", fmt.Errorf("docker: starting a container from %s: %w", image, err)
 	}
 	return created.ID, nil
@@ -404,6 +478,13 @@ func missingImage(image string, err error) error {
 // processes are not part of it. Bytes is the size of the committed diff
 // (image size minus the size of the image the sandbox started from).
 func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label string) (providers.Checkpoint, error) {
+	wctx, stop := p.watch(ctx)
+	defer stop()
+	cp, err := p.checkpoint(wctx, sb, label)
+	return cp, cause(wctx, err)
+}
+
+func (p *Provider) checkpoint(ctx context.Context, sb providers.Sandbox, label string) (providers.Checkpoint, error) {
 	s, ok := sb.(*sandbox)
 	if !ok || s.p != p {
 		return providers.Checkpoint{}, fmt.Errorf("docker: Checkpoint of a sandbox this provider did not make")
@@ -474,6 +555,13 @@ func (p *Provider) diffBytes(ctx context.Context, containerID, imageID string) i
 // standby fork of cp is ready, it is handed out instead and a replacement is
 // started in the background.
 func (p *Provider) Fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
+	wctx, stop := p.watch(ctx)
+	defer stop()
+	sb, err := p.fork(wctx, cp)
+	return sb, cause(wctx, err)
+}
+
+func (p *Provider) fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -528,6 +616,9 @@ func (p *Provider) Release(ctx context.Context, cp providers.Checkpoint) error {
 		}
 	}
 	if err != nil {
+		if gerr := p.gone(ctx, "releasing checkpoint "+shortID(cp.ID), err); gerr != nil {
+			return gerr
+		}
 		return fmt.Errorf("docker: releasing checkpoint %s: %w", shortID(cp.ID), err)
 	}
 	p.mu.Lock()
@@ -574,7 +665,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	if _, err := removeLabelled(ctx, p.cli, LabelInstance+"="+p.instance, func(map[string]string) bool { return true }); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, p.cli.Close())
+	errs = append(errs, p.cli.Close(), p.out.close())
 	return errors.Join(errs...)
 }
 
@@ -586,7 +677,14 @@ func (p *Provider) Leftovers(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer cli.Close()
-	return listLabelled(ctx, cli, LabelInstance+"="+p.instance)
+	left, err := listLabelled(ctx, cli, LabelInstance+"="+p.instance)
+	return append(left, p.out.leftovers(p.isClosed())...), err
+}
+
+func (p *Provider) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 func (p *Provider) checkOpen() error {
@@ -608,7 +706,7 @@ func (p *Provider) forget(s *sandbox) {
 // removeContainer force-removes a container, detached from ctx's
 // cancellation; a container already gone is not an error.
 func (p *Provider) removeContainer(ctx context.Context, id string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	rctx, cancel := detach(ctx, removeTimeout)
 	defer cancel()
 	_, err := p.cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -622,7 +720,7 @@ func (p *Provider) removeImage(ctx context.Context, id string) { _ = p.removeIma
 // removeImageErr removes an image and its untagged parents; an image already
 // gone is not an error.
 func (p *Provider) removeImageErr(ctx context.Context, id string) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	rctx, cancel := detach(ctx, removeTimeout)
 	defer cancel()
 	_, err := p.cli.ImageRemove(rctx, id, client.ImageRemoveOptions{Force: true, PruneChildren: true})
 	if err != nil && cerrdefs.IsNotFound(err) {

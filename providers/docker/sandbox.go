@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ var ErrSandboxDied = errors.New("docker: sandbox container is not running")
 type sandbox struct {
 	p      *Provider
 	id     string // container id
+	outDir string // host directory mounted at OutputDir, "" when none
 	origin string
 	cpID   string
 	spec   sandboxSpec
@@ -37,8 +39,8 @@ type sandbox struct {
 	err    error
 }
 
-func newSandbox(p *Provider, id, origin, cpID string, ss sandboxSpec) *sandbox {
-	return &sandbox{p: p, id: id, origin: origin, cpID: cpID, spec: ss, done: make(chan struct{})}
+func newSandbox(p *Provider, st started, origin, cpID string, ss sandboxSpec) *sandbox {
+	return &sandbox{p: p, id: st.id, outDir: st.outDir, origin: origin, cpID: cpID, spec: ss, done: make(chan struct{})}
 }
 
 func (s *sandbox) short() string { return shortID(s.id) }
@@ -74,7 +76,9 @@ func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 		return runtime.Observation{}, err
 	}
 
-	return providers.Shell(ctx, a, providers.ShellOps{
+	wctx, stop := s.p.watch(ctx)
+	defer stop()
+	obs, err := providers.Shell(wctx, a, providers.ShellOps{
 		Provider:  "docker",
 		Exec:      s.exec,
 		ReadFile:  s.readFile,
@@ -82,29 +86,44 @@ func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 		Closed:    s.done,
 		ClosedErr: func() error { return fmt.Errorf("docker: sandbox %s: %w", s.short(), providers.ErrClosed) },
 	})
+	return obs, cause(wctx, err)
 }
 
 // infraError turns an engine error met while acting into the error Act
-// returns: ctx's error when ctx ended, ErrClosed when the sandbox was closed
-// meanwhile, ErrSandboxDied (with the container's state) when the container
-// stopped, else the engine's error.
+// returns: see broken; when none of those applies, the engine's error.
 func (s *sandbox) infraError(ctx context.Context, what string, err error) error {
+	if berr := s.broken(ctx, what, err); berr != nil {
+		return berr
+	}
+	return fmt.Errorf("docker: %s in %s: %w", what, s.short(), err)
+}
+
+// broken says whether an engine error met while acting means the action
+// cannot go on: ctx's error (or the engine watch's cause) when ctx ended,
+// ErrClosed when the sandbox was closed meanwhile, ErrEngineGone when the
+// engine does not answer, ErrSandboxDied (with the container's state) when
+// the container stopped. It returns nil when the engine answered and the
+// sandbox runs: the failure is then the action's own.
+func (s *sandbox) broken(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("docker: %s in %s: %w", what, s.short(), ctx.Err())
+		return fmt.Errorf("docker: %s in %s: %w", what, s.short(), cause(ctx, context.Cause(ctx)))
 	}
 	if cerr := s.checkOpen(); cerr != nil {
 		return cerr
 	}
+	if gerr := s.p.gone(ctx, what+" in "+s.short(), err); gerr != nil {
+		return gerr
+	}
 	if state := s.deadState(ctx); state != "" {
 		return fmt.Errorf("%w: %s (%s) during %s: %v", ErrSandboxDied, s.short(), state, what, err)
 	}
-	return fmt.Errorf("docker: %s in %s: %w", what, s.short(), err)
+	return nil
 }
 
 // deadState describes the container when it is not running, and is empty
 // when it runs.
 func (s *sandbox) deadState(ctx context.Context) string {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ictx, cancel := detach(ctx, 10*time.Second)
 	defer cancel()
 	ci, err := s.p.cli.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
 	if err != nil {
@@ -158,6 +177,9 @@ func (s *sandbox) Close(ctx context.Context) error {
 		close(s.done)
 		s.err = s.p.removeContainer(ctx, s.id)
 		s.acts.Wait()
+		if s.outDir != "" {
+			s.err = errors.Join(s.err, os.RemoveAll(s.outDir))
+		}
 		s.p.forget(s)
 	})
 	return s.err

@@ -153,10 +153,10 @@ func (st *standby) startOne() {
 	defer st.p.bgWG.Done()
 	defer st.starts.Done()
 	ck := st.ck
-	id, err := st.p.startContainer(st.ctx, ck.info.ID, ck.spec, ck.info.ID)
+	sc, err := st.p.startContainer(st.ctx, ck.info.ID, ck.spec, ck.info.ID)
 	var sb *sandbox
 	if err == nil {
-		sb = newSandbox(st.p, id, ForkMethod, ck.info.ID, ck.spec)
+		sb = newSandbox(st.p, sc, ForkMethod, ck.info.ID, ck.spec)
 	}
 	st.mu.Lock()
 	st.starting--

@@ -7,6 +7,7 @@ import (
 
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/local"
+	"github.com/forkline/forkline/providers/providertest"
 )
 
 // BenchmarkFork measures Fork plus Close of a fork of a small workspace
@@ -43,3 +44,16 @@ func BenchmarkFork(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkExecOutput measures how fast a 200 MB output drains through the
+// local provider's pipe; compare with providers/docker's
+// BenchmarkExecOutput (or run benchmarks/drain, which runs both at once).
+func BenchmarkExecOutput(b *testing.B) {
+	p := openLocal(b, local.ForkCopy)
+	defer p.Close(context.Background())
+	providertest.BenchExecOutput(b, p, providertest.DrainCommand(drainBytes), drainBytes)
+}
+
+// drainBytes is the output size of BenchmarkExecOutput: 200 MB, rounded up
+// to whole 64 KiB blocks.
+const drainBytes = 3052 * 64 << 10

@@ -12,9 +12,38 @@
 // Processes that leave their process group (setsid, a daemon's double fork)
 // are still found by the FORKLINE_EXEC mark in their environment and killed
 // with the rest on a timeout, at Close and by Sweep; one that replaces its
-// environment (env -i) escapes that and outlives the sandbox. Spec.Image,
-// Spec.Resources and Spec.Labels are ignored. Use providers/docker for
-// untrusted code.
+// environment (env -i) escapes that and outlives the sandbox, unless the
+// sandbox has a cgroup (below). Use providers/docker for untrusted code.
+//
+// # Process limit
+//
+// A fork bomb in a task must still not take the host down, so each sandbox's
+// processes (threads included) are bounded by Spec.Resources.Pids, else the
+// "pids" param, else DefaultPids, the cheapest way this process has
+// (PidsLimit says which, and why not better):
+//
+//   - PidsCgroup, when it may write a pids cgroup (root on the host, or a
+//     delegated cgroup; v1 or v2): the provider makes a cgroup named like its
+//     directory under its own (v2: under its parent, as a v2 cgroup holding
+//     processes cannot hand controllers down), and one child per sandbox
+//     with pids.max set. Every command joins it before it runs, and Close and
+//     Sweep kill every process in it, env -i daemons included.
+//   - PidsRlimit, for other users: commands run with RLIMIT_NPROC. The kernel
+//     counts every process of the user against it, so the limit is the
+//     user's process count when the provider opened plus the sandbox's
+//     limit: coarse, shared by all sandboxes, but it stops a fork bomb.
+//   - PidsNone: root without a writable pids cgroup, where RLIMIT_NPROC
+//     does not apply. Setting the "pids" param then fails New, since it
+//     could not be honoured.
+//
+// A limited command's shell first waits on a pipe (a builtin read, see
+// gatePrefix) while the provider puts it into the cgroup or sets its
+// RLIMIT_NPROC, so none of its processes ever runs outside the limit; that
+// costs a pipe per exec, no extra process.
+// Memory and CPU are not bounded (Spec.Resources.MemoryMB and CPUs are
+// ignored), nor are capabilities dropped (Spec.Resources.Capabilities is
+// ignored: commands have the provider's own privileges); Spec.Image and
+// Spec.Labels are ignored too.
 //
 // # Layout
 //
@@ -81,8 +110,8 @@
 // The "fork" param is "auto" (default: overlay when the probe succeeds, else
 // copy), "overlay" (Open fails with ErrOverlayUnavailable and the reason when
 // the probe fails) or "copy". Capabilities().ForkMethod and SandboxInfo.Origin
-// ("overlay", "copy", or "create") say which path ran. No other param exists;
-// an unknown one fails Open.
+// ("overlay", "copy", or "create") say which path ran. The only other param
+// is "pids" (see Process limit); an unknown one fails Open.
 //
 // A released checkpoint accepts no more forks; its tree is removed once the
 // last overlay fork that uses it is closed, since an overlay's lower layer
@@ -106,6 +135,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -154,6 +184,9 @@ type Provider struct {
 	method  string // ForkOverlay or ForkCopy
 	overlay string // extra overlay mount options found by the probe
 	copier  *copier
+	pids    *pidsLimiter
+	// defaultPids is the process limit of a sandbox whose spec sets none.
+	defaultPids int64
 
 	mu          sync.Mutex
 	closed      bool
@@ -168,16 +201,26 @@ type checkpoint struct {
 	dir, tree string
 	env       []string
 	outputCap int
+	pidsMax   int64
 	users     int  // live overlay forks using tree as their lower layer
 	released  bool // no more forks; remove when users drops to zero
 }
 
 // New opens a local provider. Options.Dir is where its directory is made
-// (default os.TempDir()); Options.Params accepts only "fork" (see the package
-// comment); Options.RunID is recorded in the owner file.
+// (default os.TempDir()); Options.Params accepts "fork" and "pids" (see the
+// package comment); Options.RunID is recorded in the owner file.
 func New(opts providers.Options) (*Provider, error) {
-	if err := providers.CheckParams(Name, opts.Params, ParamFork); err != nil {
+	if err := providers.CheckParams(Name, opts.Params, ParamFork, ParamPids); err != nil {
 		return nil, err
+	}
+	defaultPids := int64(DefaultPids)
+	pidsParam, pidsSet := opts.Params[ParamPids]
+	if pidsSet {
+		n, err := strconv.ParseInt(pidsParam, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("local: param %s=%q: want a number > 0", ParamPids, pidsParam)
+		}
+		defaultPids = n
 	}
 	want := opts.Params[ParamFork]
 	switch want {
@@ -213,8 +256,14 @@ func New(opts providers.Options) (*Provider, error) {
 		root:        root,
 		method:      ForkCopy,
 		copier:      &copier{},
+		pids:        newPidsLimiter(root),
+		defaultPids: defaultPids,
 		sandboxes:   map[string]*sandbox{},
 		checkpoints: map[string]*checkpoint{},
+	}
+	if pidsSet && p.pids.mode == PidsNone {
+		_ = removeTree(root)
+		return nil, fmt.Errorf("local: param %s=%s cannot be enforced here (%s)", ParamPids, pidsParam, p.pids.reason)
 	}
 	if want != ForkCopy {
 		extra, err := probeOverlay(root)
@@ -222,6 +271,7 @@ func New(opts providers.Options) (*Provider, error) {
 		case err == nil:
 			p.method, p.overlay = ForkOverlay, extra
 		case want == ForkOverlay:
+			_ = p.pids.close()
 			_ = removeTree(root)
 			return nil, fmt.Errorf("%w in %s: %v", ErrOverlayUnavailable, base, err)
 		}
@@ -248,8 +298,15 @@ func (p *Provider) Capabilities() providers.Capabilities {
 // checkpoint it makes.
 func (p *Provider) Dir() string { return p.root }
 
+// PidsLimit says how the provider bounds its sandboxes' processes
+// (PidsCgroup, PidsRlimit or PidsNone) and, when not with a cgroup, why.
+func (p *Provider) PidsLimit() (mode, reason string) { return p.pids.mode, p.pids.reason }
+
 // Create makes an empty workspace and writes spec.Files into it.
 func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
 	files, err := specFiles(spec.Files)
 	if err != nil {
 		return nil, err
@@ -266,7 +323,11 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 		_ = removeTree(dir)
 		return nil, fmt.Errorf("local: %w", err)
 	}
-	s, err := newSandbox(p, id, dir, ws, OriginCreate, "", spec.Env, spec.OutputCap, nil)
+	pidsMax := spec.Resources.Pids
+	if pidsMax <= 0 {
+		pidsMax = p.defaultPids
+	}
+	s, err := newSandbox(p, id, dir, ws, OriginCreate, "", spec.Env, spec.OutputCap, pidsMax, nil)
 	if err != nil {
 		_ = removeTree(dir)
 		return nil, err
@@ -336,6 +397,7 @@ func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label s
 		dir: dir, tree: tree,
 		env:       append([]string(nil), s.spec.env...),
 		outputCap: s.spec.outputCap,
+		pidsMax:   s.spec.pidsMax,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -392,7 +454,7 @@ func (p *Provider) fork(ctx context.Context, c *checkpoint, overlay bool) (*sand
 	if overlay {
 		uses = c
 	}
-	s, err := newSandbox(p, id, dir, ws, origin, c.info.ID, c.env, c.outputCap, uses)
+	s, err := newSandbox(p, id, dir, ws, origin, c.info.ID, c.env, c.outputCap, c.pidsMax, uses)
 	if err != nil {
 		if overlay {
 			_ = unmount(ws)
@@ -459,7 +521,7 @@ func (p *Provider) Close(ctx context.Context) error {
 		errs = append(errs, removeTree(c.dir))
 	}
 	// A safety net for anything a failed sandbox close left mounted.
-	errs = append(errs, unmountUnder(p.root), removeTree(p.root))
+	errs = append(errs, p.pids.close(), unmountUnder(p.root), removeTree(p.root))
 	return errors.Join(errs...)
 }
 
@@ -474,7 +536,7 @@ func (p *Provider) Leftovers(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("local: %w", err)
 	}
 	for _, e := range entries {
-		if e.Name() == ownerFile {
+		if e.Name() == ownerFile || e.Name() == cgroupFile {
 			continue
 		}
 		out = append(out, "directory "+filepath.Join(p.root, e.Name()))
@@ -485,6 +547,9 @@ func (p *Provider) Leftovers(ctx context.Context) ([]string, error) {
 	}
 	for _, m := range mounts {
 		out = append(out, "mount "+m)
+	}
+	if p.pids.mode == PidsCgroup {
+		out = append(out, p.pids.leftovers()...)
 	}
 	return out, nil
 }

@@ -97,8 +97,10 @@ func TestOptionsValidation(t *testing.T) {
 		params map[string]string
 		want   []string // substrings of the error
 	}{
-		{"unknownParam", map[string]string{"frok": "copy"}, []string{`"frok"`, "known: fork"}},
+		{"unknownParam", map[string]string{"frok": "copy"}, []string{`"frok"`, "known: fork, pids"}},
 		{"badForkValue", map[string]string{"fork": "zfs"}, []string{`"zfs"`, "auto", "copy", "overlay"}},
+		{"pidsZero", map[string]string{"pids": "0"}, []string{`param pids="0": want a number > 0`}},
+		{"pidsNotANumber", map[string]string{"pids": "lots"}, []string{`param pids="lots"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -470,6 +472,10 @@ func TestMain(m *testing.M) {
 		crashHelper(dir)
 		return
 	}
+	if dir := os.Getenv(rlimitHelperEnv); dir != "" {
+		rlimitHelper(dir)
+		return
+	}
 	os.Exit(m.Run())
 }
 
@@ -526,7 +532,17 @@ func TestSweepAfterSIGKILL(t *testing.T) {
 	if strings.Contains(line, local.ForkOverlay) {
 		require.NotEmpty(t, mountsUnder(t, base), "the killed run left its overlay mount")
 	}
+	// Where the run bounded its processes with a cgroup, the cgroup and its
+	// processes are left too.
+	cgroup := ""
+	if b, err := os.ReadFile(filepath.Join(base, entries[0].Name(), "cgroup")); err == nil {
+		cgroup = strings.TrimSpace(string(b))
+		require.DirExists(t, cgroup, "the killed run left its cgroup")
+	}
 	require.NoError(t, local.Sweep(base))
+	if cgroup != "" {
+		require.NoDirExists(t, cgroup, "Sweep removes the dead run's cgroup")
+	}
 	entries, err = os.ReadDir(base)
 	require.NoError(t, err)
 	require.Empty(t, entries, "Sweep removes the dead run's directory")

@@ -297,7 +297,9 @@ func Sweep(dir string) error {
 			continue
 		}
 		// Commands the dead owner started and that outlived it (they left
-		// their process group) go first: they may hold the mounts.
+		// their process group) go first: they may hold the mounts. Its
+		// cgroup has every one of them, where it had one.
+		errs = append(errs, sweepCgroup(root))
 		killMarked(e.Name()+"/", true)
 		if err := unmountUnder(root); err != nil {
 			errs = append(errs, err)

@@ -34,6 +34,7 @@ type sandbox struct {
 	spec   sandboxSpec
 	env    []string // the full environment of commands
 	mark   string   // execMarker's value for this sandbox, less the exec number
+	limit  *sandboxLimit
 	execs  atomic.Int64
 	done   chan struct{}
 
@@ -49,11 +50,17 @@ type sandbox struct {
 type sandboxSpec struct {
 	env       []string
 	outputCap int
+	pidsMax   int64
 }
 
-func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, outputCap int, uses *checkpoint) (*sandbox, error) {
+func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, outputCap int, pidsMax int64, uses *checkpoint) (*sandbox, error) {
+	limit, err := p.pids.forSandbox(id, pidsMax)
+	if err != nil {
+		return nil, err
+	}
 	root, err := os.OpenRoot(ws)
 	if err != nil {
+		_ = limit.killAll()
 		return nil, fmt.Errorf("local: %w", err)
 	}
 	if outputCap <= 0 {
@@ -67,7 +74,8 @@ func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, out
 	full = append(full, env...) // later entries win in os/exec
 	return &sandbox{
 		p: p, id: id, dir: dir, ws: ws, origin: origin, cpID: cpID, uses: uses, root: root,
-		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap},
+		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap, pidsMax: pidsMax},
+		limit:  limit,
 		env:    full,
 		mark:   filepath.Base(p.root) + "/" + id + "/",
 		done:   make(chan struct{}),
@@ -124,7 +132,17 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	defer cancel()
 
 	out := providers.NewCapBuffer(s.spec.outputCap)
-	cmd := exec.CommandContext(tctx, "/bin/sh", "-c", a.Cmd)
+	argv, gated := s.limit.command(a.Cmd)
+	cmd := exec.CommandContext(tctx, argv[0], argv[1:]...)
+	var gate, release *os.File
+	if gated {
+		var err error
+		if gate, release, err = os.Pipe(); err != nil {
+			return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
+		}
+		defer release.Close()
+		cmd.ExtraFiles = []*os.File{gate} // descriptor 3, read by gatePrefix
+	}
 	cmd.Dir = s.ws
 	mark := s.mark + strconv.FormatInt(s.execs.Add(1), 10)
 	cmd.Env = append(s.env[:len(s.env):len(s.env)], execMarker+"="+mark)
@@ -134,10 +152,25 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	cmd.WaitDelay = PipeGrace
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	if gate != nil {
+		gate.Close() // the child has its own copy
+	}
+	if err != nil {
 		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
 	}
 	pgid := cmd.Process.Pid
+	if gated {
+		// The command's shell waits on the gate: nothing of it runs before
+		// it is under the sandbox's process limit.
+		if err := s.limit.limit(pgid); err != nil {
+			_ = killGroup(pgid)
+			_ = cmd.Wait()
+			return runtime.Observation{}, err
+		}
+		_, _ = release.Write([]byte("\n"))
+		release.Close()
+	}
 	s.mu.Lock()
 	s.groups[pgid] = true
 	closing := s.closed
@@ -332,6 +365,7 @@ func (s *sandbox) destroy() error {
 	close(s.done)
 	errs := killGroups(groups)
 	killMarked(s.mark, true)
+	errs = append(errs, s.limit.killAll())
 	s.acts.Wait()
 	errs = append(errs, s.root.Close())
 	if s.origin == ForkOverlay {

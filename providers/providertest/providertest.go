@@ -58,6 +58,8 @@ func Run(t *testing.T, open func(t *testing.T) providers.Provider) {
 	t.Run("PathTraversal", s.testPathTraversal)
 	t.Run("WorkspaceAbsolutePath", s.testAbsolutePath)
 	t.Run("UnsupportedActions", s.testUnsupported)
+	t.Run("NULBytes", s.testNULBytes)
+	t.Run("BadSpec", s.testBadSpec)
 	t.Run("Checkpoint", s.testCheckpoint)
 	t.Run("ForkIsolation", s.testForkIsolation)
 	t.Run("GoldenImmutable", s.testGoldenImmutable)
@@ -506,6 +508,60 @@ func (s *suite) testUnsupported(t *testing.T) {
 		require.Equal(t, runtime.ErrUnsupported, obs.ErrorKind, "%s: %s", a.Kind, obs.Text())
 	}
 	require.Equal(t, "still fine\n", run(t, sb, "echo still fine"), "the sandbox survives unsupported actions")
+}
+
+// testNULBytes: a model can emit a NUL byte anywhere. In a command or a
+// file path it is the action's failure (an observation), never the
+// sandbox's, and nothing runs or is written; in file content it is data.
+func (s *suite) testNULBytes(t *testing.T) {
+	p := s.provider(t)
+	sb := create(t, p, providers.Spec{})
+	for _, a := range []runtime.Action{
+		{Kind: runtime.ActExec, Cmd: "touch ran\x00; echo hi"},
+		{Kind: runtime.ActExec, Cmd: "\x00"},
+		{Kind: runtime.ActReadFile, Path: "a\x00b"},
+		{Kind: runtime.ActWriteFile, Path: "ran\x00.txt", Content: "x"},
+		{Kind: runtime.ActWriteFile, Path: "dir\x00/f", Content: "x"},
+	} {
+		obs, err := sb.Act(t.Context(), a)
+		require.NoError(t, err, "%s with a NUL byte must be an observation, not an error", a.Kind)
+		require.True(t, obs.Error, "%s with a NUL byte: Error (got %q)", a.Kind, obs.Text())
+		require.Equal(t, runtime.ErrActionFail, obs.ErrorKind, "%s with a NUL byte: %s", a.Kind, obs.Text())
+		require.Contains(t, obs.Text(), "NUL", "%s: the observation says what was wrong", a.Kind)
+	}
+	require.Equal(t, "absent\n", run(t, sb, "if [ -e ran ] || [ -e ran.txt ] || [ -e dir ]; then echo present; else echo absent; fi"),
+		"nothing ran and nothing was written")
+	write(t, sb, "data.bin", "a\x00b")
+	require.Equal(t, "a\x00b", read(t, sb, "data.bin"), "a NUL in file content is data")
+	require.Equal(t, "3\n", run(t, sb, "wc -c < data.bin | tr -d ' '"))
+}
+
+// testBadSpec: a spec no command could run under is refused by Create,
+// naming what is wrong, and leaves nothing behind.
+func (s *suite) testBadSpec(t *testing.T) {
+	p := s.provider(t)
+	cases := []struct {
+		name string
+		spec providers.Spec
+		want string
+	}{
+		{"envNUL", providers.Spec{Env: []string{"OK=1", "BAD=a\x00b"}}, `Env[1] "BAD" holds a NUL byte`},
+		{"envNotKV", providers.Spec{Env: []string{"JUSTANAME"}}, `Env[0] "JUSTANAME" is not KEY=VALUE`},
+		{"capability", providers.Spec{Resources: providers.Resources{Capabilities: []string{"NET_RAWR"}}}, `"NET_RAWR" is not a Linux capability`},
+		{"negativePids", providers.Spec{Resources: providers.Resources{Pids: -1}}, "Resources.Pids -1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sb, err := p.Create(t.Context(), c.spec)
+			if sb != nil {
+				closeAtEnd(t, sb)
+			}
+			require.Error(t, err, "Create must refuse the spec")
+			require.Contains(t, err.Error(), c.want)
+			require.NotContains(t, err.Error(), "a\x00b", "the refusal does not echo an env value")
+		})
+	}
+	assertNoLeftovers(t, t.Context(), p, "after refused Creates")
 }
 
 // golden makes a sandbox holding files from Spec.Files and from a command,
