@@ -119,6 +119,8 @@ var providerParamShapes = map[string]map[string]bool{
 		// overlay or copy: the fork holds the same files either way, and
 		// every episode row records the method (reset_origin).
 		"fork": false,
+		// The process limit of every sandbox: a command may hit it.
+		"pids": true,
 	},
 	"docker": {
 		"image":   true,  // the filesystem and userland commands run in
@@ -126,6 +128,14 @@ var providerParamShapes = map[string]map[string]bool{
 		"init":    true,  // PID 1 and how orphans are reaped, visible to commands (ps, zombies)
 		"standby": false, // how many forks are started ahead: timing only (reset_origin per episode)
 		"sweep":   false, // start-up cleaning of what dead runs left: not about this run's sandboxes
+		// The default limits of sandboxes whose task sets none: a command
+		// may hit them (an OOM kill, a fork that fails).
+		"pids":      true,
+		"memory_mb": true,
+		"cpus":      true,
+		// fifo or the engine's exec stream: the same bytes either way
+		// (providers/docker TestOutputPathsAgree); timing only.
+		"output": false,
 	},
 }
 
