@@ -6,8 +6,10 @@ DEMO_OUT  ?= runs/demo
 # Tests that need an outside component skip on a developer machine and fail
 # in CI, where FORKLINE_REQUIRE names the components (see .ci/run).
 TESTFLAGS ?=
+# staticcheck's version, run with `go run` (it is not a dependency of the module).
+STATICCHECK ?= v0.8.2
 
-.PHONY: help build test test-short bench demo lint install images images-debian clean
+.PHONY: help build test test-race test-short bench demo lint install images images-debian clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -17,6 +19,9 @@ build: ## build collect, export and replay into bin/
 
 test: ## run every test (about 3-6 minutes on 2 cores)
 	$(GO) test $(TESTFLAGS) -count=1 -timeout 14m ./...
+
+test-race: ## every test under the race detector (slower: about 3x)
+	$(GO) test $(TESTFLAGS) -race -count=1 -timeout 40m ./...
 
 test-short: ## the quick tests only
 	$(GO) test -short -count=1 ./...
@@ -34,9 +39,10 @@ demo: build ## collect the example tasks: 4 replicas, 24 episodes, into runs/dem
 	@echo "Look at it:  $(BIN)/export -in $(DEMO_OUT) -to jsonl -out - | head -c 2000"
 	@echo "       or:   duckdb -c \"select task_id, exit_reason, steps from '$(DEMO_OUT)/episodes/*.parquet'\""
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
 
 install: build ## install as forkline-collect, forkline-export, forkline-replay
 	install -d $(PREFIX)/bin

@@ -170,7 +170,7 @@ func featureType(raw json.RawMessage) (Type, error) {
 	case "Value":
 		var d string
 		if err := json.Unmarshal(get("dtype"), &d); err != nil {
-			return Type{}, fmt.Errorf("Value dtype: %w", err)
+			return Type{}, fmt.Errorf("hftest: a Value feature's dtype: %w", err)
 		}
 		k, ok := dtypes[d]
 		if !ok {

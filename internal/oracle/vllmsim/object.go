@@ -87,15 +87,6 @@ func (o object) set(key string, v json.RawMessage) object {
 	return append(o, member{key, v})
 }
 
-func (o object) del(key string) object {
-	for i, m := range o {
-		if m.key == key {
-			return append(o[:i:i], o[i+1:]...)
-		}
-	}
-	return o
-}
-
 func (o object) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
