@@ -119,7 +119,7 @@ func main() {
 func collectOnce(tasks, out string, replicas, repeats int, pixels, a11y string) bytesResult {
 	cfg := collect.Config{
 		Tasks: tasks, Out: out, Provider: local.Name, Replicas: replicas, Repeats: repeats,
-		WorkDir: out + ".work", Capture: capture.Policy{Pixels: pixels, A11y: a11y, Tokens: "keep"},
+		WorkDir: out + ".work", Capture: capture.Policy{Pixels: capture.Pixels(pixels), A11y: capture.A11y(a11y), Tokens: capture.TokensKeep},
 	}
 	sum, err := collect.Run(context.Background(), cfg)
 	check(err)
