@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -90,7 +91,7 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 				return nil, fmt.Errorf("%w: %s was planned with -repeats %d -seed %d over %d parts, %s with -repeats %d -seed %d over %d parts",
 					ErrMerge, dir, plan.Repeats, plan.Seed, plan.Part.Count, parts[0], firstPlan.Repeats, firstPlan.Seed, firstPlan.Part.Count)
 			}
-			if !sameJSON(m.Capture, first.Capture) {
+			if !sameCapture(m.Capture, first.Capture) {
 				return nil, fmt.Errorf("%w: %s used capture policy %s, %s used %s", ErrMerge, dir, m.Capture, parts[0], first.Capture)
 			}
 		}
@@ -173,9 +174,11 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 	return rep, nil
 }
 
-func sameJSON(a, b json.RawMessage) bool {
-	var x, y any
-	json.Unmarshal(a, &x)
-	json.Unmarshal(b, &y)
-	return reflect.DeepEqual(x, y)
+// sameCapture reports whether two manifests' capture entries are one
+// policy. An entry that cannot be read matches nothing: merging it would
+// claim a policy nobody can check.
+func sameCapture(a, b json.RawMessage) bool {
+	x, errA := capture.DecodeManifest(a)
+	y, errB := capture.DecodeManifest(b)
+	return errA == nil && errB == nil && x == y
 }
