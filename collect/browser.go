@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/forkline/forkline/browser"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/task"
 )

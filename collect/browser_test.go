@@ -17,11 +17,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/hf/hftest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/runtime"
 )
 

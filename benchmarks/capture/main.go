@@ -30,10 +30,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/providers/local"
 	fruntime "github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"

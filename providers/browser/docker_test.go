@@ -8,9 +8,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/providers/docker"
 	"github.com/forkline/forkline/runtime"
 )
