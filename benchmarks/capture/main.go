@@ -32,6 +32,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/providers/local"
@@ -162,7 +163,7 @@ func timeObservations(spec *task.Spec, dir string, n int) []timeResult {
 	var base float64
 	// none first: the others are compared with it.
 	for _, mode := range []string{"none", "screenshot", "a11y", "screenshot+a11y"} {
-		cfg, err := collect.BrowserConfig(spec.WithDefaults().Browser)
+		cfg, err := episode.BrowserConfig(spec.WithDefaults().Browser)
 		check(err)
 		cfg.Screenshots, cfg.A11y, err = browser.ParseObserve(mode)
 		check(err)

@@ -81,11 +81,10 @@ func TestDockerGoldenProfile(t *testing.T) {
 	dp, err := docker.New(providers.Options{RunID: "browser-test-golden", Params: map[string]string{docker.ParamImage: chromiumImage}})
 	require.NoError(t, err)
 	defer dp.Close(context.Background())
-	cfg := browser.DefaultConfig()
-	cfg.Width, cfg.Height, cfg.Start = 640, 480, "index.html"
-	prov := browser.Provider(dp, func(providers.Spec) (browser.Config, bool) { return cfg, true })
+	prov := browser.Provider(dp, browser.DefaultConfig())
+	gui := &providers.GUI{Width: 640, Height: 480, Start: "index.html", Screenshots: true, A11y: true}
 
-	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(visitsPage)}})
+	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(visitsPage)}, GUI: gui})
 	require.NoError(t, err)
 	cp, err := prov.Checkpoint(ctx, golden, "golden")
 	require.NoError(t, err)

@@ -252,6 +252,9 @@ func (p *Provider) Client() *client.Client { return p.cli }
 // Create makes a container from spec.Image (else the "image" param, else
 // DefaultImage), starts it, and copies spec.Files into the workspace.
 func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
+	if spec.GUI != nil {
+		return nil, fmt.Errorf("docker: %w", providers.ErrNoGUI)
+	}
 	files, err := filesTar(spec.Files)
 	if err != nil {
 		return nil, err

@@ -250,6 +250,9 @@ func (p *Provider) Dir() string { return p.root }
 
 // Create makes an empty workspace and writes spec.Files into it.
 func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Sandbox, error) {
+	if spec.GUI != nil {
+		return nil, fmt.Errorf("local: %w", providers.ErrNoGUI)
+	}
 	files, err := specFiles(spec.Files)
 	if err != nil {
 		return nil, err
