@@ -159,7 +159,9 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 		return nil, err
 	}
 	// The replayed steps are captured under the recording's own policy:
-	// the one a Config.Record dataset's manifest states.
+	// the one a Config.Record dataset's manifest states. Without Record the
+	// captured rows are dropped with the episode: one runner for both costs
+	// a row per step in memory, which the stored steps already take.
 	rp.runner = episode.Runner{Provider: rp.prov.Name(), Capture: recorded}
 	if cfg.Record != "" {
 		if rp.rec, err = newRecording(cfg, m, list, rp.prov.Name()); err != nil {
