@@ -61,4 +61,4 @@ images-debian: ## also build forkline/debian from a debootstrap rootfs (root; sl
 
 .PHONY: images-browser
 images-browser: ## build forkline/chromium, the Docker image for browser tasks (root, debootstrap; minutes)
-	$(GO) run ./browser/mkimage
+	$(GO) run ./providers/browser/mkimage

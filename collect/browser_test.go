@@ -17,60 +17,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/hf/hftest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/runtime"
 )
-
-func TestParseCapture(t *testing.T) {
-	def := capture.DefaultPolicy()
-	with := func(f func(*capture.Policy)) capture.Policy { p := def; f(&p); return p }
-	good := []struct {
-		name, yaml string
-		want       capture.Policy
-	}{
-		{"every field", "text: cap:4096\npixels: full\na11y: none\ntokens: drop\n",
-			capture.Policy{TextCap: 4096, Pixels: "full", A11y: "none", Tokens: "drop"}},
-		{"left out keeps the default", "pixels: none\n", with(func(p *capture.Policy) { p.Pixels = "none" })},
-		{"text full", "text: full\n", def},
-		{"comments", "# lean\npixels: hash # once per distinct PNG\n", def},
-	}
-	for _, c := range good {
-		t.Run(c.name, func(t *testing.T) {
-			p, err := ParseCapture("c.yaml", []byte(c.yaml))
-			require.NoError(t, err)
-			require.Equal(t, c.want, p)
-		})
-	}
-	bad := []struct {
-		name, yaml string
-		want       []string
-	}{
-		{"unknown field", "pixels: hash\npixles: none\n", []string{"c.yaml:2:1", "field pixles", "known: a11y, pixels, text, tokens"}},
-		{"unknown value", "a11y: partial\n", []string{"c.yaml:1:7", "field a11y", `"partial" is not known`, "known: full, none"}},
-		{"bad text", "text: cap:0\n", []string{"c.yaml:1:7", "field text", "cap:N with N > 0"}},
-		{"not a string", "pixels: [hash]\n", []string{"c.yaml:1:9", "field pixels", "must be a string"}},
-		{"empty value", "tokens:\n", []string{"field tokens", "must be a string"}},
-		{"twice", "pixels: hash\npixels: none\n", []string{"c.yaml:2:1", "appears twice"}},
-		{"not a mapping", "- hash\n", []string{"c.yaml:1:1", "mapping"}},
-		{"empty file", "", []string{"empty capture file"}},
-		{"syntax", "pixels: [\n", []string{"c.yaml"}},
-	}
-	for _, c := range bad {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseCapture("c.yaml", []byte(c.yaml))
-			require.Error(t, err)
-			for _, w := range c.want {
-				require.Contains(t, err.Error(), w)
-			}
-		})
-	}
-	_, err := LoadCapture(filepath.Join(t.TempDir(), "missing.yaml"))
-	require.ErrorIs(t, err, os.ErrNotExist)
-}
 
 func needChromium(t *testing.T) {
 	t.Helper()

@@ -8,8 +8,11 @@
 // kept, the run stops partial), and whether a resume matches the run it
 // resumes, read-only. cmd/collect is a thin wrapper around Run.
 //
-// It is where the consumer-side pieces meet (task, policy, pool, capture,
-// formats/shard); none of those know about each other through it.
+// Each episode runs through package episode (the runner collect shares with
+// replay); collect adds what belongs to a run: plans and ids, parts,
+// resume compatibility, merge, the summary, and whose failure stops it. It
+// is where the consumer-side pieces meet (task, policy, episode, pool,
+// capture, formats/shard); none of those know about each other through it.
 package collect
 
 import (
@@ -27,10 +30,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
@@ -187,6 +190,47 @@ type planRecord struct {
 // changing it (ErrIncompatibleResume), and resuming a complete run changes
 // nothing (Summary.NothingToDo).
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
+	inv, err := planRun(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if done, err := inv.checkResume(ctx); done != nil || err != nil {
+		return done, err
+	}
+	// The provider and pool are opened before the output, so a bad provider
+	// name or setting leaves no half-made run behind.
+	env, err := inv.openEnvironment(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	out, err := inv.openDataset(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	halt := inv.runEpisodes(ctx, env, out)
+	status, runErr := inv.outcome(ctx, out, halt)
+	return inv.closeDataset(out, status, runErr)
+}
+
+// invocation is one call of Run: the plan, and what it runs on and writes.
+type invocation struct {
+	cfg       Config
+	logf      func(format string, args ...any)
+	specs     []task.Spec
+	plan      []planned // this part's episodes
+	total     int       // the episodes of every part
+	templates map[string]*pool.Template
+	newPolicy PolicyFactory
+	policyRec json.RawMessage
+	runID     string
+	prior     *priorRun // the run being resumed, if any
+}
+
+// planRun checks cfg, loads the tasks, refuses a policy that cannot run
+// them, and plans the episodes: everything that needs no provider and
+// touches nothing.
+func planRun(cfg Config) (*invocation, error) {
 	if err := validate(&cfg); err != nil {
 		return nil, badInput(err)
 	}
@@ -198,216 +242,269 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if !ok {
 		return nil, badInput(fmt.Errorf("collect: unknown policy %q (known: %s)", cfg.Policy, strings.Join(PolicyNames(), ", ")))
 	}
+	inv := &invocation{cfg: cfg, newPolicy: newPolicy, runID: newRunID(), templates: map[string]*pool.Template{}}
+	inv.logf = func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, "collect: "+format+"\n", args...)
+		}
+	}
 	for i := range specs {
 		specs[i] = specs[i].WithDefaults()
 		if _, err := newPolicy(cfg, specs[i], Episode{}); err != nil {
 			return nil, badInput(err)
 		}
-	}
-	policyRec, err := policyRecord(cfg)
-	if err != nil {
-		return nil, badInput(err)
-	}
-	logf := func(format string, args ...any) {
-		if cfg.Log != nil {
-			fmt.Fprintf(cfg.Log, "collect: "+format+"\n", args...)
+		if inv.templates[specs[i].ID], err = episode.Template(&specs[i]); err != nil {
+			return nil, badInput(fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err))
 		}
 	}
-
-	// Plan.
-	var plan []planned
-	total := 0
+	inv.specs = specs
+	if inv.policyRec, err = policyRecord(cfg); err != nil {
+		return nil, badInput(err)
+	}
 	for i := range specs {
 		s := &specs[i]
 		h := s.Hash()
 		for r := range cfg.Repeats {
-			total++
+			inv.total++
 			id := EpisodeID(s.ID, h, r, cfg.Seed)
 			if cfg.Part.Has(id) {
-				plan = append(plan, planned{id: id, task: s, hash: h, repeat: r})
+				inv.plan = append(inv.plan, planned{id: id, task: s, hash: h, repeat: r})
 			}
 		}
 	}
+	return inv, nil
+}
 
-	// A resume is decided on a read-only look at the run, before the
-	// provider is opened or the dataset touched: refused, it changes
-	// nothing; already complete, there is nothing to do.
-	runID := newRunID()
-	var prior *priorRun
-	if cfg.Resume {
-		if prior, err = inspectResume(ctx, cfg, specs); err != nil {
-			if errors.Is(err, context.Canceled) {
-				return nil, err
-			}
-			return nil, badInput(err)
-		}
-		runID = prior.manifest.RunID
-		if prior.nothingToDo(plan) {
-			sum := prior.tally
-			sum.Planned, sum.Skipped = len(plan), sum.Episodes
-			sum.Status, sum.NothingToDo = string(shard.StatusComplete), true
-			return sum, nil
-		}
-		prior.kept = nil // the writer holds the same set from here on
+// checkResume decides a resume on a read-only look at the run, before the
+// provider is opened or the dataset touched: refused, it changes nothing;
+// already complete, there is nothing to do (the summary is returned).
+func (inv *invocation) checkResume(ctx context.Context) (nothingToDo *Summary, err error) {
+	if !inv.cfg.Resume {
+		return nil, nil
 	}
+	prior, err := inspectResume(ctx, inv.cfg, inv.specs)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+		return nil, badInput(err)
+	}
+	inv.prior, inv.runID = prior, prior.manifest.RunID
+	if prior.nothingToDo(inv.plan) {
+		sum := prior.tally
+		sum.Planned, sum.Skipped = len(inv.plan), sum.Episodes
+		sum.Status, sum.NothingToDo = string(shard.StatusComplete), true
+		return sum, nil
+	}
+	prior.kept = nil // the writer holds the same set from here on
+	return nil, nil
+}
 
-	// The provider and pool are opened before the output, so a bad provider
-	// name or setting leaves no half-made run behind.
-	prov, err := providers.Open(cfg.Provider, providers.Options{RunID: runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
+// environment is what the episodes run on: the provider (with a browser
+// beside the sandboxes of browser tasks) and the pool over it.
+type environment struct {
+	prov providers.Provider
+	pool *pool.Pool
+	rec  json.RawMessage // the manifest's provider entry
+	logf func(format string, args ...any)
+}
+
+// openEnvironment opens the provider, sweeps what crashed runs left
+// behind, wires the browser in for browser tasks and opens the pool.
+func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error) {
+	cfg := inv.cfg
+	prov, err := providers.Open(cfg.Provider, providers.Options{RunID: inv.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
 	if err != nil {
 		return nil, badInput(err)
 	}
+	env := &environment{prov: prov, logf: inv.logf}
 	// Remove what crashed runs left behind before making more.
 	if sw, ok := prov.(providers.Sweeper); ok {
 		if err := sw.Sweep(ctx); err != nil {
-			logf("sweeping leftovers of crashed runs: %v", err)
+			inv.logf("sweeping leftovers of crashed runs: %v", err)
 		}
 	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := prov.Close(closeCtx); err != nil {
-			logf("closing provider: %v", err)
-		}
-	}()
-	// Tasks with a browser section get their browser through the provider.
-	if prov, err = WithBrowsers(prov, specs); err != nil {
+	wired, err := episode.Environment(prov, inv.specs)
+	if err != nil {
+		env.close()
 		return nil, badInput(err)
 	}
-	pl, err := pool.New(pool.Config{Provider: prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: logf,
+	env.prov = wired
+	env.pool, err = pool.New(pool.Config{Provider: env.prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf,
 		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates})
 	if err != nil {
+		env.close()
 		return nil, badInput(err)
 	}
-	defer pl.Close(context.Background())
-	providerRec, _ := json.Marshal(map[string]any{"name": prov.Name(), "capabilities": prov.Capabilities(), "params": cfg.ProviderParams, "reset": pl.Strategy()})
+	env.rec, _ = json.Marshal(map[string]any{"name": env.prov.Name(), "capabilities": env.prov.Capabilities(),
+		"params": cfg.ProviderParams, "reset": env.pool.Strategy()})
+	return env, nil
+}
 
-	w, err := openOutput(cfg, runID, specs, len(plan), total, providerRec, policyRec)
+// close closes the pool (standbys, goldens) and then the provider.
+func (env *environment) close() {
+	if env.pool != nil {
+		env.pool.Close(context.Background())
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := env.prov.Close(closeCtx); err != nil {
+		env.logf("closing provider: %v", err)
+	}
+}
+
+// dataset is the run's output as it is written.
+type dataset struct {
+	w         *shard.Writer
+	rec       *recorder
+	sum       *Summary
+	committed map[string]bool // episodes kept before this invocation
+}
+
+// openDataset creates, resumes or replaces the dataset, reruns a resumed
+// run's cancelled episodes, and starts the summary and the recorder.
+func (inv *invocation) openDataset(ctx context.Context, env *environment) (*dataset, error) {
+	cfg := inv.cfg
+	w, err := openOutput(cfg, inv.runID, inv.specs, len(inv.plan), inv.total, env.rec, inv.policyRec)
 	if err != nil {
 		return nil, badInput(err)
 	}
 	if cfg.Resume {
-		if err := redoCancelled(ctx, w, logf); err != nil {
+		if err := redoCancelled(ctx, w, inv.logf); err != nil {
 			w.Close(shard.StatusPartial)
 			return nil, err
 		}
 	}
-	committed := w.Committed()
-
-	templates := map[string]*pool.Template{}
-	for i := range specs {
-		s := &specs[i]
-		templates[s.ID] = Template(s)
-	}
-
-	sum := newSummary(len(plan), 0)
-	if prior != nil {
+	out := &dataset{w: w, committed: w.Committed(), sum: newSummary(len(inv.plan), 0)}
+	if inv.prior != nil {
 		// The summary covers the whole dataset: the episodes kept before,
 		// as tallied from their rows, and what this invocation adds.
-		sum = prior.tally
-		sum.Planned, sum.Skipped = len(plan), sum.Episodes
+		out.sum = inv.prior.tally
+		out.sum.Planned, out.sum.Skipped = len(inv.plan), out.sum.Episodes
 	}
-	rec := &recorder{w: w, seen: capture.SetIndex{}, capture: cfg.Capture, sum: sum}
-	if cfg.Capture.Pixels == "hash" {
-		if err := rec.loadBlobs(cfg.Out); err != nil {
+	out.rec = newRecorder(w, out.sum)
+	if cfg.Capture.Pixels == capture.PixelsHash {
+		if err := out.rec.loadBlobs(cfg.Out); err != nil {
 			w.Close(shard.StatusPartial)
 			return nil, err
 		}
 	}
+	return out, nil
+}
 
-	// sched is cancelled when scheduling stops: by a signal (ctx), or from
-	// inside (the halter). runCtx is the episodes' context: a signal gives
-	// them cfg.Grace to finish on their own before they are cancelled too.
+// runEpisodes runs every planned episode not yet kept over the pool and
+// commits each as it ends, until all ran or scheduling stopped: by a signal
+// (ctx; the episodes in flight then get cfg.Grace to finish before they
+// are cancelled too), or from inside (the halter it returns: an unavailable
+// service, a write error, -max-loss).
+func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *dataset) *halter {
+	cfg := inv.cfg
 	sched, stopScheduling := context.WithCancelCause(ctx)
 	defer stopScheduling(nil)
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
-	halt := &halter{sched: sched, stop: stopScheduling, cancelRun: cancelRun, log: logf}
-	todo := 0
-	for i := range plan {
-		if !committed[plan[i].id] {
-			todo++
+	halt := &halter{sched: sched, stop: stopScheduling, cancelRun: cancelRun, log: inv.logf}
+	stopGrace := context.AfterFunc(ctx, func() {
+		if cfg.Grace <= 0 {
+			cancelRun()
+			return
 		}
-	}
+		inv.logf("stopping: no new episodes; episodes in flight get %s to finish", cfg.Grace)
+		time.AfterFunc(cfg.Grace, cancelRun)
+	})
+	defer stopGrace()
 
+	todo := inv.expectStandbys(runCtx, env.pool, out.committed)
+	stopProgress := startProgress(cfg, out.sum)
+	began := time.Now()
+	runner := episodeRunner{cfg: cfg, runner: episode.Runner{RunID: inv.runID, Provider: env.prov.Name(), Capture: cfg.Capture},
+		rec: out.rec, newPolicy: inv.newPolicy, log: inv.logf, halt: halt, todo: todo}
+	env.pool.Run(runCtx, inv.feedJobs(sched, out.committed), runner.run)
+	out.sum.finish(time.Since(began), env.pool.Stats())
+	stopProgress()
+	logErrorCounts(out.sum, inv.logf)
+	return halt
+}
+
+// feedJobs sends the planned episodes not yet kept, in plan order, until
+// they are all sent or sched is done.
+func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool) <-chan pool.Job {
 	jobs := make(chan pool.Job)
 	go func() {
 		defer close(jobs)
-		for i := range plan {
-			if committed[plan[i].id] {
+		for i := range inv.plan {
+			p := &inv.plan[i]
+			if committed[p.id] {
 				continue
 			}
 			if sched.Err() != nil {
 				return
 			}
 			select {
-			case jobs <- pool.Job{Template: templates[plan[i].task.ID], Payload: &plan[i]}:
+			case jobs <- pool.Job{Template: inv.templates[p.task.ID], Payload: p}:
 			case <-sched.Done():
 				return
 			}
 		}
 	}()
+	return jobs
+}
 
-	stopProgress := startProgress(cfg, sum)
-	began := time.Now()
-	runner := episodeRunner{cfg: cfg, runID: runID, provider: prov.Name(), rec: rec, newPolicy: newPolicy, log: logf,
-		halt: halt, todo: todo}
-	stopGrace := context.AfterFunc(ctx, func() {
-		if cfg.Grace <= 0 {
-			cancelRun()
-			return
-		}
-		logf("stopping: no new episodes; episodes in flight get %s to finish", cfg.Grace)
-		time.AfterFunc(cfg.Grace, cancelRun)
-	})
-	defer stopGrace()
-	if cfg.Standby > 0 {
-		byTask := map[string]int{}
-		for _, p := range plan {
-			if !committed[p.id] {
-				byTask[p.task.ID]++
-			}
-		}
-		for id, n := range byTask {
-			pl.Expect(runCtx, templates[id], n)
+// expectStandbys tells the pool, with cfg.Standby, how many episodes of
+// each task will come, so it prepares replicas ahead; it returns how many
+// episodes this invocation runs.
+func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, committed map[string]bool) (todo int) {
+	byTask := map[string]int{}
+	for _, p := range inv.plan {
+		if !committed[p.id] {
+			byTask[p.task.ID]++
+			todo++
 		}
 	}
-	pl.Run(runCtx, jobs, runner.run)
-	sum.finish(time.Since(began), pl.Stats())
-	stopProgress()
-	logErrorCounts(sum, logf)
+	if inv.cfg.Standby > 0 {
+		for id, n := range byTask {
+			pl.Expect(ctx, inv.templates[id], n)
+		}
+	}
+	return todo
+}
 
-	// The run is complete when every planned episode is kept, whatever
-	// its outcome — even if a stop came during the grace period.
-	status := shard.StatusComplete
-	var runErr error
-	kept := len(committed) + sum.Done()
+// outcome decides the run's status and error. The run is complete when
+// every planned episode is kept, whatever its outcome — even if a stop came
+// during the grace period.
+func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) (shard.Status, error) {
+	sum, plan := out.sum, len(inv.plan)
+	kept := len(out.committed) + sum.Done()
 	unavailable, writeErr, maxLoss := halt.state()
 	switch rep := sum.Report(); {
-	case rec.failed() != nil || writeErr != nil:
+	case out.rec.failed() != nil || writeErr != nil:
 		// The writer broke: no new episode was started after it.
-		status, runErr = shard.StatusPartial, cmp.Or(rec.failed(), writeErr)
+		return shard.StatusPartial, cmp.Or(out.rec.failed(), writeErr)
 	case unavailable != nil:
-		status = shard.StatusPartial
-		runErr = fmt.Errorf("%w: %d episodes were not kept and %d of %d planned episodes are kept; run again with -resume once it is back: %w",
-			ErrUnavailable, rep.NotRun, kept, len(plan), unavailable)
-	case kept < len(plan) && ctx.Err() != nil:
-		status, runErr = shard.StatusPartial, fmt.Errorf("collect: %w (%d of %d planned episodes kept)", context.Canceled, kept, len(plan))
-	case kept < len(plan) && maxLoss:
-		status = shard.StatusPartial
-		runErr = fmt.Errorf("%w %s: %d scaffold losses in this invocation; %d of %d planned episodes kept (-resume continues)",
-			ErrMaxLoss, cfg.MaxLoss, sum.RanLosses(), kept, len(plan))
-	case kept < len(plan):
-		status = shard.StatusPartial
-		runErr = fmt.Errorf("collect: %d of %d planned episodes are missing", len(plan)-kept, len(plan))
+		return shard.StatusPartial, fmt.Errorf("%w: %d episodes were not kept and %d of %d planned episodes are kept; run again with -resume once it is back: %w",
+			ErrUnavailable, rep.NotRun, kept, plan, unavailable)
+	case kept < plan && ctx.Err() != nil:
+		return shard.StatusPartial, fmt.Errorf("collect: %w (%d of %d planned episodes kept)", context.Canceled, kept, plan)
+	case kept < plan && maxLoss:
+		return shard.StatusPartial, fmt.Errorf("%w %s: %d scaffold losses in this invocation; %d of %d planned episodes kept (-resume continues)",
+			ErrMaxLoss, inv.cfg.MaxLoss, sum.RanLosses(), kept, plan)
+	case kept < plan:
+		return shard.StatusPartial, fmt.Errorf("collect: %d of %d planned episodes are missing", plan-kept, plan)
 	case rep.Episodes > 0 && rep.Losses == rep.Episodes:
 		// Complete — every planned episode is kept — but nothing worked.
-		runErr = fmt.Errorf("%w: all %d episodes of the run (%s)", ErrAllLost, rep.Episodes, mostCommonError(rep))
+		return shard.StatusComplete, fmt.Errorf("%w: all %d episodes of the run (%s)", ErrAllLost, rep.Episodes, mostCommonError(rep))
 	}
+	return shard.StatusComplete, nil
+}
+
+// closeDataset records the summary in the manifest and closes the dataset
+// with status.
+func (inv *invocation) closeDataset(out *dataset, status shard.Status, runErr error) (*Summary, error) {
+	sum := out.sum
 	sum.Status = string(status)
 	sumJSON, _ := json.Marshal(sum.Report())
-	w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
-	if err := w.Close(status); err != nil {
+	out.w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
+	if err := out.w.Close(status); err != nil {
 		sum.Status = string(shard.StatusPartial)
 		return sum, errors.Join(runErr, err)
 	}
@@ -556,91 +653,6 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 		Provider: providerRec, Policy: policyRec,
 	}
 	return shard.Create(cfg.Out, m, cfg.Shards)
-}
-
-// Template is how a task becomes a pool template.
-func Template(s *task.Spec) *pool.Template {
-	files := map[string][]byte{}
-	for p, c := range s.Files {
-		files[p] = []byte(c)
-	}
-	env := make([]string, 0, len(s.Env))
-	for k, v := range s.Env {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	return &pool.Template{
-		Key: s.ID + "@" + s.Hash()[:12],
-		Spec: providers.Spec{
-			Image:     s.Image,
-			Files:     files,
-			Env:       env,
-			OutputCap: s.Limits.OutputCap,
-			Resources: providers.Resources{CPUs: s.Limits.CPUs, MemoryMB: s.Limits.MemoryMB, Pids: s.Limits.Pids, Capabilities: s.Limits.Capabilities},
-			Labels:    map[string]string{taskLabel: s.ID},
-		},
-		Setup:          s.Setup,
-		Start:          s.Start,
-		CommandTimeout: 5 * time.Minute,
-	}
-}
-
-// recorder serialises commits and keeps the run-wide blob index. Blobs are
-// deduplicated at commit time, under the lock, so a blob is always written in
-// the same generation as — or an earlier one than — the first episode that
-// references it.
-type recorder struct {
-	w       *shard.Writer
-	capture capture.Policy
-	sum     *Summary
-
-	mu   sync.Mutex
-	seen capture.SetIndex
-	err  error
-}
-
-func (r *recorder) loadBlobs(dir string) error {
-	if len(r.w.Manifest().Shards) == 0 {
-		return nil
-	}
-	ds, err := shard.Open(dir)
-	if err != nil {
-		return err
-	}
-	for b, err := range ds.Blobs() {
-		if err != nil {
-			return err
-		}
-		r.seen.Add(b.SHA256)
-	}
-	return nil
-}
-
-// commit writes the episode and counts it; firstError reports a scaffold
-// loss whose error this invocation had not met yet.
-func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) (firstError bool, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	kept := b.Blobs[:0]
-	for _, bl := range b.Blobs {
-		if r.seen.Add(bl.SHA256) {
-			kept = append(kept, bl)
-		}
-	}
-	b.Blobs = kept
-	if err := r.w.Commit(ctx, b); err != nil {
-		if r.err == nil {
-			r.err = err
-		}
-		return false, err
-	}
-	return r.sum.addEpisode(b), nil
-}
-
-func (r *recorder) failed() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
 }
 
 // redoCancelled removes, from a run being resumed, the episodes a stop

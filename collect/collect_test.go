@@ -301,3 +301,41 @@ solution:
 		}
 	}
 }
+
+// TestBytesPerStepIsTheShardWritersMeasure: the summary's bytes per step is
+// the size the shard writer rolls generations by (the schemas row types'
+// Size of every row committed), not a payload count of its own.
+func TestBytesPerStepIsTheShardWritersMeasure(t *testing.T) {
+	cfg := baseConfig(t, "../examples/tasks/fix-sum.yaml")
+	sum, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	rep := sum.Report()
+	ds, err := shard.Open(cfg.Out)
+	require.NoError(t, err)
+	var total int64
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		total += e.Size()
+	}
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		total += s.Size()
+	}
+	for r, err := range ds.Rewards() {
+		require.NoError(t, err)
+		total += r.Size()
+	}
+	for b, err := range ds.Blobs() {
+		require.NoError(t, err)
+		total += b.Size()
+	}
+	require.Positive(t, rep.RanSteps)
+	require.InDelta(t, float64(total)/float64(rep.RanSteps), rep.BytesPerStep, 1e-9)
+	var m struct {
+		Summary Report `json:"summary"`
+	}
+	raw, err := os.ReadFile(filepath.Join(cfg.Out, "manifest.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &m))
+	require.InDelta(t, rep.BytesPerStep, m.Summary.BytesPerStep, 1e-9, "the manifest's summary says the same")
+}

@@ -3,67 +3,24 @@ package collect
 import (
 	"context"
 	"errors"
-	"strings"
-	"time"
 
-	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
-	"github.com/forkline/forkline/schemas"
-	"github.com/forkline/forkline/tokens"
 )
 
-// episodeRunner runs one planned episode on a replica and commits it.
+// episodeRunner runs one planned episode on a replica and commits it: the
+// collector's policy around episode's pieces — which failures are the run's
+// (not kept, scheduling stops) and which the episode's (kept, counted).
 type episodeRunner struct {
 	cfg       Config
-	runID     string
-	provider  string
+	runner    episode.Runner
 	rec       *recorder
 	newPolicy PolicyFactory
 	log       func(format string, args ...any)
 	halt      *halter
 	todo      int // episodes this invocation runs (for -max-loss percentages)
-}
-
-// stepBuffer is the episode's StepSink: it converts each step to a row as it
-// arrives (so screenshots are hashed and dropped from memory at once under
-// pixels=hash/none) and holds the rows until the episode commits.
-type stepBuffer struct {
-	episodeID, taskID string
-	capture           capture.Policy
-	seen              capture.SetIndex
-	rows              []schemas.StepRow
-	blobs             []schemas.BlobRow
-	turns             []tokens.Turn
-}
-
-func (b *stepBuffer) WriteStep(_ context.Context, s runtime.Step) error {
-	row, blobs := b.capture.Row(b.episodeID, b.taskID, s, b.seen)
-	b.rows = append(b.rows, row)
-	b.blobs = append(b.blobs, blobs...)
-	if m := s.Model; m != nil && b.capture.Tokens == "keep" && (len(m.PromptIDs) > 0 || len(m.ResponseIDs) > 0) {
-		b.turns = append(b.turns, tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs})
-	}
-	return nil
-}
-
-// tokenRecord assembles the episode's token record into ep. A record that
-// breaks its invariants is an error: it must never reach a trainer.
-func (b *stepBuffer) tokenRecord(ep *schemas.EpisodeRow) error {
-	if len(b.turns) == 0 {
-		return nil
-	}
-	r, err := tokens.Assemble(b.turns)
-	if err == nil {
-		err = r.Check()
-	}
-	if err != nil {
-		return err
-	}
-	ep.PromptIDs, ep.ResponseIDs, ep.ResponseMask, ep.ResponseLogprobs = r.PromptIDs, r.ResponseIDs, r.Mask, r.Logprobs
-	ep.TokenTurns, ep.TokenDrift = int32(r.Turns), r.Drift
-	return nil
 }
 
 func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
@@ -74,104 +31,70 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		// began: it never started, and a resume does it.
 		return pool.Done
 	}
-	spec := p.task
-	ep := schemas.EpisodeRow{
-		EpisodeID: p.id, RunID: er.runID, TaskID: spec.ID, TaskHash: p.hash,
-		Repeat: int32(p.repeat), Seed: er.cfg.Seed, Replica: int32(rep.Slot), Attempt: int32(rep.Attempt),
-		Provider: er.provider, ResetStrategy: resetName(rep), ResetOrigin: rep.Origin,
-		ResetMS: schemas.Millis(rep.Reset), StartedAt: time.Now().UnixMilli(),
+	ep := er.runner.Begin(episode.Identity{EpisodeID: p.id, TaskHash: p.hash, Repeat: p.repeat, Seed: er.cfg.Seed}, p.task, rep)
+	if exit, err := er.play(ctx, ep, p, acquireErr); err != nil {
+		// The golden build, the fork, the engine or the model server went
+		// away under the episode: the run's failure, not the episode's.
+		// Its steps so far are not kept, and a resume runs it whole once
+		// the service is back.
+		er.notKept(p, exit, err)
+		return pool.Done
 	}
-	if rep.Golden != nil {
-		ep.GoldenID = rep.Golden.Checkpoint.ID
-		ep.GoldenBuildMS = schemas.Millis(rep.Golden.BuildTime)
-		ep.GoldenBytes = rep.Golden.Checkpoint.Bytes
+	batch, keep := ep.Rows()
+	if !keep {
+		return ep.Outcome()
 	}
-	buf := &stepBuffer{episodeID: p.id, taskID: spec.ID, capture: er.cfg.Capture, seen: capture.SetIndex{}}
-	batch := shard.EpisodeBatch{}
-	outcome := pool.Done
+	er.commit(ctx, p, batch)
+	return ep.Outcome()
+}
 
+// play runs the episode's pieces: no replica, no policy, or the rollout and
+// its verification. It returns an error, wrapping runtime.ErrUnavailable,
+// only for an episode that is not to be kept, with the exit reason it ended
+// with.
+func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, error) {
 	if acquireErr != nil {
 		if errors.Is(acquireErr, runtime.ErrUnavailable) {
-			// The golden build or the fork failed because the backend is
-			// gone: the run's failure, not the episode's.
-			er.notKept(p, runtime.ExitEnvError, acquireErr)
-			return pool.Done
+			return runtime.ExitEnvError, acquireErr
 		}
-		ep.ExitReason = string(runtime.ExitEnvError)
-		if errors.Is(acquireErr, context.Canceled) || ctx.Err() != nil {
-			ep.ExitReason = string(runtime.ExitCancelled)
-		}
-		ep.Detail = acquireErr.Error()
-	} else {
-		pol, err := er.newPolicy(er.cfg, *spec, Episode{ID: p.id, Repeat: p.repeat, Seed: er.cfg.Seed})
-		if err != nil {
-			ep.ExitReason, ep.Detail = string(runtime.ExitPolicyError), err.Error()
-		} else {
-			began := time.Now()
-			res, err := runtime.Rollout(ctx, rep.Sandbox, pol, runtime.History{Instruction: spec.Instruction}, spec.Limits.Runtime(), buf)
-			if err != nil {
-				res.Exit, res.Detail = runtime.ExitUnknown, err.Error()
-			}
-			if res.Err != nil && errors.Is(res.Err, runtime.ErrUnavailable) {
-				// The engine or the model server went away under the
-				// episode: its steps so far are not kept, and a resume
-				// runs it whole once the service is back.
-				er.notKept(p, res.Exit, res.Err)
-				return pool.Done
-			}
-			ep.ExitReason, ep.Detail, ep.Answer = string(res.Exit), res.Detail, res.Answer
-			ep.DurationMS = schemas.Millis(time.Since(began))
-			ep.PolicyMS, ep.EnvMS = schemas.Millis(res.PolicyTime), schemas.Millis(res.EnvTime)
-			if res.Exit == runtime.ExitEnvError {
-				outcome = pool.Broken
-			}
-			// Verify unless the sandbox broke or the run is stopping.
-			if spec.Verify != nil && outcome != pool.Broken && ctx.Err() == nil {
-				r, verr := spec.Verify.Run(ctx, rep.Sandbox)
-				if verr != nil && errors.Is(verr, runtime.ErrUnavailable) {
-					er.notKept(p, runtime.ExitEnvError, verr)
-					return pool.Done
-				}
-				ep.VerifyMS = schemas.Millis(r.Took)
-				rw := schemas.RewardRow{EpisodeID: p.id, Name: "verify", Value: r.Value, Source: spec.Verify.Cmd,
-					Detail: r.Detail, ExitCode: int32(r.ExitCode)}
-				if verr != nil {
-					rw.Detail = verr.Error()
-					outcome = pool.Broken
-				}
-				batch.Rewards = append(batch.Rewards, rw)
-			}
-		}
+		ep.NoReplica(ctx, acquireErr)
+		return "", nil
 	}
-	if ep.ExitReason == string(runtime.ExitCancelled) && len(buf.rows) == 0 {
-		// Cancelled before its first step: nothing to keep, and leaving it
-		// out lets a resumed run do it.
-		return outcome
+	pol, err := er.newPolicy(er.cfg, *p.task, Episode{ID: p.id, Repeat: p.repeat, Seed: er.cfg.Seed})
+	if err != nil {
+		ep.PolicyFailed(err)
+		return "", nil
 	}
-	ep.Steps = int32(len(buf.rows))
-	if err := buf.tokenRecord(&ep); err != nil {
-		// Keep the episode (its steps hold the per-turn tokens) but not a
-		// record that would train on wrong tokens; say why.
-		ep.Detail = strings.TrimSpace(ep.Detail + "; token record refused: " + err.Error())
+	// A failing sink is kept as unknown (Rollout recorded it so); only an
+	// unavailable service is not kept.
+	if err := ep.Rollout(ctx, pol, runtime.History{Instruction: p.task.Instruction}, p.task.Limits.Runtime(), nil); errors.Is(err, runtime.ErrUnavailable) {
+		return ep.Result.Exit, err
 	}
-	batch.Episode, batch.Steps, batch.Blobs = ep, buf.rows, buf.blobs
+	if _, err := ep.Verify(ctx); errors.Is(err, runtime.ErrUnavailable) {
+		return runtime.ExitEnvError, err
+	}
+	return "", nil
+}
+
+// commit writes the episode, counts it, logs its error when it is the
+// first of its kind, and checks -max-loss.
+func (er episodeRunner) commit(ctx context.Context, p *planned, batch shard.EpisodeBatch) {
 	firstError, err := er.rec.commit(context.WithoutCancel(ctx), batch)
 	if err != nil {
-		er.log("episode %s of %s could not be written: %v", p.id[:12], spec.ID, err)
+		er.log("episode %s of %s could not be written: %v", p.id[:12], p.task.ID, err)
 		er.halt.writeFailed(err)
-		return outcome
+		return
 	}
 	if firstError {
 		// Each distinct error is logged once; the summary counts them.
 		er.log("episode %s of %s: %s: %s (further episodes with this error are counted, not logged)",
-			p.id[:12], spec.ID, ep.ExitReason, oneLine(ep.Detail, 1000))
+			p.id[:12], p.task.ID, batch.Episode.ExitReason, oneLine(batch.Episode.Detail, 1000))
 	}
 	if limit := er.cfg.MaxLoss; limit.IsSet() {
 		if losses := er.rec.sum.RanLosses(); limit.passed(losses, er.todo) {
 			er.halt.lossLimitPassed(limit, losses, er.todo)
 		}
 	}
-	return outcome
 }
 
 // notKept records an episode ended by an unavailable service: counted, its
@@ -181,13 +104,4 @@ func (er episodeRunner) notKept(p *planned, exit runtime.ExitReason, err error) 
 		er.log("episode %s of %s not kept: %s: %v", p.id[:12], p.task.ID, exit, err)
 	}
 	er.halt.serviceUnavailable(err)
-}
-
-// resetName is the reset_strategy column: fork or recreate, with "+standby"
-// when the replica was prepared ahead and only handed off.
-func resetName(r pool.Replica) string {
-	if r.Standby {
-		return string(r.Strategy) + "+standby"
-	}
-	return string(r.Strategy)
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -56,18 +57,58 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("%w: %s is not empty", ErrMerge, out)
 	}
-	sets := make([]*shard.Dataset, len(parts))
-	rep := &MergeReport{Out: out, Status: shard.StatusComplete}
-	var first shard.Manifest
-	var firstPlan planRecord
+	in, err := openParts(parts)
+	if err != nil {
+		return nil, err
+	}
+	// Refuse overlap before writing anything.
+	if err := in.refuseOverlap(); err != nil {
+		return nil, err
+	}
+	in.rep.Out = out
+	runID := "merge-" + newRunID()
+	w, err := shard.Create(out, in.manifest(runID), cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := in.copyEpisodes(ctx, w, runID); err != nil {
+		w.Close(shard.StatusPartial)
+		return nil, err
+	}
+	rep := in.rep
+	sort.Ints(rep.Missing)
+	from, _ := json.Marshal(map[string]any{"merged_from": rep.Parts, "missing_parts": rep.Missing})
+	w.Update(func(m *shard.Manifest) { m.Summary = from })
+	if err := w.Close(rep.Status); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// mergeInputs are the parts of a merge, opened and checked against the
+// first.
+type mergeInputs struct {
+	dirs  []string
+	sets  []*shard.Dataset
+	first shard.Manifest
+	plan  planRecord // the first part's
+	rep   *MergeReport
+}
+
+// openParts opens every part and refuses those that disagree with the
+// first on tasks (by spec hash), repeats, seed, part count or capture
+// policy, or that repeat a part; it notes parts that are not complete and
+// parts of the plan no input covers.
+func openParts(dirs []string) (*mergeInputs, error) {
+	in := &mergeInputs{dirs: dirs, sets: make([]*shard.Dataset, len(dirs)), rep: &MergeReport{Status: shard.StatusComplete}}
 	var firstTasks map[string]string
 	covered := map[int]bool{}
-	for i, dir := range parts {
+	for i, dir := range dirs {
 		ds, err := shard.Open(dir)
 		if err != nil {
 			return nil, err
 		}
-		sets[i] = ds
+		in.sets[i] = ds
 		m := ds.Manifest()
 		var plan planRecord
 		if err := json.Unmarshal(m.Plan, &plan); err != nil {
@@ -81,61 +122,80 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 			return nil, fmt.Errorf("%w: %s: %v", ErrMerge, dir, err)
 		}
 		if i == 0 {
-			first, firstPlan, firstTasks = m, plan, tasks
-		} else {
-			if !reflect.DeepEqual(tasks, firstTasks) {
-				return nil, fmt.Errorf("%w: %s has other tasks or task versions than %s", ErrMerge, dir, parts[0])
-			}
-			if plan.Repeats != firstPlan.Repeats || plan.Seed != firstPlan.Seed || plan.Part.Count != firstPlan.Part.Count {
-				return nil, fmt.Errorf("%w: %s was planned with -repeats %d -seed %d over %d parts, %s with -repeats %d -seed %d over %d parts",
-					ErrMerge, dir, plan.Repeats, plan.Seed, plan.Part.Count, parts[0], firstPlan.Repeats, firstPlan.Seed, firstPlan.Part.Count)
-			}
-			if !sameJSON(m.Capture, first.Capture) {
-				return nil, fmt.Errorf("%w: %s used capture policy %s, %s used %s", ErrMerge, dir, m.Capture, parts[0], first.Capture)
-			}
+			in.first, in.plan, firstTasks = m, plan, tasks
+		} else if err := in.sameRun(dir, m, plan, tasks, firstTasks); err != nil {
+			return nil, err
 		}
 		if covered[plan.Part.Index] && plan.Part.Count > 1 {
 			return nil, fmt.Errorf("%w: two inputs are shard %s", ErrMerge, plan.Part)
 		}
 		covered[plan.Part.Index] = true
 		if m.Status != shard.StatusComplete {
-			rep.Status = shard.StatusPartial
+			in.rep.Status = shard.StatusPartial
 		}
-		rep.Parts = append(rep.Parts, MergedPart{Dir: dir, RunID: m.RunID, Part: plan.Part, Status: m.Status})
+		in.rep.Parts = append(in.rep.Parts, MergedPart{Dir: dir, RunID: m.RunID, Part: plan.Part, Status: m.Status})
 	}
-	for i := range firstPlan.Part.Count {
+	for i := range in.plan.Part.Count {
 		if !covered[i] {
-			rep.Missing = append(rep.Missing, i)
-			rep.Status = shard.StatusPartial
+			in.rep.Missing = append(in.rep.Missing, i)
+			in.rep.Status = shard.StatusPartial
 		}
 	}
-	// Refuse overlap before writing anything.
+	return in, nil
+}
+
+// sameRun refuses a part (dir) collected from other tasks, another plan or
+// another capture policy than the first.
+func (in *mergeInputs) sameRun(dir string, m shard.Manifest, plan planRecord, tasks, firstTasks map[string]string) error {
+	first, fp := in.dirs[0], in.plan
+	if !reflect.DeepEqual(tasks, firstTasks) {
+		return fmt.Errorf("%w: %s has other tasks or task versions than %s", ErrMerge, dir, first)
+	}
+	if plan.Repeats != fp.Repeats || plan.Seed != fp.Seed || plan.Part.Count != fp.Part.Count {
+		return fmt.Errorf("%w: %s was planned with -repeats %d -seed %d over %d parts, %s with -repeats %d -seed %d over %d parts",
+			ErrMerge, dir, plan.Repeats, plan.Seed, plan.Part.Count, first, fp.Repeats, fp.Seed, fp.Part.Count)
+	}
+	if !sameCapture(m.Capture, in.first.Capture) {
+		return fmt.Errorf("%w: %s used capture policy %s, %s used %s", ErrMerge, dir, m.Capture, first, in.first.Capture)
+	}
+	return nil
+}
+
+// refuseOverlap refuses an episode id that is in two parts.
+func (in *mergeInputs) refuseOverlap() error {
 	seen := map[string]string{}
-	for i, ds := range sets {
+	for i, ds := range in.sets {
 		for ep, err := range ds.Episodes() {
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if prev, dup := seen[ep.EpisodeID]; dup {
-				return nil, fmt.Errorf("%w: episode %s is in both %s and %s", ErrMerge, ep.EpisodeID, prev, parts[i])
+				return fmt.Errorf("%w: episode %s is in both %s and %s", ErrMerge, ep.EpisodeID, prev, in.dirs[i])
 			}
-			seen[ep.EpisodeID] = parts[i]
+			seen[ep.EpisodeID] = in.dirs[i]
 		}
 	}
+	return nil
+}
 
-	runID := "merge-" + newRunID()
-	plan := firstPlan
+// manifest is the merged dataset's manifest: the first part's provider,
+// policy, capture policy and tasks, and the whole plan.
+func (in *mergeInputs) manifest(runID string) shard.Manifest {
+	plan := in.plan
 	plan.Part, plan.Episodes = Whole, plan.Total
 	planJSON, _ := json.Marshal(plan)
-	w, err := shard.Create(out, shard.Manifest{
+	return shard.Manifest{
 		SchemaVersion: schemas.Version, Tool: "forkline", ToolVersion: Version, RunID: runID,
-		Provider: first.Provider, Policy: first.Policy, Capture: first.Capture, Tasks: first.Tasks, Plan: planJSON,
-	}, cfg)
-	if err != nil {
-		return nil, err
+		Provider: in.first.Provider, Policy: in.first.Policy, Capture: in.first.Capture, Tasks: in.first.Tasks, Plan: planJSON,
 	}
+}
+
+// copyEpisodes re-commits every part's episodes into w, one at a time (so
+// memory does not grow with the dataset), under the merged run's id, each
+// blob once.
+func (in *mergeInputs) copyEpisodes(ctx context.Context, w *shard.Writer, runID string) error {
 	blobs := map[string]bool{}
-	for i, ds := range sets {
+	for i, ds := range in.sets {
 		n := 0
 		err := ds.EachEpisode(func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
 			if err := ctx.Err(); err != nil {
@@ -149,7 +209,7 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 				}
 				data, err := ds.Blob(s.ScreenHash)
 				if err != nil {
-					return fmt.Errorf("collect: merge: %s: episode %s step %d: %w", parts[i], ep.EpisodeID, s.StepIndex, err)
+					return fmt.Errorf("collect: merge: %s: episode %s step %d: %w", in.dirs[i], ep.EpisodeID, s.StepIndex, err)
 				}
 				blobs[s.ScreenHash] = true
 				b.Blobs = append(b.Blobs, schemas.BlobRow{SHA256: s.ScreenHash, Media: "image/png", Data: data})
@@ -158,24 +218,19 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 			return w.Commit(ctx, b)
 		})
 		if err != nil {
-			w.Close(shard.StatusPartial)
-			return nil, err
+			return err
 		}
-		rep.Parts[i].Episodes = n
-		rep.Episodes += n
+		in.rep.Parts[i].Episodes = n
+		in.rep.Episodes += n
 	}
-	sort.Ints(rep.Missing)
-	from, _ := json.Marshal(map[string]any{"merged_from": rep.Parts, "missing_parts": rep.Missing})
-	w.Update(func(m *shard.Manifest) { m.Summary = from })
-	if err := w.Close(rep.Status); err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return nil
 }
 
-func sameJSON(a, b json.RawMessage) bool {
-	var x, y any
-	json.Unmarshal(a, &x)
-	json.Unmarshal(b, &y)
-	return reflect.DeepEqual(x, y)
+// sameCapture reports whether two manifests' capture entries are one
+// policy. An entry that cannot be read matches nothing: merging it would
+// claim a policy nobody can check.
+func sameCapture(a, b json.RawMessage) bool {
+	x, errA := capture.DecodeManifest(a)
+	y, errB := capture.DecodeManifest(b)
+	return errA == nil && errB == nil && x == y
 }

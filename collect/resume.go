@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
@@ -227,10 +227,10 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
 	}
 
 	if m.Capture != nil {
-		var was, now map[string]any
-		json.Unmarshal(m.Capture, &was)
-		json.Unmarshal(cfg.Capture.MarshalManifest(), &now)
-		if !reflect.DeepEqual(was, now) {
+		switch was, err := capture.DecodeManifest(m.Capture); {
+		case err != nil:
+			differ("capture policy: the run's entry %s is unreadable (%v), this command gives %s", compactJSON(m.Capture), err, cfg.Capture.MarshalManifest())
+		case was != cfg.Capture:
 			differ("capture policy: the run used %s, this command gives %s", compactJSON(m.Capture), cfg.Capture.MarshalManifest())
 		}
 	}

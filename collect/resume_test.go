@@ -2,6 +2,9 @@ package collect
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -68,4 +71,27 @@ func TestCaptureMismatchShowsBothPolicies(t *testing.T) {
 	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, `the run used {"text":"full","pixels":"hash","a11y":"full","tokens":"keep"}`)
 	require.ErrorContains(t, err, `this command gives {"text":"full","pixels":"none","a11y":"full","tokens":"keep"}`)
+}
+
+// TestResumeRefusesACapturePolicyItCannotRead: the manifest's capture entry
+// is read by capture's one decoder; an entry with a field this build does
+// not know is a difference, named, not a match by omission.
+func TestResumeRefusesACapturePolicyItCannotRead(t *testing.T) {
+	cfg := baseConfig(t, "../examples/tasks/fix-sum.yaml")
+	_, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	path := filepath.Join(cfg.Out, "manifest.json")
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m))
+	m["capture"].(map[string]any)["video"] = "none"
+	raw, err = json.MarshalIndent(m, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, raw, 0o644))
+	cfg.Resume = true
+	_, err = Run(context.Background(), cfg)
+	require.ErrorIs(t, err, ErrIncompatibleResume)
+	require.ErrorContains(t, err, `capture policy: the run's entry`)
+	require.ErrorContains(t, err, `unknown field "video"`)
 }

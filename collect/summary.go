@@ -48,11 +48,14 @@ type Summary struct {
 	reset          map[string]*reservoir
 	Screenshots    int64
 	BlobsStored    int64
-	StepBytes      int64
-	Drift          int
-	Wall           time.Duration
-	Pool           pool.Stats
-	Status         string
+	// Bytes are the rows this invocation committed (steps, episodes,
+	// rewards, blobs) as the shard writer measures them (the schemas row
+	// types' Size), so bytes per step is what rolled its shards.
+	Bytes  int64
+	Drift  int
+	Wall   time.Duration
+	Pool   pool.Stats
+	Status string
 	// NothingToDo is set when a resumed run was already complete: nothing
 	// ran and nothing was changed.
 	NothingToDo bool
@@ -129,12 +132,7 @@ func (s *Summary) addEpisode(b shard.EpisodeBatch) (firstError bool) {
 		}
 	}
 	s.BlobsStored += int64(len(b.Blobs))
-	for _, st := range b.Steps {
-		s.StepBytes += int64(len(st.Output) + len(st.OutputRaw) + len(st.Screenshot) + len(st.AXTree) + len(st.ActionJSON))
-	}
-	for _, bl := range b.Blobs {
-		s.StepBytes += int64(len(bl.Data))
-	}
+	s.Bytes += b.Size()
 	return firstError
 }
 
@@ -279,7 +277,7 @@ type Report struct {
 	Screenshots    int64              `json:"screenshots"`    // this invocation
 	BlobsStored    int64              `json:"blobs_stored"`   // this invocation
 	DedupRatio     float64            `json:"dedup_ratio"`    // screenshots per blob stored (pixels hash); 0 when none was
-	BytesPerStep   float64            `json:"bytes_per_step"` // this invocation
+	BytesPerStep   float64            `json:"bytes_per_step"` // this invocation: every row committed, as the shard writer estimates it, per step
 	TokenDrift     int                `json:"episodes_with_token_drift"`
 	Replacements   int                `json:"replicas_replaced"` // this invocation
 }
@@ -322,7 +320,7 @@ func (s *Summary) Report() Report {
 		r.EpisodesPerSec = float64(s.Ran) / s.Wall.Seconds()
 	}
 	if s.RanSteps > 0 {
-		r.BytesPerStep = float64(s.StepBytes) / float64(s.RanSteps)
+		r.BytesPerStep = float64(s.Bytes) / float64(s.RanSteps)
 	}
 	if s.BlobsStored > 0 {
 		r.DedupRatio = float64(s.Screenshots) / float64(s.BlobsStored)

@@ -56,7 +56,9 @@ func writeRun(t *testing.T, dir string, r runSpec) string {
 	if pixels == "" {
 		pixels = "hash"
 	}
-	capt, _ := json.Marshal(map[string]any{"text_cap": 0, "pixels": pixels, "a11y": "full", "tokens": "keep"})
+	// The manifest form the collector writes ("text", not the Go field's
+	// "text_cap", which the one decoder refuses as unknown).
+	capt, _ := json.Marshal(map[string]any{"text": "full", "pixels": pixels, "a11y": "full", "tokens": "keep"})
 	path := filepath.Join(dir, r.runID)
 	w, err := shard.Create(path, shard.Manifest{RunID: r.runID, Tasks: tasks, Policy: pol, Capture: capt, ToolVersion: "test"},
 		shard.Config{RollBytes: 4 << 10})

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
@@ -53,15 +54,11 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 		if err := readPolicy(in); err != nil {
 			return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
 		}
-		var capt struct {
-			Pixels string `json:"pixels"`
+		capt, err := capture.DecodeManifest(in.m.Capture)
+		if err != nil {
+			return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
 		}
-		if len(in.m.Capture) > 0 {
-			if err := json.Unmarshal(in.m.Capture, &capt); err != nil {
-				return nil, bad("export: -in %s: manifest capture policy: %v", p, err)
-			}
-		}
-		in.noPixels = capt.Pixels == "none"
+		in.noPixels = capt.Pixels == capture.PixelsNone
 		out = append(out, in)
 	}
 	return out, nil

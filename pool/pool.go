@@ -290,20 +290,24 @@ func (p *Pool) count(f func(*Stats)) {
 
 var errGolden = errors.New("golden build failed")
 
-// replica returns a ready replica for t: a standby one when waiting (the
-// first attempt only: after a failure we want a fresh one, made now), else
-// one made now.
+// replica returns a ready replica for t: on a job's first attempt, a
+// standby one when one is waiting, else one made now. Only the first attempt
+// asks the standby: it accounts for the job there, once (take), whether or
+// not a replica was waiting. A retry makes its replica now and leaves the
+// standby alone: taking from it again would count the job once more (the
+// standby would stop preparing for jobs still to come) and destroy a ready
+// replica another job could have had.
 func (p *Pool) replica(ctx context.Context, t *Template, attempt int) (Replica, error) {
-	p.mu.Lock()
-	sb := p.standbys[t.Key]
-	p.mu.Unlock()
-	if sb != nil {
-		began := time.Now()
-		if r, ok := sb.take(); ok && attempt == 1 {
-			r.Reset = time.Since(began)
-			return r, nil
-		} else if ok {
-			r.Sandbox.Close(context.WithoutCancel(ctx))
+	if attempt == 1 {
+		p.mu.Lock()
+		sb := p.standbys[t.Key]
+		p.mu.Unlock()
+		if sb != nil {
+			began := time.Now()
+			if r, ok := sb.take(); ok {
+				r.Reset = time.Since(began)
+				return r, nil
+			}
 		}
 	}
 	return p.acquire(ctx, t)

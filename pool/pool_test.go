@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,10 @@ type fakeProvider struct {
 	creates       atomic.Int32
 	forks         atomic.Int32
 	failForks     atomic.Int32 // fail this many forks first
-	mu            sync.Mutex
-	open          map[*fakeSandbox]bool
+	// forkHook, when set, runs before every fork; its error fails the fork.
+	forkHook func(ctx context.Context) error
+	mu       sync.Mutex
+	open     map[*fakeSandbox]bool
 }
 
 type fakeSandbox struct {
@@ -61,6 +64,11 @@ func (f *fakeProvider) Checkpoint(ctx context.Context, sb providers.Sandbox, lab
 func (f *fakeProvider) Fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
 	if f.failForks.Add(-1) >= 0 {
 		return nil, errors.New("fork failed")
+	}
+	if f.forkHook != nil {
+		if err := f.forkHook(ctx); err != nil {
+			return nil, err
+		}
 	}
 	f.forks.Add(1)
 	s := &fakeSandbox{p: f, files: map[string]bool{}, origin: "fork"}
@@ -115,17 +123,16 @@ func TestGoldenOnceForksPerEpisode(t *testing.T) {
 	for range 10 {
 		jobs = append(jobs, Job{Template: tmpl})
 	}
-	var seen atomic.Int32
-	p.Run(context.Background(), feed(jobs...), func(ctx context.Context, j Job, r Replica, err error) Outcome {
-		require.NoError(t, err)
-		fs := r.Sandbox.(*fakeSandbox).files
-		require.True(t, fs["built"] && fs["started"], "setup reached the golden and start ran in the fork")
-		require.Equal(t, Fork, r.Strategy)
-		require.NotNil(t, r.Golden)
-		seen.Add(1)
-		return Done
-	})
-	require.EqualValues(t, 10, seen.Load())
+	// The episode function runs on the pool's worker goroutines, where
+	// require's t.FailNow must not be called: it records, the test checks.
+	got := collectReplicas(t, p, context.Background(), jobs)
+	require.Len(t, got, 10)
+	for _, g := range got {
+		require.NoError(t, g.err)
+		require.True(t, g.files["built"] && g.files["started"], "setup reached the golden and start ran in the fork")
+		require.Equal(t, Fork, g.r.Strategy)
+		require.NotNil(t, g.r.Golden)
+	}
 	require.EqualValues(t, 1, f.creates.Load(), "one golden build")
 	require.EqualValues(t, 10, f.forks.Load())
 	require.Equal(t, 0, f.openCount(), "every replica is closed after its episode")
@@ -179,22 +186,122 @@ func TestStandbyHandsOffPreparedReplicas(t *testing.T) {
 	p.Expect(ctx, tmpl, 5)
 	// Wait until the standby is full, so the first job must be a hand-off.
 	require.Eventually(t, func() bool { return len(p.standbys["t"].ready) == 2 }, 5*time.Second, time.Millisecond)
-	var standby atomic.Int32
 	var jobs []Job
 	for range 5 {
 		jobs = append(jobs, Job{Template: tmpl})
 	}
-	p.Run(ctx, feed(jobs...), func(ctx context.Context, j Job, r Replica, err error) Outcome {
-		require.NoError(t, err)
-		require.True(t, r.Sandbox.(*fakeSandbox).files["started"])
-		if r.Standby {
-			standby.Add(1)
-			require.Positive(t, r.Prepared)
+	standby := 0
+	for _, g := range collectReplicas(t, p, ctx, jobs) {
+		require.NoError(t, g.err)
+		require.True(t, g.files["started"])
+		if g.r.Standby {
+			standby++
+			require.Positive(t, g.r.Prepared)
 		}
-		return Done
-	})
-	require.Positive(t, standby.Load(), "some resets were hand-offs")
+	}
+	require.Positive(t, standby, "some resets were hand-offs")
 	require.NoError(t, p.Close(context.Background()))
 	require.EqualValues(t, 5, f.forks.Load(), "no replica was forked beyond the expected jobs")
 	require.Equal(t, 0, f.openCount(), "standby leftovers are closed")
+}
+
+// ran is what the episode function was given, recorded for the test
+// goroutine to check.
+type ran struct {
+	r     Replica
+	err   error
+	files map[string]bool // the fake sandbox's files, when there was one
+}
+
+// collectReplicas runs jobs and returns what each episode was given, in the
+// order the episodes ran. The episode function runs on the pool's worker
+// goroutines, so it only records: require (t.FailNow) must be called from
+// the test goroutine.
+func collectReplicas(t *testing.T, p *Pool, ctx context.Context, jobs []Job) []ran {
+	t.Helper()
+	var mu sync.Mutex
+	var out []ran
+	p.Run(ctx, feed(jobs...), func(ctx context.Context, j Job, r Replica, err error) Outcome {
+		g := ran{r: r, err: err}
+		if fs, ok := r.Sandbox.(*fakeSandbox); ok {
+			g.files = maps.Clone(fs.files)
+		}
+		mu.Lock()
+		out = append(out, g)
+		mu.Unlock()
+		return Done
+	})
+	return out
+}
+
+type jobCtxKey struct{}
+
+// waitUntil polls cond for up to 5 s; it reports whether cond came true.
+// It is for the provider's goroutines, which must not fail the test.
+func waitUntil(cond func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) readyStandbys(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sb := p.standbys[key]; sb != nil {
+		return len(sb.ready)
+	}
+	return 0
+}
+
+// TestRetryLeavesTheStandbyAlone: a job whose first reset fails retries
+// with a replica made now, and leaves the standby's ready replica for the
+// next job. Each retry used to take from the standby again: it counted the
+// job once more (so the standby stopped preparing for jobs still to come)
+// and destroyed the ready replica, so the next job reset cold.
+func TestRetryLeavesTheStandbyAlone(t *testing.T) {
+	f := newFake(true)
+	p, err := New(Config{Provider: f, Replicas: 1, Standby: 1, MaxAttempts: 3})
+	require.NoError(t, err)
+	tmpl := &Template{Key: "t"}
+	gate := make(chan struct{})
+	var jobForks atomic.Int32
+	f.forkHook = func(ctx context.Context) error {
+		if ctx.Value(jobCtxKey{}) == nil { // the standby filler
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+			return ctx.Err()
+		}
+		if jobForks.Add(1) == 1 {
+			// The first job's first, cold reset: let the standby make its
+			// replica, and fail once it is ready, so the job retries while
+			// a standby replica waits.
+			close(gate)
+			if !waitUntil(func() bool { return p.readyStandbys("t") == 1 }) {
+				return errors.New("the standby never got ready")
+			}
+			return errors.New("fork failed")
+		}
+		return nil
+	}
+	fillCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.Expect(fillCtx, tmpl, 2)
+	jobCtx := context.WithValue(context.Background(), jobCtxKey{}, true)
+	got := collectReplicas(t, p, jobCtx, []Job{{Template: tmpl}, {Template: tmpl}})
+	require.NoError(t, p.Close(context.Background()))
+
+	require.Len(t, got, 2)
+	for _, g := range got {
+		require.NoError(t, g.err)
+	}
+	require.Equal(t, 2, got[0].r.Attempt, "the first job's first reset failed and its retry worked")
+	require.False(t, got[0].r.Standby, "the retry made its replica now")
+	require.True(t, got[1].r.Standby, "the second job got the replica the standby had ready")
+	require.EqualValues(t, 2, f.forks.Load(), "two forks for two jobs: the standby's and the retry's, none destroyed unused")
+	require.Equal(t, 0, f.openCount())
 }

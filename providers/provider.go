@@ -69,6 +69,11 @@ type SandboxInfo struct {
 	Checkpoint string
 	// Workspace is the path of the workspace as commands see it.
 	Workspace string
+	// GUI reports that this sandbox really has a GUI beside it: GUI
+	// actions (navigate, click, type, key, scroll, screenshot, wait) reach
+	// it. It is true only for a sandbox made from a Spec with GUI (or forked
+	// from one), never because the provider could host one.
+	GUI bool
 }
 
 // Checkpoint is a frozen filesystem state that forks start from.
@@ -87,7 +92,7 @@ type Checkpoint struct {
 type Capabilities struct {
 	Checkpoint bool   `json:"checkpoint"`  // can freeze a sandbox's filesystem
 	Fork       bool   `json:"fork"`        // can start sandboxes from a checkpoint
-	GUI        bool   `json:"gui"`         // can host a browser/desktop
+	GUI        bool   `json:"gui"`         // can host a GUI beside a sandbox that asks for one (Spec.GUI); SandboxInfo.GUI says which sandboxes have one
 	Isolation  string `json:"isolation"`   // "none" (host processes) or "container"; never claim more than is true
 	ForkMethod string `json:"fork_method"` // how Fork works here, e.g. "overlay", "copy", "image"
 }
@@ -108,8 +113,33 @@ type Spec struct {
 	// DefaultOutputCap.
 	OutputCap int
 	// Labels are attached to every object the provider makes for this
-	// sandbox, where the backend has labels.
+	// sandbox, where the backend has labels. They are for the people who
+	// look at those objects; no provider reads meaning into them.
 	Labels map[string]string
+	// GUI, when set, asks for a GUI beside the sandbox. A provider whose
+	// Capabilities().GUI is false refuses such a Spec with ErrNoGUI.
+	GUI *GUI
+}
+
+// GUI describes the GUI a sandbox asks for: today a headless browser
+// (providers/browser), its viewport, start page and what its observations
+// carry. Providers learn that a sandbox wants a GUI and what it looks like,
+// never which task it serves.
+type GUI struct {
+	// Width and Height are the viewport in CSS pixels at device scale 1:
+	// screenshots are exactly this size and clicks use the same space.
+	// Zero takes the host's default.
+	Width, Height int
+	// Start is the page opened when the GUI starts: a workspace-relative
+	// path, a loopback http(s) URL or about:blank; "" takes the host's
+	// default.
+	Start string
+	// Screenshots and A11y say what every GUI observation carries: a
+	// screenshot, an accessibility tree (a screenshot action always carries
+	// a screenshot). Both false observes neither.
+	Screenshots, A11y bool
+	// LoadTimeout bounds a page load; zero takes the host's default.
+	LoadTimeout time.Duration
 }
 
 // Resources are limits on one sandbox. A zero limit means the provider's
@@ -194,6 +224,11 @@ const DefaultExecTimeout = 10 * time.Minute
 // ErrNotSupported is returned by Checkpoint and Fork on providers whose
 // Capabilities say they cannot.
 var ErrNotSupported = errors.New("providers: not supported by this provider")
+
+// ErrNoGUI is returned by Create, wrapped, for a Spec with GUI on a provider
+// whose Capabilities().GUI is false. It wraps ErrNotSupported: the provider
+// says it cannot, it does not hand out a sandbox without the GUI asked for.
+var ErrNoGUI = fmt.Errorf("%w: no GUI can be hosted beside this provider's sandboxes (wrap it with providers/browser)", ErrNotSupported)
 
 // ErrClosed is returned by operations on a closed sandbox or provider.
 var ErrClosed = errors.New("providers: closed")

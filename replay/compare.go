@@ -11,45 +11,30 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
-	"github.com/forkline/forkline/task"
 )
 
-// comparer is the replay's StepSink: it compares each new step with the
-// recorded one and remembers the first difference.
+// comparer watches the replay's steps (a StepSink beside the episode's
+// capture sink): it compares each new step with the recorded one and
+// remembers the first difference.
 type comparer struct {
 	cfg     Config
-	capture capture.Policy
+	capture capture.Policy // the recording's, with pixels none
 	rec     []schemas.StepRow
 	blob    func(sha256 string) ([]byte, error) // resolves recorded screenshots stored by hash
 	seen    int
 	matched int
 	first   *StepDiff
-
-	// With Config.Record, the replayed steps as rows of the new dataset.
-	recording         bool
-	episodeID, taskID string
-	rows              []schemas.StepRow
-	blobs             []schemas.BlobRow
-	seenBlobs         capture.SetIndex
-	result            runtime.Result
-	reward            *task.Reward
 }
 
 func (c *comparer) WriteStep(_ context.Context, s runtime.Step) error {
 	c.seen++
-	if c.recording {
-		row, blobs := c.capture.Row(c.episodeID, c.taskID, s, c.seenBlobs)
-		c.rows = append(c.rows, row)
-		c.blobs = append(c.blobs, blobs...)
-	}
 	if c.first != nil || s.Index >= len(c.rec) {
 		return nil
 	}
 	// Convert through the capture policy the recording used, so both sides
-	// are compared in the same form (a capped recording against the same cap).
-	cmpPolicy := c.capture
-	cmpPolicy.Pixels = "none" // screenshots are compared below, from the observation itself
-	now, _ := cmpPolicy.Row("", "", s, nil)
+	// are compared in the same form (a capped recording against the same
+	// cap); screenshots are compared below, from the observation itself.
+	now, _ := c.capture.Row("", "", s, nil)
 	was := c.rec[s.Index]
 	if d := c.diff(s, was, now); d != nil {
 		c.first = d

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/forkline/forkline/capture"
@@ -17,20 +16,13 @@ import (
 // same episode ids and tasks, the steps as they happened in the replay,
 // captured under the recording's capture policy, and the replayed rewards.
 type recording struct {
-	w        *shard.Writer
-	runID    string
-	provider string
-
-	mu   sync.Mutex
-	seen capture.SetIndex // blobs already committed
+	w     *shard.Writer
+	runID string
+	blobs *capture.BlobRecorder // run-wide blob dedup, as in a collection
 }
 
-func newRecording(cfg Config, src shard.Manifest, specs map[string]task.Spec, provider string) (*recording, error) {
-	list := make([]task.Spec, 0, len(specs))
-	for _, s := range specs {
-		list = append(list, s)
-	}
-	tasks, err := task.EncodeRecords(list)
+func newRecording(cfg Config, src shard.Manifest, specs []task.Spec, provider string) (*recording, error) {
+	tasks, err := task.EncodeRecords(specs)
 	if err != nil {
 		return nil, err
 	}
@@ -44,41 +36,20 @@ func newRecording(cfg Config, src shard.Manifest, specs map[string]task.Spec, pr
 	if err != nil {
 		return nil, fmt.Errorf("replay: -record: %w", err)
 	}
-	return &recording{w: w, runID: runID, provider: provider, seen: capture.SetIndex{}}, nil
+	return &recording{w: w, runID: runID, blobs: capture.NewBlobRecorder()}, nil
 }
 
-// commit writes one replayed episode. Blobs are deduplicated across the run
-// under the lock, as the collector does.
-func (r *recording) commit(ctx context.Context, j *recorded, er EpisodeReport, c *comparer) error {
-	if c == nil {
-		return nil
-	}
-	ep := j.ep
-	ep.RunID, ep.Provider = r.runID, r.provider
-	ep.ExitReason, ep.Detail, ep.Answer = string(c.result.Exit), c.result.Detail, c.result.Answer
-	ep.Steps = int32(len(c.rows))
-	ep.DurationMS, ep.PolicyMS, ep.EnvMS = schemas.Millis(c.result.Duration), schemas.Millis(c.result.PolicyTime), schemas.Millis(c.result.EnvTime)
-	ep.StartedAt = time.Now().UnixMilli()
-	// The token record belongs to the model that produced the original
-	// episode; a replay re-executes actions and has no model turns.
-	ep.PromptIDs, ep.ResponseIDs, ep.ResponseMask, ep.ResponseLogprobs, ep.TokenTurns, ep.TokenDrift = nil, nil, nil, nil, 0, false
-	b := shard.EpisodeBatch{Episode: ep, Steps: c.rows}
-	if c.reward != nil {
-		b.Rewards = []schemas.RewardRow{{EpisodeID: ep.EpisodeID, Name: "verify", Value: c.reward.Value,
-			Source: j.spec.Verify.Cmd, Detail: c.reward.Detail, ExitCode: int32(c.reward.ExitCode)}}
-		ep.VerifyMS = schemas.Millis(c.reward.Took)
-		b.Episode = ep
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, bl := range c.blobs {
-		if r.seen.Add(bl.SHA256) {
-			b.Blobs = append(b.Blobs, bl)
-		}
-	}
-	return r.w.Commit(context.WithoutCancel(ctx), b)
+// commit writes one replayed episode's rows (episode.Episode.Rows).
+func (r *recording) commit(ctx context.Context, b shard.EpisodeBatch) error {
+	return r.blobs.Commit(b.Blobs, func(fresh []schemas.BlobRow) error {
+		b.Blobs = fresh
+		return r.w.Commit(context.WithoutCancel(ctx), b)
+	})
 }
 
+// close records the replay's counts in the manifest and closes the
+// recording: complete when every selected episode was replayed without an
+// error, partial otherwise.
 func (r *recording) close(rep *Report, finished bool) error {
 	status := shard.StatusComplete
 	if !finished || rep.Errored > 0 {

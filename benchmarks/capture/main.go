@@ -2,9 +2,10 @@
 //
 //  1. bytes per step under -pixels full, hash and none (and none with no
 //     accessibility trees), from collecting the example web tasks with forked
-//     replicas: the payload the steps keep (the collector's bytes_per_step,
-//     uncompressed) and what the steps/ and blobs/ Parquet files really take
-//     on disk (zstd), per step;
+//     replicas: what the run keeps per step as the shard writer estimates it
+//     (the collector's bytes_per_step: every row committed, uncompressed)
+//     and what the steps/ and blobs/ Parquet files really take on disk
+//     (zstd), per step;
 //
 //  2. the time a screenshot and an accessibility snapshot each add to a
 //     step: one browser session on the sign-up form repeats a GUI action
@@ -30,10 +31,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/providers/local"
 	fruntime "github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
@@ -47,7 +49,7 @@ type bytesResult struct {
 	Screenshots     int64   `json:"screenshots"`
 	BlobsStored     int64   `json:"blobs_stored"`
 	DedupRatio      float64 `json:"dedup_ratio"`
-	PayloadPerStep  float64 `json:"payload_bytes_per_step"`
+	EstimatePerStep float64 `json:"bytes_per_step"`
 	DiskPerStep     float64 `json:"disk_bytes_per_step"`
 	StepsDiskBytes  int64   `json:"steps_disk_bytes"`
 	BlobsDiskBytes  int64   `json:"blobs_disk_bytes"`
@@ -81,7 +83,7 @@ func main() {
 	fmt.Printf("forkline capture benchmark — %d cores, %s, %s\n", runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02"))
 	fmt.Printf("tasks: %s (%d), %d replicas × %d repeats, local provider, forks of one golden per task\n\n", *tasks, len(specs), *replicas, *repeats)
 
-	fmt.Printf("%-7s %-5s %7s %12s %7s %7s %16s %14s\n", "pixels", "a11y", "steps", "screenshots", "blobs", "dedup", "payload B/step", "disk B/step")
+	fmt.Printf("%-7s %-5s %7s %12s %7s %7s %16s %14s\n", "pixels", "a11y", "steps", "screenshots", "blobs", "dedup", "kept B/step", "disk B/step")
 	var sizes []bytesResult
 	for _, mode := range [][2]string{{"full", "full"}, {"hash", "full"}, {"none", "full"}, {"none", "none"}} {
 		r := collectOnce(*tasks, filepath.Join(tmp, mode[0]+"-"+mode[1]), *replicas, *repeats, mode[0], mode[1])
@@ -90,7 +92,7 @@ func main() {
 		if r.BlobsStored > 0 {
 			dedup = fmt.Sprintf("%.1fx", r.DedupRatio)
 		}
-		fmt.Printf("%-7s %-5s %7d %12d %7d %7s %16.0f %14.0f\n", r.Pixels, r.A11y, r.Steps, r.Screenshots, r.BlobsStored, dedup, r.PayloadPerStep, r.DiskPerStep)
+		fmt.Printf("%-7s %-5s %7d %12d %7d %7s %16.0f %14.0f\n", r.Pixels, r.A11y, r.Steps, r.Screenshots, r.BlobsStored, dedup, r.EstimatePerStep, r.DiskPerStep)
 	}
 
 	var form *task.Spec
@@ -119,7 +121,7 @@ func main() {
 func collectOnce(tasks, out string, replicas, repeats int, pixels, a11y string) bytesResult {
 	cfg := collect.Config{
 		Tasks: tasks, Out: out, Provider: local.Name, Replicas: replicas, Repeats: repeats,
-		WorkDir: out + ".work", Capture: capture.Policy{Pixels: pixels, A11y: a11y, Tokens: "keep"},
+		WorkDir: out + ".work", Capture: capture.Policy{Pixels: capture.Pixels(pixels), A11y: capture.A11y(a11y), Tokens: capture.TokensKeep},
 	}
 	sum, err := collect.Run(context.Background(), cfg)
 	check(err)
@@ -128,7 +130,7 @@ func collectOnce(tasks, out string, replicas, repeats int, pixels, a11y string) 
 		fatal("pixels %s: not every episode completed: %v", pixels, rep.ByExit)
 	}
 	r := bytesResult{Pixels: pixels, A11y: a11y, Episodes: rep.Episodes, Steps: rep.Steps, Screenshots: rep.Screenshots,
-		BlobsStored: rep.BlobsStored, DedupRatio: rep.DedupRatio, PayloadPerStep: rep.BytesPerStep, CollectWallSecs: rep.WallSec}
+		BlobsStored: rep.BlobsStored, DedupRatio: rep.DedupRatio, EstimatePerStep: rep.BytesPerStep, CollectWallSecs: rep.WallSec}
 	r.StepsDiskBytes = dirBytes(filepath.Join(out, "steps"))
 	r.BlobsDiskBytes = dirBytes(filepath.Join(out, "blobs"))
 	r.DiskPerStep = float64(r.StepsDiskBytes+r.BlobsDiskBytes) / float64(r.Steps)
@@ -162,7 +164,7 @@ func timeObservations(spec *task.Spec, dir string, n int) []timeResult {
 	var base float64
 	// none first: the others are compared with it.
 	for _, mode := range []string{"none", "screenshot", "a11y", "screenshot+a11y"} {
-		cfg, err := collect.BrowserConfig(spec.WithDefaults().Browser)
+		cfg, err := episode.BrowserConfig(spec.WithDefaults().Browser)
 		check(err)
 		cfg.Screenshots, cfg.A11y, err = browser.ParseObserve(mode)
 		check(err)

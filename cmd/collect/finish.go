@@ -43,7 +43,7 @@ func resumeCommand(cfg collect.Config, quiet, asJSON bool) string {
 		args = append(args, "-script", absPath(cfg.ScriptFile))
 	}
 	args = append(args, "-reset", string(cfg.Reset),
-		"-text", cfg.Capture.TextFlag(), "-pixels", cfg.Capture.Pixels, "-a11y", cfg.Capture.A11y, "-tokens", cfg.Capture.Tokens)
+		"-text", cfg.Capture.TextFlag(), "-pixels", string(cfg.Capture.Pixels), "-a11y", string(cfg.Capture.A11y), "-tokens", string(cfg.Capture.Tokens))
 	if cfg.Part.Count > 1 {
 		args = append(args, "-shard", cfg.Part.String())
 	}

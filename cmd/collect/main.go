@@ -108,9 +108,10 @@ func run(args []string) int {
 	fs.BoolVar(&cfg.Force, "force", false, "replace the run in -out")
 	fs.StringVar(&cfg.WorkDir, "workdir", "", "where sandboxes live on the host (default: a temporary directory)")
 	text := fs.String("text", "full", "capture: observation text, full or cap:N bytes")
-	fs.StringVar(&cfg.Capture.Pixels, "pixels", "hash", "capture: screenshots full, hash (stored once in blobs/) or none")
-	fs.StringVar(&cfg.Capture.A11y, "a11y", "full", "capture: accessibility trees full or none")
-	fs.StringVar(&cfg.Capture.Tokens, "tokens", "keep", "capture: token ids, masks and logprobs keep or drop")
+	cfg.Capture = capture.DefaultPolicy() // the defaults -pixels, -a11y and -tokens show
+	fs.Var(&cfg.Capture.Pixels, "pixels", "capture: screenshots full, hash (stored once in blobs/) or none")
+	fs.Var(&cfg.Capture.A11y, "a11y", "capture: accessibility trees full or none")
+	fs.Var(&cfg.Capture.Tokens, "tokens", "capture: token ids, masks and logprobs keep or drop")
 	captureFile := fs.String("capture", "", "capture: the whole policy from a YAML `FILE` (text, pixels, a11y, tokens); -text, -pixels, -a11y, -tokens given too override it")
 	rollMB := fs.Int64("roll-mb", 64, "close a shard generation after about this many MB")
 	rollEvery := fs.Duration("roll-interval", time.Minute, "close a shard generation at least this often (bounds what a crash can lose)")
@@ -184,7 +185,7 @@ func run(args []string) int {
 	}
 	if *captureFile != "" {
 		flags := cfg.Capture
-		if cfg.Capture, err = collect.LoadCapture(*captureFile); err != nil {
+		if cfg.Capture, err = capture.Load(*captureFile); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return exitBadInput
 		}

@@ -84,43 +84,18 @@ func (b *EpisodeBatch) Validate(runID string) error {
 	return nil
 }
 
-// Row sizes are estimated, uncompressed: variable-length payloads plus a
-// fixed allowance for the fixed-width columns and levels. They decide row
-// group flushes and generation rolls, not anything on disk.
-const (
-	stepFixed    = 160
-	episodeFixed = 128
-	rewardFixed  = 48
-	blobFixed    = 16
-)
-
-func strp(s *string) int {
-	if s == nil {
-		return 0
+// Size is the batch's estimated uncompressed bytes: the sum of its rows'
+// schemas Size estimates, the measure the writer rolls generations by.
+func (b *EpisodeBatch) Size() int64 {
+	n := b.Episode.Size()
+	for i := range b.Steps {
+		n += b.Steps[i].Size()
 	}
-	return len(*s)
-}
-
-func stepSize(s *schemas.StepRow) int64 {
-	n := stepFixed + len(s.EpisodeID) + len(s.TaskID) + len(s.ActionKind) + len(s.ActionJSON) +
-		len(s.Output) + len(s.OutputRaw) + len(s.ErrorKind) + len(s.Screenshot) + len(s.ScreenHash) +
-		len(s.AXTree) + strp(s.Model) + strp(s.ModelText) + strp(s.Reasoning) + strp(s.FinishReason) +
-		4*(len(s.PromptIDs)+len(s.ResponseIDs)+len(s.ResponseMask)+len(s.ResponseLogprobs))
-	return int64(n)
-}
-
-func episodeSize(e *schemas.EpisodeRow) int64 {
-	n := episodeFixed + len(e.EpisodeID) + len(e.RunID) + len(e.TaskID) + len(e.TaskHash) +
-		len(e.Provider) + len(e.GoldenID) + len(e.ResetStrategy) + len(e.ResetOrigin) +
-		len(e.ExitReason) + len(e.Detail) + len(e.Answer) +
-		4*(len(e.PromptIDs)+len(e.ResponseIDs)+len(e.ResponseMask)+len(e.ResponseLogprobs))
-	return int64(n)
-}
-
-func rewardSize(r *schemas.RewardRow) int64 {
-	return int64(rewardFixed + len(r.EpisodeID) + len(r.Name) + len(r.Source) + len(r.Detail))
-}
-
-func blobSize(b *schemas.BlobRow) int64 {
-	return int64(blobFixed + len(b.SHA256) + len(b.Media) + len(b.Data))
+	for i := range b.Rewards {
+		n += b.Rewards[i].Size()
+	}
+	for i := range b.Blobs {
+		n += b.Blobs[i].Size()
+	}
+	return n
 }

@@ -98,18 +98,18 @@ func (w *Writer) rewriteWithout(g int, ids map[string]bool) (int, error) {
 		run   rewrite
 	}{
 		{schemas.TableSteps, func(s ShardInfo) (ShardInfo, int64, error) {
-			return copyShard(w, s, ng, func(r *schemas.StepRow) (bool, int64) { return keep(r.EpisodeID), stepSize(r) })
+			return copyShard(w, s, ng, func(r *schemas.StepRow) (bool, int64) { return keep(r.EpisodeID), r.Size() })
 		}},
 		{schemas.TableEpisodes, func(s ShardInfo) (ShardInfo, int64, error) {
 			return copyShard(w, s, ng, func(r *schemas.EpisodeRow) (bool, int64) {
 				if !keep(r.EpisodeID) {
 					removed = append(removed, r.EpisodeID)
 				}
-				return keep(r.EpisodeID), episodeSize(r)
+				return keep(r.EpisodeID), r.Size()
 			})
 		}},
 		{schemas.TableRewards, func(s ShardInfo) (ShardInfo, int64, error) {
-			return copyShard(w, s, ng, func(r *schemas.RewardRow) (bool, int64) { return keep(r.EpisodeID), rewardSize(r) })
+			return copyShard(w, s, ng, func(r *schemas.RewardRow) (bool, int64) { return keep(r.EpisodeID), r.Size() })
 		}},
 	} {
 		s, ok := ds.shard(t.table, g)

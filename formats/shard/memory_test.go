@@ -82,20 +82,6 @@ func benchBatch(i int) EpisodeBatch {
 	return b
 }
 
-func batchSize(b *EpisodeBatch) int64 {
-	n := episodeSize(&b.Episode)
-	for i := range b.Steps {
-		n += stepSize(&b.Steps[i])
-	}
-	for i := range b.Rewards {
-		n += rewardSize(&b.Rewards[i])
-	}
-	for i := range b.Blobs {
-		n += blobSize(&b.Blobs[i])
-	}
-	return n
-}
-
 // BenchmarkCommit measures Commit with the default configuration (zstd,
 // 64 MiB generations), generation closes included. MB/s counts the rows'
 // estimated uncompressed size.
@@ -106,7 +92,7 @@ func BenchmarkCommit(b *testing.B) {
 			for i := range batches {
 				batches[i] = benchBatch(i)
 			}
-			b.SetBytes(batchSize(&batches[0]))
+			b.SetBytes(batches[0].Size())
 			w, err := Create(b.TempDir(), testManifest(), Config{Compression: codec})
 			require.NoError(b, err)
 			b.ReportAllocs()

@@ -440,7 +440,7 @@ func (w *Writer) append(g *generation, b *EpisodeBatch) error {
 		}
 		var n int64
 		for i := range b.Steps {
-			n += stepSize(&b.Steps[i])
+			n += b.Steps[i].Size()
 		}
 		if err := g.steps.write(b.Steps, n); err != nil {
 			return err
@@ -453,7 +453,7 @@ func (w *Writer) append(g *generation, b *EpisodeBatch) error {
 			return err
 		}
 	}
-	n := episodeSize(&b.Episode)
+	n := b.Episode.Size()
 	if err := g.episodeF.write([]schemas.EpisodeRow{b.Episode}, n); err != nil {
 		return err
 	}
@@ -467,7 +467,7 @@ func (w *Writer) append(g *generation, b *EpisodeBatch) error {
 		}
 		var n int64
 		for i := range b.Rewards {
-			n += rewardSize(&b.Rewards[i])
+			n += b.Rewards[i].Size()
 		}
 		if err := g.rewards.write(b.Rewards, n); err != nil {
 			return err
@@ -484,7 +484,7 @@ func (w *Writer) append(g *generation, b *EpisodeBatch) error {
 		}
 		g.blobs[b.Blobs[i].SHA256] = true
 		blobs = append(blobs, b.Blobs[i])
-		bn += blobSize(&b.Blobs[i])
+		bn += b.Blobs[i].Size()
 	}
 	if len(blobs) > 0 {
 		if g.blobF == nil {

@@ -116,7 +116,7 @@ func runCollect(t *testing.T, srv *openaitest.Server, names []string, tokens str
 	t.Setenv("FORKLINE_E2E_KEY", apiKey)
 	log := &lockedBuffer{}
 	pc := capture.DefaultPolicy()
-	pc.Tokens = tokens
+	pc.Tokens = capture.Tokens(tokens)
 	cfg := collect.Config{
 		Tasks: writeTasks(t, names), Out: filepath.Join(t.TempDir(), "run"), Provider: "local", WorkDir: t.TempDir(),
 		Replicas: 4, Repeats: 1, Policy: "openai", Capture: pc,

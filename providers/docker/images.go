@@ -138,7 +138,7 @@ func buildImage(ctx context.Context, cli *client.Client, name string) (ImageStat
 // (never a run label, so no sweep removes it). write runs in a goroutine of
 // its own; its error fails the import. No registry and no Dockerfile are
 // involved. It is how this package builds its images, and how
-// browser/mkimage builds forkline/chromium.
+// providers/browser/dockerimage builds forkline/chromium.
 func ImportRootfs(ctx context.Context, cli *client.Client, name, label string, write func(ctx context.Context, w io.Writer) error) (ImageStatus, error) {
 	began := time.Now()
 	ctx, cancel := context.WithCancel(ctx)

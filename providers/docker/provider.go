@@ -283,6 +283,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
+	if spec.GUI != nil {
+		return nil, fmt.Errorf("docker: %w", providers.ErrNoGUI)
+	}
 	wctx, stop := p.watch(ctx)
 	defer stop()
 	sb, err := p.create(wctx, spec)

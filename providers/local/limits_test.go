@@ -54,13 +54,20 @@ func sandboxCgroup(t *testing.T, p *local.Provider, sb providers.Sandbox) string
 
 func readInt(t *testing.T, path string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return -1
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	n, err := parseIntFile(path)
 	require.NoError(t, err, path)
 	return n
+}
+
+// parseIntFile reads a cgroup counter: -1 when the file is gone (the cgroup
+// was removed), an error when it holds no number. It never fails the test,
+// so a sampling goroutine can call it.
+func parseIntFile(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1, nil
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
 func TestPidsLimitCgroup(t *testing.T) {
@@ -107,6 +114,7 @@ func TestForkBombLocal(t *testing.T) {
 	require.NoError(t, err)
 	cg := sandboxCgroup(t, p, sb)
 	var peak atomic.Int64
+	var sampleErr error // written by the sampler, read after it is done
 	stop, sampled := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(sampled)
@@ -116,7 +124,12 @@ func TestForkBombLocal(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			if n := readInt(t, filepath.Join(cg, "pids.current")); n > peak.Load() {
+			n, err := parseIntFile(filepath.Join(cg, "pids.current"))
+			if err != nil {
+				sampleErr = err
+				return
+			}
+			if n > peak.Load() {
 				peak.Store(n)
 			}
 		}
@@ -125,6 +138,7 @@ func TestForkBombLocal(t *testing.T) {
 		Cmd: `bomb() { bomb | bomb & }; bomb; exec sleep 60`, TimeoutMS: 3000})
 	close(stop)
 	<-sampled
+	require.NoError(t, sampleErr, "sampling pids.current")
 	require.NoError(t, err, "a fork bomb is the action's failure, not the sandbox's")
 	require.True(t, obs.TimedOut, "exit %d, %s", obs.ExitCode, obs.ErrorKind)
 	require.LessOrEqual(t, peak.Load(), int64(local.DefaultPids))

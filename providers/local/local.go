@@ -307,6 +307,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
+	if spec.GUI != nil {
+		return nil, fmt.Errorf("local: %w", providers.ErrNoGUI)
+	}
 	files, err := specFiles(spec.Files)
 	if err != nil {
 		return nil, err

@@ -1,7 +1,9 @@
 // Package providertest is the conformance suite every provider must pass:
 // files, exec, timeouts that kill the whole process tree, output caps, binary
-// output, path confinement, checkpoint and fork isolation, cleanup and
-// concurrency. A backend's test calls Run with a function that opens a fresh
+// output, path confinement, checkpoint and fork isolation, cleanup,
+// concurrency, and the GUI claim (a sandbox says it has a GUI only when it
+// asked for one and GUI actions reach it; a provider that cannot host one
+// refuses the request). A backend's test calls Run with a function that opens a fresh
 // provider.
 //
 // It knows only the providers contract and the runtime waist, never a
@@ -13,8 +15,11 @@
 package providertest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"image"
+	"image/png"
 	"regexp"
 	"strconv"
 	"strings"
@@ -60,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) providers.Provider) {
 	t.Run("UnsupportedActions", s.testUnsupported)
 	t.Run("NULBytes", s.testNULBytes)
 	t.Run("BadSpec", s.testBadSpec)
+	t.Run("GUI", s.testGUI)
 	t.Run("Checkpoint", s.testCheckpoint)
 	t.Run("ForkIsolation", s.testForkIsolation)
 	t.Run("GoldenImmutable", s.testGoldenImmutable)
@@ -493,7 +499,9 @@ func (s *suite) testUnsupported(t *testing.T) {
 	p := s.provider(t)
 	sb := create(t, p, providers.Spec{})
 	actions := []runtime.Action{{Kind: "frobnicate"}}
-	if !p.Capabilities().GUI {
+	// The sandbox's own claim decides, not the provider's: a provider that
+	// can host a GUI gives one only to sandboxes that ask for it.
+	if !sb.Info().GUI {
 		actions = append(actions,
 			runtime.Action{Kind: runtime.ActClick, X: 1, Y: 2},
 			runtime.Action{Kind: runtime.ActScreenshot},
@@ -562,6 +570,72 @@ func (s *suite) testBadSpec(t *testing.T) {
 		})
 	}
 	assertNoLeftovers(t, t.Context(), p, "after refused Creates")
+}
+
+// guiPage is a page whose screenshot is not blank.
+const guiPage = `<html><head><title>Conformance</title></head>` +
+	`<body style="margin:0;background:#fff"><div style="width:80px;height:60px;background:#c00"></div>gui</body></html>`
+
+// guiSpec asks for a small GUI on guiPage.
+func guiSpec() providers.Spec {
+	return providers.Spec{Files: map[string][]byte{"page.html": []byte(guiPage)},
+		GUI: &providers.GUI{Width: 320, Height: 240, Start: "page.html", Screenshots: true, A11y: true}}
+}
+
+// requireScreenshot takes a screenshot in sb and checks it is a PNG of the
+// requested viewport.
+func requireScreenshot(t *testing.T, sb providers.Sandbox, what string) {
+	t.Helper()
+	obs := act(t, sb, runtime.Action{Kind: runtime.ActScreenshot})
+	require.Falsef(t, obs.Error, "%s: screenshot failed: %s", what, obs.Text())
+	require.NotNil(t, obs.Screenshot, "%s: a screenshot action carries a screenshot", what)
+	img, err := png.Decode(bytes.NewReader(obs.Screenshot.PNG))
+	require.NoError(t, err, "%s: the screenshot is a PNG", what)
+	require.Equal(t, image.Rect(0, 0, 320, 240), img.Bounds(), "%s: the screenshot has the requested viewport", what)
+}
+
+// testGUI checks the GUI claim: a provider that can host a GUI
+// (Capabilities().GUI) gives one to the sandboxes that ask (Spec.GUI), they
+// say so (SandboxInfo.GUI), GUI actions reach it and other actions still
+// reach the sandbox, forks keep it, and provider Close ends it; no other
+// sandbox claims one. A provider that cannot host one refuses the request.
+func (s *suite) testGUI(t *testing.T) {
+	p := s.provider(t)
+	plain := create(t, p, providers.Spec{})
+	require.False(t, plain.Info().GUI, "a sandbox that asked for no GUI must not claim one")
+	if !p.Capabilities().GUI {
+		sb, err := p.Create(t.Context(), guiSpec())
+		if sb != nil {
+			closeAtEnd(t, sb)
+		}
+		require.ErrorIs(t, err, providers.ErrNotSupported,
+			"Capabilities().GUI is false, so a Spec with GUI must be refused with ErrNotSupported, not given a sandbox without one")
+		return
+	}
+	sb := create(t, p, guiSpec())
+	require.True(t, sb.Info().GUI, "a sandbox that asked for a GUI says it has one")
+	requireScreenshot(t, sb, "GUI sandbox")
+	require.Equal(t, "still a sandbox\n", run(t, sb, "echo still a sandbox"), "other actions reach the sandbox")
+
+	t.Run("Fork", func(t *testing.T) {
+		cp := checkpoint(t, p, sb, "gui")
+		f := fork(t, p, cp)
+		require.True(t, f.Info().GUI, "a fork of a GUI sandbox has the GUI too")
+		requireScreenshot(t, f, "fork of a GUI sandbox")
+		require.Equal(t, "gui\n", run(t, f, "grep -o gui page.html | head -1"), "and the sandbox's files")
+	})
+	t.Run("ProviderCloseEndsTheGUI", func(t *testing.T) {
+		q := s.provider(t)
+		g, err := q.Create(t.Context(), guiSpec())
+		require.NoError(t, err)
+		requireScreenshot(t, g, "GUI sandbox")
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		require.NoError(t, q.Close(ctx))
+		_, err = g.Act(ctx, runtime.Action{Kind: runtime.ActScreenshot})
+		require.ErrorIs(t, err, providers.ErrClosed, "a GUI action on a sandbox of a closed provider: its GUI must be gone with it")
+		require.NoError(t, g.Close(ctx))
+	})
 }
 
 // golden makes a sandbox holding files from Spec.Files and from a command,

@@ -3,12 +3,14 @@ package vllmsim
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
 )
 
-// post sends body as JSON and decodes the answer into a generic value.
+// post sends body as JSON and decodes the answer into a generic value. It
+// fails t, so it is for the test goroutine; other goroutines call postJSON.
 func post(t *testing.T, s *Server, path string, body any) (int, map[string]any) {
 	t.Helper()
 	b, err := json.Marshal(body)
@@ -20,21 +22,38 @@ func post(t *testing.T, s *Server, path string, body any) (int, map[string]any) 
 
 func postRaw(t *testing.T, s *Server, path string, body []byte) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(s.URL+path, "application/json", bytes.NewReader(body))
+	status, out, err := postBytes(s, path, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return status, out
+}
+
+// postJSON is post that returns its failure instead of failing a test.
+func postJSON(s *Server, path string, body any) (int, map[string]any, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	return postBytes(s, path, b)
+}
+
+func postBytes(s *Server, path string, body []byte) (int, map[string]any, error) {
+	resp, err := http.Post(s.URL+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	var out map[string]any
 	if len(raw) > 0 && raw[0] == '{' {
 		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s: answer is not JSON: %v\n%s", path, err, raw)
+			return 0, nil, fmt.Errorf("%s: answer is not JSON: %v\n%s", path, err, raw)
 		}
 	} else {
 		out = map[string]any{"_raw": string(raw)}
 	}
-	return resp.StatusCode, out
+	return resp.StatusCode, out, nil
 }
 
 // ids reads a JSON array of numbers.

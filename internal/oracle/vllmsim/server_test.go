@@ -364,14 +364,20 @@ func TestConcurrentRequests(t *testing.T) {
 	seen := make(chan string, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
+		// Off the test goroutine: report with t.Errorf, never t.Fatal.
 		go func(i int) {
 			defer wg.Done()
-			status, resp := post(t, s, "/v1/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": fmt.Sprintf("q%d", i)}}})
-			if status != 200 {
-				t.Errorf("%d %v", status, resp)
+			status, resp, err := postJSON(s, "/v1/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": fmt.Sprintf("q%d", i)}}})
+			if err != nil || status != 200 {
+				t.Errorf("%d %v %v", status, resp, err)
 				return
 			}
-			seen <- choice0(t, resp)["message"].(map[string]any)["content"].(string)
+			cs, ok := resp["choices"].([]any)
+			if !ok || len(cs) != 1 {
+				t.Errorf("want one choice, got %v", resp)
+				return
+			}
+			seen <- cs[0].(map[string]any)["message"].(map[string]any)["content"].(string)
 		}(i)
 	}
 	wg.Wait()

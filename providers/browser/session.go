@@ -49,6 +49,7 @@ type Session struct {
 	notes       []string // said once, in the next GUI observation
 	dirty       bool     // the page may differ from the page files
 	dialogs     chan string
+	onClose     func() // set by Provider: forget the session once it is closed
 }
 
 // GUIKinds are the action kinds a Session sends to the browser.
@@ -81,8 +82,12 @@ func NewSession(sb providers.Sandbox, cfg Config) (*Session, error) {
 	return s, nil
 }
 
-// Info is the sandbox's.
-func (s *Session) Info() providers.SandboxInfo { return s.sb.Info() }
+// Info is the sandbox's, with GUI set: GUI actions reach the browser.
+func (s *Session) Info() providers.SandboxInfo {
+	info := s.sb.Info()
+	info.GUI = true
+	return info
+}
 
 // Sandbox returns the wrapped sandbox.
 func (s *Session) Sandbox() providers.Sandbox { return s.sb }
@@ -133,6 +138,9 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.stop(false)
+	if s.onClose != nil {
+		s.onClose()
+	}
 	return s.sb.Close(ctx)
 }
 

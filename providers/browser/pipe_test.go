@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/runtime"
 )
 

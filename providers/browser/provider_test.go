@@ -8,19 +8,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/browser"
 )
 
 func TestProviderForksStartFromTheGoldenProfile(t *testing.T) {
 	needChromium(t)
 	inner, err := openLocal(t)
 	require.NoError(t, err)
-	cfg := browser.DefaultConfig()
-	cfg.Width, cfg.Height, cfg.Start = 640, 480, "index.html"
-	prov := browser.Provider(inner, func(spec providers.Spec) (browser.Config, bool) {
-		return cfg, spec.Labels["web"] == "yes"
-	})
+	prov := browser.Provider(inner, browser.DefaultConfig())
+	gui := &providers.GUI{Width: 640, Height: 480, Start: "index.html", Screenshots: true, A11y: true}
 	require.True(t, prov.Capabilities().GUI)
 	require.Equal(t, inner.Capabilities().ForkMethod, prov.Capabilities().ForkMethod)
 	ctx := context.Background()
@@ -28,15 +25,17 @@ func TestProviderForksStartFromTheGoldenProfile(t *testing.T) {
 	plain, err := prov.Create(ctx, providers.Spec{})
 	require.NoError(t, err)
 	_, isSession := plain.(*browser.Session)
-	require.False(t, isSession, "tasks without a browser get the sandbox as it is")
+	require.False(t, isSession, "a sandbox that asks for no GUI is the sandbox as it is")
+	require.False(t, plain.Info().GUI, "and does not claim one")
 	require.NoError(t, plain.Close(ctx))
 
 	// The page stores something in its origin's storage: the golden's
 	// profile keeps it, and every fork sees it.
-	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(visitsPage)}, Labels: map[string]string{"web": "yes"}})
+	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(visitsPage)}, GUI: gui})
 	require.NoError(t, err)
 	_, isSession = golden.(*browser.Session)
 	require.True(t, isSession)
+	require.True(t, golden.Info().GUI)
 	cp, err := prov.Checkpoint(ctx, golden, "golden")
 	require.NoError(t, err)
 	require.NoError(t, golden.Close(ctx))

@@ -9,9 +9,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/providers/docker"
 	"github.com/forkline/forkline/providers/providertest"
 	"github.com/forkline/forkline/runtime"
@@ -83,11 +83,10 @@ func TestDockerGoldenProfile(t *testing.T) {
 	dp, err := docker.New(providers.Options{RunID: "browser-test-golden", Params: map[string]string{docker.ParamImage: chromiumImage}})
 	require.NoError(t, err)
 	defer dp.Close(context.Background())
-	cfg := browser.DefaultConfig()
-	cfg.Width, cfg.Height, cfg.Start = 640, 480, "index.html"
-	prov := browser.Provider(dp, func(providers.Spec) (browser.Config, bool) { return cfg, true })
+	prov := browser.Provider(dp, browser.DefaultConfig())
+	gui := &providers.GUI{Width: 640, Height: 480, Start: "index.html", Screenshots: true, A11y: true}
 
-	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(visitsPage)}})
+	golden, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(visitsPage)}, GUI: gui})
 	require.NoError(t, err)
 	cp, err := prov.Checkpoint(ctx, golden, "golden")
 	require.NoError(t, err)
@@ -125,10 +124,9 @@ func TestDockerEngineGone(t *testing.T) {
 		px.Restore()
 		require.NoError(t, dp.Close(context.Background()))
 	}()
-	cfg := browser.DefaultConfig()
-	cfg.Width, cfg.Height, cfg.Start = 640, 480, "index.html"
-	prov := browser.Provider(dp, func(providers.Spec) (browser.Config, bool) { return cfg, true })
-	spec := providers.Spec{Files: map[string][]byte{"index.html": []byte(formPage)}}
+	prov := browser.Provider(dp, browser.DefaultConfig())
+	spec := providers.Spec{Files: map[string][]byte{"index.html": []byte(formPage)},
+		GUI: &providers.GUI{Width: 640, Height: 480, Start: "index.html", Screenshots: true, A11y: true}}
 	golden, err := prov.Create(ctx, spec)
 	require.NoError(t, err)
 	cp, err := prov.Checkpoint(ctx, golden, "golden")

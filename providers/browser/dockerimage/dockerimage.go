@@ -1,27 +1,25 @@
-// Command mkimage builds forkline/chromium, the opt-in Docker image in which
-// browser tasks run on the docker provider: a debootstrap'd Debian bookworm
-// (minbase) with Debian's chromium and fonts-liberation, imported into the
-// engine without a registry or a Dockerfile (the engine here has no bridge,
-// so a build step could not reach a mirror; the chroot on the host can).
-// It needs root, debootstrap and a reachable Debian mirror, and takes a few
-// minutes. An image already present is kept unless -force.
-//
-//	go run ./browser/mkimage            # or: make images-browser
-//	go run ./browser/mkimage -force
+// Package dockerimage builds forkline/chromium, the opt-in Docker image in
+// which browser tasks run on the docker provider: a debootstrap'd Debian
+// bookworm (minbase) with Debian's chromium and fonts-liberation, imported
+// into the engine without a registry or a Dockerfile (an engine without a
+// bridge could not reach a mirror from a build step; the chroot on the host
+// can). Building needs root, debootstrap and a reachable Debian mirror, and
+// takes a few minutes.
 //
 // Chromium then runs inside the sandbox, driven over the sandbox's exec
 // stream (browser.Piper): the container keeps network none.
-package main
+//
+// It knows the Docker engine (through providers/docker) and Debian's
+// tooling; it does not know sessions, tasks or runs. The command that
+// builds it is providers/browser/mkimage (make images-browser).
+package dockerimage
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -33,93 +31,86 @@ import (
 	"github.com/forkline/forkline/providers/docker"
 )
 
-// Image is the name of the image this command builds.
+// Image is the name of the image Build builds.
 const Image = "forkline/chromium"
 
-// packages are installed into the rootfs after debootstrap.
-var packages = []string{"chromium", "fonts-liberation"}
+// Packages are installed into the rootfs after debootstrap.
+var Packages = []string{"chromium", "fonts-liberation"}
 
-func main() {
-	force := flag.Bool("force", false, "rebuild the image when it is already present")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: mkimage [-force]\n\nBuilds %s (Debian bookworm minbase + %s) on the Docker engine.\n\n", Image, strings.Join(packages, ", "))
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() > 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *force); err != nil {
-		fmt.Fprintln(os.Stderr, "mkimage:", err)
-		if errors.Is(err, context.Canceled) {
-			os.Exit(130)
-		}
-		os.Exit(1)
-	}
+// Options configure Build.
+type Options struct {
+	// Force rebuilds the image when it is already present.
+	Force bool
+	// Log receives one line per phase; nil discards them.
+	Log io.Writer
 }
 
-func run(ctx context.Context, force bool) error {
+// Build builds Image on the engine (docker.Connect's), unless it is present
+// and not opts.Force. It reports whether it built.
+func Build(ctx context.Context, opts Options) (built bool, err error) {
+	logf := func(format string, args ...any) {
+		if opts.Log != nil {
+			fmt.Fprintf(opts.Log, "dockerimage: "+format+"\n", args...)
+		}
+	}
 	cli, err := docker.Connect(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer cli.Close()
-	if !force {
+	if !opts.Force {
 		if ins, err := cli.ImageInspect(ctx, Image); err == nil {
-			fmt.Printf("mkimage: %s is present (%s); -force rebuilds it\n", Image, ins.ID)
-			return nil
+			logf("%s is present (%s); force rebuilds it", Image, ins.ID)
+			return false, nil
 		} else if !cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("inspecting %s: %w", Image, err)
+			return false, fmt.Errorf("dockerimage: inspecting %s: %w", Image, err)
 		}
 	}
 	began := time.Now()
 	dir, err := os.MkdirTemp("", "forkline-chromium-rootfs-")
 	if err != nil {
-		return err
+		return false, fmt.Errorf("dockerimage: %w", err)
 	}
 	defer os.RemoveAll(dir)
 	// Whatever happens, nothing stays mounted in the tree when it is
 	// removed (debootstrap and the install mount /proc in it).
 	defer unmountUnder(dir)
 
-	fmt.Println("mkimage: debootstrap --variant=minbase bookworm")
+	logf("debootstrap --variant=minbase bookworm")
 	if err := docker.Debootstrap(ctx, dir); err != nil {
-		return err
+		return false, err
 	}
-	fmt.Printf("mkimage: installing %s in the chroot\n", strings.Join(packages, ", "))
+	logf("installing %s in the chroot", strings.Join(Packages, ", "))
 	if err := installPackages(ctx, dir); err != nil {
-		return err
+		return false, err
 	}
 	if err := unmountUnder(dir); err != nil {
-		return err
+		return false, err
 	}
 	for _, d := range []string{"var/cache/apt/archives", "var/lib/apt/lists"} {
 		os.RemoveAll(filepath.Join(dir, d))
 		os.MkdirAll(filepath.Join(dir, d, "partial"), 0o755)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o755); err != nil {
-		return err
+		return false, fmt.Errorf("dockerimage: %w", err)
 	}
 
-	fmt.Printf("mkimage: importing %s\n", Image)
+	logf("importing %s", Image)
 	st, err := docker.ImportRootfs(ctx, cli, Image, "chromium", func(ctx context.Context, w io.Writer) error {
 		return docker.TarRootfs(ctx, dir, w)
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
-	fmt.Printf("mkimage: built %s (%s) in %s\n", Image, st.ID, time.Since(began).Round(time.Second))
-	return nil
+	logf("built %s (%s) in %s", Image, st.ID, time.Since(began).Round(time.Second))
+	return true, nil
 }
 
 // unmountUnder unmounts every mount point under dir, deepest first.
 func unmountUnder(dir string) error {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return err
+		return fmt.Errorf("dockerimage: %w", err)
 	}
 	var points []string
 	for _, line := range strings.Split(string(b), "\n") {
@@ -131,7 +122,7 @@ func unmountUnder(dir string) error {
 	sort.Sort(sort.Reverse(sort.StringSlice(points)))
 	for _, p := range points {
 		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmounting %s: %w", p, err)
+			return fmt.Errorf("dockerimage: unmounting %s: %w", p, err)
 		}
 	}
 	return nil
@@ -142,15 +133,15 @@ func unmountUnder(dir string) error {
 func installPackages(ctx context.Context, dir string) error {
 	proc := filepath.Join(dir, "proc")
 	if err := syscall.Mount("proc", proc, "proc", 0, ""); err != nil {
-		return fmt.Errorf("mounting /proc in the chroot: %w", err)
+		return fmt.Errorf("dockerimage: mounting /proc in the chroot: %w", err)
 	}
 	env := []string{"DEBIAN_FRONTEND=noninteractive", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}
 	if err := runLogged(ctx, env, "chroot", dir, "apt-get", "update", "-qq"); err != nil {
-		return fmt.Errorf("apt-get update in the chroot: %w", err)
+		return fmt.Errorf("dockerimage: apt-get update in the chroot: %w", err)
 	}
-	args := append([]string{dir, "apt-get", "install", "-y", "-qq", "--no-install-recommends"}, packages...)
+	args := append([]string{dir, "apt-get", "install", "-y", "-qq", "--no-install-recommends"}, Packages...)
 	if err := runLogged(ctx, env, "chroot", args...); err != nil {
-		return fmt.Errorf("apt-get install in the chroot: %w", err)
+		return fmt.Errorf("dockerimage: apt-get install in the chroot: %w", err)
 	}
 	return nil
 }

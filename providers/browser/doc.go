@@ -3,12 +3,14 @@
 // (navigate, click, type, key, scroll, screenshot, wait) go to Chromium over
 // the DevTools protocol (chromedp), every other action to the sandbox, and
 // Close closes both. Provider decorates a providers.Provider so that the
-// sandboxes of tasks with a browser come wrapped, and their golden
-// checkpoints hold a prepared browser profile.
+// sandboxes whose Spec asks for a GUI (providers.GUI) come wrapped and say
+// so (SandboxInfo.GUI), and their golden checkpoints hold a prepared
+// browser profile; it passes the providers conformance suite like every
+// backend.
 //
 // It knows runtime actions and observations, the provider contract and the
 // DevTools protocol. It does not know tasks, policies, capture policies or
-// datasets: callers hand it a Config.
+// datasets: a sandbox's GUI request and a Config are all it is given.
 //
 // # Where Chromium runs
 //
@@ -17,7 +19,7 @@
 // (SandboxInfo.Workspace, a host path) as its file tree, in its own process
 // group. A sandbox whose processes the host cannot reach implements Piper,
 // and Chromium then runs inside it (Config.Exec is then the path in the
-// sandbox's image, e.g. forkline/chromium from browser/mkimage), driven
+// sandbox's image, e.g. forkline/chromium from providers/browser/dockerimage), driven
 // through --remote-debugging-pipe on file descriptors 3 and 4 dup'ed from
 // the stdin and stdout of the provider's own exec stream: no TCP port is
 // opened, so a container with network none works. A sandbox that does

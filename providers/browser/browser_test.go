@@ -20,9 +20,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/providers/local"
 	"github.com/forkline/forkline/runtime"
 )

@@ -1,0 +1,123 @@
+package capture
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+)
+
+// Row converts one step of an episode into a steps-table row under p. When a
+// payload is stored by hash and seen has not recorded it, Row also returns
+// the blob to write; seen may be nil (every hashed payload is then returned)
+// and may be shared by concurrent episodes only under the caller's lock.
+func (p Policy) Row(episodeID, taskID string, s runtime.Step, seen BlobIndex) (schemas.StepRow, []schemas.BlobRow) {
+	o := s.Observation
+	row := schemas.StepRow{
+		EpisodeID:   episodeID,
+		StepIndex:   int32(s.Index),
+		TaskID:      taskID,
+		StartedAt:   s.Started.UnixMilli(),
+		ActionKind:  string(s.Action.Kind),
+		ActionJSON:  s.Action.String(),
+		OutputBytes: o.OutputBytes,
+		Truncated:   o.Truncated,
+		ExitCode:    int32(o.ExitCode),
+		IsError:     o.Error,
+		ErrorKind:   string(o.ErrorKind),
+		TimedOut:    o.TimedOut,
+		PolicyMS:    schemas.Millis(s.PolicyTime),
+		EnvMS:       schemas.Millis(s.EnvTime),
+	}
+	if s.Action.Kind == "" {
+		row.ActionJSON = "null"
+	}
+	out := o.Output
+	if p.TextCap > 0 && len(out) > p.TextCap {
+		out = headTail(out, p.TextCap)
+		row.Truncated = true
+	}
+	if row.OutputBytes < int64(len(o.Output)) {
+		row.OutputBytes = int64(len(o.Output))
+	}
+	if utf8.Valid(out) {
+		row.Output = string(out)
+	} else {
+		row.Output = strings.ToValidUTF8(string(out), "\uFFFD")
+		row.OutputRaw = append([]byte(nil), out...)
+	}
+	var blobs []schemas.BlobRow
+	if sc := o.Screenshot; sc != nil && len(sc.PNG) > 0 {
+		sum := sha256.Sum256(sc.PNG)
+		row.ScreenHash = hex.EncodeToString(sum[:])
+		row.ScreenW, row.ScreenH = int32(sc.Width), int32(sc.Height)
+		switch p.Pixels {
+		case PixelsFull:
+			row.Screenshot = sc.PNG
+		case PixelsHash:
+			if seen == nil || seen.Add(row.ScreenHash) {
+				blobs = append(blobs, schemas.BlobRow{SHA256: row.ScreenHash, Media: "image/png", Data: sc.PNG})
+			}
+		}
+	}
+	if p.A11y == A11yFull {
+		row.AXTree = o.AXTree
+	}
+	if m := s.Model; m != nil {
+		row.Model = optStr(m.Model)
+		row.ModelText = optStr(m.RawText)
+		row.Reasoning = optStr(m.Reasoning)
+		row.FinishReason = optStr(m.FinishReason)
+		if m.Usage.PromptTokens > 0 || m.Usage.CompletionTokens > 0 {
+			pt, ct := int32(m.Usage.PromptTokens), int32(m.Usage.CompletionTokens)
+			row.PromptTokens, row.CompletionTokens = &pt, &ct
+		}
+		if m.Latency > 0 {
+			ms := schemas.Millis(m.Latency)
+			row.ModelMS = &ms
+		}
+		if p.Tokens == TokensKeep {
+			row.PromptIDs = m.PromptIDs
+			row.ResponseIDs = m.ResponseIDs
+			row.ResponseLogprobs = m.Logprobs
+			if len(m.ResponseMask) > 0 {
+				row.ResponseMask = make([]int32, len(m.ResponseMask))
+				for i, v := range m.ResponseMask {
+					row.ResponseMask[i] = int32(v)
+				}
+			}
+		}
+	}
+	return row, blobs
+}
+
+func optStr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// headTail keeps the first and last halves of b within limit bytes and marks
+// the cut, never splitting a UTF-8 sequence at the seams.
+func headTail(b []byte, limit int) []byte {
+	dropped := len(b) - limit
+	marker := fmt.Sprintf("\n[... forkline: %d bytes elided by the capture policy ...]\n", dropped)
+	h := limit - limit/2
+	t := limit / 2
+	for h > 0 && !utf8.RuneStart(b[h]) {
+		h--
+	}
+	start := len(b) - t
+	for start < len(b) && !utf8.RuneStart(b[start]) {
+		start++
+	}
+	out := make([]byte, 0, limit+len(marker))
+	out = append(out, b[:h]...)
+	out = append(out, marker...)
+	return append(out, b[start:]...)
+}

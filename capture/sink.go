@@ -1,0 +1,66 @@
+package capture
+
+import (
+	"context"
+
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/tokens"
+)
+
+// Sink is one episode's runtime.StepSink. It converts each step to a row as
+// the step arrives (so under pixels hash or none a screenshot is hashed and
+// its bytes leave memory at once, but for one copy per distinct blob) and
+// holds the rows, the episode's new blobs and its model turns until the
+// episode is committed. Like every StepSink it is written by the goroutine
+// running the rollout; read it once the rollout has returned.
+type Sink struct {
+	policy            Policy
+	episodeID, taskID string
+	seen              SetIndex // blobs of this episode; the run-wide dedup is BlobRecorder's
+	rows              []schemas.StepRow
+	blobs             []schemas.BlobRow
+	turns             []tokens.Turn
+}
+
+// NewSink returns the sink of one episode of a task under policy p.
+func NewSink(p Policy, episodeID, taskID string) *Sink {
+	return &Sink{policy: p, episodeID: episodeID, taskID: taskID, seen: SetIndex{}}
+}
+
+// WriteStep captures s. It never fails.
+func (b *Sink) WriteStep(_ context.Context, s runtime.Step) error {
+	row, blobs := b.policy.Row(b.episodeID, b.taskID, s, b.seen)
+	b.rows = append(b.rows, row)
+	b.blobs = append(b.blobs, blobs...)
+	if m := s.Model; m != nil && b.policy.Tokens == TokensKeep && (len(m.PromptIDs) > 0 || len(m.ResponseIDs) > 0) {
+		b.turns = append(b.turns, tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs})
+	}
+	return nil
+}
+
+// Steps are the rows captured so far, in step order.
+func (b *Sink) Steps() []schemas.StepRow { return b.rows }
+
+// Blobs are the payloads the steps refer to by hash, each once.
+func (b *Sink) Blobs() []schemas.BlobRow { return b.blobs }
+
+// TokenRecord assembles the episode's token record from the model turns
+// captured into ep's token columns (nothing when no turn reported token ids,
+// or the policy drops tokens). A record that breaks its invariants is an
+// error and ep is left as it was: a wrong record must never reach a trainer.
+func (b *Sink) TokenRecord(ep *schemas.EpisodeRow) error {
+	if len(b.turns) == 0 {
+		return nil
+	}
+	r, err := tokens.Assemble(b.turns)
+	if err == nil {
+		err = r.Check()
+	}
+	if err != nil {
+		return err
+	}
+	ep.PromptIDs, ep.ResponseIDs, ep.ResponseMask, ep.ResponseLogprobs = r.PromptIDs, r.ResponseIDs, r.Mask, r.Logprobs
+	ep.TokenTurns, ep.TokenDrift = int32(r.Turns), r.Drift
+	return nil
+}

@@ -1,0 +1,15 @@
+// Package episode is what one episode of a task is, whoever runs it: the
+// task's pool template, the environment its sandboxes run in (a browser
+// beside the sandbox for a task with a browser section), and the episode
+// runner in named pieces — begin an episode on the replica the pool handed
+// over, run a rollout into its capture sink, verify it, build its rows. The
+// collector, the replayer and (to come) the environment server run episodes
+// through these pieces; a server that steps a sandbox on a trainer's command,
+// or a branch that continues a parent's history, calls them in its own order.
+//
+// It knows tasks, the pool, providers (and the browser decorator in
+// providers/browser), capture, and the dataset's row types. It does not
+// know plans, resumes, comparisons, reports, or where rows are written: the
+// caller decides what an episode's failure means for its run, and commits
+// the rows.
+package episode

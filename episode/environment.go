@@ -1,0 +1,67 @@
+package episode
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/providers/browser"
+	"github.com/forkline/forkline/task"
+)
+
+// GUI is a task's browser section as the GUI request its sandboxes carry
+// (providers.Spec.GUI); nil for a task without one. Left-out fields keep the
+// browser's defaults.
+func GUI(b *task.Browser) (*providers.GUI, error) {
+	if b == nil {
+		return nil, nil
+	}
+	g := &providers.GUI{Width: b.Width, Height: b.Height, Start: b.Start, LoadTimeout: time.Duration(b.LoadTimeout)}
+	observe := b.Observe
+	if observe == "" {
+		observe = task.DefaultBrowserObserve
+	}
+	var err error
+	if g.Screenshots, g.A11y, err = browser.ParseObserve(observe); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// BrowserConfig is the browser session configuration of a task's browser
+// section: the browser's defaults with what the section says.
+func BrowserConfig(b *task.Browser) (browser.Config, error) {
+	g, err := GUI(b)
+	if err != nil {
+		return browser.Config{}, err
+	}
+	if g == nil {
+		g = &providers.GUI{}
+	}
+	cfg := browser.ConfigFor(browser.DefaultConfig(), *g)
+	return cfg, cfg.Validate()
+}
+
+// Environment is the provider the episodes of specs run on: prov itself
+// when no task has a browser section, else prov wrapped by the browser
+// decorator, so that a sandbox whose Spec asks for a GUI (Template) comes
+// with its browser — GUI actions go to Chromium, the golden checkpoint holds
+// the prepared profile, Close closes both — and every other sandbox is
+// prov's as it is. Every task's browser section is checked here, so a bad
+// one is refused before anything runs, naming the task and its file.
+func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider, error) {
+	wrap := false
+	for _, s := range specs {
+		if s.Browser == nil {
+			continue
+		}
+		if _, err := BrowserConfig(s.Browser); err != nil {
+			return nil, fmt.Errorf("episode: task %s (%s): %w", s.ID, s.Source, err)
+		}
+		wrap = true
+	}
+	if !wrap {
+		return prov, nil
+	}
+	return browser.Provider(prov, browser.DefaultConfig()), nil
+}

@@ -1,0 +1,197 @@
+package episode
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/pool"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
+)
+
+// Runner makes the episodes of one run: what every episode row of the run
+// shares, and the capture policy its steps are kept under. The zero Capture
+// is not valid; a Runner is a value, safe to share between goroutines.
+type Runner struct {
+	RunID    string         // every row's run_id
+	Provider string         // the provider's name, every row's provider
+	Capture  capture.Policy // what each step keeps
+}
+
+// Identity is what defines an episode, whichever run runs it: a collected
+// episode, a resumed run's rerun of it and its replay share it.
+type Identity struct {
+	EpisodeID string
+	TaskHash  string
+	Repeat    int
+	Seed      int64 // the run seed
+}
+
+// Episode is one run of a task on a pool replica, from the moment the pool
+// handed the replica over (or failed to) until its rows are built. Its
+// pieces are called in order — Begin, then NoReplica or PolicyFailed, or
+// Rollout and Verify, then Rows — by the one goroutine that runs it.
+type Episode struct {
+	Task    *task.Spec
+	Replica pool.Replica
+	// Row is the episode row: identity, replica and reset fields from
+	// Begin, outcome and timings as the pieces run.
+	Row schemas.EpisodeRow
+	// Capture holds the steps as rows, the blobs and the model turns.
+	Capture *capture.Sink
+	// Result is the rollout's, once Rollout ran.
+	Result runtime.Result
+	// Reward is the verifier's row, once Verify ran.
+	Reward *schemas.RewardRow
+	// Broken is set when the sandbox failed under the episode: the pool
+	// replaces the replica (Outcome).
+	Broken bool
+}
+
+// Begin starts an episode of t on the replica the pool handed over (a zero
+// Replica when it could not: see NoReplica). The row holds the episode's
+// identity, the run's fields, and the replica: its slot, attempt, how it was
+// reset and from which golden.
+func (r Runner) Begin(id Identity, t *task.Spec, rep pool.Replica) *Episode {
+	row := schemas.EpisodeRow{
+		EpisodeID: id.EpisodeID, RunID: r.RunID, TaskID: t.ID, TaskHash: id.TaskHash,
+		Repeat: int32(id.Repeat), Seed: id.Seed, Replica: int32(rep.Slot), Attempt: int32(rep.Attempt),
+		Provider: r.Provider, ResetStrategy: ResetName(rep), ResetOrigin: rep.Origin,
+		ResetMS: schemas.Millis(rep.Reset), StartedAt: time.Now().UnixMilli(),
+	}
+	if rep.Golden != nil {
+		row.GoldenID = rep.Golden.Checkpoint.ID
+		row.GoldenBuildMS = schemas.Millis(rep.Golden.BuildTime)
+		row.GoldenBytes = rep.Golden.Checkpoint.Bytes
+	}
+	return &Episode{Task: t, Replica: rep, Row: row, Capture: capture.NewSink(r.Capture, id.EpisodeID, t.ID)}
+}
+
+// ResetName is the reset_strategy column: fork or recreate, with "+standby"
+// when the replica was prepared ahead and only handed off.
+func ResetName(r pool.Replica) string {
+	if r.Standby {
+		return string(r.Strategy) + "+standby"
+	}
+	return string(r.Strategy)
+}
+
+// NoReplica records that the pool could not hand over a replica (err): the
+// episode ends as env_error, or as cancelled when the run was stopping. An
+// err wrapping runtime.ErrUnavailable is the run's failure rather than the
+// episode's; the caller tells them apart before it keeps the rows.
+func (e *Episode) NoReplica(ctx context.Context, err error) {
+	e.Row.ExitReason = string(runtime.ExitEnvError)
+	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+		e.Row.ExitReason = string(runtime.ExitCancelled)
+	}
+	e.Row.Detail = err.Error()
+}
+
+// PolicyFailed records that the episode's policy could not be made.
+func (e *Episode) PolicyFailed(err error) {
+	e.Row.ExitReason, e.Row.Detail = string(runtime.ExitPolicyError), err.Error()
+}
+
+// Rollout runs pol on the replica's sandbox, from history h under lim.
+// Every step goes to the capture sink and then, when watch is not nil, to
+// watch (a replay compares there; a server could stream there). The outcome
+// — exit reason, detail, answer, timings — goes into Row and Result, and a
+// sandbox that failed under the episode marks it Broken.
+//
+// The error is for an episode whose steps must not be kept as its outcome:
+// one wrapping runtime.ErrUnavailable when a service the episode depends on
+// went away under it (a resume should run it whole once the service is
+// back), or the error of a watch that failed (the episode then ends as
+// unknown, Broken).
+func (e *Episode) Rollout(ctx context.Context, pol runtime.Policy, h runtime.History, lim runtime.Limits, watch runtime.StepSink) error {
+	var sink runtime.StepSink = e.Capture
+	if watch != nil {
+		sink = runtime.StepSinkFunc(func(ctx context.Context, s runtime.Step) error {
+			if err := e.Capture.WriteStep(ctx, s); err != nil {
+				return err
+			}
+			return watch.WriteStep(ctx, s)
+		})
+	}
+	began := time.Now()
+	res, err := runtime.Rollout(ctx, e.Replica.Sandbox, pol, h, lim, sink)
+	if err != nil {
+		res.Exit, res.Detail = runtime.ExitUnknown, err.Error()
+		e.Broken = true
+	}
+	e.Result = res
+	e.Row.ExitReason, e.Row.Detail, e.Row.Answer = string(res.Exit), res.Detail, res.Answer
+	e.Row.DurationMS = schemas.Millis(time.Since(began))
+	e.Row.PolicyMS, e.Row.EnvMS = schemas.Millis(res.PolicyTime), schemas.Millis(res.EnvTime)
+	if res.Exit == runtime.ExitEnvError {
+		e.Broken = true
+	}
+	if err != nil {
+		return err
+	}
+	if res.Err != nil && errors.Is(res.Err, runtime.ErrUnavailable) {
+		return res.Err
+	}
+	return nil
+}
+
+// Verify runs the task's verifier in the sandbox and records its reward
+// row, unless there is nothing to verify: the task has no verifier, the
+// sandbox broke, or ctx is done (a stopping run does not wait for
+// verifiers). It reports whether the verifier ran. The error is the
+// verifier's session failing: the episode is then Broken and its reward
+// row says why; one wrapping runtime.ErrUnavailable is the run's failure.
+func (e *Episode) Verify(ctx context.Context) (ran bool, err error) {
+	v := e.Task.Verify
+	if v == nil || e.Broken || ctx.Err() != nil {
+		return false, nil
+	}
+	r, err := v.Run(ctx, e.Replica.Sandbox)
+	e.Row.VerifyMS = schemas.Millis(r.Took)
+	rw := schemas.RewardRow{EpisodeID: e.Row.EpisodeID, Name: "verify", Value: r.Value, Source: v.Cmd,
+		Detail: r.Detail, ExitCode: int32(r.ExitCode)}
+	if err != nil {
+		rw.Detail = err.Error()
+		e.Broken = true
+	}
+	e.Reward = &rw
+	return true, err
+}
+
+// Rows builds the episode's rows: the episode row with its step count and
+// token record, the steps and blobs captured, and the reward. keep is false
+// for an episode cancelled before its first step: there is nothing to keep,
+// and leaving it out lets a resumed run do it. A token record that breaks
+// its invariants is left out and the detail says why: the steps still hold
+// the per-turn tokens, but a trainer must never get wrong ones.
+func (e *Episode) Rows() (b shard.EpisodeBatch, keep bool) {
+	steps := e.Capture.Steps()
+	if e.Row.ExitReason == string(runtime.ExitCancelled) && len(steps) == 0 {
+		return shard.EpisodeBatch{}, false
+	}
+	ep := e.Row
+	ep.Steps = int32(len(steps))
+	if err := e.Capture.TokenRecord(&ep); err != nil {
+		ep.Detail = strings.TrimSpace(ep.Detail + "; token record refused: " + err.Error())
+	}
+	b = shard.EpisodeBatch{Episode: ep, Steps: steps, Blobs: e.Capture.Blobs()}
+	if e.Reward != nil {
+		b.Rewards = []schemas.RewardRow{*e.Reward}
+	}
+	return b, true
+}
+
+// Outcome is what the pool should do with the replica: replace it when the
+// sandbox broke under the episode.
+func (e *Episode) Outcome() pool.Outcome {
+	if e.Broken {
+		return pool.Broken
+	}
+	return pool.Done
+}

@@ -1,0 +1,285 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/pool"
+	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
+)
+
+// Run replays the selected episodes of cfg.In. The error is for a replay
+// that could not run at all; per-episode failures are in the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	ds, specs, err := openRecorded(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rp, err := newReplayer(ctx, cfg, ds, specs)
+	if err != nil {
+		return nil, err
+	}
+	defer rp.close(context.WithoutCancel(ctx))
+	return rp.replayAll(ctx, ds)
+}
+
+// withDefaults fills in the defaults and refuses settings out of range.
+func (cfg *Config) withDefaults() error {
+	if cfg.Mode == "" {
+		cfg.Mode = Exact
+	}
+	switch cfg.Mode {
+	case Exact, Normalized, Hash:
+	default:
+		return fmt.Errorf("replay: unknown compare mode %q (known: exact, hash, normalized)", cfg.Mode)
+	}
+	if cfg.Masks == nil {
+		cfg.Masks = DefaultMasks
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 4
+	}
+	if cfg.PixelTolerance < 0 || cfg.PixelTolerance >= 1 {
+		return fmt.Errorf("replay: pixel tolerance %g must be in [0, 1)", cfg.PixelTolerance)
+	}
+	return nil
+}
+
+// openRecorded opens the dataset and its task specs: the recorded ones, or
+// those of cfg.TaskFiles with the same ids, and checks the task filter.
+func openRecorded(cfg Config) (*shard.Dataset, map[string]task.Spec, error) {
+	ds, err := shard.Open(cfg.In)
+	if err != nil {
+		return nil, nil, err
+	}
+	specs, err := task.DecodeRecords(ds.Manifest().Tasks)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.TaskFiles != "" {
+		loaded, err := task.Load(cfg.TaskFiles)
+		if err != nil {
+			return nil, nil, err
+		}
+		replaced := 0
+		for _, s := range loaded {
+			if _, ok := specs[s.ID]; ok {
+				specs[s.ID] = s.WithDefaults()
+				replaced++
+			}
+		}
+		if replaced == 0 {
+			return nil, nil, fmt.Errorf("replay: %s holds none of the dataset's tasks (%s)", cfg.TaskFiles, strings.Join(sortedKeys(specs), ", "))
+		}
+	}
+	for _, id := range cfg.Tasks {
+		if _, ok := specs[id]; !ok {
+			return nil, nil, fmt.Errorf("replay: task %q is not in %s (it has: %s)", id, cfg.In, strings.Join(sortedKeys(specs), ", "))
+		}
+	}
+	return ds, specs, nil
+}
+
+// replayer replays the episodes of one dataset on one provider.
+type replayer struct {
+	cfg       Config
+	specs     map[string]task.Spec
+	blob      func(sha256 string) ([]byte, error) // resolves recorded screenshots stored by hash
+	prov      providers.Provider
+	pool      *pool.Pool
+	templates map[string]*pool.Template
+	runner    episode.Runner
+	// compare is the recording's capture policy with pixels none: both
+	// sides of a comparison keep the same view of every observation (a
+	// capped recording against the same cap); screenshots are compared by
+	// their hash, which is always kept.
+	compare capture.Policy
+	rec     *recording // nil unless Config.Record
+}
+
+// newReplayer opens the provider (by default the one the dataset was
+// collected with), wires in the browser for browser tasks as they were
+// collected, opens the pool and, with Config.Record, the new dataset.
+func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[string]task.Spec) (*replayer, error) {
+	m := ds.Manifest()
+	recorded, err := capture.DecodeManifest(m.Capture)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	if cfg.Provider == "" {
+		var rec struct {
+			Name string `json:"name"`
+		}
+		json.Unmarshal(m.Provider, &rec)
+		cfg.Provider = cmp.Or(rec.Name, "local")
+	}
+	rp := &replayer{cfg: cfg, specs: specs, blob: ds.Blob, templates: map[string]*pool.Template{}, compare: recorded}
+	rp.compare.Pixels = capture.PixelsNone
+	list := make([]task.Spec, 0, len(specs))
+	for _, id := range sortedKeys(specs) {
+		s := specs[id]
+		list = append(list, s)
+		if cfg.Image != "" {
+			s.Image = cfg.Image
+		}
+		if rp.templates[id], err = episode.Template(&s); err != nil {
+			return nil, fmt.Errorf("replay: task %s: %w", id, err)
+		}
+	}
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, "replay: "+format+"\n", args...)
+		}
+	}
+	prov, err := providers.Open(cfg.Provider, providers.Options{RunID: "replay-" + m.RunID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
+	if err != nil {
+		return nil, err
+	}
+	// Browser tasks replay with a browser, as they were collected.
+	if rp.prov, err = episode.Environment(prov, list); err != nil {
+		prov.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if rp.pool, err = pool.New(pool.Config{Provider: rp.prov, Replicas: cfg.Replicas, Log: logf}); err != nil {
+		rp.prov.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	// The replayed steps are captured under the recording's own policy:
+	// the one a Config.Record dataset's manifest states. Without Record the
+	// captured rows are dropped with the episode: one runner for both costs
+	// a row per step in memory, which the stored steps already take.
+	rp.runner = episode.Runner{Provider: rp.prov.Name(), Capture: recorded}
+	if cfg.Record != "" {
+		if rp.rec, err = newRecording(cfg, m, list, rp.prov.Name()); err != nil {
+			rp.close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+		rp.runner.RunID = rp.rec.runID
+	}
+	return rp, nil
+}
+
+// close closes the pool and then the provider.
+func (rp *replayer) close(ctx context.Context) {
+	rp.pool.Close(ctx)
+	rp.prov.Close(ctx)
+}
+
+// episodeSource yields stored episodes with their steps and rewards, in
+// order, until fn fails (shard.Dataset.EachEpisode); fn's error is
+// returned.
+type episodeSource interface {
+	EachEpisode(fn func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error) error
+}
+
+// replayAll replays the selected episodes of src over the pool — a feeder
+// goroutine reads src while the pool runs them — and reports them sorted by
+// task and episode. With Config.Record it closes the recording.
+func (rp *replayer) replayAll(ctx context.Context, src episodeSource) (*Report, error) {
+	rep := &Report{Dataset: rp.cfg.In, Provider: rp.prov.Name(), Mode: rp.cfg.Mode}
+	if rp.cfg.Mode == Normalized {
+		for _, mk := range rp.cfg.Masks {
+			rep.Masks = append(rep.Masks, mk.Name+": "+mk.Pattern.String())
+		}
+	}
+	jobs := make(chan pool.Job)
+	fed := make(chan error, 1)
+	go func() {
+		defer close(jobs)
+		fed <- rp.feed(ctx, src, jobs)
+	}()
+	var mu sync.Mutex
+	rp.pool.Run(ctx, jobs, func(ctx context.Context, job pool.Job, r pool.Replica, acqErr error) pool.Outcome {
+		er, out := rp.episode(ctx, job.Payload.(*recorded), r, acqErr)
+		mu.Lock()
+		rep.Episodes = append(rep.Episodes, er)
+		mu.Unlock()
+		return out
+	})
+	// At cancellation the pool returns without draining jobs, while the
+	// feeder may still be reading the dataset: its result is taken only
+	// once it has ended, so no goroutine outlives the replay and nothing
+	// races on the result.
+	feedErr := <-fed
+	rep.tally()
+	if rp.rec != nil {
+		if err := rp.rec.close(rep, feedErr == nil && ctx.Err() == nil); err != nil {
+			return nil, err
+		}
+	}
+	if feedErr != nil && !errors.Is(feedErr, context.Canceled) {
+		return nil, feedErr
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("replay: %w", ctx.Err())
+	}
+	if len(rep.Episodes) == 0 {
+		return nil, ErrNoEpisodes
+	}
+	return rep, nil
+}
+
+// feed sends the selected episodes of src to jobs until src ends or ctx is
+// done. It stops reading at cancellation whether or not the episode at hand
+// is selected, so a cancelled replay does not wait for the rest of a large
+// dataset to be read.
+func (rp *replayer) feed(ctx context.Context, src episodeSource, jobs chan<- pool.Job) error {
+	return src.EachEpisode(func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !selected(rp.cfg, ep) {
+			return nil
+		}
+		spec := rp.specs[ep.TaskID]
+		j := &recorded{ep: ep, steps: steps, spec: &spec}
+		for _, r := range rewards {
+			if r.StepIndex == nil && r.Name == "verify" {
+				j.reward, j.hasReward = r.Value, true
+			}
+		}
+		select {
+		case jobs <- pool.Job{Template: rp.templates[ep.TaskID], Payload: j}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+}
+
+// tally sorts the episodes by task and episode id and counts them by
+// status.
+func (rep *Report) tally() {
+	sort.Slice(rep.Episodes, func(a, b int) bool {
+		x, y := rep.Episodes[a], rep.Episodes[b]
+		if x.TaskID != y.TaskID {
+			return x.TaskID < y.TaskID
+		}
+		return x.EpisodeID < y.EpisodeID
+	})
+	rep.Identical, rep.Diverged, rep.Errored = 0, 0, 0
+	for _, e := range rep.Episodes {
+		switch e.Status {
+		case Identical:
+			rep.Identical++
+		case Diverged:
+			rep.Diverged++
+		default:
+			rep.Errored++
+		}
+	}
+}
