@@ -25,8 +25,10 @@ type Command struct {
 	MinArgs, MaxArgs int
 	// Arguments describe the positional arguments in the help.
 	Arguments []Argument
-	Examples  []string
-	Exits     []Exit
+	// Sections are more lists for the help, after the flags ("targets:").
+	Sections []Section
+	Examples []string
+	Exits    []Exit
 	// Setup defines the flags on f, bound to a fresh options struct, and
 	// returns what runs the command once they are parsed. It is called
 	// once per invocation (and once per help), so options never leak from
@@ -38,6 +40,12 @@ type Command struct {
 type Argument struct {
 	Name  string `json:"name"`
 	Usage string `json:"usage"`
+}
+
+// Section is a titled list in a subcommand's help.
+type Section struct {
+	Title   string     `json:"title"`
+	Entries []Argument `json:"entries"`
 }
 
 // Runner runs a parsed subcommand and returns its exit code.
@@ -251,6 +259,7 @@ type Reference struct {
 	Summary   string     `json:"summary"`
 	Usage     string     `json:"usage"`
 	Arguments []Argument `json:"arguments,omitempty"`
+	Sections  []Section  `json:"sections,omitempty"`
 	Groups    []Group    `json:"groups"`
 	Flags     []Flag     `json:"flags"`
 	Examples  []string   `json:"examples,omitempty"`
@@ -263,7 +272,7 @@ func (a *App) References() []Reference {
 	for _, c := range a.commands() {
 		f, _ := a.setup(c)
 		out = append(out, Reference{Name: c.Name, Summary: c.Summary, Usage: usageLine(a.Name, c, f),
-			Arguments: c.Arguments, Groups: f.Groups(), Flags: f.Flags(), Examples: c.Examples, Exits: c.Exits})
+			Arguments: c.Arguments, Sections: c.Sections, Groups: f.Groups(), Flags: f.Flags(), Examples: c.Examples, Exits: c.Exits})
 	}
 	return out
 }

@@ -58,6 +58,12 @@ func writeHelp(w io.Writer, app string, c *Command, f *FlagSet) {
 			writeWrapped(w, "    e.g. ", "         ", g.Example)
 		}
 	}
+	for _, sec := range c.Sections {
+		fmt.Fprintf(w, "\n%s:\n", sec.Title)
+		for _, e := range sec.Entries {
+			writeEntry(w, e.Name, e.Usage)
+		}
+	}
 	if len(c.Examples) > 0 {
 		fmt.Fprintf(w, "\nexamples:\n")
 		for _, e := range c.Examples {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/cli"
+
 	"github.com/forkline/forkline/policy/openai/openaitest"
 )
 
@@ -71,13 +73,13 @@ func (s *syncBuffer) String() string {
 func runCaptured(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	var code int
-	out := captureOutput(t, func() { code = run(args) })
+	out := captureOutput(t, func() { code = collectInProcess(args) })
 	return code, string(out)
 }
 
 // Every numeric flag is validated: out of range, the command exits 2,
 // names the flag, its value and the range, and writes nothing.
-func TestNumericFlagsAreRefused(t *testing.T) {
+func TestCollectNumericFlagsAreRefused(t *testing.T) {
 	cases := map[string]string{
 		"-replicas=0": "want an integer >= 1", "-replicas=-3": "want an integer >= 1",
 		"-repeats=0": "want an integer >= 1", "-repeats=-1": "want an integer >= 1",
@@ -93,7 +95,7 @@ func TestNumericFlagsAreRefused(t *testing.T) {
 		t.Run(arg, func(t *testing.T) {
 			out := filepath.Join(dir, "run")
 			code, printed := runCaptured(t, "-tasks", "../../examples/tasks/fix-sum.yaml", "-out", out, "-workdir", t.TempDir(), "-quiet", arg)
-			require.Equal(t, exitBadInput, code, printed)
+			require.Equal(t, cli.ExitBadInput, code, printed)
 			flagName, value, _ := strings.Cut(arg, "=")
 			require.Contains(t, printed, flagName+" "+value)
 			require.Contains(t, printed, want)
@@ -165,12 +167,12 @@ func TestRefusedResumeLeavesTheDatasetUntouched(t *testing.T) {
 
 	complete := filepath.Join(t.TempDir(), "complete")
 	code, printed := runCaptured(t, base(complete, tasks)...)
-	require.Equal(t, exitOK, code, printed)
+	require.Equal(t, cli.ExitOK, code, printed)
 	// A partial run with what a crash leaves: a temporary shard and a
 	// shard no manifest lists, which an accepted resume would delete.
 	partial := filepath.Join(t.TempDir(), "partial")
 	code, printed = runCaptured(t, base(partial, tasks)...)
-	require.Equal(t, exitOK, code, printed)
+	require.Equal(t, cli.ExitOK, code, printed)
 	m, err := os.ReadFile(filepath.Join(partial, "manifest.json"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(partial, "manifest.json"), bytes.Replace(m, []byte(`"status": "complete"`), []byte(`"status": "partial"`), 1), 0o644))
@@ -183,7 +185,7 @@ func TestRefusedResumeLeavesTheDatasetUntouched(t *testing.T) {
 				before := treeHash(t, out)
 				args := append(append(base(out, c.tasks), "-resume"), c.extra...)
 				code, printed := runCaptured(t, args...)
-				require.Equal(t, exitBadInput, code, printed)
+				require.Equal(t, cli.ExitBadInput, code, printed)
 				require.Equal(t, before, treeHash(t, out), "a refused resume changes nothing:\n%s", printed)
 				require.Contains(t, printed, "cannot resume")
 				for _, w := range c.want {
@@ -202,7 +204,7 @@ func TestResumeOfACompleteRunChangesNothing(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	base := []string{"-tasks", tasks, "-out", out, "-workdir", t.TempDir(), "-replicas", "2", "-repeats", "2"}
 	code, printed := runCaptured(t, append(base, "-quiet")...)
-	require.Equal(t, exitOK, code, printed)
+	require.Equal(t, cli.ExitOK, code, printed)
 	before := treeHash(t, out)
 	for _, extra := range [][]string{
 		nil,
@@ -210,7 +212,7 @@ func TestResumeOfACompleteRunChangesNothing(t *testing.T) {
 		{"-provider-opt", "fork=copy"},
 	} {
 		code, printed = runCaptured(t, append(append(base, "-resume"), extra...)...)
-		require.Equal(t, exitOK, code, printed)
+		require.Equal(t, cli.ExitOK, code, printed)
 		require.Contains(t, printed, "nothing to do — the run is complete: 4 of 4 planned episodes kept; nothing was changed")
 		require.NotContains(t, printed, "exit reasons:", "no empty sections")
 		require.Equal(t, before, treeHash(t, out))
@@ -260,7 +262,7 @@ func TestResumeOfAnOpenAIRunComparesItsOptions(t *testing.T) {
 		return a
 	}
 	code, printed := runCaptured(t, args(nil)...)
-	require.Equal(t, exitOK, code, printed)
+	require.Equal(t, cli.ExitOK, code, printed)
 	before := treeHash(t, out)
 
 	for name, c := range map[string]struct {
@@ -277,7 +279,7 @@ func TestResumeOfAnOpenAIRunComparesItsOptions(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, printed := runCaptured(t, append(args(c.change), "-resume")...)
-			require.Equal(t, exitBadInput, code, printed)
+			require.Equal(t, cli.ExitBadInput, code, printed)
 			require.Contains(t, printed, c.want)
 			require.Equal(t, before, treeHash(t, out), "a refused resume changes nothing")
 		})
@@ -285,7 +287,7 @@ func TestResumeOfAnOpenAIRunComparesItsOptions(t *testing.T) {
 
 	code, printed = runCaptured(t, append(args(map[string]string{"-policy-opt system_prompt_file": samePrompt,
 		"-request-timeout": "9s", "-retries": "3", "-policy-opt backoff": "5ms"}), "-resume")...)
-	require.Equal(t, exitOK, code, printed)
+	require.Equal(t, cli.ExitOK, code, printed)
 	require.Contains(t, printed, "nothing to do")
 	require.Equal(t, before, treeHash(t, out))
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/cli"
+
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/policy/openai/openaitest"
 )
@@ -55,8 +57,8 @@ func TestCollectOpenAIFlags(t *testing.T) {
 		"-temperature", "0.5", "-max-tokens", "64", "-request-timeout", "5s", "-retries", "1",
 		"-policy-opt", "backoff=1ms", "-policy-opt", "backoff_max=2ms"}
 	var code int
-	printed := captureOutput(t, func() { code = run(args) })
-	require.Equal(t, exitOK, code, "%s", printed)
+	printed := captureOutput(t, func() { code = collectInProcess(args) })
+	require.Equal(t, cli.ExitOK, code, "%s", printed)
 
 	ds, err := shard.Open(out)
 	require.NoError(t, err)
@@ -114,8 +116,8 @@ func TestCollectOpenAIFlagsBadInput(t *testing.T) {
 	for name, extra := range cases {
 		t.Run(name, func(t *testing.T) {
 			var code int
-			printed := captureOutput(t, func() { code = run(append(append(base, "-out", out), extra...)) })
-			require.Equal(t, exitBadInput, code, "%s", printed)
+			printed := captureOutput(t, func() { code = collectInProcess(append(append(base, "-out", out), extra...)) })
+			require.Equal(t, cli.ExitBadInput, code, "%s", printed)
 			require.NotContains(t, string(printed), cliKey)
 			_, err := os.Stat(filepath.Join(out, "manifest.json"))
 			require.True(t, os.IsNotExist(err))

@@ -20,6 +20,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/cli"
+
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/policy/openai/openaitest"
@@ -117,7 +119,7 @@ func actIDs(t *testing.T, out string, repeats int) []string {
 // collectOpenAI runs the collector against srv and returns its exit code,
 // its summary (-json) and what it logged.
 func collectOpenAI(t *testing.T, srv *modelServer, out string, repeats string) (int, collect.Report, string) {
-	cmd := exec.Command(collectBin, "-tasks", actTasks(t), "-out", out, "-workdir", t.TempDir(), "-replicas", "2",
+	cmd := collectProcess("-tasks", actTasks(t), "-out", out, "-workdir", t.TempDir(), "-replicas", "2",
 		"-repeats", repeats, "-policy", "openai", "-base-url", srv.URL(), "-model", "m", "-retries", "2",
 		"-policy-opt", "backoff=20ms", "-policy-opt", "backoff_max=50ms", "-quiet", "-json")
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
@@ -138,7 +140,7 @@ func TestModelServerNotListeningThenResume(t *testing.T) {
 	srv := newModelServer(t)
 	out := filepath.Join(t.TempDir(), "run")
 	code, rep, printed := collectOpenAI(t, srv, out, "4")
-	require.Equal(t, exitUnavailable, code, printed)
+	require.Equal(t, cli.ExitUnavailable, code, printed)
 	require.Contains(t, printed, "the model server cannot be reached")
 	require.Equal(t, "partial", rep.Status)
 	require.LessOrEqual(t, rep.NotRun, 2, "scheduling stopped: only the episodes in flight (2 replicas) tried")
@@ -149,7 +151,7 @@ func TestModelServerNotListeningThenResume(t *testing.T) {
 
 	srv.start()
 	code, resumed := runShell(t, finishCommand(t, printed))
-	require.Equal(t, exitOK, code, resumed)
+	require.Equal(t, cli.ExitOK, code, resumed)
 	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
 	kept, _ = keptIDs(t, out)
 	require.Equal(t, actIDs(t, out, 4), kept)
@@ -165,7 +167,7 @@ func TestModelServerStoppedMidRunThenResume(t *testing.T) {
 	srv.start()
 	out := filepath.Join(t.TempDir(), "run")
 	code, rep, printed := collectOpenAI(t, srv, out, "10")
-	require.Equal(t, exitUnavailable, code, printed)
+	require.Equal(t, cli.ExitUnavailable, code, printed)
 	require.Contains(t, printed, "not kept")
 	require.Contains(t, printed, "the model server cannot be reached")
 	require.Positive(t, rep.NotRun)
@@ -185,7 +187,7 @@ func TestModelServerStoppedMidRunThenResume(t *testing.T) {
 	srv.stopAfter.Store(0)
 	srv.start()
 	code, resumed := runShell(t, finishCommand(t, printed))
-	require.Equal(t, exitOK, code, resumed)
+	require.Equal(t, cli.ExitOK, code, resumed)
 	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
 	got, _ := keptIDs(t, out)
 	require.Equal(t, actIDs(t, out, 10), got, "exactly the planned episodes, none twice")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
 	"testing"
@@ -9,12 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/internal/cli"
 )
 
 // Out-of-range numeric flags are refused by name, with the range, before
 // anything is replayed: -replicas 0 used to be replaced by the default and
 // the replay went on (exit 0).
-func TestNumericFlagsAreRefused(t *testing.T) {
+func TestReplayNumericFlagsAreRefused(t *testing.T) {
 	in := filepath.Join(t.TempDir(), "run")
 	_, err := collect.Run(context.Background(), collect.Config{Tasks: "../../examples/tasks/fix-sum.yaml", Out: in, WorkDir: t.TempDir()})
 	require.NoError(t, err)
@@ -25,12 +25,11 @@ func TestNumericFlagsAreRefused(t *testing.T) {
 		{"pixel-tolerance", "1.5", "want a fraction from 0 to 1"},
 		{"pixel-tolerance", "NaN", "want a fraction from 0 to 1"},
 	} {
-		var stdout, stderr bytes.Buffer
-		code := run([]string{"-in", in, "-workdir", t.TempDir(), "-" + c.flag, c.value}, &stdout, &stderr)
-		require.Equal(t, exitError, code, "-%s %s: %s", c.flag, c.value, stderr.String())
-		require.Contains(t, stderr.String(), "replay: -"+c.flag+" "+c.value+": "+c.want)
-		require.Empty(t, stdout.String(), "nothing was replayed")
+		r := execute(t.Context(), "replay", "-in", in, "-workdir", t.TempDir(), "-"+c.flag, c.value)
+		require.Equal(t, cli.ExitBadInput, r.code, "-%s %s: %s", c.flag, c.value, r.stderr)
+		require.Contains(t, r.stderr, "replay: -"+c.flag+" "+c.value+": "+c.want)
+		require.Empty(t, r.stdout, "nothing was replayed")
 	}
-	var stdout, stderr bytes.Buffer
-	require.Equal(t, exitIdentical, run([]string{"-in", in, "-workdir", t.TempDir(), "-replicas", "1", "-pixel-tolerance", "0.01"}, &stdout, &stderr), stderr.String())
+	r := execute(t.Context(), "replay", "-in", in, "-workdir", t.TempDir(), "-replicas", "1", "-pixel-tolerance", "0.01")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 }

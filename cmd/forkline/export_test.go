@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/forkline/forkline/export"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -21,16 +23,9 @@ import (
 // The pipeline is tested in package export; these tests cover the flags,
 // the printed summary and the exit codes.
 
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
-func runExport(t *testing.T, ctx context.Context, args ...string) result {
+func exportArgs(t *testing.T, ctx context.Context, args ...string) result {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(ctx, args, &out, &errb)
-	return result{code, out.String(), errb.String()}
+	return execute(ctx, append([]string{"export"}, args...)...)
 }
 
 // writeRun writes a run of two episodes of one task, neither with a token
@@ -55,15 +50,15 @@ func writeRun(t *testing.T) string {
 
 func TestWritten(t *testing.T) {
 	run := writeRun(t)
-	r := runExport(t, t.Context(), "-in", run, "-to", "jsonl", "-out", "-")
-	require.Equal(t, exitOK, r.code, r.stderr)
+	r := exportArgs(t, t.Context(), "-in", run, "-to", "jsonl", "-out", "-")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	assert.Equal(t, 2, bytes.Count([]byte(r.stdout), []byte("\n")))
 	assert.Equal(t, "export: -in "+run+" (run r, complete): 2 episodes read, 2 selected\n"+
 		"export: 2 episodes written to - (train 2), 0 filtered out\n", r.stderr)
 
 	out := filepath.Join(t.TempDir(), "out")
-	r = runExport(t, t.Context(), "-in", run, "-to", "chat-jsonl", "-out", out, "-split", "train=0.5,test=0.5", "-where", "episode_id=a", "-json")
-	require.Equal(t, exitOK, r.code, r.stderr)
+	r = exportArgs(t, t.Context(), "-in", run, "-to", "chat-jsonl", "-out", out, "-split", "train=0.5,test=0.5", "-where", "episode_id=a", "-json")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	var rep export.Report
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
 	assert.Equal(t, int64(2), rep.Read)
@@ -74,8 +69,8 @@ func TestWritten(t *testing.T) {
 
 func TestRefusedEveryEpisode(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	r := runExport(t, t.Context(), "-in", writeRun(t), "-to", "verl-agent", "-out", out)
-	assert.Equal(t, exitBadInput, r.code)
+	r := exportArgs(t, t.Context(), "-in", writeRun(t), "-to", "verl-agent", "-out", out)
+	assert.Equal(t, cli.ExitBadInput, r.code)
 	assert.Contains(t, r.stderr, "export: refused by verl-agent: 2 no token record\n")
 	assert.Contains(t, r.stderr, "refused every one of the 2 selected episodes")
 	assert.NoDirExists(t, out)
@@ -84,8 +79,8 @@ func TestRefusedEveryEpisode(t *testing.T) {
 func TestFailed(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
-	r := runExport(t, t.Context(), "-in", writeRun(t), "-to", "jsonl", "-out", filepath.Join(file, "out.jsonl"))
-	assert.Equal(t, exitFailed, r.code, r.stderr)
+	r := exportArgs(t, t.Context(), "-in", writeRun(t), "-to", "jsonl", "-out", filepath.Join(file, "out.jsonl"))
+	assert.Equal(t, cli.ExitFailed, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "not a directory")
 }
 
@@ -93,8 +88,8 @@ func TestInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	out := filepath.Join(t.TempDir(), "out")
-	r := runExport(t, ctx, "-in", writeRun(t), "-to", "hf", "-out", out)
-	assert.Equal(t, exitCancelled, r.code, r.stderr)
+	r := exportArgs(t, ctx, "-in", writeRun(t), "-to", "hf", "-out", out)
+	assert.Equal(t, cli.ExitInterrupted, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "export: interrupted; nothing was written to "+out)
 	assert.NoDirExists(t, out)
 }
@@ -121,19 +116,24 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-in", in, "-to", "hf", "-out", out}, "no dataset"},
 		{[]string{"-bogus"}, "flag provided but not defined"},
 	} {
-		r := runExport(t, t.Context(), tc.args...)
-		assert.Equal(t, exitBadInput, r.code, "%v: %s", tc.args, r.stderr)
+		r := exportArgs(t, t.Context(), tc.args...)
+		assert.Equal(t, cli.ExitBadInput, r.code, "%v: %s", tc.args, r.stderr)
 		assert.Contains(t, r.stderr, tc.msg, tc.args)
 	}
 	assert.NoDirExists(t, out)
-	r := runExport(t, t.Context(), "-h")
-	assert.Equal(t, exitOK, r.code)
+	// The help goes to stdout (it was asked for); words are compared with
+	// the help's line wrapping undone.
+	r := exportArgs(t, t.Context(), "-h")
+	assert.Equal(t, cli.ExitOK, r.code)
+	help := strings.Join(strings.Fields(r.stdout), " ")
 	for _, target := range export.Targets() {
 		info, err := export.Describe(target)
 		require.NoError(t, err)
-		assert.Contains(t, r.stderr, fmt.Sprintf("  %-11s %s\n", target, info.Summary))
+		assert.Contains(t, help, fmt.Sprintf(" %s %s → ", target, strings.Join(strings.Fields(info.Summary), " ")))
 	}
-	assert.Contains(t, r.stderr, "Exit codes: 0 written, 1 failed, 2 bad input, 130 interrupted.")
+	for _, code := range []string{"0 written", "1 failed", "2 bad input", "130 interrupted"} {
+		assert.Contains(t, help, code)
+	}
 }
 
 // -min-reward is a finite number: NaN would keep every episode (it compares
@@ -142,8 +142,8 @@ func TestMinRewardMustBeFinite(t *testing.T) {
 	in := writeRun(t)
 	for _, v := range []string{"NaN", "nan", "Inf", "-Inf", "+inf"} {
 		out := filepath.Join(t.TempDir(), "out")
-		r := runExport(t, t.Context(), "-in", in, "-to", "jsonl", "-out", out, "-min-reward", v)
-		assert.Equal(t, exitBadInput, r.code, "%s: %s", v, r.stderr)
+		r := exportArgs(t, t.Context(), "-in", in, "-to", "jsonl", "-out", out, "-min-reward", v)
+		assert.Equal(t, cli.ExitBadInput, r.code, "%s: %s", v, r.stderr)
 		assert.Contains(t, r.stderr, `-min-reward "`+v+`": want a finite number`)
 		assert.NoFileExists(t, out)
 	}

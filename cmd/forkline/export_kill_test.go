@@ -64,10 +64,6 @@ func stagingOf(t *testing.T, out string) []string {
 // hidden staging directory behind (nothing at -out); the next export into
 // the same place deletes it and writes the output.
 func TestKilledExportStagingIsRemovedByTheNext(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "export")
-	build, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "building export: %s", build)
-
 	// The kill must land while the export builds: the staging directory
 	// exists and -out does not. An export that finished first is run again
 	// on a run twice as big.
@@ -75,7 +71,7 @@ func TestKilledExportStagingIsRemovedByTheNext(t *testing.T) {
 	for n := 500; staged == "" && n <= 32000; n *= 2 {
 		in = writeBigRun(t, n)
 		out = filepath.Join(t.TempDir(), "hf")
-		cmd := exec.Command(bin, "-in", in, "-to", "hf", "-rows", "step", "-out", out)
+		cmd := forklineProcess("export", "-in", in, "-to", "hf", "-rows", "step", "-out", out)
 		require.NoError(t, cmd.Start())
 		deadline := time.Now().Add(time.Minute)
 		for staged == "" && time.Now().Before(deadline) {
@@ -105,7 +101,7 @@ func TestKilledExportStagingIsRemovedByTheNext(t *testing.T) {
 	assert.DirExists(t, staged, "a killed export leaves its staging directory")
 	assert.NoDirExists(t, out)
 
-	res, err := exec.Command(bin, "-in", in, "-to", "hf", "-rows", "step", "-out", out).CombinedOutput()
+	res, err := forklineProcess("export", "-in", in, "-to", "hf", "-rows", "step", "-out", out).CombinedOutput()
 	require.NoError(t, err, "%s", res)
 	assert.NoDirExists(t, staged, "the next export removed the killed one's staging")
 	assert.Empty(t, stagingOf(t, out))

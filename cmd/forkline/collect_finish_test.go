@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/cli"
+
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/task"
@@ -53,7 +55,7 @@ func startMarked(t *testing.T, out string, env []string, args ...string) (*exec.
 	marked := strings.Replace(slowTask, "- {kind: exec, cmd: sleep 0.25}\n  - {kind: exec, cmd: sleep 0.25}",
 		"- {kind: exec, cmd: sleep 0.25}\n  - {kind: exec, cmd: 'touch "+filepath.Join(dir, "started")+"; sleep 0.25'}", 1)
 	require.NoError(t, os.WriteFile(spec, []byte(marked), 0o644))
-	cmd := exec.Command(collectBin, append([]string{"-tasks", spec, "-out", out}, args...)...)
+	cmd := collectProcess(append([]string{"-tasks", spec, "-out", out}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var printed syncBuffer
 	cmd.Stdout, cmd.Stderr = &printed, &printed
@@ -96,7 +98,7 @@ func TestPrintedFinishCommandResumesTheRun(t *testing.T) {
 		"-workdir", work, "-quiet")
 	waitStarted(t, spec)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, exitCancelled, exitCode(cmd.Wait()), printed.String())
+	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), printed.String())
 	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
 
 	finish := finishCommand(t, printed.String())
@@ -108,7 +110,7 @@ func TestPrintedFinishCommandResumesTheRun(t *testing.T) {
 	}
 
 	code, resumed := runShell(t, finish)
-	require.Equal(t, exitOK, code, resumed)
+	require.Equal(t, cli.ExitOK, code, resumed)
 	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
 	part := collect.Part{Index: 1, Count: 2}
 	got, _ := keptIDs(t, out)
@@ -152,7 +154,7 @@ func TestDoubleSignalSaysSandboxesStayUntilTheSweep(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(printed.String(), "signal again to stop at once") },
 		time.Minute, 10*time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, exitCancelled, exitCode(cmd.Wait()))
+	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))
 	said := printed.String()
 	require.Contains(t, said, "second signal: exiting now")
 	require.Contains(t, said, "this run's sandboxes stay behind (local workspaces and their overlay mounts under "+work)
@@ -162,7 +164,7 @@ func TestDoubleSignalSaysSandboxesStayUntilTheSweep(t *testing.T) {
 	require.NotEmpty(t, left, "the sandboxes of the killed run are still there")
 
 	code, resumed := runShell(t, finishCommand(t, said))
-	require.Equal(t, exitOK, code, resumed)
+	require.Equal(t, cli.ExitOK, code, resumed)
 	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
 	got, _ := keptIDs(t, out)
 	require.Equal(t, expectedIDs(t, out), got)
@@ -177,10 +179,10 @@ func TestEveryEpisodeLostExitsThree(t *testing.T) {
 	spec := filepath.Join(t.TempDir(), "broken.yaml")
 	require.NoError(t, os.WriteFile(spec, []byte("id: broken\ninstruction: never starts\nsetup:\n  - echo 'no such database' >&2; exit 7\nsolution:\n  - {kind: done}\n"), 0o644))
 	out := filepath.Join(t.TempDir(), "run")
-	cmd := exec.Command(collectBin, "-tasks", spec, "-out", out, "-repeats", "6", "-workdir", t.TempDir(), "-quiet")
+	cmd := collectProcess("-tasks", spec, "-out", out, "-repeats", "6", "-workdir", t.TempDir(), "-quiet")
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.Equal(t, exitLosses, exitCode(cmd.Run()), stderr.String())
+	require.Equal(t, cli.ExitLosses, exitCode(cmd.Run()), stderr.String())
 	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
 	require.Contains(t, stdout.String(), "6 episodes: env_error: golden build failed: pool: golden for broken@")
 	require.Equal(t, 1, strings.Count(stderr.String(), "collect: episode "), "logged once, not per episode:\n%s", stderr.String())

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/cli"
+
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/runtime"
@@ -22,23 +24,6 @@ import (
 
 // These tests run the real binary and signal it, as an operator (or a
 // scheduler's preemption) would.
-
-var collectBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "forkline-collect-bin-")
-	if err != nil {
-		panic(err)
-	}
-	collectBin = filepath.Join(dir, "collect")
-	out, err := exec.Command("go", "build", "-o", collectBin, ".").CombinedOutput()
-	if err != nil {
-		panic("building collect: " + err.Error() + "\n" + string(out))
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
 
 const slowTask = `id: slow
 instruction: wait a little, several times
@@ -66,7 +51,7 @@ func startCollect(t *testing.T, work string, extra ...string) (*exec.Cmd, string
 	require.NoError(t, os.WriteFile(spec, []byte(marked), 0o644))
 	out := filepath.Join(dir, "run")
 	args := append([]string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-workdir", work, "-quiet"}, extra...)
-	cmd := exec.Command(collectBin, args...)
+	cmd := collectProcess(args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	require.NoError(t, cmd.Start())
 	return cmd, spec, out
@@ -133,9 +118,9 @@ func keptIDs(t *testing.T, out string) ([]string, map[string]int) {
 // at start-up, the resumed run's removed at exit.
 func resume(t *testing.T, work, spec, out string) {
 	t.Helper()
-	cmd := exec.Command(collectBin, "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-workdir", work, "-quiet", "-resume")
+	cmd := collectProcess("-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-workdir", work, "-quiet", "-resume")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	require.Equal(t, exitOK, exitCode(cmd.Run()))
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
 	left, err := os.ReadDir(work)
 	require.NoError(t, err)
 	require.Empty(t, left, "sandboxes left in the workdir")
@@ -158,7 +143,7 @@ func TestSIGTERMKeepsCancelledEpisodesThenResumeRedoesThem(t *testing.T) {
 	waitStarted(t, spec)
 	time.Sleep(100 * time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, exitCancelled, exitCode(cmd.Wait()))
+	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))
 
 	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
 	rep, err := shard.Verify(out)

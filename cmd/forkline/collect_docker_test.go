@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/cli"
+
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/replay"
@@ -51,9 +53,9 @@ func TestDockerCollectCompletesAndLeavesNothing(t *testing.T) {
 	}
 	requireDocker(t)
 	out := filepath.Join(t.TempDir(), "run")
-	cmd := exec.Command(collectBin, "-provider", "docker", "-tasks", "../../examples/tasks", "-replicas", "4", "-repeats", "2", "-out", out, "-quiet")
+	cmd := collectProcess("-provider", "docker", "-tasks", "../../examples/tasks", "-replicas", "4", "-repeats", "2", "-out", out, "-quiet")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	require.Equal(t, exitOK, exitCode(cmd.Run()))
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
 	ds, err := shard.Open(out)
 	require.NoError(t, err)
 	m := ds.Manifest()
@@ -76,9 +78,9 @@ func TestDockerCollectCompletesAndLeavesNothing(t *testing.T) {
 
 	// ...and episodes collected on local replay identically on docker.
 	local := filepath.Join(t.TempDir(), "local")
-	cmd = exec.Command(collectBin, "-tasks", "../../examples/tasks", "-replicas", "4", "-repeats", "2", "-out", local, "-workdir", t.TempDir(), "-quiet")
+	cmd = collectProcess("-tasks", "../../examples/tasks", "-replicas", "4", "-repeats", "2", "-out", local, "-workdir", t.TempDir(), "-quiet")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	require.Equal(t, exitOK, exitCode(cmd.Run()))
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
 	rep, err = replay.Run(context.Background(), replay.Config{In: local, Provider: "docker", Mode: replay.Normalized})
 	require.NoError(t, err)
 	require.Equal(t, 6, rep.Identical, "%+v", rep.Episodes)
@@ -93,7 +95,7 @@ func TestDockerSIGKILLedCollectorIsSweptByTheNextRun(t *testing.T) {
 	spec := filepath.Join(dir, "slow.yaml")
 	require.NoError(t, os.WriteFile(spec, []byte(slowTask), 0o644))
 	out := filepath.Join(dir, "run")
-	cmd := exec.Command(collectBin, "-provider", "docker", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-quiet")
+	cmd := collectProcess("-provider", "docker", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-quiet")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	require.NoError(t, cmd.Start())
 
@@ -113,9 +115,9 @@ func TestDockerSIGKILLedCollectorIsSweptByTheNextRun(t *testing.T) {
 	require.NotEmpty(t, labelled(t, runID), "a SIGKILLed collector cannot clean up after itself")
 
 	// The next collector sweeps what the dead one left, then finishes the run.
-	resume := exec.Command(collectBin, "-provider", "docker", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-quiet", "-resume")
+	resume := collectProcess("-provider", "docker", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-quiet", "-resume")
 	resume.Stdout, resume.Stderr = os.Stdout, os.Stderr
-	require.Equal(t, exitOK, exitCode(resume.Run()))
+	require.Equal(t, cli.ExitOK, exitCode(resume.Run()))
 	require.Empty(t, labelled(t, runID), "labelled objects survive the sweep")
 	got, _ := keptIDs(t, out)
 	require.Equal(t, expectedIDs(t, out), got)
@@ -130,10 +132,10 @@ func TestDockerWebTasksRunChromiumInContainers(t *testing.T) {
 		testenv.Missing(t, "docker-chromium", "image forkline/chromium is missing (build it with make images-browser)")
 	}
 	out := filepath.Join(t.TempDir(), "run")
-	cmd := exec.Command(collectBin, "-provider", "docker", "-provider-opt", "image=forkline/chromium",
+	cmd := collectProcess("-provider", "docker", "-provider-opt", "image=forkline/chromium",
 		"-tasks", "../../examples/tasks/web", "-replicas", "2", "-repeats", "2", "-out", out, "-quiet")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	require.Equal(t, exitOK, exitCode(cmd.Run()))
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
 	ds, err := shard.Open(out)
 	require.NoError(t, err)
 	shots := 0
@@ -172,7 +174,7 @@ func TestDockerInterruptedRunFinishesOnDocker(t *testing.T) {
 	spec := filepath.Join(dir, "slow.yaml")
 	require.NoError(t, os.WriteFile(spec, []byte(slowTask), 0o644))
 	out := filepath.Join(dir, "run")
-	cmd := exec.Command(collectBin, "-provider", "docker", "-provider-opt", "image=forkline/busybox", "-tasks", spec, "-out", out,
+	cmd := collectProcess("-provider", "docker", "-provider-opt", "image=forkline/busybox", "-tasks", spec, "-out", out,
 		"-replicas", "2", "-repeats", "12", "-roll-interval", "200ms", "-grace", "0s", "-quiet")
 	var printed syncBuffer
 	cmd.Stdout, cmd.Stderr = &printed, &printed
@@ -183,7 +185,7 @@ func TestDockerInterruptedRunFinishesOnDocker(t *testing.T) {
 		return err == nil && ds.Manifest().Counts["episodes"] > 0
 	}, 2*time.Minute, 50*time.Millisecond, "no episode was kept")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, exitCancelled, exitCode(cmd.Wait()), printed.String())
+	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), printed.String())
 	finish := finishCommand(t, printed.String())
 	require.Contains(t, finish, " -provider docker -provider-opt image=forkline/busybox ")
 
@@ -197,14 +199,14 @@ func TestDockerInterruptedRunFinishesOnDocker(t *testing.T) {
 		{"-provider", "docker"}, // the image left to the default is another setting than the one given
 	} {
 		code, said := runCaptured(t, append([]string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-quiet", "-resume"}, wrong...)...)
-		require.Equal(t, exitBadInput, code, said)
+		require.Equal(t, cli.ExitBadInput, code, said)
 		require.Contains(t, said, "the run used")
 		require.Equal(t, before, treeHash(t, out), "refused %v changed the dataset", wrong)
 	}
 
 	// Settings that do not change a sandbox may differ: standby, sweep.
 	code, resumed := runShell(t, finish+" -provider-opt standby=1 -provider-opt sweep=off")
-	require.Equal(t, exitOK, code, resumed)
+	require.Equal(t, cli.ExitOK, code, resumed)
 	ds, err := shard.Open(out)
 	require.NoError(t, err)
 	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)

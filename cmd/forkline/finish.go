@@ -1,8 +1,6 @@
 package main
 
 import (
-	"flag"
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/forkline/forkline/collect"
 )
@@ -25,7 +22,7 @@ func resumeCommand(cfg collect.Config, quiet, asJSON bool) string {
 	if strings.ContainsRune(prog, os.PathSeparator) {
 		prog = absPath(prog)
 	}
-	args := []string{prog, "-resume", "-tasks", absPath(cfg.Tasks), "-out", absPath(cfg.Out), "-provider", cfg.Provider}
+	args := []string{prog, "collect", "-resume", "-tasks", absPath(cfg.Tasks), "-out", absPath(cfg.Out), "-provider", cfg.Provider}
 	for _, k := range slices.Sorted(maps.Keys(cfg.ProviderParams)) {
 		args = append(args, "-provider-opt", k+"="+cfg.ProviderParams[k])
 	}
@@ -89,32 +86,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// maxRollMB keeps -roll-mb's byte count far from overflowing (1 TiB).
-const maxRollMB = 1 << 20
-
-// checkRanges refuses a numeric flag outside its range, naming the flag,
-// the value and the range. Flags whose zero means "the default" (-max-creates,
-// -shard-count) are refused at zero only when given.
-func checkRanges(fs *flag.FlagSet, given map[string]bool, cfg collect.Config, rollMB int64, rollEvery time.Duration, shardCount int) error {
-	for _, c := range []struct {
-		name string
-		ok   bool
-		want string
-	}{
-		{"replicas", cfg.Replicas >= 1, "an integer >= 1"},
-		{"repeats", cfg.Repeats >= 1, "an integer >= 1"},
-		{"standby", cfg.Standby >= 0, "an integer >= 0 (0: no standby)"},
-		{"max-creates", !given["max-creates"] || cfg.MaxCreates >= 1, "an integer >= 1 (leave it out for 2 × -replicas)"},
-		{"grace", cfg.Grace >= 0, "a duration >= 0 (0s: cancel the episodes in flight at once)"},
-		{"roll-mb", rollMB >= 1 && rollMB <= maxRollMB, fmt.Sprintf("an integer from 1 to %d", maxRollMB)},
-		{"roll-interval", rollEvery > 0, "a positive duration, e.g. 30s"},
-		{"shard-count", !given["shard-count"] || shardCount >= 1, "an integer >= 1"},
-	} {
-		if !c.ok {
-			return fmt.Errorf("collect: -%s %s: want %s", c.name, fs.Lookup(c.name).Value, c.want)
-		}
-	}
-	return nil
 }

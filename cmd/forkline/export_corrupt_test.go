@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -26,10 +27,10 @@ func TestCorruptInputExitsBadInput(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, data, 0o644))
 
 	out := filepath.Join(t.TempDir(), "out")
-	r := runExport(t, t.Context(), "-in", run, "-to", "chat-jsonl", "-out", out)
-	assert.Equal(t, exitBadInput, r.code, r.stderr)
+	r := exportArgs(t, t.Context(), "-in", run, "-to", "chat-jsonl", "-out", out)
+	assert.Equal(t, cli.ExitBadInput, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "shard: dataset corrupt: "+path+" has sha256")
 	assert.NoDirExists(t, out)
-	r = runExport(t, t.Context(), "-in", run, "-to", "jsonl", "-out", "-")
-	assert.Equal(t, exitBadInput, r.code, r.stderr)
+	r = exportArgs(t, t.Context(), "-in", run, "-to", "jsonl", "-out", "-")
+	assert.Equal(t, cli.ExitBadInput, r.code, r.stderr)
 }
