@@ -38,6 +38,7 @@ func app() *cli.App {
 		Commands: []*cli.Command{
 			collectCommand(),
 			mergeCommand(),
+			inspectCommand(),
 			verifyCommand(),
 			exportCommand(),
 			replayCommand(),

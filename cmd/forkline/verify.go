@@ -87,8 +87,11 @@ func runVerify(inv *cli.Invocation, o *verifyOptions) int {
 			Bytes: rep.Bytes, Rows: rep.Rows, Problems: nonNil(rep.Problems), Unlisted: nonNil(rep.Unlisted), Foreign: nonNil(rep.Foreign)})
 	} else {
 		verdict := "ok"
-		if !rep.OK() {
-			verdict = fmt.Sprintf("%d problems", len(rep.Problems))
+		switch n := len(rep.Problems); {
+		case n == 1:
+			verdict = "1 problem"
+		case n > 1:
+			verdict = fmt.Sprintf("%d problems", n)
 		}
 		fmt.Fprintf(inv.Stdout, "forkline verify: %s: %s — %s, %d generations, %d shards, %d bytes; rows: steps %d, episodes %d, rewards %d, blobs %d\n",
 			dir, verdict, rep.Status, rep.Generations, rep.Shards, rep.Bytes,
