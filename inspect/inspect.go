@@ -135,8 +135,11 @@ type TaskSummary struct {
 	Episodes    int            `json:"episodes"`
 	Steps       int64          `json:"steps"`
 	ByExit      map[string]int `json:"by_exit_reason"`
-	Rewarded    int            `json:"rewarded"`
-	RewardMean  *float64       `json:"reward_mean"`
+	// FirstByExit names the first episode of each exit reason: a handle
+	// for inspect -episode.
+	FirstByExit map[string]string `json:"first_episode_by_exit_reason"`
+	Rewarded    int               `json:"rewarded"`
+	RewardMean  *float64          `json:"reward_mean"`
 	rewardSum   float64
 }
 
@@ -375,7 +378,7 @@ func bytesOf(ds *shard.Dataset, m shard.Manifest) Bytes {
 func (s *Summary) readRows(ctx context.Context, ds *shard.Dataset, specs map[string]task.Spec, reward string) error {
 	tasks := map[string]*TaskSummary{}
 	for id, sp := range specs {
-		tasks[id] = &TaskSummary{ID: id, Hash: sp.Hash(), Instruction: sp.Instruction, ByExit: map[string]int{}}
+		tasks[id] = &TaskSummary{ID: id, Hash: sp.Hash(), Instruction: sp.Instruction, ByExit: map[string]int{}, FirstByExit: map[string]string{}}
 	}
 	reset := map[string]*reservoir{}
 	golden := map[string]float64{}
@@ -387,7 +390,7 @@ func (s *Summary) readRows(ctx context.Context, ds *shard.Dataset, specs map[str
 		}
 		t := tasks[ep.TaskID]
 		if t == nil {
-			t = &TaskSummary{ID: ep.TaskID, ByExit: map[string]int{}}
+			t = &TaskSummary{ID: ep.TaskID, ByExit: map[string]int{}, FirstByExit: map[string]string{}}
 			tasks[ep.TaskID] = t
 		}
 		s.addEpisode(ep, t, reset, golden)
@@ -454,6 +457,9 @@ func (s *Summary) addEpisode(ep schemas.EpisodeRow, t *TaskSummary, reset map[st
 	t.Episodes++
 	t.Steps += int64(ep.Steps)
 	t.ByExit[ep.ExitReason]++
+	if _, ok := t.FirstByExit[ep.ExitReason]; !ok {
+		t.FirstByExit[ep.ExitReason] = ep.EpisodeID
+	}
 	if ep.ResetMS > 0 { // a replica was really acquired
 		key := ep.ResetStrategy
 		if ep.ResetOrigin != "" {

@@ -53,6 +53,7 @@ func TestSummarize(t *testing.T) {
 	assert.Equal(t, 4, shell.Episodes)
 	assert.Equal(t, map[string]int{"done": 2, "max_steps": 1, "env_error": 1}, shell.ByExit)
 	assert.Equal(t, 2, shell.Rewarded, "a null reward is not a value")
+	assert.Equal(t, map[string]string{"done": "s-done-1", "max_steps": "s-max", "env_error": "s-lost"}, shell.FirstByExit)
 	assert.InDelta(t, 0.5, *shell.RewardMean, 1e-12)
 
 	r := s.Reward
@@ -103,6 +104,7 @@ func TestSummarize(t *testing.T) {
 	for _, want := range []string{
 		"status    complete (run run-fixture",
 		"plan      6 episodes (2 tasks × 3 repeats), seed 7; 4 replicas, reset auto",
+		"steps     3 shards",
 		"provider  local (fork=copy)",
 		"policy    openai (base_url=http://127.0.0.1:8000/v1, model=m)",
 		"conversation: observation_cap=12, system_prompt=You are careful., tool_mode=native",
@@ -115,6 +117,7 @@ func TestSummarize(t *testing.T) {
 		"fork/overlay         p50      2.000   p95      3.000   n=3",
 		"tokens: 2 of 6 episodes have a token record (3 model turns); 1 flagged with token drift",
 		"bytes on disk (zstd Parquet):",
+		"    shell                  done s-done-1, max_steps s-max, env_error s-lost\n",
 	} {
 		assert.Contains(t, text, want)
 	}
@@ -181,6 +184,7 @@ func TestTranscript(t *testing.T) {
 	assert.Equal(t, "ls lists the files.", st.Reasoning)
 	assert.Equal(t, "tool_calls", st.FinishReason)
 	assert.Equal(t, `{"kind":"exec","cmd":"ls | wc -l > count.txt; cat count.txt"}`, st.Action)
+	assert.Equal(t, `{"cmd":"ls | wc -l > count.txt; cat count.txt"}`, string(st.Arguments), "the fields as the model wrote them, > unescaped")
 
 	// The observation is what the model was shown: aci.ObservationText of
 	// the step with the run's cap, the rendering policies and exports use.

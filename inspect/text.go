@@ -21,8 +21,8 @@ func (s *Summary) WriteText(w io.Writer) {
 		if p.PartCount > 1 {
 			part = fmt.Sprintf(", part %d/%d of %d episodes in all", p.PartIndex, p.PartCount, p.EpisodesTotal)
 		}
-		fmt.Fprintf(w, "  plan      %d episodes (%d tasks × %d repeats%s), seed %d; %d replicas, reset %s\n",
-			p.Episodes, len(s.Tasks), p.Repeats, part, p.Seed, p.Replicas, p.Reset)
+		fmt.Fprintf(w, "  plan      %s (%s × %s%s), seed %d; %s, reset %s\n",
+			plural(p.Episodes, "episode"), plural(len(s.Tasks), "task"), plural(p.Repeats, "repeat"), part, p.Seed, plural(p.Replicas, "replica"), p.Reset)
 	}
 	if p := s.Provider; p != nil {
 		extra := ""
@@ -80,6 +80,16 @@ func (s *Summary) WriteText(w io.Writer) {
 		}
 		if s.Losses > 0 {
 			fmt.Fprintf(w, "  (* scaffold loss: the episode says nothing about the task)\n")
+		}
+		fmt.Fprintf(w, "  first episode of each (inspect DIR -episode ID shows it):\n")
+		for _, t := range s.Tasks {
+			var parts []string
+			for _, e := range orderedExits(t.FirstByExit) {
+				parts = append(parts, e+" "+t.FirstByExit[e])
+			}
+			if len(parts) > 0 {
+				writeWrappedList(w, fmt.Sprintf("    %-22s ", t.ID), parts)
+			}
 		}
 	}
 
@@ -144,9 +154,9 @@ func (s *Summary) WriteText(w io.Writer) {
 		if t.Rows > 0 {
 			per = fmt.Sprintf("  %s per row", thousands(int64(float64(t.Bytes)/float64(t.Rows)+0.5)))
 		}
-		fmt.Fprintf(w, "  %-9s %3d shards %14s bytes %10s rows%s\n", t.Table, t.Shards, thousands(t.Bytes), thousands(t.Rows), per)
+		fmt.Fprintf(w, "  %-9s %-9s %14s bytes %10s rows%s\n", t.Table, plural(t.Shards, "shard"), thousands(t.Bytes), thousands(t.Rows), per)
 	}
-	fmt.Fprintf(w, "  %-9s %10s %14s bytes", "total", "", thousands(s.Bytes.Total))
+	fmt.Fprintf(w, "  %-9s %-9s %14s bytes", "total", "", thousands(s.Bytes.Total))
 	if s.Steps > 0 {
 		fmt.Fprintf(w, "; per step %s (steps table alone %s)", thousands(int64(s.Bytes.PerStep+0.5)), thousands(int64(s.Bytes.StepsPerStep+0.5)))
 	}
@@ -201,10 +211,13 @@ func (t *Transcript) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  model:\n")
 			writeBlock(w, "    ", s.ModelText)
 		}
-		if s.ActionKind == "" {
+		switch {
+		case s.ActionKind == "":
 			fmt.Fprintf(w, "  action: none\n")
-		} else {
-			fmt.Fprintf(w, "  action: %s\n", s.Action)
+		case string(s.Arguments) == "{}" || len(s.Arguments) == 0:
+			fmt.Fprintf(w, "  action: %s\n", s.ActionKind)
+		default:
+			fmt.Fprintf(w, "  action: %s %s\n", s.ActionKind, s.Arguments)
 		}
 		if runtime.ActionKind(s.ActionKind) != runtime.ActDone && s.ActionKind != "" {
 			fmt.Fprintf(w, "  observation, as the model saw it:\n")
@@ -294,6 +307,23 @@ func settings(m map[string]string) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
+// orderedExits returns the keys of m in runtime's order of exit reasons,
+// unknown ones last.
+func orderedExits[V any](m map[string]V) []string {
+	var out []string
+	for _, e := range runtime.ExitReasons() {
+		if _, ok := m[string(e)]; ok {
+			out = append(out, string(e))
+		}
+	}
+	for _, k := range sortedKeys(m) {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // exits lists exit reasons in runtime's order, scaffold losses starred.
 func exits(by map[string]int) string {
 	var parts []string
@@ -313,6 +343,14 @@ func exits(by map[string]int) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// plural is "1 task", "2 tasks".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 func fmtMean(v *float64) string {

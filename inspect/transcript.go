@@ -49,21 +49,24 @@ type Transcript struct {
 
 // Step is one step of a transcript.
 type Step struct {
-	Index        int     `json:"index"`
-	ModelText    string  `json:"model_text,omitempty"`
-	Reasoning    string  `json:"reasoning,omitempty"`
-	FinishReason string  `json:"finish_reason,omitempty"`
-	ActionKind   string  `json:"action_kind"` // "" when the turn produced no action
-	Action       string  `json:"action"`      // canonical action JSON
-	Observation  string  `json:"observation"` // aci.ObservationText of the step, as the model saw it
-	ExitCode     int32   `json:"exit_code"`
-	IsError      bool    `json:"is_error"`
-	TimedOut     bool    `json:"timed_out"`
-	Truncated    bool    `json:"truncated"`
-	OutputBytes  int64   `json:"output_bytes"`
-	PolicyMS     float64 `json:"policy_ms"`
-	EnvMS        float64 `json:"env_ms"`
-	A11yBytes    int     `json:"a11y_bytes,omitempty"`
+	Index        int    `json:"index"`
+	ModelText    string `json:"model_text,omitempty"`
+	Reasoning    string `json:"reasoning,omitempty"`
+	FinishReason string `json:"finish_reason,omitempty"`
+	ActionKind   string `json:"action_kind"` // "" when the turn produced no action
+	Action       string `json:"action"`      // canonical action JSON
+	// Arguments are the action's fields as the model wrote them (the
+	// canonical JSON without "kind", HTML characters unescaped).
+	Arguments   json.RawMessage `json:"arguments,omitempty"`
+	Observation string          `json:"observation"` // aci.ObservationText of the step, as the model saw it
+	ExitCode    int32           `json:"exit_code"`
+	IsError     bool            `json:"is_error"`
+	TimedOut    bool            `json:"timed_out"`
+	Truncated   bool            `json:"truncated"`
+	OutputBytes int64           `json:"output_bytes"`
+	PolicyMS    float64         `json:"policy_ms"`
+	EnvMS       float64         `json:"env_ms"`
+	A11yBytes   int             `json:"a11y_bytes,omitempty"`
 	// Screenshot is the step's screenshot, when one was taken.
 	Screenshot *Screenshot `json:"screenshot,omitempty"`
 	Rewards    []Reward    `json:"rewards,omitempty"` // step-level rewards
@@ -298,6 +301,11 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 			ExitCode: s.ExitCode, IsError: s.IsError, TimedOut: s.TimedOut, Truncated: s.Truncated,
 			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree)}
 		if s.ActionKind != "" {
+			args, err := chat.Arguments(s.ActionJSON)
+			if err != nil {
+				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
+			}
+			st.Arguments = args
 			obs, err := chat.ToolResult(s, conv.obsCap)
 			if err != nil {
 				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)

@@ -275,3 +275,9 @@ func TestQuietAndJSON(t *testing.T) {
 		assert.Empty(t, r.stderr, args)
 	}
 }
+
+func TestReadableAction(t *testing.T) {
+	assert.Equal(t, `exec {"cmd":"wc -l < notes.txt"}`, readableAction(`{"kind":"exec","cmd":"wc -l \u003c notes.txt"}`))
+	assert.Equal(t, "screenshot", readableAction(`{"kind":"screenshot"}`))
+	assert.Equal(t, "not json", readableAction("not json"), "anything else is shown as it is")
+}

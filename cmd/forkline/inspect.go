@@ -18,7 +18,7 @@ type inspectOptions struct {
 func inspectCommand() *cli.Command {
 	return &cli.Command{
 		Name:    "inspect",
-		Summary: "what a dataset holds: status, plan, episodes, rewards, reset latency, tokens, bytes; one episode as a transcript",
+		Summary: "what a dataset holds (episodes, rewards, reset latency, tokens, bytes); an episode as a transcript",
 		About: `Without -episode: the run's status, plan, provider, policy and capture policy; episodes by task and
 exit reason; the distribution of the -reward reward; reset latency p50/p95 by strategy and fork
 method; how many episodes have a token record and how many were flagged with token drift; bytes on

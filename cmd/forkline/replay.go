@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/docker"
@@ -177,7 +178,7 @@ func printReplay(w io.Writer, rep *replay.Report) {
 			fmt.Fprintf(w, "  error: %s\n", e.Error)
 		}
 		if d := e.First; d != nil {
-			fmt.Fprintf(w, "  first divergence at step %d (%s) %s:\n", d.Step, d.Field, d.Action)
+			fmt.Fprintf(w, "  first divergence at step %d (%s) %s:\n", d.Step, d.Field, readableAction(d.Action))
 			for _, l := range strings.Split(d.Diff, "\n") {
 				fmt.Fprintf(w, "    %s\n", l)
 			}
@@ -188,6 +189,22 @@ func printReplay(w io.Writer, rep *replay.Report) {
 	}
 	fmt.Fprintf(w, "replay of %s on %s (%s): %d identical, %d diverged, %d errored\n",
 		rep.Dataset, rep.Provider, rep.Mode, rep.Identical, rep.Diverged, rep.Errored)
+}
+
+// readableAction shows a canonical action JSON as "exec {"cmd":"ls > x"}":
+// its kind, then its fields without the HTML escapes encoding/json adds.
+func readableAction(action string) string {
+	var a struct {
+		Kind string `json:"kind"`
+	}
+	args, err := chat.Arguments(action)
+	if err != nil || json.Unmarshal([]byte(action), &a) != nil {
+		return action
+	}
+	if string(args) == "{}" {
+		return a.Kind
+	}
+	return a.Kind + " " + string(args)
 }
 
 func fmtReward(v *float64) string {

@@ -299,3 +299,32 @@ func TestArgumentCounts(t *testing.T) {
 		t.Errorf("one: %d", code)
 	}
 }
+
+// The required flags come first; the positional arguments follow them,
+// before the other groups.
+func TestHelpOrder(t *testing.T) {
+	c := &Command{Name: "m", Summary: "s", Args: "[PART...]", MaxArgs: -1,
+		Arguments: []Argument{{Name: "PART...", Usage: "the parts"}},
+		Setup: func(f *FlagSet) Runner {
+			var out string
+			var in []string
+			f.Group("input", "")
+			f.Strings(&in, "in", "PART", "a part")
+			f.Group("output", "")
+			f.String(&out, "out", "DIR", "where").Require()
+			return func(context.Context, *Invocation) int { return ExitOK }
+		}}
+	a := &App{Name: "forkline", Summary: "s", Commands: []*Command{c}}
+	text, err := a.Help("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, args, input, common := strings.Index(text, "\nrequired:\n"), strings.Index(text, "\narguments:\n"),
+		strings.Index(text, "\ninput:\n"), strings.Index(text, "\ncommon:\n")
+	if !(req >= 0 && req < args && args < input && input < common) {
+		t.Errorf("sections out of order (required %d, arguments %d, input %d, common %d):\n%s", req, args, input, common, text)
+	}
+	if strings.Contains(text, "\noutput:\n") {
+		t.Errorf("a group whose only flag is required is not shown again:\n%s", text)
+	}
+}

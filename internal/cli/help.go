@@ -28,14 +28,20 @@ func writeHelp(w io.Writer, app string, c *Command, f *FlagSet) {
 			writeWrapped(w, "  ", "  ", strings.Join(strings.Fields(para), " "))
 		}
 	}
-	if len(c.Arguments) > 0 {
-		fmt.Fprintf(w, "\narguments:\n")
-		for _, a := range c.Arguments {
-			writeEntry(w, a.Name, a.Usage)
+	writeArguments := func() {
+		if len(c.Arguments) > 0 {
+			fmt.Fprintf(w, "\narguments:\n")
+			for _, a := range c.Arguments {
+				writeEntry(w, a.Name, a.Usage)
+			}
 		}
 	}
 	flags := f.Flags()
-	for _, g := range f.Groups() {
+	groups := f.Groups()
+	if len(groups) == 0 || groups[0].Name != RequiredGroup {
+		writeArguments()
+	}
+	for i, g := range groups {
 		fmt.Fprintf(w, "\n%s:\n", g.Name)
 		for _, fl := range flags {
 			if fl.Group != g.Name {
@@ -56,6 +62,10 @@ func writeHelp(w io.Writer, app string, c *Command, f *FlagSet) {
 		}
 		if g.Example != "" {
 			writeWrapped(w, "    e.g. ", "         ", g.Example)
+		}
+		if i == 0 && g.Name == RequiredGroup {
+			// The required flags first, then what the arguments are.
+			writeArguments()
 		}
 	}
 	for _, sec := range c.Sections {
@@ -139,7 +149,8 @@ func writeOverview(w io.Writer, a *App) {
 	for _, c := range a.commands() {
 		fmt.Fprintf(w, "  %-10s%s\n", c.Name, c.Summary)
 	}
-	fmt.Fprintf(w, "\n%s help SUBCOMMAND (or %s SUBCOMMAND -h) shows a subcommand's flags; %s --version its version.\n", a.Name, a.Name, a.Name)
+	fmt.Fprintln(w)
+	writeWrapped(w, "", "", fmt.Sprintf("%s help SUBCOMMAND (or %s SUBCOMMAND -h) shows a subcommand's flags; %s --version its version.", a.Name, a.Name, a.Name))
 	var codes []string
 	for _, c := range Codes() {
 		codes = append(codes, fmt.Sprintf("%d %s", c, CodeName(c)))
