@@ -12,7 +12,10 @@
 // keeps grows with the number of tasks, reset strategies and distinct
 // reward values (all bounded), never with the number of episodes or steps.
 // It must not know how a dataset was collected (providers, pools, policies
-// at run time) or any trainer format; it writes nothing into a dataset.
+// at run time) or the layout of any trainer format, and it writes nothing
+// into a dataset. Observations are rendered by the export model's
+// ToolResult (formats/chat today), so a transcript shows exactly what the
+// chat exports write.
 package inspect
 
 import (
