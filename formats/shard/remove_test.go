@@ -73,7 +73,7 @@ func TestRemoveDatasetRefusesForeignFiles(t *testing.T) {
 		}, ErrForeignFile, "notes.txt"},
 		{"a manifest of another tool", func(t *testing.T) string {
 			dir := t.TempDir()
-			data, _ := json.Marshal(map[string]any{"schema_version": schemas.Version, "tool": "other", "shards": []any{}})
+			data, _ := json.Marshal(map[string]any{"schema_version": schemas.Version, "tool": "other", "run_id": "theirs", "status": "complete", "shards": []any{}})
 			write(t, filepath.Join(dir, ManifestFile), string(data))
 			write(t, filepath.Join(dir, "steps", "part-00000.parquet"), "not ours")
 			return dir
