@@ -9,13 +9,13 @@ TESTFLAGS ?=
 # staticcheck's version, run with `go run` (it is not a dependency of the module).
 STATICCHECK ?= v0.8.2
 
-.PHONY: help build test test-race test-short bench demo lint install images images-debian clean
+.PHONY: help build test test-race test-short bench demo lint install images images-debian images-browser clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-build: ## build collect, export and replay into bin/
-	$(GO) build -o $(BIN)/ ./cmd/...
+build: ## build forkline into bin/
+	$(GO) build -o $(BIN)/forkline ./cmd/forkline
 
 test: ## run every test (about 3-6 minutes on 2 cores)
 	$(GO) test $(TESTFLAGS) -count=1 -timeout 14m ./...
@@ -33,32 +33,30 @@ bench: ## benchmarks: local reset latency, docker reset latency (needs an engine
 
 demo: build ## collect the example tasks: 4 replicas, 24 episodes, into runs/demo
 	rm -rf $(DEMO_OUT)
-	$(BIN)/collect -tasks examples/tasks -replicas 4 -repeats 8 -out $(DEMO_OUT)
+	$(BIN)/forkline collect -tasks examples/tasks -replicas 4 -repeats 8 -out $(DEMO_OUT)
 	@echo
 	@echo "Dataset: $(DEMO_OUT)   (manifest: $(DEMO_OUT)/manifest.json)"
-	@echo "Look at it:  $(BIN)/export -in $(DEMO_OUT) -to jsonl -out - | head -c 2000"
-	@echo "       or:   duckdb -c \"select task_id, exit_reason, steps from '$(DEMO_OUT)/episodes/*.parquet'\""
+	@echo "Look at it:  $(BIN)/forkline inspect $(DEMO_OUT)"
+	@echo "   one episode as a transcript:  $(BIN)/forkline inspect $(DEMO_OUT) -episode PREFIX"
+	@echo "   export it:  $(BIN)/forkline export -in $(DEMO_OUT) -to chat-jsonl -out out/chat"
 
 lint: ## gofmt, go vet and staticcheck
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
 
-install: build ## install as forkline-collect, forkline-export, forkline-replay
+install: build ## install forkline into $(PREFIX)/bin
 	install -d $(PREFIX)/bin
-	install -m 0755 $(BIN)/collect $(PREFIX)/bin/forkline-collect
-	install -m 0755 $(BIN)/export $(PREFIX)/bin/forkline-export
-	install -m 0755 $(BIN)/replay $(PREFIX)/bin/forkline-replay
+	install -m 0755 $(BIN)/forkline $(PREFIX)/bin/forkline
 
 clean: ## remove build output and the demo dataset
 	rm -rf $(BIN) runs
 
-images: ## build the Docker images forkline/busybox (and reuse them when present)
-	$(GO) run ./providers/docker/mkimages
+images: build ## build the Docker image forkline/busybox (kept when present)
+	$(BIN)/forkline images
 
-images-debian: ## also build forkline/debian from a debootstrap rootfs (root; slow, about a minute)
-	$(GO) run ./providers/docker/mkimages -debian
+images-debian: build ## also build forkline/debian from a debootstrap rootfs (root; slow, about a minute)
+	$(BIN)/forkline images -image forkline/busybox,forkline/debian
 
-.PHONY: images-browser
-images-browser: ## build forkline/chromium, the Docker image for browser tasks (root, debootstrap; minutes)
-	$(GO) run ./providers/browser/mkimage
+images-browser: build ## build forkline/chromium, the Docker image for browser tasks (root, debootstrap; minutes)
+	$(BIN)/forkline images -image forkline/chromium

@@ -13,17 +13,18 @@
 #      nothing here may route to private addresses) only when no engine
 #      answers, logging to $DOCKERD_LOG;
 #   3. wait (bounded) until `docker version` answers, print the engine version;
-#   4. build the images with the Go image builder (go run ./providers/docker/mkimages).
+#   4. build the images with forkline's image builder (go run ./cmd/forkline images).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/forkline-dockerd.log}
 WAIT_SECONDS=${DOCKER_WAIT_SECONDS:-60}
-mkimages_flags=()
+images=forkline/busybox
+debian=
 for a in "$@"; do
 	case "$a" in
-	-debian | --debian) mkimages_flags+=(-debian) ;;
+	-debian | --debian) images=forkline/busybox,forkline/debian; debian=1 ;;
 	*) echo "docker-up.sh: unknown argument $a (known: -debian)" >&2; exit 2 ;;
 	esac
 done
@@ -42,7 +43,7 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; 
 	missing+=(docker.io)
 fi
 [ -x /bin/busybox ] || missing+=(busybox-static)
-if [ "${#mkimages_flags[@]}" -gt 0 ] && ! command -v debootstrap >/dev/null 2>&1 && [ ! -x /usr/sbin/debootstrap ]; then
+if [ -n "$debian" ] && ! command -v debootstrap >/dev/null 2>&1 && [ ! -x /usr/sbin/debootstrap ]; then
 	missing+=(debootstrap)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -74,4 +75,4 @@ else
 fi
 docker version --format 'docker-up.sh: engine {{.Server.Version}} (API {{.Server.APIVersion}}), client {{.Client.Version}}'
 
-go run ./providers/docker/mkimages "${mkimages_flags[@]}"
+go run ./cmd/forkline images -image "$images"

@@ -137,15 +137,15 @@ func TestCollectWebTasks(t *testing.T) {
 	t.Run("hf export embeds the screenshots", func(t *testing.T) { checkHFImages(t, cfg.Out, ds) })
 }
 
-// checkHFImages exports the run with cmd/export -to hf -rows step and checks
+// checkHFImages exports the run with forkline export -to hf -rows step and checks
 // that the screenshot column is an Image whose bytes are the PNGs.
 func checkHFImages(t *testing.T, run string, ds *shard.Dataset) {
-	bin := filepath.Join(t.TempDir(), "export")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/export")
+	bin := filepath.Join(t.TempDir(), "forkline")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/forkline")
 	outb, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", outb)
 	dir := filepath.Join(t.TempDir(), "hf")
-	cmd := exec.Command(bin, "-in", run, "-to", "hf", "-rows", "step", "-out", dir)
+	cmd := exec.Command(bin, "export", "-in", run, "-to", "hf", "-rows", "step", "-out", dir)
 	outb, err = cmd.CombinedOutput()
 	require.NoError(t, err, "%s", outb)
 	files, err := filepath.Glob(filepath.Join(dir, "data", "*.parquet"))

@@ -6,7 +6,8 @@
 // is already kept. It decides what is the episode's failure (kept, a scaffold
 // loss) and what is the run's (an unavailable service, a broken writer: not
 // kept, the run stops partial), and whether a resume matches the run it
-// resumes, read-only. cmd/collect is a thin wrapper around Run.
+// resumes, read-only. forkline collect (cmd/forkline) is a thin wrapper
+// around Run.
 //
 // Each episode runs through package episode (the runner collect shares with
 // replay); collect adds what belongs to a run: plans and ids, parts,
@@ -45,7 +46,7 @@ import (
 // Version is the tool version written into manifests.
 const Version = "0.1.0"
 
-// Config is everything a run needs. cmd/collect fills it from flags.
+// Config is everything a run needs. forkline collect fills it from flags.
 type Config struct {
 	Tasks          string            // a task file or a directory of them
 	Provider       string            // registry name, e.g. "local"
@@ -94,7 +95,7 @@ var ErrOutputExists = errors.New("collect: output directory holds another run (u
 
 // ErrConfig is wrapped by every error that comes from bad input — flags,
 // task files, names of providers or policies, the output directory — as
-// opposed to a failure during the run. cmd/collect maps it to exit code 2.
+// opposed to a failure during the run. forkline collect maps it to exit code 2.
 var ErrConfig = errors.New("collect: bad input")
 
 type configError struct{ err error }
@@ -550,7 +551,7 @@ func validate(cfg *Config) error {
 		cfg.Policy = "script"
 	}
 	// Zero counts take their defaults (a library caller's zero Config);
-	// negative ones are refused, never silently replaced. cmd/collect also
+	// negative ones are refused, never silently replaced. forkline collect also
 	// refuses an explicit zero where it means nothing.
 	for _, c := range []struct {
 		field, flag string

@@ -3,8 +3,8 @@
 // output: checking the inputs (each opens, they share one schema version,
 // episode ids are unique across them, their manifests hold the task specs
 // and policy options the conversation is built from), the filters (-task,
-// -where, -min-reward), the split by episode-id hash, joining the named
-// episode reward, staging the output so that only a complete one appears at
+// -episode, -where, -min-reward), the split by episode-id hash, joining the
+// named episode reward, staging the output so that only a complete one appears at
 // Out (and never over an input, or over anything export did not write: see
 // output.go), and the registry of targets (Targets, Describe) that hands each
 // selected episode to a writer in formats/.
@@ -15,7 +15,7 @@
 // package. Run streams one episode at a time and is deterministic: the same
 // inputs and Options give the same bytes.
 //
-// Error messages name options by the command-line flags of cmd/export
+// Error messages name options by the command-line flags of forkline export
 // (-in, -to, -out, ...), which is what a user of the tool sees.
 package export
 
@@ -39,7 +39,7 @@ import (
 // that cannot be opened, are damaged (shard.ErrCorrupt: a shard that fails
 // its sha256) or do not go together, an Out that may not be replaced or
 // that would overwrite an input, and a selection that leaves nothing to
-// write (every episode filtered out or refused by the target). cmd/export
+// write (every episode filtered out or refused by the target). forkline export
 // maps it to exit code 2.
 var ErrBadInput = errors.New("export: bad input")
 
@@ -74,6 +74,7 @@ type Options struct {
 	Where     []Where  // column filters (ParseWhere)
 	MinReward *float64 // the reward is at least this; a null reward never is
 	Tasks     []string // the episode's task is one of these; any task when empty
+	Episodes  []string // the episode's id starts with one of these prefixes; any episode when empty
 	Reward    string   // the episode-level reward row joined; DefaultReward when empty
 
 	// Split assigns episodes to named splits by episode-id hash
@@ -154,7 +155,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Report is what an export did. Its JSON form is what cmd/export -json
+// Report is what an export did. Its JSON form is what forkline export -json
 // prints.
 type Report struct {
 	Inputs   []InputReport    `json:"inputs"`

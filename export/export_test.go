@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -329,6 +330,32 @@ func TestFiltersAndSplit(t *testing.T) {
 			assert.Equal(t, "shell", info["task_id"])
 			assert.GreaterOrEqual(t, info["reward"], 0.5)
 		}
+	})
+	t.Run("episode id prefixes", func(t *testing.T) {
+		all := filepath.Join(t.TempDir(), "all")
+		exportOK(t, Options{Inputs: []string{f.runA}, Target: "verl-rl", Out: all})
+		var ids []string
+		for _, row := range read(t, all, "train") {
+			ids = append(ids, row["extra_info"].(map[string]any)["episode_id"].(string))
+		}
+		sort.Strings(ids)
+		require.Greater(t, len(ids), 3)
+		// An exact id, and a prefix shared by some ids but not all.
+		prefixes := []string{ids[0], ids[len(ids)-1][:len(ids[len(ids)-1])-1]}
+		var want []string
+		for _, id := range ids {
+			if strings.HasPrefix(id, prefixes[0]) || strings.HasPrefix(id, prefixes[1]) {
+				want = append(want, id)
+			}
+		}
+		require.Less(t, len(want), len(ids))
+		out := filepath.Join(t.TempDir(), "out")
+		exportOK(t, Options{Inputs: []string{f.runA}, Target: "verl-rl", Out: out, Episodes: prefixes})
+		var got []string
+		for _, row := range read(t, out, "train") {
+			got = append(got, row["extra_info"].(map[string]any)["episode_id"].(string))
+		}
+		assert.ElementsMatch(t, want, got, "exactly the episodes whose id starts with a given prefix")
 	})
 	t.Run("split is stable across exports", func(t *testing.T) {
 		splitOf := func(inputs ...string) map[string]string {

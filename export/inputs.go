@@ -171,6 +171,9 @@ func provenance(o Options, inputs []*input) []string {
 	if len(o.Tasks) > 0 {
 		sel = append(sel, "tasks "+strings.Join(o.Tasks, ", "))
 	}
+	if len(o.Episodes) > 0 {
+		sel = append(sel, "episode ids starting "+strings.Join(o.Episodes, ", "))
+	}
 	out = append(out, "selection: "+strings.Join(sel, "; "))
 	out = append(out, "split: "+splitText(o.Split)+" by the first 8 bytes of sha256(episode_id)")
 	return out

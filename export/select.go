@@ -84,9 +84,12 @@ func (w Where) String() string {
 	return w.Column + op + strings.Join(w.Values, ",")
 }
 
-// selected applies Tasks, Where and MinReward.
+// selected applies Tasks, Episodes, Where and MinReward.
 func selected(o Options, ep *chat.Episode) bool {
 	if len(o.Tasks) > 0 && !slices.Contains(o.Tasks, ep.Row.TaskID) {
+		return false
+	}
+	if len(o.Episodes) > 0 && !slices.ContainsFunc(o.Episodes, func(p string) bool { return strings.HasPrefix(ep.Row.EpisodeID, p) }) {
 		return false
 	}
 	for _, w := range o.Where {

@@ -17,7 +17,7 @@
 //
 //	go run ./benchmarks/docker -n 30 -md benchmarks/docker/RESULTS.md
 //
-// It needs a Docker engine and the image (go run ./providers/docker/mkimages).
+// It needs a Docker engine and the image (forkline images, or make images).
 package main
 
 import (

@@ -11,8 +11,7 @@
 //
 //	go run ./benchmarks/drain -n 5 -md benchmarks/drain/RESULTS.md
 //
-// It needs a Docker engine and forkline/busybox (go run
-// ./providers/docker/mkimages). The docker sandbox gets 2 CPUs here, so
+// It needs a Docker engine and forkline/busybox (forkline images). The docker sandbox gets 2 CPUs here, so
 // that its default limit of one does not cap the command.
 package main
 

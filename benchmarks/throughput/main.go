@@ -6,7 +6,7 @@
 //	go run ./benchmarks/throughput            # defaults: 100 vs 2000 episodes
 //	go run ./benchmarks/throughput -json out.json
 //
-// It builds cmd/collect, runs it as a child process per measurement (so the
+// It builds cmd/forkline, runs forkline collect as a child process per measurement (so the
 // peak RSS is the collector's own, from rusage), and reads the summary that
 // collect prints with -json. Numbers are medians of -runs runs.
 package main
@@ -58,8 +58,8 @@ func main() {
 	tmp, err := os.MkdirTemp("", "forkline-throughput-")
 	check(err)
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "collect")
-	out, err := exec.Command("go", "build", "-o", bin, "./cmd/collect").CombinedOutput()
+	bin := filepath.Join(tmp, "forkline")
+	out, err := exec.Command("go", "build", "-o", bin, "./cmd/forkline").CombinedOutput()
 	if err != nil {
 		fatal("building collect: %v\n%s", err, out)
 	}
@@ -94,7 +94,7 @@ func main() {
 func collect(bin, spec, tmp string, replicas, episodes int) result {
 	out := filepath.Join(tmp, fmt.Sprintf("run-%d-%d-%d", replicas, episodes, time.Now().UnixNano()))
 	defer os.RemoveAll(out)
-	cmd := exec.Command(bin, "-tasks", spec, "-out", out, "-replicas", fmt.Sprint(replicas),
+	cmd := exec.Command(bin, "collect", "-tasks", spec, "-out", out, "-replicas", fmt.Sprint(replicas),
 		"-repeats", fmt.Sprint(episodes), "-workdir", tmp, "-quiet", "-json")
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.Output()

@@ -207,14 +207,31 @@ func (d *Dataset) indexBlobs() {
 // order. It stops at the first error, fn's included, and returns it.
 func (d *Dataset) EachEpisode(fn func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error) error {
 	for _, gen := range d.m.Generations() {
-		if err := d.eachEpisodeOf(gen, fn); err != nil {
+		if err := d.eachEpisodeOf(gen, true, fn); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (d *Dataset) eachEpisodeOf(gen int, fn func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error) error {
+// EachEpisodeRewards is EachEpisode without the steps: it calls fn for
+// every episode with its rewards and never reads the steps table, which
+// holds nearly all of a dataset's bytes (outputs, screenshots, tokens).
+func (d *Dataset) EachEpisodeRewards(fn func(ep schemas.EpisodeRow, rewards []schemas.RewardRow) error) error {
+	for _, gen := range d.m.Generations() {
+		err := d.eachEpisodeOf(gen, false, func(ep schemas.EpisodeRow, _ []schemas.StepRow, rw []schemas.RewardRow) error {
+			return fn(ep, rw)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachEpisodeOf walks generation gen's episodes with their rewards, and
+// with their steps when withSteps (else the steps table is not read).
+func (d *Dataset) eachEpisodeOf(gen int, withSteps bool, fn func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error) error {
 	eps, ok := d.shard(schemas.TableEpisodes, gen)
 	if !ok {
 		if d.blobsOnly(gen) {
@@ -222,7 +239,10 @@ func (d *Dataset) eachEpisodeOf(gen int, fn func(schemas.EpisodeRow, []schemas.S
 		}
 		return fmt.Errorf("%w: generation %d has shards but no episodes shard", ErrCorrupt, gen)
 	}
-	steps := pullShard[schemas.StepRow](d, schemas.TableSteps, gen)
+	steps := &puller[schemas.StepRow]{stop: func() {}}
+	if withSteps {
+		steps = pullShard[schemas.StepRow](d, schemas.TableSteps, gen)
+	}
 	defer steps.stop()
 	rewards := pullShard[schemas.RewardRow](d, schemas.TableRewards, gen)
 	defer rewards.stop()
@@ -247,7 +267,7 @@ func (d *Dataset) eachEpisodeOf(gen int, fn func(schemas.EpisodeRow, []schemas.S
 		if rewards.err != nil {
 			return rewards.err
 		}
-		if int(ep.Steps) != len(st) {
+		if withSteps && int(ep.Steps) != len(st) {
 			return fmt.Errorf("%w: generation %d: episode %q has steps = %d but %d step rows follow the episodes' order",
 				ErrCorrupt, gen, ep.EpisodeID, ep.Steps, len(st))
 		}

@@ -323,3 +323,40 @@ func TestEditedManifestNoticed(t *testing.T) {
 		})
 	}
 }
+
+// EachEpisodeRewards refuses a damaged episodes or rewards shard, naming
+// it, and, never reading the steps table, gives the same rows whatever
+// happened to a steps shard.
+func TestEachEpisodeRewardsReadsNoSteps(t *testing.T) {
+	orig, m := corruptionFixture(t)
+	read := func(dir string) (string, error) {
+		d, err := Open(dir)
+		if err != nil {
+			return "", err
+		}
+		h := sha256.New()
+		err = d.EachEpisodeRewards(func(ep schemas.EpisodeRow, rewards []schemas.RewardRow) error {
+			return json.NewEncoder(h).Encode([]any{ep, rewards})
+		})
+		return hex.EncodeToString(h.Sum(nil)), err
+	}
+	want, err := read(orig)
+	require.NoError(t, err)
+	for _, table := range []string{schemas.TableEpisodes, schemas.TableRewards, schemas.TableSteps} {
+		victim := (&Dataset{m: m}).Shards(table)[0]
+		dir := filepath.Join(t.TempDir(), "run")
+		copyTree(t, orig, dir)
+		data, err := os.ReadFile(filepath.Join(dir, victim.File))
+		require.NoError(t, err)
+		data[len(data)/2] ^= 1
+		require.NoError(t, os.WriteFile(filepath.Join(dir, victim.File), data, 0o644))
+		got, err := read(dir)
+		if table == schemas.TableSteps {
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+			continue
+		}
+		assert.ErrorIs(t, err, ErrCorrupt, table)
+		assert.ErrorContains(t, err, victim.File)
+	}
+}

@@ -78,6 +78,19 @@ func TestRoundTrip(t *testing.T) {
 	stop := errors.New("stop")
 	assert.ErrorIs(t, d.EachEpisode(func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error { return stop }), stop)
 
+	// EachEpisodeRewards hands out the same episodes and rewards, without
+	// the steps.
+	i = 0
+	require.NoError(t, d.EachEpisodeRewards(func(ep schemas.EpisodeRow, rewards []schemas.RewardRow) error {
+		b := batches[i]
+		i++
+		assert.Equal(t, normEpisode(b.Episode), normEpisode(ep))
+		assert.Equal(t, b.Rewards, rewards)
+		return nil
+	}))
+	assert.Equal(t, len(batches), i)
+	assert.ErrorIs(t, d.EachEpisodeRewards(func(schemas.EpisodeRow, []schemas.RewardRow) error { return stop }), stop)
+
 	rep, err := Verify(dir)
 	require.NoError(t, err)
 	assert.True(t, rep.OK(), "problems: %v", rep.Problems)

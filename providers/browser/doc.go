@@ -19,7 +19,7 @@
 // (SandboxInfo.Workspace, a host path) as its file tree, in its own process
 // group. A sandbox whose processes the host cannot reach implements Piper,
 // and Chromium then runs inside it (Config.Exec is then the path in the
-// sandbox's image, e.g. forkline/chromium from providers/browser/dockerimage), driven
+// sandbox's image, e.g. forkline/chromium, which forkline images builds), driven
 // through --remote-debugging-pipe on file descriptors 3 and 4 dup'ed from
 // the stdin and stdout of the provider's own exec stream: no TCP port is
 // opened, so a container with network none works. A sandbox that does

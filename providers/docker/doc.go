@@ -16,8 +16,9 @@
 // EnsureImages builds forkline/busybox (Debian's static busybox with a
 // symlink per applet, /workspace, /tmp, /etc/passwd with root; about 2 MB)
 // by ImageImport of a generated root filesystem, and forkline/debian from
-// debootstrap --variant=minbase bookworm on request. The mkimages command
-// runs it (go run ./providers/docker/mkimages [-debian]). A Create whose
+// debootstrap --variant=minbase bookworm on request, and forkline/chromium
+// (that plus Debian's chromium) for browser tasks. forkline images runs it
+// (make images, make images-debian, make images-browser). A Create whose
 // image is missing fails with ErrImageMissing, naming the image and how to
 // build it. Any image with sh, setsid, sleep and kill (busybox, or
 // Debian's coreutils and util-linux) works; with tr and grep too, a timeout

@@ -178,7 +178,7 @@ func TestEnsureImages(t *testing.T) {
 	require.Equal(t, WorkspaceDir, ins.Config.WorkingDir)
 
 	_, err = EnsureImages(t.Context(), cli, "forkline/nope")
-	require.ErrorContains(t, err, "known: forkline/busybox, forkline/debian")
+	require.ErrorContains(t, err, "known: forkline/busybox, forkline/chromium, forkline/debian")
 }
 
 func TestCreateFailuresLeaveNothing(t *testing.T) {
@@ -666,12 +666,12 @@ func TestTagSafe(t *testing.T) {
 }
 
 // TestDebianImage runs the basics on forkline/debian (dash, coreutils,
-// util-linux) when it has been built; it is opt-in (mkimages -debian), so
+// util-linux) when it has been built; it is opt-in (forkline images -image forkline/debian), so
 // its absence is a skip even under FORKLINE_REQUIRE.
 func TestDebianImage(t *testing.T) {
 	cli := engine(t)
 	if _, err := cli.ImageInspect(t.Context(), ImageDebian); err != nil {
-		t.Skipf("%s not built (go run ./providers/docker/mkimages -debian): %v", ImageDebian, err)
+		t.Skipf("%s not built (forkline images -image forkline/debian): %v", ImageDebian, err)
 	}
 	p := open(t, map[string]string{ParamImage: ImageDebian})
 	for _, mode := range []string{InitAuto, InitOff} {

@@ -56,7 +56,7 @@ func Example() {
 	fmt.Print(obs.Text())
 }
 
-// Building the images once per machine, as `go run ./providers/docker/mkimages` does.
+// Building the images once per machine, as `forkline images` does.
 func ExampleEnsureImages() {
 	ctx := context.Background()
 	cli, err := docker.Connect(ctx)

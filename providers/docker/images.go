@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -28,6 +29,11 @@ const (
 	// ImageDebian is a debootstrap'd Debian bookworm (minbase). It takes
 	// minutes to build and needs root and debootstrap, so it is opt-in.
 	ImageDebian = "forkline/debian"
+	// ImageChromium is ImageDebian with Debian's chromium and
+	// fonts-liberation: the image browser tasks run in on this provider
+	// (Chromium inside the network-none container, driven over an exec
+	// stream). Opt-in like ImageDebian, and larger (about 900 MB).
+	ImageChromium = "forkline/chromium"
 	// DefaultImage is used when neither Spec.Image nor the "image" param
 	// names one.
 	DefaultImage = ImageBusybox
@@ -52,18 +58,36 @@ type ImageStatus struct {
 	Took  time.Duration // build time, when Built
 }
 
-// builder writes the rootfs tar of one image to w.
+// builder makes the root filesystem of one image: either write streams
+// its tar directly, or prepare fills a directory tree (which is then
+// tarred). prepare runs before the import request is made, so no request
+// to the engine stays open during a debootstrap of minutes.
 type builder struct {
-	label string // value of LabelImage
-	write func(ctx context.Context, w io.Writer) error
-	hint  string // how to make the builder's prerequisites available
+	label   string // value of LabelImage
+	write   func(ctx context.Context, w io.Writer) error
+	prepare func(ctx context.Context, dir string, log io.Writer) error
+	hint    string // how to make the builder's prerequisites available
 }
 
 var builders = map[string]builder{
 	ImageBusybox: {label: "busybox", write: writeBusyboxRootfs,
 		hint: "install busybox-static (apt-get install busybox-static)"},
-	ImageDebian: {label: "debian", write: writeDebianRootfs,
+	ImageDebian: {label: "debian", prepare: prepareDebianRootfs,
 		hint: "run as root with debootstrap installed (apt-get install debootstrap) and a reachable Debian mirror"},
+	ImageChromium: {label: "chromium", prepare: prepareChromiumRootfs,
+		hint: "run as root with debootstrap installed (apt-get install debootstrap) and a reachable Debian mirror"},
+}
+
+// BuildOptions say which images BuildImages makes and how.
+type BuildOptions struct {
+	// Names are the images (KnownImages); ImageBusybox when empty.
+	Names []string
+	// Force rebuilds images that are already present (replacing the tag;
+	// the old image stays until nothing uses it).
+	Force bool
+	// Log, when set, receives a line per step of a long build
+	// (debootstrap, package installs, the import).
+	Log io.Writer
 }
 
 // KnownImages returns the names EnsureImages can build, sorted.
@@ -83,16 +107,20 @@ func KnownImages() []string {
 // The images carry LabelImage and never a run label, so no sweep removes
 // them. Unknown names fail with the list of known ones.
 func EnsureImages(ctx context.Context, cli *client.Client, names ...string) ([]ImageStatus, error) {
-	return ensureImages(ctx, cli, false, names)
+	return BuildImages(ctx, cli, BuildOptions{Names: names})
 }
 
 // RebuildImages builds the named images even when they are present,
 // replacing the tag (the old image stays until nothing uses it).
 func RebuildImages(ctx context.Context, cli *client.Client, names ...string) ([]ImageStatus, error) {
-	return ensureImages(ctx, cli, true, names)
+	return BuildImages(ctx, cli, BuildOptions{Names: names, Force: true})
 }
 
-func ensureImages(ctx context.Context, cli *client.Client, force bool, names []string) ([]ImageStatus, error) {
+// BuildImages is EnsureImages (or RebuildImages, with Force) with a log of
+// the long steps. The names are all checked before anything is built; the
+// statuses of the images done before an error are returned with it.
+func BuildImages(ctx context.Context, cli *client.Client, o BuildOptions) ([]ImageStatus, error) {
+	names, force := o.Names, o.Force
 	if len(names) == 0 {
 		names = []string{ImageBusybox}
 	}
@@ -113,7 +141,7 @@ func ensureImages(ctx context.Context, cli *client.Client, force bool, names []s
 				return out, fmt.Errorf("docker: inspecting image %s: %w", n, err)
 			}
 		}
-		st, err := buildImage(ctx, cli, n)
+		st, err := buildImage(ctx, cli, n, o.Log)
 		if err != nil {
 			return out, err
 		}
@@ -123,12 +151,36 @@ func ensureImages(ctx context.Context, cli *client.Client, force bool, names []s
 }
 
 // buildImage streams the rootfs of name into ImageImport.
-func buildImage(ctx context.Context, cli *client.Client, name string) (ImageStatus, error) {
+func buildImage(ctx context.Context, cli *client.Client, name string, log io.Writer) (ImageStatus, error) {
+	if log == nil {
+		log = io.Discard
+	}
 	b := builders[name]
-	st, err := ImportRootfs(ctx, cli, name, b.label, b.write)
+	began := time.Now()
+	write := b.write
+	if b.prepare != nil {
+		dir, err := os.MkdirTemp("", "forkline-rootfs-")
+		if err != nil {
+			return ImageStatus{}, fmt.Errorf("docker: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		// Whatever happens, nothing stays mounted in the tree when it is
+		// removed (debootstrap and package installs mount /proc in it).
+		defer unmountUnder(dir)
+		if err := b.prepare(ctx, dir, log); err != nil {
+			return ImageStatus{}, fmt.Errorf("docker: building %s: %w (%s)", name, err, b.hint)
+		}
+		if err := unmountUnder(dir); err != nil {
+			return ImageStatus{}, fmt.Errorf("docker: building %s: %w", name, err)
+		}
+		write = func(ctx context.Context, w io.Writer) error { return TarRootfs(ctx, dir, w) }
+	}
+	fmt.Fprintf(log, "docker: importing %s\n", name)
+	st, err := ImportRootfs(ctx, cli, name, b.label, write)
 	if err != nil {
 		return st, fmt.Errorf("%w (%s)", err, b.hint)
 	}
+	st.Took = time.Since(began)
 	return st, nil
 }
 
@@ -137,8 +189,7 @@ func buildImage(ctx context.Context, cli *client.Client, name string) (ImageStat
 // WORKDIR WorkspaceDir, forkline's PATH, CMD /bin/sh and LabelImage=label
 // (never a run label, so no sweep removes it). write runs in a goroutine of
 // its own; its error fails the import. No registry and no Dockerfile are
-// involved. It is how this package builds its images, and how
-// providers/browser/dockerimage builds forkline/chromium.
+// involved. It is how this package builds its images.
 func ImportRootfs(ctx context.Context, cli *client.Client, name, label string, write func(ctx context.Context, w io.Writer) error) (ImageStatus, error) {
 	began := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
@@ -313,24 +364,27 @@ func checkStatic(file string) error {
 	return nil
 }
 
-// writeDebianRootfs runs debootstrap --variant=minbase bookworm into a
-// temporary directory and writes it as a tar stream.
-func writeDebianRootfs(ctx context.Context, w io.Writer) error {
-	dir, err := os.MkdirTemp("", "forkline-debootstrap-")
-	if err != nil {
-		return fmt.Errorf("docker: %w", err)
-	}
-	defer os.RemoveAll(dir)
+// prepareDebianRootfs runs debootstrap --variant=minbase bookworm into dir
+// and makes it a sandbox image's tree.
+func prepareDebianRootfs(ctx context.Context, dir string, log io.Writer) error {
+	fmt.Fprintf(log, "docker: debootstrap --variant=minbase bookworm into %s (minutes)\n", dir)
 	if err := Debootstrap(ctx, dir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir+"/workspace", 0o755); err != nil {
+	return finishRootfs(dir)
+}
+
+// finishRootfs adds the workspace and drops apt's caches and lists, which
+// are of no use in a sandbox image.
+func finishRootfs(dir string) error {
+	for _, d := range []string{"var/cache/apt/archives", "var/lib/apt/lists"} {
+		_ = os.RemoveAll(filepath.Join(dir, d))
+		_ = os.MkdirAll(filepath.Join(dir, d, "partial"), 0o755)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o755); err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
-	// Apt caches are of no use in a sandbox image.
-	_ = os.RemoveAll(dir + "/var/cache/apt/archives")
-	_ = os.MkdirAll(dir+"/var/cache/apt/archives/partial", 0o755)
-	return TarRootfs(ctx, dir, w)
+	return nil
 }
 
 // Debootstrap runs debootstrap --variant=minbase bookworm into dir, from

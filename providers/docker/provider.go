@@ -463,14 +463,16 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 var ErrImageMissing = errors.New("image not on the engine")
 
 func missingImage(image string, err error) error {
-	how := "build it with make images (go run ./providers/docker/mkimages)"
+	how := "build it with make images (forkline images)"
 	base, _, _ := strings.Cut(image, ":")
 	switch base {
 	case ImageBusybox:
 	case ImageDebian:
-		how = "build it with make images-debian (go run ./providers/docker/mkimages -debian)"
+		how = "build it with make images-debian (forkline images -image " + ImageDebian + ")"
+	case ImageChromium:
+		how = "build it with make images-browser (forkline images -image " + ImageChromium + ")"
 	default:
-		how = "load or import it (there is no registry here); forkline's own images are built with make images"
+		how = "pull, load or import it; forkline's own images are built with forkline images"
 	}
 	return fmt.Errorf("docker: %w: %q: %s (engine said: %v)", ErrImageMissing, image, how, err)
 }

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/internal/cli"
+
+	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/task"
+)
+
+// These tests run the real binary and signal it, as an operator (or a
+// scheduler's preemption) would.
+
+const slowTask = `id: slow
+instruction: wait a little, several times
+setup:
+  - echo ready > state
+solution:
+  - {kind: exec, cmd: sleep 0.25}
+  - {kind: exec, cmd: sleep 0.25}
+  - {kind: exec, cmd: sleep 0.25}
+  - {kind: exec, cmd: sleep 0.25}
+  - {kind: done}
+`
+
+const slowRepeats = 12
+
+func startCollect(t *testing.T, work string, extra ...string) (*exec.Cmd, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "slow.yaml")
+	// The second step of an episode leaves a mark outside the sandbox
+	// (local is not a boundary): waitStarted waits for it, so a signal
+	// comes while episodes are surely in flight, however slow the machine.
+	marked := strings.Replace(slowTask, "- {kind: exec, cmd: sleep 0.25}\n  - {kind: exec, cmd: sleep 0.25}",
+		"- {kind: exec, cmd: sleep 0.25}\n  - {kind: exec, cmd: 'touch "+filepath.Join(dir, "started")+"; sleep 0.25'}", 1)
+	require.NoError(t, os.WriteFile(spec, []byte(marked), 0o644))
+	out := filepath.Join(dir, "run")
+	args := append([]string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-workdir", work, "-quiet"}, extra...)
+	cmd := collectProcess(args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.NoError(t, cmd.Start())
+	return cmd, spec, out
+}
+
+// waitStarted waits until an episode of the run whose task is spec has
+// finished its first step.
+func waitStarted(t *testing.T, spec string) {
+	t.Helper()
+	mark := filepath.Join(filepath.Dir(spec), "started")
+	require.Eventually(t, func() bool { _, err := os.Stat(mark); return err == nil }, time.Minute, 10*time.Millisecond,
+		"no episode got to its second step")
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err == nil {
+		return 0
+	}
+	return -1
+}
+
+// expectedIDs derives the planned episode ids from the manifest's task hash.
+func expectedIDs(t *testing.T, out string) []string {
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	specs, err := task.DecodeRecords(ds.Manifest().Tasks)
+	require.NoError(t, err)
+	s := specs["slow"]
+	var ids []string
+	for r := range slowRepeats {
+		ids = append(ids, collect.EpisodeID("slow", s.Hash(), r, 0))
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func keptIDs(t *testing.T, out string) ([]string, map[string]int) {
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	steps := map[string]int{}
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		steps[s.EpisodeID]++
+	}
+	var ids []string
+	seen := map[string]bool{}
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.False(t, seen[e.EpisodeID], "episode %s is duplicated", e.EpisodeID)
+		seen[e.EpisodeID] = true
+		require.Equal(t, int(e.Steps), steps[e.EpisodeID], "episode %s: step rows match its step count", e.EpisodeID)
+		ids = append(ids, e.EpisodeID)
+	}
+	sort.Strings(ids)
+	return ids, steps
+}
+
+// resume finishes the run with the same workdir, and checks that nothing of
+// either run is left there: the crashed run's sandboxes and mounts are swept
+// at start-up, the resumed run's removed at exit.
+func resume(t *testing.T, work, spec, out string) {
+	t.Helper()
+	cmd := collectProcess("-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "12", "-workdir", work, "-quiet", "-resume")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
+	left, err := os.ReadDir(work)
+	require.NoError(t, err)
+	require.Empty(t, left, "sandboxes left in the workdir")
+}
+
+func manifestStatus(t *testing.T, out string) shard.Status {
+	data, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	require.NoError(t, err)
+	var m shard.Manifest
+	require.NoError(t, json.Unmarshal(data, &m))
+	return m.Status
+}
+
+func TestSIGTERMKeepsCancelledEpisodesThenResumeRedoesThem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the collector for seconds")
+	}
+	work := t.TempDir()
+	cmd, spec, out := startCollect(t, work, "-grace", "0s")
+	waitStarted(t, spec)
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))
+
+	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
+	rep, err := shard.Verify(out)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "every listed shard verifies: %+v", rep)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	cancelled := 0
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		if e.ExitReason == string(runtime.ExitCancelled) {
+			cancelled++
+			require.Positive(t, e.Steps, "a cancelled episode keeps its steps")
+		}
+	}
+	require.Positive(t, cancelled, "the episodes in flight were kept as cancelled")
+	kept, _ := keptIDs(t, out)
+	require.Less(t, len(kept), slowRepeats)
+
+	resume(t, work, spec, out)
+	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
+	got, _ := keptIDs(t, out)
+	require.Equal(t, expectedIDs(t, out), got, "exactly the planned episodes, none twice")
+	ds, err = shard.Open(out)
+	require.NoError(t, err)
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.NotEqual(t, string(runtime.ExitCancelled), e.ExitReason, "resume ran %s again, to its end", e.EpisodeID)
+	}
+	rep, err = shard.Verify(out)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%+v", rep)
+	require.Empty(t, rep.Unlisted, "the replaced shards are gone")
+}
+
+func TestSIGKILLLosesAtMostTheOpenGenerationThenResumeCompletes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the collector for seconds")
+	}
+	work := t.TempDir()
+	cmd, spec, out := startCollect(t, work, "-roll-interval", "300ms")
+	waitStarted(t, spec)
+	time.Sleep(1500 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	cmd.Wait()
+
+	require.Equal(t, shard.StatusRunning, manifestStatus(t, out), "nobody closed the run")
+	rep, err := shard.Verify(out)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "every shard the manifest names is valid after SIGKILL: %+v", rep)
+	before, _ := keptIDs(t, out)
+	require.Less(t, len(before), slowRepeats)
+
+	resume(t, work, spec, out)
+	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
+	got, _ := keptIDs(t, out)
+	require.Equal(t, expectedIDs(t, out), got, "exactly the planned episodes, none twice or corrupt")
+	for _, id := range before {
+		require.Contains(t, got, id, "episodes kept before the kill are kept")
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/policy/openai"
+)
+
+var update = flag.Bool("update", false, "rewrite the generated blocks of docs/cli.md from the binary's help")
+
+const cliDoc = "../../docs/cli.md"
+
+// docBlock is one generated block of docs/cli.md: the command line in an
+// HTML comment, then its output in a text fence.
+var docBlock = regexp.MustCompile("(?s)<!-- (forkline[^\n]*?) -->\n```text\n(.*?)```\n<!-- end -->")
+
+// versionLine is the shape of `forkline --version`, whose Go version and
+// commit depend on the build.
+var versionLine = regexp.MustCompile(`^forkline ` + regexp.QuoteMeta(collect.Version) + ` \(dataset schema \d+, (commit [0-9a-f]{12}( with local changes)?, )?go\S+ \S+/\S+\)\n$`)
+
+// docs/cli.md shows `forkline help`, `forkline --version` and every
+// subcommand's -h exactly as the binary prints them. This test fails when
+// they disagree, or a subcommand's help is missing; -update rewrites the
+// blocks from the binary (the prose around them is kept).
+func TestCLIDocMatchesTheHelp(t *testing.T) {
+	data, err := os.ReadFile(cliDoc)
+	require.NoError(t, err)
+	doc := string(data)
+	want := map[string]bool{"forkline help": true, "forkline --version": true}
+	for _, c := range subcommands() {
+		want["forkline "+c+" -h"] = true
+	}
+	seen := map[string]bool{}
+	out := docBlock.ReplaceAllStringFunc(doc, func(block string) string {
+		m := docBlock.FindStringSubmatch(block)
+		line, body := m[1], m[2]
+		seen[line] = true
+		r := execute(context.Background(), strings.Fields(line)[1:]...)
+		if r.code != 0 {
+			t.Errorf("docs/cli.md: %q exits %d: %s", line, r.code, r.stderr)
+			return block
+		}
+		if line == "forkline --version" {
+			if !*update {
+				assert.Regexp(t, versionLine, body, "docs/cli.md: %s has the shape of this build's version", line)
+				return block
+			}
+		} else if !*update && body != r.stdout {
+			t.Errorf("docs/cli.md: the output of %q differs from the binary's; run go test ./cmd/forkline -run TestCLIDoc -update\n--- docs/cli.md\n%s\n--- %s\n%s", line, body, line, r.stdout)
+		}
+		return "<!-- " + line + " -->\n```text\n" + r.stdout + "```\n<!-- end -->"
+	})
+	for line := range want {
+		if !seen[line] {
+			t.Errorf("docs/cli.md has no block for %q: add\n<!-- %s -->\n```text\n```\n<!-- end -->\nand run with -update", line, line)
+		}
+	}
+	for line := range seen {
+		if !want[line] && !strings.HasPrefix(line, "forkline help ") {
+			t.Errorf("docs/cli.md shows %q, which is not a help this test knows", line)
+		}
+	}
+	if *update {
+		require.NoError(t, os.WriteFile(cliDoc, []byte(out), 0o644))
+	}
+}
+
+// docs/policies.md documents every option of -policy openai (the options
+// registry of policy/openai).
+func TestPolicyDocListsEveryOption(t *testing.T) {
+	data, err := os.ReadFile("../../docs/policies.md")
+	require.NoError(t, err)
+	for _, name := range openai.OptionNames() {
+		assert.Contains(t, string(data), "| `"+name+"` |", "docs/policies.md documents option %s", name)
+	}
+}

@@ -1,0 +1,307 @@
+package inspect
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func TestSummarize(t *testing.T) {
+	dir := writeFixture(t)
+	s, err := Summarize(t.Context(), dir, Options{})
+	require.NoError(t, err)
+
+	assert.Equal(t, shard.StatusComplete, s.Status)
+	assert.Equal(t, "run-fixture", s.RunID)
+	assert.Empty(t, s.Problems)
+	assert.Equal(t, &Plan{Repeats: 3, Seed: 7, Replicas: 4, Reset: "auto", Episodes: 6, PartIndex: 0, PartCount: 1, EpisodesTotal: 6}, s.Plan)
+	assert.Equal(t, &Provider{Name: "local", Params: map[string]string{"fork": "copy"}, Reset: "fork"}, s.Provider)
+	assert.Equal(t, "openai", s.Policy.Name)
+	assert.Equal(t, "m", s.Policy.Options["model"])
+	assert.Equal(t, "12", s.Policy.Conversation["observation_cap"])
+	assert.Equal(t, map[string]string{"text": "full", "pixels": "hash", "a11y": "full", "tokens": "keep"}, s.Capture)
+
+	assert.EqualValues(t, 6, s.Episodes)
+	assert.EqualValues(t, 8, s.Steps)
+	assert.Equal(t, map[string]int{"done": 4, "max_steps": 1, "env_error": 1}, s.ByExit)
+	assert.Equal(t, 1, s.Losses, "env_error is a scaffold loss")
+	require.Len(t, s.Tasks, 2)
+	gui, shell := s.Tasks[0], s.Tasks[1]
+	assert.Equal(t, "gui", gui.ID)
+	assert.Equal(t, 2, gui.Episodes)
+	assert.EqualValues(t, 4, gui.Steps)
+	assert.Equal(t, map[string]int{"done": 2}, gui.ByExit)
+	assert.InDelta(t, 0.75, *gui.RewardMean, 1e-12)
+	assert.Equal(t, "Press the Save button.", gui.Instruction)
+	assert.NotEmpty(t, gui.Hash)
+	assert.Equal(t, "shell", shell.ID)
+	assert.Equal(t, 4, shell.Episodes)
+	assert.Equal(t, map[string]int{"done": 2, "max_steps": 1, "env_error": 1}, shell.ByExit)
+	assert.Equal(t, 2, shell.Rewarded, "a null reward is not a value")
+	assert.Equal(t, map[string]string{"done": "s-done-1", "max_steps": "s-max", "env_error": "s-lost"}, shell.FirstByExit)
+	assert.InDelta(t, 0.5, *shell.RewardMean, 1e-12)
+
+	r := s.Reward
+	assert.Equal(t, "verify", r.Name)
+	assert.Equal(t, 4, r.Count)
+	assert.Equal(t, 1, r.Null)
+	assert.InDelta(t, 0.625, *r.Mean, 1e-12)
+	assert.Equal(t, 0.0, *r.Min)
+	assert.Equal(t, 1.0, *r.Max)
+	assert.Equal(t, []ValueCount{{0, 1}, {0.5, 1}, {1, 2}}, r.Values)
+	assert.Empty(t, r.Histogram)
+	assert.Equal(t, []RewardName{{Name: "shaped", EpisodeLevel: 0, StepLevel: 1}}, s.OtherRewards)
+
+	assert.Equal(t, []Latency{
+		{Key: "fork/overlay", Strategy: "fork", Origin: "overlay", N: 3, P50: 2, P95: 3, Exact: true},
+		{Key: "recreate/create", Strategy: "recreate", Origin: "create", N: 2, P50: 120, P95: 120, Exact: true},
+	}, s.Reset, "the episode that got no replica (reset 0) is not a latency")
+	assert.Equal(t, map[string]float64{"shell": 40, "gui": 40}, s.GoldenBuild)
+	assert.Equal(t, Tokens{WithRecord: 2, Drift: 1, Turns: 3}, s.Tokens)
+
+	var total int64
+	ds, err := shard.Open(dir)
+	require.NoError(t, err)
+	for _, table := range schemas.Tables {
+		for _, sh := range ds.Shards(table) {
+			total += sh.Bytes
+		}
+	}
+	assert.Equal(t, total, s.Bytes.Total)
+	assert.InDelta(t, float64(total)/8, s.Bytes.PerStep, 1e-9)
+	require.Len(t, s.Bytes.Tables, 4)
+	assert.Equal(t, "steps", s.Bytes.Tables[0].Table)
+	assert.EqualValues(t, 8, s.Bytes.Tables[0].Rows)
+	assert.Greater(t, s.Bytes.Tables[0].Shards, 1, "the fixture spans several generations")
+
+	// Another reward's distribution.
+	s, err = Summarize(t.Context(), dir, Options{Reward: "shaped"})
+	require.NoError(t, err)
+	assert.Equal(t, 0, s.Reward.Count, "shaped is a step-level reward only")
+	assert.Contains(t, s.OtherRewards, RewardName{Name: "verify", EpisodeLevel: 5})
+
+	// The text says the same.
+	s, err = Summarize(t.Context(), dir, Options{})
+	require.NoError(t, err)
+	var b bytes.Buffer
+	s.WriteText(&b)
+	text := b.String()
+	for _, want := range []string{
+		"status    complete (run run-fixture",
+		"plan      6 episodes (2 tasks × 3 repeats), seed 7; 4 replicas, reset auto",
+		"steps     3 shards",
+		"provider  local (fork=copy)",
+		"policy    openai (base_url=http://127.0.0.1:8000/v1, model=m)",
+		"conversation: observation_cap=12, system_prompt=You are careful., tool_mode=native",
+		"capture   a11y full, pixels hash, text full, tokens keep",
+		"verify    ok",
+		"episodes: 6, 8 steps; scaffold losses: 1",
+		"shell                           4       4  0.5          done=2 max_steps=1 env_error*=1",
+		`reward "verify" (episode level): 4 values, mean 0.625, min 0, max 1; 1 verifications gave no value`,
+		`other reward "shaped": 0 episode-level, 1 step-level rows`,
+		"fork/overlay         p50      2.000   p95      3.000   n=3",
+		"tokens: 2 of 6 episodes have a token record (3 model turns); 1 flagged with token drift",
+		"bytes on disk (zstd Parquet):",
+		"    shell                  done s-done-1, max_steps s-max, env_error s-lost\n",
+	} {
+		assert.Contains(t, text, want)
+	}
+	var js Summary
+	require.NoError(t, json.Unmarshal(mustJSON(t, s), &js))
+	assert.Equal(t, s.Reward, js.Reward, "the JSON form round-trips")
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+// Past maxDistinctRewards distinct values the distribution is a histogram
+// of equal bins over [min, max] whose counts add up to the values.
+func TestRewardHistogram(t *testing.T) {
+	var batches []shard.EpisodeBatch
+	for i := range 50 {
+		id := "e" + string(rune('a'+i/26)) + string(rune('a'+i%26))
+		v := float64(i) / 49 // 0 .. 1, 50 distinct values
+		batches = append(batches, shard.EpisodeBatch{
+			Episode: schemas.EpisodeRow{EpisodeID: id, TaskID: "shell", ExitReason: "done"},
+			Rewards: []schemas.RewardRow{{EpisodeID: id, Name: "verify", Value: &v}},
+		})
+	}
+	dir := writeDataset(t, fixtureManifest(t, "run-hist", "hash"), batches, shard.DefaultConfig())
+	s, err := Summarize(t.Context(), dir, Options{})
+	require.NoError(t, err)
+	r := s.Reward
+	assert.Nil(t, r.Values)
+	require.Len(t, r.Histogram, histogramBins)
+	sum := 0
+	for i, b := range r.Histogram {
+		sum += b.Count
+		assert.InDelta(t, float64(i)/10, b.Low, 1e-12)
+		assert.Equal(t, 5, b.Count, "bin %d", i)
+	}
+	assert.Equal(t, 50, sum)
+	assert.Equal(t, 1.0, r.Histogram[len(r.Histogram)-1].High, "the last bin closes at max")
+	var b bytes.Buffer
+	s.WriteText(&b)
+	assert.Contains(t, b.String(), "[0.9, 1]")
+}
+
+func TestTranscript(t *testing.T) {
+	dir := writeFixture(t)
+	ts, err := Transcripts(t.Context(), dir, []string{"s-done-1"}, TranscriptOptions{})
+	require.NoError(t, err)
+	require.Len(t, ts, 1)
+	tr := ts[0]
+	assert.Equal(t, "s-done-1", tr.EpisodeID)
+	assert.Equal(t, "shell", tr.TaskID)
+	assert.Equal(t, "You are careful.", tr.System)
+	assert.Equal(t, "Count the files.\nWrite the count to count.txt.", tr.Instruction)
+	assert.Equal(t, 12, tr.ObservationCap)
+	assert.Equal(t, "fork/overlay", tr.Reset)
+	assert.True(t, tr.TokenRecord)
+	assert.Equal(t, "3 files", tr.Answer)
+	require.Len(t, tr.Steps, 2)
+	st := tr.Steps[0]
+	assert.Equal(t, "I will count them.", st.ModelText)
+	assert.Equal(t, "ls lists the files.", st.Reasoning)
+	assert.Equal(t, "tool_calls", st.FinishReason)
+	assert.Equal(t, `{"kind":"exec","cmd":"ls | wc -l > count.txt; cat count.txt"}`, st.Action)
+	assert.Equal(t, `{"cmd":"ls | wc -l > count.txt; cat count.txt"}`, string(st.Arguments), "the fields as the model wrote them, > unescaped")
+
+	// The observation is what the model was shown: aci.ObservationText of
+	// the step with the run's cap, the rendering policies and exports use.
+	row := fixtureEpisodes()[0].Steps[0]
+	out := "3\nand a long tail that the cap elides\n"
+	want := aci.ObservationText(runtime.Step{
+		Action:      runtime.Action{Kind: runtime.ActExec, Cmd: "ls | wc -l > count.txt; cat count.txt"},
+		Observation: runtime.Observation{Output: []byte(out), OutputBytes: int64(len(out)), ExitCode: 0},
+	}, 12)
+	assert.Equal(t, want, st.Observation)
+	exported, err := chat.ToolResult(&row, 12)
+	require.NoError(t, err)
+	assert.Equal(t, exported, st.Observation, "the same text the chat exports write")
+	assert.Contains(t, st.Observation, "exit code: 0\n")
+	assert.Contains(t, st.Observation, "bytes elided", "the run's observation cap applies")
+
+	require.Len(t, st.Rewards, 1)
+	assert.Equal(t, "shaped", st.Rewards[0].Name)
+	assert.Empty(t, tr.Steps[1].Observation, "done has no observation")
+	require.Len(t, tr.Rewards, 2)
+	assert.Equal(t, "verify", tr.Rewards[0].Name)
+	assert.Equal(t, 1.0, *tr.Rewards[0].Value)
+
+	// The text form, against its golden file.
+	var b bytes.Buffer
+	tr.WriteText(&b)
+	golden := filepath.Join("testdata", "transcript.golden")
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(golden, b.Bytes(), 0o644))
+	}
+	wantText, err := os.ReadFile(golden)
+	require.NoError(t, err, "run go test ./inspect -run TestTranscript -update to write it")
+	assert.Equal(t, string(wantText), b.String())
+}
+
+func TestTranscriptPrefixes(t *testing.T) {
+	dir := writeFixture(t)
+	ts, err := Transcripts(t.Context(), dir, []string{"s-m", "g-d"}, TranscriptOptions{})
+	require.NoError(t, err)
+	require.Len(t, ts, 2)
+	assert.Equal(t, "s-max", ts[0].EpisodeID, "in the order asked")
+	assert.Equal(t, "g-done", ts[1].EpisodeID)
+
+	for _, tc := range []struct {
+		prefixes []string
+		want     string
+	}{
+		{[]string{"s-done"}, `2 episode ids in ` + dir + ` start with "s-done": s-done-1, s-done-0; give more of the id`},
+		{[]string{"zz"}, `no episode id in ` + dir + ` starts with "zz"`},
+		{[]string{"g-done", "zz"}, `starts with "zz"`},
+		{nil, "no episode id prefix given"},
+	} {
+		_, err := Transcripts(t.Context(), dir, tc.prefixes, TranscriptOptions{})
+		assert.ErrorIs(t, err, ErrNoMatch, "%q", tc.prefixes)
+		assert.ErrorContains(t, err, tc.want)
+	}
+}
+
+func TestScreenshots(t *testing.T) {
+	dir := writeFixture(t)
+	shots := filepath.Join(t.TempDir(), "shots", "new")
+	ts, err := Transcripts(t.Context(), dir, []string{"g-done"}, TranscriptOptions{Screenshots: shots})
+	require.NoError(t, err)
+	steps := ts[0].Steps
+	require.Len(t, steps, 3)
+	assert.Equal(t, "row", steps[0].Screenshot.Stored)
+	assert.Equal(t, "blob", steps[1].Screenshot.Stored, "pixels=hash: resolved from the blobs table")
+	assert.Nil(t, steps[2].Screenshot)
+	for i, want := range [][]byte{shotRow, shotBlob} {
+		got, err := os.ReadFile(filepath.Join(shots, "g-done-step-00"+string(rune('0'+i))+".png"))
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+		assert.Equal(t, filepath.Join(shots, "g-done-step-00"+string(rune('0'+i))+".png"), steps[i].Screenshot.File)
+	}
+	entries, err := os.ReadDir(shots)
+	require.NoError(t, err)
+	assert.Len(t, entries, 2)
+
+	// A run that kept no pixels: the hash and size, nothing to write.
+	none := writeDataset(t, fixtureManifest(t, "run-none", "none"), []shard.EpisodeBatch{noPixelsEpisode()}, shard.DefaultConfig())
+	out := filepath.Join(t.TempDir(), "none")
+	ts, err = Transcripts(t.Context(), none, []string{"g-none"}, TranscriptOptions{Screenshots: out})
+	require.NoError(t, err)
+	assert.Equal(t, "none", ts[0].Steps[0].Screenshot.Stored)
+	assert.Empty(t, ts[0].Steps[0].Screenshot.File)
+	entries, err = os.ReadDir(out)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+	var b bytes.Buffer
+	ts[0].WriteText(&b)
+	assert.Contains(t, b.String(), "pixels not kept (capture pixels=none)")
+
+	// The same step in a run that says it kept pixels by hash: the blob
+	// is missing, which is damage.
+	lost := writeDataset(t, fixtureManifest(t, "run-lost", "hash"), []shard.EpisodeBatch{noPixelsEpisode()}, shard.DefaultConfig())
+	_, err = Transcripts(t.Context(), lost, []string{"g-none"}, TranscriptOptions{})
+	assert.ErrorIs(t, err, ErrDamaged)
+	assert.ErrorContains(t, err, "is in no blob shard")
+}
+
+func TestSummaryOfAnEmptyRun(t *testing.T) {
+	dir := writeDataset(t, shard.Manifest{RunID: "empty"}, nil, shard.DefaultConfig())
+	s, err := Summarize(t.Context(), dir, Options{})
+	require.NoError(t, err)
+	assert.Zero(t, s.Episodes)
+	assert.Nil(t, s.Plan)
+	var b bytes.Buffer
+	s.WriteText(&b)
+	assert.Contains(t, b.String(), "episodes: 0, 0 steps")
+	assert.Contains(t, b.String(), `reward "verify" (episode level): none`)
+	assert.NotContains(t, b.String(), "NaN")
+}
+
+func TestThousands(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -4321: "-4,321"} {
+		assert.Equal(t, want, thousands(n))
+	}
+	assert.True(t, strings.HasPrefix(bar(1, 40), "#"))
+}

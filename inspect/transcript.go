@@ -1,0 +1,371 @@
+package inspect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
+)
+
+// Transcript is one episode as a reader follows it: what the model was
+// told, then each step's action and its observation as the model saw it.
+// Its JSON form is what inspect -episode -json prints.
+type Transcript struct {
+	EpisodeID   string  `json:"episode_id"`
+	RunID       string  `json:"run_id"`
+	TaskID      string  `json:"task_id"`
+	Repeat      int32   `json:"repeat"`
+	Replica     int32   `json:"replica"`
+	Provider    string  `json:"provider"`
+	Reset       string  `json:"reset"` // "fork/overlay"
+	ResetMS     float64 `json:"reset_ms"`
+	DurationMS  float64 `json:"duration_ms"`
+	ExitReason  string  `json:"exit_reason"`
+	Detail      string  `json:"detail,omitempty"`
+	Answer      string  `json:"answer,omitempty"`
+	TokenRecord bool    `json:"token_record"`
+	TokenDrift  bool    `json:"token_drift"`
+
+	// System is the system prompt the policy recorded ("" when none), and
+	// Instruction the task's instruction: the user message.
+	System      string `json:"system,omitempty"`
+	Instruction string `json:"instruction"`
+	// ObservationCap is the most bytes of an observation the policy showed
+	// the model (0: all); Observation texts are cut the same way.
+	ObservationCap int `json:"observation_cap"`
+
+	Steps   []Step   `json:"steps"`
+	Rewards []Reward `json:"rewards"`
+}
+
+// Step is one step of a transcript.
+type Step struct {
+	Index        int    `json:"index"`
+	ModelText    string `json:"model_text,omitempty"`
+	Reasoning    string `json:"reasoning,omitempty"`
+	FinishReason string `json:"finish_reason,omitempty"`
+	ActionKind   string `json:"action_kind"` // "" when the turn produced no action
+	Action       string `json:"action"`      // canonical action JSON
+	// Arguments are the action's fields as the model wrote them (the
+	// canonical JSON without "kind", HTML characters unescaped).
+	Arguments   json.RawMessage `json:"arguments,omitempty"`
+	Observation string          `json:"observation"` // aci.ObservationText of the step, as the model saw it
+	ExitCode    int32           `json:"exit_code"`
+	IsError     bool            `json:"is_error"`
+	TimedOut    bool            `json:"timed_out"`
+	Truncated   bool            `json:"truncated"`
+	OutputBytes int64           `json:"output_bytes"`
+	PolicyMS    float64         `json:"policy_ms"`
+	EnvMS       float64         `json:"env_ms"`
+	A11yBytes   int             `json:"a11y_bytes,omitempty"`
+	// Screenshot is the step's screenshot, when one was taken.
+	Screenshot *Screenshot `json:"screenshot,omitempty"`
+	Rewards    []Reward    `json:"rewards,omitempty"` // step-level rewards
+}
+
+// Screenshot is a step's screenshot and where its pixels are.
+type Screenshot struct {
+	SHA256 string `json:"sha256"`
+	Width  int32  `json:"width"`
+	Height int32  `json:"height"`
+	// Stored is "row" (pixels=full), "blob" (pixels=hash) or "none"
+	// (pixels=none: only the hash and size were kept).
+	Stored string `json:"stored"`
+	// File is where TranscriptOptions.Screenshots wrote it.
+	File string `json:"file,omitempty"`
+}
+
+// Reward is one reward row.
+type Reward struct {
+	Name     string   `json:"name"`
+	Step     *int32   `json:"step,omitempty"`
+	Value    *float64 `json:"value"`
+	Source   string   `json:"source,omitempty"`
+	Detail   string   `json:"detail,omitempty"`
+	ExitCode int32    `json:"exit_code"`
+}
+
+// TranscriptOptions configure Transcripts.
+type TranscriptOptions struct {
+	// Screenshots, when set, is a directory (created if missing) where the
+	// episodes' screenshots are written as EPISODE-step-NNN.png.
+	Screenshots string
+}
+
+// maxCandidates bounds the episode ids an ambiguous prefix lists.
+const maxCandidates = 5
+
+// Transcripts returns the transcript of the episode each prefix names, in
+// the order of the prefixes. A prefix must match exactly one episode id:
+// none or several fail with ErrNoMatch (listing some of the candidates).
+// It fails with ErrNotDataset or ErrDamaged as Summarize does, and reads
+// the dataset as a stream, holding only the episodes asked for.
+func Transcripts(ctx context.Context, dir string, prefixes []string, o TranscriptOptions) ([]*Transcript, error) {
+	if len(prefixes) == 0 {
+		return nil, fmt.Errorf("%w: no episode id prefix given", ErrNoMatch)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrNotDataset, err)
+	}
+	ds, err := shard.Open(dir)
+	if err != nil {
+		return nil, classify(dir, err)
+	}
+	m := ds.Manifest()
+	ids, err := matchPrefixes(ctx, ds, prefixes)
+	if err != nil {
+		return nil, err
+	}
+	conv, err := readConversation(m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s/%s: %v", ErrDamaged, dir, shard.ManifestFile, err)
+	}
+	var capt struct {
+		Pixels string `json:"pixels"`
+	}
+	if len(m.Capture) > 0 {
+		if err := json.Unmarshal(m.Capture, &capt); err != nil {
+			return nil, fmt.Errorf("%w: %s/%s: capture: %v", ErrDamaged, dir, shard.ManifestFile, err)
+		}
+	}
+	conv.noPixels = capt.Pixels == "none"
+	var specs map[string]task.Spec
+	if len(m.Tasks) > 0 {
+		if specs, err = task.DecodeRecords(m.Tasks); err != nil {
+			return nil, fmt.Errorf("%w: %s/%s: %v", ErrDamaged, dir, shard.ManifestFile, err)
+		}
+	}
+	if o.Screenshots != "" {
+		if err := os.MkdirAll(o.Screenshots, 0o755); err != nil {
+			return nil, fmt.Errorf("inspect: -screenshots: %w", err)
+		}
+	}
+
+	byID := map[string]*Transcript{}
+	for _, id := range ids {
+		byID[id] = nil
+	}
+	found := 0
+	errDone := errors.New("all found")
+	err = ds.EachEpisode(func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if t, want := byID[ep.EpisodeID]; !want || t != nil {
+			return nil
+		}
+		t, err := transcript(ds, ep, steps, rewards, specs, conv, o)
+		if err != nil {
+			return err
+		}
+		byID[ep.EpisodeID] = t
+		if found++; found == len(byID) {
+			return errDone
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errDone):
+	case errors.Is(err, context.Canceled):
+		return nil, err
+	case errors.Is(err, shard.ErrCorrupt), errors.Is(err, shard.ErrBlobNotFound):
+		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
+	case err != nil:
+		return nil, err
+	}
+	out := make([]*Transcript, len(ids))
+	for i, id := range ids {
+		if out[i] = byID[id]; out[i] == nil {
+			// Listed in the episodes table but not found with its steps:
+			// EachEpisode would have failed on a dataset this broken.
+			return nil, fmt.Errorf("%w: %s: episode %s has no rows", ErrDamaged, dir, id)
+		}
+	}
+	return out, nil
+}
+
+// matchPrefixes finds the one episode id each prefix names, reading the
+// episodes table once.
+func matchPrefixes(ctx context.Context, ds *shard.Dataset, prefixes []string) ([]string, error) {
+	matches := make([][]string, len(prefixes))
+	counts := make([]int, len(prefixes))
+	for ep, err := range ds.Episodes() {
+		if err != nil {
+			return nil, classify(ds.Dir(), err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		for i, p := range prefixes {
+			if strings.HasPrefix(ep.EpisodeID, p) {
+				counts[i]++
+				if len(matches[i]) < maxCandidates {
+					matches[i] = append(matches[i], ep.EpisodeID)
+				}
+			}
+		}
+	}
+	ids := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		switch counts[i] {
+		case 0:
+			return nil, fmt.Errorf("%w: no episode id in %s starts with %q", ErrNoMatch, ds.Dir(), p)
+		case 1:
+			ids[i] = matches[i][0]
+		default:
+			more := ""
+			if counts[i] > len(matches[i]) {
+				more = fmt.Sprintf(", ... (%d in all)", counts[i])
+			}
+			return nil, fmt.Errorf("%w: %d episode ids in %s start with %q: %s%s; give more of the id",
+				ErrNoMatch, counts[i], ds.Dir(), p, strings.Join(matches[i], ", "), more)
+		}
+	}
+	return ids, nil
+}
+
+// conversation is what the policy recorded of the conversation it had.
+type conversation struct {
+	system   string
+	obsCap   int
+	noPixels bool // the capture policy kept no pixels (pixels=none)
+}
+
+// readConversation reads the system prompt and the observation cap from
+// the run's recorded policy: its effective conversation settings where the
+// collector wrote them, else its options (the keys export reads too).
+func readConversation(m shard.Manifest) (conversation, error) {
+	var c conversation
+	if len(m.Policy) == 0 {
+		return c, nil
+	}
+	var pol struct {
+		Options      map[string]string `json:"options"`
+		Conversation map[string]string `json:"conversation"`
+	}
+	if err := json.Unmarshal(m.Policy, &pol); err != nil {
+		return c, fmt.Errorf("policy: %w", err)
+	}
+	opts := map[string]string{}
+	for k, v := range pol.Options {
+		opts[k] = v
+	}
+	for k, v := range pol.Conversation {
+		opts[k] = v
+	}
+	c.system = opts["system_prompt"]
+	if c.system == "" {
+		c.system = opts["system"]
+	}
+	if v, ok := opts["observation_cap"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("policy option observation_cap=%q is not a byte count", v)
+		}
+		c.obsCap = n
+	}
+	return c, nil
+}
+
+// transcript builds one episode's transcript, writing its screenshots when
+// asked.
+func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow,
+	specs map[string]task.Spec, conv conversation, o TranscriptOptions) (*Transcript, error) {
+	t := &Transcript{EpisodeID: ep.EpisodeID, RunID: ep.RunID, TaskID: ep.TaskID, Repeat: ep.Repeat, Replica: ep.Replica,
+		Provider: ep.Provider, ResetMS: ep.ResetMS, DurationMS: ep.DurationMS, ExitReason: ep.ExitReason,
+		Detail: ep.Detail, Answer: ep.Answer, TokenRecord: len(ep.ResponseIDs) > 0 || len(ep.PromptIDs) > 0,
+		TokenDrift: ep.TokenDrift, System: conv.system, ObservationCap: conv.obsCap, Steps: []Step{}, Rewards: []Reward{}}
+	t.Reset = ep.ResetStrategy
+	if ep.ResetOrigin != "" {
+		t.Reset += "/" + ep.ResetOrigin
+	}
+	if sp, ok := specs[ep.TaskID]; ok {
+		t.Instruction = sp.Instruction
+	}
+	for i := range steps {
+		s := &steps[i]
+		st := Step{Index: int(s.StepIndex), ModelText: deref(s.ModelText), Reasoning: deref(s.Reasoning),
+			FinishReason: deref(s.FinishReason), ActionKind: s.ActionKind, Action: s.ActionJSON,
+			ExitCode: s.ExitCode, IsError: s.IsError, TimedOut: s.TimedOut, Truncated: s.Truncated,
+			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree)}
+		if s.ActionKind != "" {
+			args, err := chat.Arguments(s.ActionJSON)
+			if err != nil {
+				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
+			}
+			st.Arguments = args
+			obs, err := chat.ToolResult(s, conv.obsCap)
+			if err != nil {
+				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
+			}
+			st.Observation = obs
+		}
+		if s.ScreenHash != "" || len(s.Screenshot) > 0 {
+			shot, err := screenshot(ds, ep.EpisodeID, s, o.Screenshots, conv.noPixels)
+			if err != nil {
+				return nil, err
+			}
+			st.Screenshot = shot
+		}
+		t.Steps = append(t.Steps, st)
+	}
+	for _, r := range rewards {
+		rw := Reward{Name: r.Name, Step: r.StepIndex, Value: r.Value, Source: r.Source, Detail: r.Detail, ExitCode: r.ExitCode}
+		if r.StepIndex != nil && int(*r.StepIndex) < len(t.Steps) && *r.StepIndex >= 0 {
+			t.Steps[*r.StepIndex].Rewards = append(t.Steps[*r.StepIndex].Rewards, rw)
+		}
+		t.Rewards = append(t.Rewards, rw)
+	}
+	return t, nil
+}
+
+// screenshot describes a step's screenshot and, when dir is set, writes its
+// PNG there: the bytes in the step row, or the blob its hash names (which
+// only a run that kept no pixels may lack).
+func screenshot(ds *shard.Dataset, episode string, s *schemas.StepRow, dir string, noPixels bool) (*Screenshot, error) {
+	shot := &Screenshot{SHA256: s.ScreenHash, Width: s.ScreenW, Height: s.ScreenH, Stored: "none"}
+	png := s.Screenshot
+	switch {
+	case len(png) > 0:
+		shot.Stored = "row"
+	case s.ScreenHash != "":
+		b, err := ds.Blob(s.ScreenHash)
+		switch {
+		case err == nil:
+			shot.Stored, png = "blob", b
+		case errors.Is(err, shard.ErrBlobNotFound) && noPixels:
+			// pixels=none keeps the hash and size without the pixels.
+		case errors.Is(err, shard.ErrBlobNotFound):
+			return nil, fmt.Errorf("%w: episode %s step %d: screenshot %s is in no blob shard", shard.ErrCorrupt, episode, s.StepIndex, s.ScreenHash)
+		default:
+			return nil, err
+		}
+	}
+	if dir == "" || png == nil {
+		return shot, nil
+	}
+	shot.File = filepath.Join(dir, fmt.Sprintf("%s-step-%03d.png", episode, s.StepIndex))
+	if err := os.WriteFile(shot.File, png, 0o644); err != nil {
+		return nil, fmt.Errorf("inspect: -screenshots: %w", err)
+	}
+	return shot, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
