@@ -34,6 +34,7 @@ import (
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
+	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -253,13 +254,22 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	// The provider and pool are opened before the output, so a bad provider
 	// name or setting leaves no half-made run behind.
-	prov, err := providers.Open(cfg.Provider, providers.Options{RunID: runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
+	prov, err := providers.Open(ctx, cfg.Provider, providers.Options{RunID: runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
 	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, err
+		}
 		return nil, badInput(err)
 	}
-	// Remove what crashed runs left behind before making more.
-	if sw, ok := prov.(providers.Sweeper); ok {
+	// Remove what crashed runs left behind before making more. A sweep that
+	// fails is logged, not fatal: leftovers of dead runs do not change this
+	// run's episodes. A cancelled one stops the run.
+	if sw, ok := providers.As[providers.Sweeper](prov); ok {
 		if err := sw.Sweep(ctx); err != nil {
+			if ctx.Err() != nil {
+				prov.Close(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("collect: %w", ctx.Err())
+			}
 			logf("sweeping leftovers of crashed runs: %v", err)
 		}
 	}

@@ -125,9 +125,8 @@ var providerParamShapes = map[string]map[string]bool{
 	"docker": {
 		"image":   true,  // the filesystem and userland commands run in
 		"network": true,  // what commands can reach
-		"init":    true,  // PID 1 and how orphans are reaped, visible to commands (ps, zombies)
-		"standby": false, // how many forks are started ahead: timing only (reset_origin per episode)
-		"sweep":   false, // start-up cleaning of what dead runs left: not about this run's sandboxes
+		"init":  true,  // PID 1 and how orphans are reaped, visible to commands (ps, zombies)
+		"sweep": false, // start-up cleaning of what dead runs left: not about this run's sandboxes
 		// The default limits of sandboxes whose task sets none: a command
 		// may hit them (an OOM kill, a fork that fails).
 		"pids":      true,
@@ -175,11 +174,33 @@ var policyOptionShapes = map[string]map[string]bool{
 	},
 }
 
+// retiredProviderParams are settings providers no longer accept, with
+// whether they shaped a sandbox. Runs collected with them still carry them
+// in their manifests; a resume, which cannot pass them any more, compares
+// them by this table, so a setting that only changed timing does not
+// refuse the resume of an old run.
+var retiredProviderParams = map[string]map[string]bool{
+	"docker": {
+		// The provider's own standby of started forks, replaced by the
+		// pool's (-standby): timing only.
+		"standby": false,
+	},
+}
+
 func shapes(table map[string]map[string]bool, name, key string) bool {
 	if v, ok := table[name][key]; ok {
 		return v
 	}
 	return true
+}
+
+// providerSettingShapes is shapes for a provider setting, current or
+// retired.
+func providerSettingShapes(provider, key string) bool {
+	if v, ok := retiredProviderParams[provider][key]; ok {
+		return v
+	}
+	return shapes(providerParamShapes, provider, key)
 }
 
 // compatible refuses a resume that would produce other episodes than the
@@ -250,7 +271,7 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
 			for _, k := range settingKeys(was.Params, cfg.ProviderParams) {
 				o, okO := was.Params[k]
 				n, okN := cfg.ProviderParams[k]
-				if shapes(providerParamShapes, cfg.Provider, k) && (o != n || okO != okN) {
+				if providerSettingShapes(cfg.Provider, k) && (o != n || okO != okN) {
 					differ("-provider-opt %s: the run used %s, this command gives %s (it changes what a %s sandbox is)",
 						k, settingValue(o, okO), settingValue(n, okN), cfg.Provider)
 				}

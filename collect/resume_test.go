@@ -2,6 +2,7 @@ package collect
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"sort"
 	"strings"
@@ -9,10 +10,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/providers"
 
-	_ "github.com/forkline/forkline/providers/docker"
+	_ "github.com/forkline/forkline/providers/all"
 )
 
 // knownParams asks a registered provider which settings it accepts: every
@@ -20,7 +22,7 @@ import (
 // before it touches anything.
 func knownParams(t *testing.T, name string) []string {
 	t.Helper()
-	_, err := providers.Open(name, providers.Options{Dir: t.TempDir(), Params: map[string]string{"zz-probe": "x"}})
+	_, err := providers.Open(t.Context(), name, providers.Options{Dir: t.TempDir(), Params: map[string]string{"zz-probe": "x"}})
 	require.Error(t, err)
 	m := regexp.MustCompile(`\(known: ([^)]*)\)`).FindStringSubmatch(err.Error())
 	require.NotNil(t, m, "%s: %v", name, err)
@@ -42,9 +44,28 @@ func TestEveryProviderSettingIsClassified(t *testing.T) {
 		sort.Strings(known)
 		require.Equal(t, known, listed, "provider %s: classify every setting in providerParamShapes", name)
 	}
-	require.True(t, shapes(providerParamShapes, "docker", "image"))
-	require.False(t, shapes(providerParamShapes, "docker", "standby"))
-	require.True(t, shapes(providerParamShapes, "someone-elses", "anything"), "unknown settings shape, to be safe")
+	require.True(t, providerSettingShapes("docker", "image"))
+	require.False(t, providerSettingShapes("docker", "sweep"))
+	require.True(t, providerSettingShapes("someone-elses", "anything"), "unknown settings shape, to be safe")
+	for name, retired := range retiredProviderParams {
+		known := knownParams(t, name)
+		for k := range retired {
+			require.NotContains(t, known, k, "provider %s still accepts %s: it is not retired", name, k)
+		}
+	}
+}
+
+// A run collected with docker's retired standby setting still resumes: the
+// manifest has standby=2, this command cannot pass it, and the setting only
+// changed timing.
+func TestResumeOfARunWithARetiredSetting(t *testing.T) {
+	m := shard.Manifest{Tasks: json.RawMessage(`[]`), Provider: json.RawMessage(`{"name":"docker","params":{"image":"forkline/busybox","standby":"2"}}`)}
+	cfg := Config{Provider: "docker", ProviderParams: map[string]string{"image": "forkline/busybox"}, Part: Whole, Repeats: 1}
+	require.NoError(t, compatible(m, nil, cfg))
+	cfg.ProviderParams["image"] = "forkline/debian"
+	err := compatible(m, nil, cfg)
+	require.ErrorIs(t, err, ErrIncompatibleResume, "a shaping setting still refuses")
+	require.NotContains(t, err.Error(), "standby")
 }
 
 func TestEveryOpenAIOptionIsClassified(t *testing.T) {

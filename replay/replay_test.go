@@ -11,7 +11,7 @@ import (
 
 	"github.com/forkline/forkline/collect"
 
-	_ "github.com/forkline/forkline/providers/local"
+	_ "github.com/forkline/forkline/providers/all"
 )
 
 func collectRun(t *testing.T, tasks string) string {

@@ -45,8 +45,7 @@ import (
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 
-	_ "github.com/forkline/forkline/providers/docker"
-	_ "github.com/forkline/forkline/providers/local"
+	_ "github.com/forkline/forkline/providers/all" // registers every backend
 )
 
 // Exit codes.

@@ -27,8 +27,7 @@ import (
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/replay"
 
-	_ "github.com/forkline/forkline/providers/docker"
-	_ "github.com/forkline/forkline/providers/local"
+	_ "github.com/forkline/forkline/providers/all" // registers every backend
 )
 
 const (

@@ -54,7 +54,7 @@ func openThroughProxy(t *testing.T) (*Provider, *engineProxy) {
 	t.Helper()
 	px := newEngineProxy(t)
 	t.Setenv("DOCKER_HOST", px.host())
-	p, err := New(providers.Options{RunID: "test-" + tagSafe(t.Name())})
+	p, err := New(t.Context(), providers.Options{RunID: "test-" + tagSafe(t.Name())})
 	require.NoError(t, err)
 	p.probeEvery, p.probeTimeout = 300*time.Millisecond, 700*time.Millisecond
 	return p, px
@@ -100,7 +100,7 @@ func TestEngineGoneDetails(t *testing.T) {
 	require.Contains(t, err.Error(), px.host(), "names the engine")
 	require.Contains(t, err.Error(), "exec create", "names what failed")
 
-	_, err = New(providers.Options{})
+	_, err = New(t.Context(), providers.Options{})
 	require.ErrorIs(t, err, ErrNoEngine)
 	require.ErrorIs(t, err, runtime.ErrUnavailable, "an engine that is not there at all is unavailable too")
 }
