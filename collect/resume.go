@@ -125,8 +125,8 @@ var providerParamShapes = map[string]map[string]bool{
 	"docker": {
 		"image":   true,  // the filesystem and userland commands run in
 		"network": true,  // what commands can reach
-		"init":  true,  // PID 1 and how orphans are reaped, visible to commands (ps, zombies)
-		"sweep": false, // start-up cleaning of what dead runs left: not about this run's sandboxes
+		"init":    true,  // PID 1 and how orphans are reaped, visible to commands (ps, zombies)
+		"sweep":   false, // start-up cleaning of what dead runs left: not about this run's sandboxes
 		// The default limits of sandboxes whose task sets none: a command
 		// may hit them (an OOM kill, a fork that fails).
 		"pids":      true,

@@ -22,7 +22,7 @@ import (
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 
-	_ "github.com/forkline/forkline/providers/local"
+	_ "github.com/forkline/forkline/providers/all"
 )
 
 // The API key of the end-to-end runs. Nothing a run writes may contain it.
