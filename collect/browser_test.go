@@ -19,7 +19,7 @@ import (
 
 	"github.com/forkline/forkline/browser"
 	"github.com/forkline/forkline/capture"
-	"github.com/forkline/forkline/formats/hf/hftest"
+	"github.com/forkline/forkline/export/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/runtime"
@@ -200,7 +200,7 @@ func checkHFImages(t *testing.T, run string, ds *shard.Dataset) {
 	require.NotEmpty(t, files)
 	withImage := 0
 	for _, f := range files {
-		tab, err := hftest.ReadParquetFile(f)
+		tab, err := tabletest.ReadParquetFile(f)
 		require.NoError(t, err)
 		col, ok := tab.Field("screenshot")
 		require.True(t, ok, "no screenshot column")

@@ -26,7 +26,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -111,40 +110,6 @@ func badInput(err error) error {
 // capture policy (see compatible). The run is left untouched.
 var ErrIncompatibleResume = errors.New("collect: cannot resume")
 
-// Episode identifies the episode a policy is built for.
-type Episode struct {
-	ID     string
-	Repeat int
-	Seed   int64 // the run seed
-}
-
-// PolicyFactory builds the policy for one episode. It is also called once
-// per task with a zero Episode before the run starts, to refuse bad
-// configuration early.
-type PolicyFactory func(cfg Config, t task.Spec, ep Episode) (runtime.Policy, error)
-
-// RegisterPolicy adds a policy by name. It panics on an empty name, a nil
-// factory or a duplicate.
-func RegisterPolicy(name string, f PolicyFactory) {
-	if name == "" || f == nil {
-		panic("collect: RegisterPolicy needs a name and a factory")
-	}
-	if _, dup := policies[name]; dup {
-		panic("collect: RegisterPolicy called twice for " + name)
-	}
-	policies[name] = f
-}
-
-// PolicyNames lists the registered policies, sorted.
-func PolicyNames() []string {
-	out := make([]string, 0, len(policies))
-	for n := range policies {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // EpisodeID derives an episode's id from what defines it, so that a rerun or
 // a resume produces the same ids and never duplicates an episode.
 func EpisodeID(taskID, taskHash string, repeat int, seed int64) string {
@@ -195,24 +160,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, badInput(err)
 	}
-	newPolicy, ok := policies[cfg.Policy]
-	if !ok {
-		return nil, badInput(fmt.Errorf("collect: unknown policy %q (known: %s)", cfg.Policy, strings.Join(PolicyNames(), ", ")))
-	}
 	for i := range specs {
 		specs[i] = specs[i].WithDefaults()
-		if _, err := newPolicy(cfg, specs[i], Episode{}); err != nil {
-			return nil, badInput(err)
-		}
-	}
-	policyRec, err := policyRecord(cfg)
-	if err != nil {
-		return nil, badInput(err)
 	}
 	logf := func(format string, args ...any) {
 		if cfg.Log != nil {
 			fmt.Fprintf(cfg.Log, "collect: "+format+"\n", args...)
 		}
+	}
+	policies, policyRec, err := openPolicy(cfg, specs, logf)
+	if err != nil {
+		return nil, badInput(err)
 	}
 
 	// Plan.
@@ -236,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	runID := newRunID()
 	var prior *priorRun
 	if cfg.Resume {
-		if prior, err = inspectResume(ctx, cfg, specs); err != nil {
+		if prior, err = inspectResume(ctx, cfg, specs, policyRec); err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil, err
 			}
@@ -292,7 +250,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer pl.Close(context.Background())
 	providerRec, _ := json.Marshal(map[string]any{"name": prov.Name(), "capabilities": prov.Capabilities(), "params": cfg.ProviderParams, "reset": pl.Strategy()})
 
-	w, err := openOutput(cfg, runID, specs, len(plan), total, providerRec, policyRec)
+	policyJSON, err := json.Marshal(policyRec)
+	if err != nil {
+		return nil, err
+	}
+	w, err := openOutput(cfg, runID, specs, len(plan), total, providerRec, policyJSON)
 	if err != nil {
 		return nil, badInput(err)
 	}
@@ -360,7 +322,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	stopProgress := startProgress(cfg, sum)
 	began := time.Now()
-	runner := episodeRunner{cfg: cfg, runID: runID, provider: prov.Name(), rec: rec, newPolicy: newPolicy, log: logf,
+	runner := episodeRunner{cfg: cfg, runID: runID, provider: prov.Name(), rec: rec, policies: policies, log: logf,
 		halt: halt, todo: todo}
 	stopGrace := context.AfterFunc(ctx, func() {
 		if cfg.Grace <= 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
@@ -16,14 +17,14 @@ import (
 
 // episodeRunner runs one planned episode on a replica and commits it.
 type episodeRunner struct {
-	cfg       Config
-	runID     string
-	provider  string
-	rec       *recorder
-	newPolicy PolicyFactory
-	log       func(format string, args ...any)
-	halt      *halter
-	todo      int // episodes this invocation runs (for -max-loss percentages)
+	cfg      Config
+	runID    string
+	provider string
+	rec      *recorder
+	policies policy.Source
+	log      func(format string, args ...any)
+	halt     *halter
+	todo     int // episodes this invocation runs (for -max-loss percentages)
 }
 
 // stepBuffer is the episode's StepSink: it converts each step to a row as it
@@ -103,7 +104,7 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		}
 		ep.Detail = acquireErr.Error()
 	} else {
-		pol, err := er.newPolicy(er.cfg, *spec, Episode{ID: p.id, Repeat: p.repeat, Seed: er.cfg.Seed})
+		pol, err := er.policies.NewPolicy(policyEpisode(spec, p.id, p.repeat, er.cfg.Seed))
 		if err != nil {
 			ep.ExitReason, ep.Detail = string(runtime.ExitPolicyError), err.Error()
 		} else {

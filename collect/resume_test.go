@@ -3,6 +3,8 @@ package collect
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -10,7 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/providers"
 
@@ -61,9 +65,9 @@ func TestEveryProviderSettingIsClassified(t *testing.T) {
 func TestResumeOfARunWithARetiredSetting(t *testing.T) {
 	m := shard.Manifest{Tasks: json.RawMessage(`[]`), Provider: json.RawMessage(`{"name":"docker","params":{"image":"forkline/busybox","standby":"2"}}`)}
 	cfg := Config{Provider: "docker", ProviderParams: map[string]string{"image": "forkline/busybox"}, Part: Whole, Repeats: 1}
-	require.NoError(t, compatible(m, nil, cfg))
+	require.NoError(t, compatible(m, nil, cfg, policy.Record{}))
 	cfg.ProviderParams["image"] = "forkline/debian"
-	err := compatible(m, nil, cfg)
+	err := compatible(m, nil, cfg, policy.Record{})
 	require.ErrorIs(t, err, ErrIncompatibleResume, "a shaping setting still refuses")
 	require.NotContains(t, err.Error(), "standby")
 }
@@ -89,4 +93,36 @@ func TestCaptureMismatchShowsBothPolicies(t *testing.T) {
 	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, `the run used {"text":"full","pixels":"hash","a11y":"full","tokens":"keep"}`)
 	require.ErrorContains(t, err, `this command gives {"text":"full","pixels":"none","a11y":"full","tokens":"keep"}`)
+}
+
+// A run collected before the policy record was typed (its conversation all
+// strings: policy/testdata holds such a manifest, from commit e227819)
+// resumes with the same settings, and a setting that changes what the
+// model is shown is still refused by name.
+func TestResumeComparesAnOldFormPolicyRecord(t *testing.T) {
+	raw, err := os.ReadFile("../policy/testdata/manifest-e227819-openai.json")
+	require.NoError(t, err)
+	var m shard.Manifest
+	require.NoError(t, json.Unmarshal(raw, &m))
+	m.Tasks = json.RawMessage(`[]`) // the task is not what this test compares
+
+	prompt := filepath.Join(t.TempDir(), "system.txt")
+	require.NoError(t, os.WriteFile(prompt, []byte("You fix shell tasks.\nTools:\n{{tools}}\n"), 0o644))
+	t.Setenv("FORKLINE_E2E_KEY", "k")
+	cfg := Config{Provider: "local", Policy: "openai", Repeats: 1, Part: Whole, Capture: capture.DefaultPolicy(), Out: "run",
+		PolicyOptions: map[string]string{"base_url": "http://127.0.0.1:8000/v1", "model": "Qwen/Qwen3-8B", "api_key_env": "FORKLINE_E2E_KEY",
+			"tool_mode": "text", "actions": "exec,write_file,done", "observation_cap": "4096", "system_prompt_file": prompt, "temperature": "0.7"}}
+	check := func(cfg Config) error {
+		t.Helper()
+		_, rec, err := openPolicy(cfg, nil, nil)
+		require.NoError(t, err)
+		return compatible(m, nil, cfg, rec)
+	}
+	require.NoError(t, check(cfg), "the same settings resume the old run")
+
+	require.NoError(t, os.WriteFile(prompt, []byte("You fix other tasks.\n{{tools}}\n"), 0o644))
+	err = check(cfg)
+	require.ErrorIs(t, err, ErrIncompatibleResume)
+	require.ErrorContains(t, err, "the conversation's system_prompt differs")
+	require.NotContains(t, err.Error(), "observation_cap", "only what differs is named")
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
@@ -91,7 +92,7 @@ func run(args []string) int {
 	fs.IntVar(&cfg.Replicas, "replicas", 4, "episodes run in parallel")
 	fs.IntVar(&cfg.Repeats, "repeats", 1, "episodes per task")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "run seed; part of every episode id")
-	fs.StringVar(&cfg.Policy, "policy", "script", "policy: "+strings.Join(collect.PolicyNames(), ", "))
+	fs.StringVar(&cfg.Policy, "policy", "script", "policy: "+strings.Join(policy.Names(), ", "))
 	cfg.PolicyOptions = map[string]string{}
 	fs.Var(kv(cfg.PolicyOptions), "policy-opt", "policy setting `key=value` (repeatable; recorded in the manifest, so never a secret)")
 	fs.StringVar(&cfg.ScriptFile, "script", "", "for -policy script: a `FILE` of actions (JSONL) to replay instead of each task's solution")
