@@ -127,3 +127,25 @@ func TestEngineErrorsMatchUnavailable(t *testing.T) {
 	require.NotErrorIs(t, ErrSandboxDied, runtime.ErrUnavailable)
 	require.NotErrorIs(t, ErrEngineGone, ErrNoEngine)
 }
+
+// Start-up can be cancelled: opening a provider on an engine that hangs
+// ends when the caller's context does, and says it was cancelled rather
+// than that no engine answers.
+func TestOpenCancelledWhileTheEngineHangs(t *testing.T) {
+	px := newEngineProxy(t)
+	t.Setenv("DOCKER_HOST", px.host())
+	px.Freeze()
+	defer px.Restore()
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	_, err := providers.Open(ctx, Name, providers.Options{RunID: "test-" + tagSafe(t.Name())})
+	// Had Open waited for the ping timeout instead, the error would be
+	// ErrNoEngine: the caller's context was still live then.
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ErrNoEngine, "a cancelled start-up is not a missing engine")
+
+	cancelled, stop := context.WithCancel(t.Context())
+	stop()
+	_, err = New(cancelled, providers.Options{})
+	require.ErrorIs(t, err, context.Canceled)
+}
