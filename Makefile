@@ -26,7 +26,8 @@ test-race: ## every test under the race detector (slower: about 3x)
 test-short: ## the quick tests only
 	$(GO) test -short -count=1 ./...
 
-bench: ## benchmarks: local reset latency, docker reset latency (needs an engine), collector throughput
+bench: ## benchmarks: every provider's reset against recreate, local and docker reset latency (needs an engine), collector throughput
+	$(GO) test -run '^$$' -bench Reset -v ./providers/...
 	$(GO) run ./benchmarks/reset
 	$(GO) run ./benchmarks/docker
 	$(GO) run ./benchmarks/throughput

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/capture"
-	"github.com/forkline/forkline/formats/hf/hftest"
+	"github.com/forkline/forkline/export/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers/browser"
@@ -153,7 +153,7 @@ func checkHFImages(t *testing.T, run string, ds *shard.Dataset) {
 	require.NotEmpty(t, files)
 	withImage := 0
 	for _, f := range files {
-		tab, err := hftest.ReadParquetFile(f)
+		tab, err := tabletest.ReadParquetFile(f)
 		require.NoError(t, err)
 		col, ok := tab.Field("screenshot")
 		require.True(t, ok, "no screenshot column")

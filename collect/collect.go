@@ -29,15 +29,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
+	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -114,40 +114,6 @@ func badInput(err error) error {
 // capture policy (see compatible). The run is left untouched.
 var ErrIncompatibleResume = errors.New("collect: cannot resume")
 
-// Episode identifies the episode a policy is built for.
-type Episode struct {
-	ID     string
-	Repeat int
-	Seed   int64 // the run seed
-}
-
-// PolicyFactory builds the policy for one episode. It is also called once
-// per task with a zero Episode before the run starts, to refuse bad
-// configuration early.
-type PolicyFactory func(cfg Config, t task.Spec, ep Episode) (runtime.Policy, error)
-
-// RegisterPolicy adds a policy by name. It panics on an empty name, a nil
-// factory or a duplicate.
-func RegisterPolicy(name string, f PolicyFactory) {
-	if name == "" || f == nil {
-		panic("collect: RegisterPolicy needs a name and a factory")
-	}
-	if _, dup := policies[name]; dup {
-		panic("collect: RegisterPolicy called twice for " + name)
-	}
-	policies[name] = f
-}
-
-// PolicyNames lists the registered policies, sorted.
-func PolicyNames() []string {
-	out := make([]string, 0, len(policies))
-	for n := range policies {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // EpisodeID derives an episode's id from what defines it, so that a rerun or
 // a resume produces the same ids and never duplicates an episode.
 func EpisodeID(taskID, taskHash string, repeat int, seed int64) string {
@@ -222,8 +188,9 @@ type invocation struct {
 	plan      []planned // this part's episodes
 	total     int       // the episodes of every part
 	templates map[string]*pool.Template
-	newPolicy PolicyFactory
-	policyRec json.RawMessage
+	policies  policy.Source
+	policyRec json.RawMessage // the manifest's policy entry
+	policy    policy.Record
 	runID     string
 	prior     *priorRun // the run being resumed, if any
 }
@@ -239,11 +206,7 @@ func planRun(cfg Config) (*invocation, error) {
 	if err != nil {
 		return nil, badInput(err)
 	}
-	newPolicy, ok := policies[cfg.Policy]
-	if !ok {
-		return nil, badInput(fmt.Errorf("collect: unknown policy %q (known: %s)", cfg.Policy, strings.Join(PolicyNames(), ", ")))
-	}
-	inv := &invocation{cfg: cfg, newPolicy: newPolicy, runID: newRunID(), templates: map[string]*pool.Template{}}
+	inv := &invocation{cfg: cfg, runID: newRunID(), templates: map[string]*pool.Template{}}
 	inv.logf = func(format string, args ...any) {
 		if cfg.Log != nil {
 			fmt.Fprintf(cfg.Log, "collect: "+format+"\n", args...)
@@ -251,16 +214,16 @@ func planRun(cfg Config) (*invocation, error) {
 	}
 	for i := range specs {
 		specs[i] = specs[i].WithDefaults()
-		if _, err := newPolicy(cfg, specs[i], Episode{}); err != nil {
-			return nil, badInput(err)
-		}
 		if inv.templates[specs[i].ID], err = episode.Template(&specs[i]); err != nil {
 			return nil, badInput(fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err))
 		}
 	}
 	inv.specs = specs
-	if inv.policyRec, err = policyRecord(cfg); err != nil {
+	if inv.policies, inv.policy, err = openPolicy(cfg, specs, inv.logf); err != nil {
 		return nil, badInput(err)
+	}
+	if inv.policyRec, err = json.Marshal(inv.policy); err != nil {
+		return nil, err
 	}
 	for i := range specs {
 		s := &specs[i]
@@ -283,7 +246,7 @@ func (inv *invocation) checkResume(ctx context.Context) (nothingToDo *Summary, e
 	if !inv.cfg.Resume {
 		return nil, nil
 	}
-	prior, err := inspectResume(ctx, inv.cfg, inv.specs)
+	prior, err := inspectResume(ctx, inv.cfg, inv.specs, inv.policy)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil, err
@@ -314,14 +277,23 @@ type environment struct {
 // behind, wires the browser in for browser tasks and opens the pool.
 func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error) {
 	cfg := inv.cfg
-	prov, err := providers.Open(cfg.Provider, providers.Options{RunID: inv.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
+	prov, err := providers.Open(ctx, cfg.Provider, providers.Options{RunID: inv.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
 	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, err
+		}
 		return nil, badInput(err)
 	}
 	env := &environment{prov: prov, logf: inv.logf}
-	// Remove what crashed runs left behind before making more.
-	if sw, ok := prov.(providers.Sweeper); ok {
+	// Remove what crashed runs left behind before making more. A sweep that
+	// fails is logged, not fatal: leftovers of dead runs do not change this
+	// run's episodes. A cancelled one stops the run.
+	if sw, ok := providers.As[providers.Sweeper](prov); ok {
 		if err := sw.Sweep(ctx); err != nil {
+			if ctx.Err() != nil {
+				env.close()
+				return nil, fmt.Errorf("collect: %w", ctx.Err())
+			}
 			inv.logf("sweeping leftovers of crashed runs: %v", err)
 		}
 	}
@@ -419,7 +391,7 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	stopProgress := startProgress(cfg, out.sum)
 	began := time.Now()
 	runner := episodeRunner{cfg: cfg, runner: episode.Runner{RunID: inv.runID, Provider: env.prov.Name(), Capture: cfg.Capture},
-		rec: out.rec, newPolicy: inv.newPolicy, log: inv.logf, halt: halt, todo: todo}
+		rec: out.rec, policies: inv.policies, log: inv.logf, halt: halt, todo: todo}
 	env.pool.Run(runCtx, inv.feedJobs(sched, out.committed), runner.run)
 	out.sum.finish(time.Since(began), env.pool.Stats())
 	stopProgress()

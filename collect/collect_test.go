@@ -18,7 +18,7 @@ import (
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 
-	_ "github.com/forkline/forkline/providers/local"
+	_ "github.com/forkline/forkline/providers/all"
 )
 
 func baseConfig(t *testing.T, tasks string) Config {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 )
@@ -14,13 +15,13 @@ import (
 // collector's policy around episode's pieces — which failures are the run's
 // (not kept, scheduling stops) and which the episode's (kept, counted).
 type episodeRunner struct {
-	cfg       Config
-	runner    episode.Runner
-	rec       *recorder
-	newPolicy PolicyFactory
-	log       func(format string, args ...any)
-	halt      *halter
-	todo      int // episodes this invocation runs (for -max-loss percentages)
+	cfg      Config
+	runner   episode.Runner
+	rec      *recorder
+	policies policy.Source
+	log      func(format string, args ...any)
+	halt     *halter
+	todo     int // episodes this invocation runs (for -max-loss percentages)
 }
 
 func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
@@ -60,7 +61,7 @@ func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planne
 		ep.NoReplica(ctx, acquireErr)
 		return "", nil
 	}
-	pol, err := er.newPolicy(er.cfg, *p.task, Episode{ID: p.id, Repeat: p.repeat, Seed: er.cfg.Seed})
+	pol, err := er.policies.NewPolicy(policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed))
 	if err != nil {
 		ep.PolicyFailed(err)
 		return "", nil

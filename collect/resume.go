@@ -13,6 +13,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
 )
@@ -37,8 +38,9 @@ type priorRun struct {
 }
 
 // inspectResume reads the run in cfg.Out without changing it, refuses it
-// when it cannot be resumed with cfg, and tallies the episodes it keeps.
-func inspectResume(ctx context.Context, cfg Config, specs []task.Spec) (*priorRun, error) {
+// when it cannot be resumed with cfg and its policy record pol, and tallies
+// the episodes it keeps.
+func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol policy.Record) (*priorRun, error) {
 	ds, err := shard.Open(cfg.Out)
 	if errors.Is(err, shard.ErrNoDataset) {
 		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
@@ -47,7 +49,7 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec) (*priorRu
 		return nil, fmt.Errorf("collect: --resume: %w", err)
 	}
 	m := ds.Manifest()
-	if err := compatible(m, specs, cfg); err != nil {
+	if err := compatible(m, specs, cfg, pol); err != nil {
 		return nil, err
 	}
 	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, tally: newSummary(0, 0)}
@@ -91,19 +93,11 @@ func (p *priorRun) nothingToDo(plan []planned) bool {
 	return true
 }
 
-// providerRecord and policyRecordFields are the manifest's provider and
-// policy entries as the resume check reads them.
+// providerRecord is the manifest's provider entry as the resume check
+// reads it. The policy entry is a policy.Record.
 type providerRecord struct {
 	Name   string            `json:"name"`
 	Params map[string]string `json:"params"`
-}
-
-type policyRecordFields struct {
-	Name         string            `json:"name"`
-	ScriptFile   string            `json:"script_file"`
-	ScriptSHA256 *string           `json:"script_sha256"` // absent in manifests written before it was recorded
-	Options      map[string]string `json:"options"`
-	Conversation map[string]string `json:"conversation,omitempty"`
 }
 
 // providerParamShapes says, per provider and setting, whether a different
@@ -126,7 +120,6 @@ var providerParamShapes = map[string]map[string]bool{
 		"image":   true,  // the filesystem and userland commands run in
 		"network": true,  // what commands can reach
 		"init":    true,  // PID 1 and how orphans are reaped, visible to commands (ps, zombies)
-		"standby": false, // how many forks are started ahead: timing only (reset_origin per episode)
 		"sweep":   false, // start-up cleaning of what dead runs left: not about this run's sandboxes
 		// The default limits of sandboxes whose task sets none: a command
 		// may hit them (an OOM kill, a fork that fails).
@@ -175,6 +168,19 @@ var policyOptionShapes = map[string]map[string]bool{
 	},
 }
 
+// retiredProviderParams are settings providers no longer accept, with
+// whether they shaped a sandbox. Runs collected with them still carry them
+// in their manifests; a resume, which cannot pass them any more, compares
+// them by this table, so a setting that only changed timing does not
+// refuse the resume of an old run.
+var retiredProviderParams = map[string]map[string]bool{
+	"docker": {
+		// The provider's own standby of started forks, replaced by the
+		// pool's (-standby): timing only.
+		"standby": false,
+	},
+}
+
 func shapes(table map[string]map[string]bool, name, key string) bool {
 	if v, ok := table[name][key]; ok {
 		return v
@@ -182,12 +188,22 @@ func shapes(table map[string]map[string]bool, name, key string) bool {
 	return true
 }
 
+// providerSettingShapes is shapes for a provider setting, current or
+// retired.
+func providerSettingShapes(provider, key string) bool {
+	if v, ok := retiredProviderParams[provider][key]; ok {
+		return v
+	}
+	return shapes(providerParamShapes, provider, key)
+}
+
 // compatible refuses a resume that would produce other episodes than the
 // run being resumed: other tasks or plan, another provider or a setting of
 // it that changes what a sandbox is, another policy or option that changes
-// what it does, another capture policy. Every difference is listed, each
-// with the run's value and this command's.
-func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
+// what it does (now is this command's policy record), another capture
+// policy. Every difference is listed, each with the run's value and this
+// command's.
+func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Record) error {
 	var diffs []string
 	differ := func(format string, args ...any) { diffs = append(diffs, fmt.Sprintf(format, args...)) }
 
@@ -250,7 +266,7 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
 			for _, k := range settingKeys(was.Params, cfg.ProviderParams) {
 				o, okO := was.Params[k]
 				n, okN := cfg.ProviderParams[k]
-				if shapes(providerParamShapes, cfg.Provider, k) && (o != n || okO != okN) {
+				if providerSettingShapes(cfg.Provider, k) && (o != n || okO != okN) {
 					differ("-provider-opt %s: the run used %s, this command gives %s (it changes what a %s sandbox is)",
 						k, settingValue(o, okO), settingValue(n, okN), cfg.Provider)
 				}
@@ -258,13 +274,9 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
 		}
 	}
 	if m.Policy != nil {
-		var was policyRecordFields
-		if err := json.Unmarshal(m.Policy, &was); err != nil {
-			return fmt.Errorf("%w: the manifest's policy entry is unreadable: %v", ErrIncompatibleResume, err)
-		}
-		now, err := policyFields(cfg)
+		was, err := policy.DecodeRecord(m.Policy)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: the manifest's policy entry is unreadable: %v", ErrIncompatibleResume, err)
 		}
 		if was.Name != now.Name {
 			differ("-policy: the run used %s, this command gives %s", was.Name, now.Name)
@@ -282,11 +294,13 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config) error {
 			case was.ScriptSHA256 == nil && (was.ScriptFile == "") != (now.ScriptFile == ""):
 				differ("-script: the run replayed %s, this command %s", scriptName(was.ScriptFile, ""), scriptName(now.ScriptFile, ""))
 			}
-			if was.Conversation != nil && !maps.Equal(was.Conversation, now.Conversation) {
-				for _, k := range settingKeys(was.Conversation, now.Conversation) {
-					if was.Conversation[k] != now.Conversation[k] {
-						differ("the conversation's %s differs from the run's (the model would be shown other messages)", k)
-					}
+			if was.Conversation != nil {
+				var nowConv policy.Conversation
+				if now.Conversation != nil {
+					nowConv = *now.Conversation
+				}
+				for _, k := range was.Conversation.Diff(nowConv) {
+					differ("the conversation's %s differs from the run's (the model would be shown other messages)", k)
 				}
 			}
 		}

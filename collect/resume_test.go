@@ -12,10 +12,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/providers"
 
-	_ "github.com/forkline/forkline/providers/docker"
+	_ "github.com/forkline/forkline/providers/all"
 )
 
 // knownParams asks a registered provider which settings it accepts: every
@@ -23,7 +26,7 @@ import (
 // before it touches anything.
 func knownParams(t *testing.T, name string) []string {
 	t.Helper()
-	_, err := providers.Open(name, providers.Options{Dir: t.TempDir(), Params: map[string]string{"zz-probe": "x"}})
+	_, err := providers.Open(t.Context(), name, providers.Options{Dir: t.TempDir(), Params: map[string]string{"zz-probe": "x"}})
 	require.Error(t, err)
 	m := regexp.MustCompile(`\(known: ([^)]*)\)`).FindStringSubmatch(err.Error())
 	require.NotNil(t, m, "%s: %v", name, err)
@@ -45,9 +48,28 @@ func TestEveryProviderSettingIsClassified(t *testing.T) {
 		sort.Strings(known)
 		require.Equal(t, known, listed, "provider %s: classify every setting in providerParamShapes", name)
 	}
-	require.True(t, shapes(providerParamShapes, "docker", "image"))
-	require.False(t, shapes(providerParamShapes, "docker", "standby"))
-	require.True(t, shapes(providerParamShapes, "someone-elses", "anything"), "unknown settings shape, to be safe")
+	require.True(t, providerSettingShapes("docker", "image"))
+	require.False(t, providerSettingShapes("docker", "sweep"))
+	require.True(t, providerSettingShapes("someone-elses", "anything"), "unknown settings shape, to be safe")
+	for name, retired := range retiredProviderParams {
+		known := knownParams(t, name)
+		for k := range retired {
+			require.NotContains(t, known, k, "provider %s still accepts %s: it is not retired", name, k)
+		}
+	}
+}
+
+// A run collected with docker's retired standby setting still resumes: the
+// manifest has standby=2, this command cannot pass it, and the setting only
+// changed timing.
+func TestResumeOfARunWithARetiredSetting(t *testing.T) {
+	m := shard.Manifest{Tasks: json.RawMessage(`[]`), Provider: json.RawMessage(`{"name":"docker","params":{"image":"forkline/busybox","standby":"2"}}`)}
+	cfg := Config{Provider: "docker", ProviderParams: map[string]string{"image": "forkline/busybox"}, Part: Whole, Repeats: 1}
+	require.NoError(t, compatible(m, nil, cfg, policy.Record{}))
+	cfg.ProviderParams["image"] = "forkline/debian"
+	err := compatible(m, nil, cfg, policy.Record{})
+	require.ErrorIs(t, err, ErrIncompatibleResume, "a shaping setting still refuses")
+	require.NotContains(t, err.Error(), "standby")
 }
 
 func TestEveryOpenAIOptionIsClassified(t *testing.T) {
@@ -94,4 +116,36 @@ func TestResumeRefusesACapturePolicyItCannotRead(t *testing.T) {
 	require.ErrorIs(t, err, ErrIncompatibleResume)
 	require.ErrorContains(t, err, `capture policy: the run's entry`)
 	require.ErrorContains(t, err, `unknown field "video"`)
+}
+
+// A run collected before the policy record was typed (its conversation all
+// strings: policy/testdata holds such a manifest, from commit e227819)
+// resumes with the same settings, and a setting that changes what the
+// model is shown is still refused by name.
+func TestResumeComparesAnOldFormPolicyRecord(t *testing.T) {
+	raw, err := os.ReadFile("../policy/testdata/manifest-e227819-openai.json")
+	require.NoError(t, err)
+	var m shard.Manifest
+	require.NoError(t, json.Unmarshal(raw, &m))
+	m.Tasks = json.RawMessage(`[]`) // the task is not what this test compares
+
+	prompt := filepath.Join(t.TempDir(), "system.txt")
+	require.NoError(t, os.WriteFile(prompt, []byte("You fix shell tasks.\nTools:\n{{tools}}\n"), 0o644))
+	t.Setenv("FORKLINE_E2E_KEY", "k")
+	cfg := Config{Provider: "local", Policy: "openai", Repeats: 1, Part: Whole, Capture: capture.DefaultPolicy(), Out: "run",
+		PolicyOptions: map[string]string{"base_url": "http://127.0.0.1:8000/v1", "model": "Qwen/Qwen3-8B", "api_key_env": "FORKLINE_E2E_KEY",
+			"tool_mode": "text", "actions": "exec,write_file,done", "observation_cap": "4096", "system_prompt_file": prompt, "temperature": "0.7"}}
+	check := func(cfg Config) error {
+		t.Helper()
+		_, rec, err := openPolicy(cfg, nil, nil)
+		require.NoError(t, err)
+		return compatible(m, nil, cfg, rec)
+	}
+	require.NoError(t, check(cfg), "the same settings resume the old run")
+
+	require.NoError(t, os.WriteFile(prompt, []byte("You fix other tasks.\n{{tools}}\n"), 0o644))
+	err = check(cfg)
+	require.ErrorIs(t, err, ErrIncompatibleResume)
+	require.ErrorContains(t, err, "the conversation's system_prompt differs")
+	require.NotContains(t, err.Error(), "observation_cap", "only what differs is named")
 }

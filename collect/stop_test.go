@@ -46,8 +46,8 @@ const outageName = "outage-local"
 var errEngineGone = fmt.Errorf("outage: the engine stopped answering: %w", runtime.ErrUnavailable)
 
 func init() {
-	providers.Register(outageName, func(opts providers.Options) (providers.Provider, error) {
-		inner, err := providers.Open("local", opts)
+	providers.Register(outageName, func(ctx context.Context, opts providers.Options) (providers.Provider, error) {
+		inner, err := providers.Open(ctx, "local", opts)
 		if err != nil {
 			return nil, err
 		}

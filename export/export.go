@@ -7,12 +7,13 @@
 // named episode reward, staging the output so that only a complete one appears at
 // Out (and never over an input, or over anything export did not write: see
 // output.go), and the registry of targets (Targets, Describe) that hands each
-// selected episode to a writer in formats/.
+// selected episode, as an export/model Episode with the conversation its
+// policy recorded (policy.Record), to a writer in formats/.
 //
 // It reads datasets only through formats/shard and their manifests; it must
 // not know how a dataset was collected (providers, pools, policies at run
-// time), and the byte layout of each target belongs to its formats/
-// package. Run streams one episode at a time and is deterministic: the same
+// time), what every target shares belongs to export/model, and the byte
+// layout of each target to its formats/ package. Run streams one episode at a time and is deterministic: the same
 // inputs and Options give the same bytes.
 //
 // Error messages name options by the command-line flags of forkline export
@@ -28,6 +29,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/shard"
@@ -216,7 +218,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	oc := &openContext{o: &o, splits: splitNames(o.Split), provenance: provenance(o, inputs), allThinking: true}
 	for _, in := range inputs {
-		oc.allThinking = oc.allThinking && in.thinking != nil
+		oc.allThinking = oc.allThinking && in.conversation.EnableThinking != nil
 	}
 
 	rep := &Report{Written: map[string]int64{}, Refused: map[string]int64{}}
@@ -253,9 +255,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 			}
 			in.read++
 			rep.Read++
-			ep := &chat.Episode{Row: row, Steps: steps, Rewards: rewards, RewardName: o.Reward,
-				System: in.system, EnableThinking: in.thinking, Actions: in.actions, TextToolCalls: in.textCalls,
-				ObservationCap: in.obsCap}
+			ep := &model.Episode{Row: row, Steps: steps, Rewards: rewards, RewardName: o.Reward, Conversation: in.conversation}
 			if !selected(o, ep) {
 				rep.Filtered++
 				return nil
@@ -274,7 +274,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 				ep.Blob = in.ds.Blob
 			}
 			err := s.Write(ep)
-			var ref *chat.Refusal
+			var ref *model.Refusal
 			switch {
 			case errors.As(err, &ref):
 				rep.Refused[ref.Reason]++

@@ -17,9 +17,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/export/model/tabletest"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
-	"github.com/forkline/forkline/formats/hf/hftest"
 	"github.com/forkline/forkline/formats/jsonl"
 	"github.com/forkline/forkline/formats/shard"
 )
@@ -95,22 +96,22 @@ func prettyJSON(t *testing.T, raw []byte) string {
 // features by datasets' rule against the file's actual Arrow types: the
 // types pyarrow infers from the Parquet schema, and the ARROW:schema it
 // prefers when present (item names compared there).
-func readTable(t *testing.T, path string) *hftest.Table {
+func readTable(t *testing.T, path string) *tabletest.Table {
 	t.Helper()
 	if strings.HasSuffix(path, ".arrow") {
-		tab, err := hftest.ReadStreamFile(path)
+		tab, err := tabletest.ReadStreamFile(path)
 		require.NoError(t, err, path)
-		require.NoError(t, hftest.CheckFeatures(tab, true), path)
+		require.NoError(t, tabletest.CheckFeatures(tab, true), path)
 		return tab
 	}
-	tab, err := hftest.ReadParquetFile(path)
+	tab, err := tabletest.ReadParquetFile(path)
 	require.NoError(t, err, path)
-	require.NoError(t, hftest.CheckFeatures(tab, false), "%s: features vs the Parquet schema", path)
-	stored, err := hftest.StoredArrowSchema(tab)
+	require.NoError(t, tabletest.CheckFeatures(tab, false), "%s: features vs the Parquet schema", path)
+	stored, err := tabletest.StoredArrowSchema(tab)
 	require.NoError(t, err, path)
-	want, err := hftest.FeatureTypes(tab.Metadata[hf.MetadataKey])
+	want, err := tabletest.FeatureTypes(tab.Metadata[model.MetadataKey])
 	require.NoError(t, err)
-	require.NoError(t, hftest.CheckFields(want, stored.Fields, true), "%s: features vs ARROW:schema", path)
+	require.NoError(t, tabletest.CheckFields(want, stored.Fields, true), "%s: features vs ARROW:schema", path)
 	return tab
 }
 
@@ -129,13 +130,13 @@ func describe(t *testing.T, dir string) string {
 			tab := readTable(t, path)
 			fmt.Fprintf(&b, "\n== %s: %d rows\n", f, len(tab.Rows))
 			fields := tab.Fields
-			if stored, err := hftest.StoredArrowSchema(tab); err == nil {
+			if stored, err := tabletest.StoredArrowSchema(tab); err == nil {
 				fields = stored.Fields
 			}
 			for _, fl := range fields {
 				fmt.Fprintf(&b, "%s: %s\n", fl.Name, fl.String())
 			}
-			fmt.Fprintf(&b, "-- huggingface metadata\n%s\n", prettyJSON(t, []byte(tab.Metadata[hf.MetadataKey])))
+			fmt.Fprintf(&b, "-- huggingface metadata\n%s\n", prettyJSON(t, []byte(tab.Metadata[model.MetadataKey])))
 		case strings.HasSuffix(f, ".json"):
 			fmt.Fprintf(&b, "\n== %s\n%s\n", f, prettyJSON(t, data))
 		case strings.HasSuffix(f, ".md"):
@@ -198,7 +199,7 @@ func TestRowCountsMatchTheSummary(t *testing.T) {
 			if target == "hf" {
 				readme, err := os.ReadFile(filepath.Join(out, "README.md"))
 				require.NoError(t, err)
-				card, err := hftest.ReadCard(readme)
+				card, err := tabletest.ReadCard(readme)
 				require.NoError(t, err)
 				assert.Equal(t, sum.Written, card.Splits, "the card's split sizes are exact (datasets verifies them)")
 				for split, glob := range card.Files {
@@ -206,9 +207,9 @@ func TestRowCountsMatchTheSummary(t *testing.T) {
 					require.NoError(t, err)
 					require.Len(t, m, 1, "split %s: %s", split, glob)
 					tab := readTable(t, m[0])
-					stored, err := hftest.StoredArrowSchema(tab)
+					stored, err := tabletest.StoredArrowSchema(tab)
 					require.NoError(t, err)
-					require.NoError(t, hftest.CheckFields(card.Features, stored.Fields, true), "card features vs %s", m[0])
+					require.NoError(t, tabletest.CheckFields(card.Features, stored.Fields, true), "card features vs %s", m[0])
 				}
 			}
 			for split, n := range sum.Written {
@@ -486,8 +487,9 @@ func TestJSONLTargetUnchanged(t *testing.T) {
 	ds, err := shard.Open(f.runA)
 	require.NoError(t, err)
 	var want bytes.Buffer
-	_, err = jsonl.Write(ds, &want)
-	require.NoError(t, err)
+	enc := jsonl.NewEncoder(&want)
+	require.NoError(t, ds.EachEpisode(enc.Encode))
+	require.NoError(t, enc.Flush())
 
 	var stdout bytes.Buffer
 	exportOK(t, Options{Inputs: []string{f.runA}, Target: "jsonl", Out: "-", Stdout: &stdout})

@@ -2,7 +2,6 @@ package export
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,24 +9,22 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/task"
 )
 
 // input is one opened dataset and what its manifest says.
 type input struct {
-	path      string
-	ds        *shard.Dataset
-	m         shard.Manifest
-	tasks     map[string]task.Spec
-	system    string
-	thinking  *bool
-	actions   []runtime.ActionKind // the tools offered; nil = all
-	textCalls bool                 // tool_mode=text
-	obsCap    int                  // observation_cap; 0 = whole observations
-	noPixels  bool                 // capture pixels=none: hashes without blobs
-	read      int64
-	selected  int64
+	path  string
+	ds    *shard.Dataset
+	m     shard.Manifest
+	tasks map[string]task.Spec
+	// conversation is how the run's policy talked to its model, as the
+	// manifest's policy record shows it (policy.Record.Shown).
+	conversation policy.Conversation
+	noPixels     bool // capture pixels=none: hashes without blobs
+	read         int64
+	selected     int64
 }
 
 // openInputs opens every input and reads its manifest's tasks and policy.
@@ -65,62 +62,21 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 }
 
 // readPolicy takes what shaped the model's conversation from the policy
-// the manifest records — its effective "conversation" settings where the
-// collector wrote them (defaults applied), else its options: system_prompt (or system), enable_thinking,
-// actions (the tools offered, comma-separated), tool_mode (text: calls
-// written in the model's text) and observation_cap (bytes of an observation
-// shown). Options a run did not record keep their neutral value: no system
-// message, enable_thinking unknown, every action, function calls, whole
-// observations.
+// record the manifest holds: the conversation the collector recorded, or
+// for older manifests and other tools' what the options say (see
+// policy.Record.Shown). A manifest without a policy entry had none: no
+// system message, every action as a function, whole observations,
+// enable_thinking unknown.
 func readPolicy(in *input) error {
 	if len(in.m.Policy) == 0 {
 		return nil
 	}
-	var pol struct {
-		Options      map[string]string `json:"options"`
-		Conversation map[string]string `json:"conversation"` // effective settings, defaults applied
+	rec, err := policy.DecodeRecord(in.m.Policy)
+	if err != nil {
+		return err
 	}
-	if err := json.Unmarshal(in.m.Policy, &pol); err != nil {
-		return fmt.Errorf("manifest policy: %w", err)
-	}
-	if pol.Options == nil {
-		pol.Options = map[string]string{}
-	}
-	for k, v := range pol.Conversation {
-		pol.Options[k] = v
-	}
-	in.system = pol.Options["system_prompt"]
-	if in.system == "" {
-		in.system = pol.Options["system"]
-	}
-	if v, ok := pol.Options["enable_thinking"]; ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("manifest policy option enable_thinking=%q is not a boolean", v)
-		}
-		in.thinking = &b
-	}
-	if v := pol.Options["actions"]; v != "" {
-		for _, k := range strings.Split(v, ",") {
-			k = strings.TrimSpace(k)
-			if k == "" {
-				continue
-			}
-			if _, _, ok := runtime.ActionFieldNames(runtime.ActionKind(k)); !ok {
-				return fmt.Errorf("manifest policy option actions names unknown action %q", k)
-			}
-			in.actions = append(in.actions, runtime.ActionKind(k))
-		}
-	}
-	in.textCalls = pol.Options["tool_mode"] == "text"
-	if v, ok := pol.Options["observation_cap"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("manifest policy option observation_cap=%q is not a byte count", v)
-		}
-		in.obsCap = n
-	}
-	return nil
+	in.conversation, err = rec.Shown()
+	return err
 }
 
 // checkUniqueIDs refuses inputs that share an episode id. It holds the ids

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -85,7 +85,7 @@ func (w Where) String() string {
 }
 
 // selected applies Tasks, Episodes, Where and MinReward.
-func selected(o Options, ep *chat.Episode) bool {
+func selected(o Options, ep *model.Episode) bool {
 	if len(o.Tasks) > 0 && !slices.Contains(o.Tasks, ep.Row.TaskID) {
 		return false
 	}

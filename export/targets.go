@@ -5,17 +5,19 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/jsonl"
 	"github.com/forkline/forkline/formats/verl"
 )
 
-// sink is what the pipeline needs of a target writer. Write may return a
-// *chat.Refusal for an episode the target cannot represent; Close finishes
-// the files and must be called, also after an error.
+// sink is what the pipeline needs of a target writer; every formats/
+// package has one. Write may return a *model.Refusal for an episode the
+// target cannot represent; Close finishes the files and must be called,
+// also after an error.
 type sink interface {
-	Write(ep *chat.Episode) error
+	Write(ep *model.Episode) error
 	Close() error
 }
 
@@ -44,7 +46,7 @@ var targets = map[string]targetSpec{
 		layout:  "FILE (or - for stdout); one split only",
 		file:    true,
 		open: func(_ string, c *openContext) (sink, error) {
-			return newJSONLSink(c.stream), nil
+			return jsonl.NewWriter(c.stream), nil
 		},
 	},
 	"verl-agent": {
@@ -142,12 +144,3 @@ func targetsWith(takes func(targetSpec) bool) string {
 	}
 	return strings.Join(n[:len(n)-1], ", ") + " and " + n[len(n)-1]
 }
-
-// jsonlSink writes the native jsonl target: formats/jsonl's line for every
-// selected episode, from any number of inputs.
-type jsonlSink struct{ enc *jsonl.Encoder }
-
-func newJSONLSink(w io.Writer) *jsonlSink { return &jsonlSink{enc: jsonl.NewEncoder(w)} }
-
-func (j *jsonlSink) Write(ep *chat.Episode) error { return j.enc.Encode(ep.Row, ep.Steps, ep.Rewards) }
-func (j *jsonlSink) Close() error                 { return j.enc.Flush() }

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/aci"
-	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
@@ -195,7 +195,7 @@ func TestTranscript(t *testing.T) {
 		Observation: runtime.Observation{Output: []byte(out), OutputBytes: int64(len(out)), ExitCode: 0},
 	}, 12)
 	assert.Equal(t, want, st.Observation)
-	exported, err := chat.ToolResult(&row, 12)
+	exported, err := model.ToolResult(&row, 12)
 	require.NoError(t, err)
 	assert.Equal(t, exported, st.Observation, "the same text the chat exports write")
 	assert.Contains(t, st.Observation, "exit code: 0\n")

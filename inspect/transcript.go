@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
-	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -132,15 +133,13 @@ func Transcripts(ctx context.Context, dir string, prefixes []string, o Transcrip
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s/%s: %v", ErrDamaged, dir, shard.ManifestFile, err)
 	}
-	var capt struct {
-		Pixels string `json:"pixels"`
-	}
 	if len(m.Capture) > 0 {
-		if err := json.Unmarshal(m.Capture, &capt); err != nil {
+		capt, err := capture.DecodeManifest(m.Capture)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %s/%s: capture: %v", ErrDamaged, dir, shard.ManifestFile, err)
 		}
+		conv.noPixels = capt.Pixels == capture.PixelsNone
 	}
-	conv.noPixels = capt.Pixels == "none"
 	var specs map[string]task.Spec
 	if len(m.Tasks) > 0 {
 		if specs, err = task.DecodeRecords(m.Tasks); err != nil {
@@ -244,38 +243,22 @@ type conversation struct {
 }
 
 // readConversation reads the system prompt and the observation cap from
-// the run's recorded policy: its effective conversation settings where the
-// collector wrote them, else its options (the keys export reads too).
+// the run's recorded policy (policy.Record.Shown: the typed conversation,
+// or for a run recorded before it was typed, its options), as export does.
 func readConversation(m shard.Manifest) (conversation, error) {
 	var c conversation
 	if len(m.Policy) == 0 {
 		return c, nil
 	}
-	var pol struct {
-		Options      map[string]string `json:"options"`
-		Conversation map[string]string `json:"conversation"`
-	}
-	if err := json.Unmarshal(m.Policy, &pol); err != nil {
+	rec, err := policy.DecodeRecord(m.Policy)
+	if err != nil {
 		return c, fmt.Errorf("policy: %w", err)
 	}
-	opts := map[string]string{}
-	for k, v := range pol.Options {
-		opts[k] = v
+	shown, err := rec.Shown()
+	if err != nil {
+		return c, fmt.Errorf("policy: %w", err)
 	}
-	for k, v := range pol.Conversation {
-		opts[k] = v
-	}
-	c.system = opts["system_prompt"]
-	if c.system == "" {
-		c.system = opts["system"]
-	}
-	if v, ok := opts["observation_cap"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return c, fmt.Errorf("policy option observation_cap=%q is not a byte count", v)
-		}
-		c.obsCap = n
-	}
+	c.system, c.obsCap = shown.SystemPrompt, shown.ObservationCap
 	return c, nil
 }
 
@@ -301,12 +284,12 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 			ExitCode: s.ExitCode, IsError: s.IsError, TimedOut: s.TimedOut, Truncated: s.Truncated,
 			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree)}
 		if s.ActionKind != "" {
-			args, err := chat.Arguments(s.ActionJSON)
+			args, err := model.Arguments(s.ActionJSON)
 			if err != nil {
 				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
 			}
 			st.Arguments = args
-			obs, err := chat.ToolResult(s, conv.obsCap)
+			obs, err := model.ToolResult(s, conv.obsCap)
 			if err != nil {
 				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
 			}

@@ -1,9 +1,11 @@
 // Package providers owns the sandbox contract: the Provider interface and its
 // Capabilities, the Spec a sandbox is created from, the registry that maps
-// provider names to factories, and the rules every backend shares (workspace
-// path resolution, output capping). Backends live in sub-packages named after
-// what they talk to (providers/local, providers/docker); providertest is the
-// conformance suite every backend must pass.
+// provider names to factories, the rules every backend shares (workspace
+// path resolution, output capping), and how optional abilities (Sweeper) are
+// found through decorators (Unwrapper, As). Backends live in
+// sub-packages named after what they talk to (providers/local,
+// providers/docker); providers/all registers every backend; providertest is
+// the conformance suite and reset benchmark every backend must pass.
 //
 // It knows sessions and actions (runtime) and nothing about tasks, policies,
 // rewards or datasets: setup and start commands are run by the pool through a
@@ -235,8 +237,10 @@ var ErrClosed = errors.New("providers: closed")
 
 // Sweeper is implemented by providers that can find and remove what crashed
 // runs left behind (mounts, directories, containers, images) — objects whose
-// owning process is gone. Collectors call Sweep once after Open; it must
-// never touch objects of live runs.
+// owning process is gone. Open never sweeps; collectors and replay find the
+// Sweeper with As and call Sweep once after Open, before making sandboxes.
+// Sweep must never touch objects of live runs (this provider's included),
+// and returns early with ctx's error when ctx is done.
 type Sweeper interface {
 	Sweep(ctx context.Context) error
 }

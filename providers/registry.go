@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -20,8 +21,10 @@ type Options struct {
 	Params map[string]string
 }
 
-// Factory opens a provider.
-type Factory func(opts Options) (Provider, error)
+// Factory opens a provider. ctx bounds the start-up only (connecting to an
+// engine, probing mounts): a factory must return once ctx is done, and the
+// provider it returns must not keep ctx for later work.
+type Factory func(ctx context.Context, opts Options) (Provider, error)
 
 var (
 	registryMu sync.RWMutex
@@ -59,15 +62,23 @@ func Names() []string {
 }
 
 // Open opens the named provider. An unknown name fails with the list of
-// known ones.
-func Open(name string, opts Options) (Provider, error) {
+// known ones. Cancelling ctx abandons the start-up; Open then fails with an
+// error wrapping ctx's.
+//
+// Open does not sweep what crashed runs left: callers that want that find
+// the provider's Sweeper with As and call it, so a read-only caller (a test,
+// a tool listing capabilities) never removes anything.
+func Open(ctx context.Context, name string, opts Options) (Provider, error) {
 	registryMu.RLock()
 	f, ok := registry[name]
 	registryMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("providers: unknown provider %q (known: %s)", name, strings.Join(Names(), ", "))
 	}
-	return f(opts)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("providers: opening %s: %w", name, err)
+	}
+	return f(ctx, opts)
 }
 
 // CheckParams returns an error naming the first key of params not in known.

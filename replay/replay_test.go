@@ -11,7 +11,7 @@ import (
 
 	"github.com/forkline/forkline/collect"
 
-	_ "github.com/forkline/forkline/providers/local"
+	_ "github.com/forkline/forkline/providers/all"
 )
 
 func collectRun(t *testing.T, tasks string) string {
@@ -84,4 +84,23 @@ func TestReplayBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoEpisodes)
 	_, err = Run(context.Background(), Config{In: run, Provider: "nope"})
 	require.ErrorContains(t, err, "known: ")
+}
+
+// Like the collector, replay sweeps what crashed runs left in its work
+// directory right after opening the provider (providers.Sweeper, found with
+// providers.As); opening the provider alone removes nothing.
+func TestReplaySweepsWhatCrashedRunsLeft(t *testing.T) {
+	run := collectRun(t, "../examples/tasks/fix-sum.yaml")
+	work := t.TempDir()
+	dead := filepath.Join(work, "forkline-local-crashed")
+	require.NoError(t, os.MkdirAll(filepath.Join(dead, "sb-1", "ws"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dead, "owner"), []byte("999999999 1 \"\"\n"), 0o644))
+	stranger := filepath.Join(work, "not-forkline")
+	require.NoError(t, os.Mkdir(stranger, 0o755))
+
+	rep, err := Run(context.Background(), Config{In: run, WorkDir: work})
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Identical)
+	require.NoDirExists(t, dead, "the crashed run's directory is swept")
+	require.DirExists(t, stranger, "what is not forkline's stays")
 }

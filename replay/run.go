@@ -15,6 +15,7 @@ import (
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
+	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -145,9 +146,20 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 			fmt.Fprintf(cfg.Log, "replay: "+format+"\n", args...)
 		}
 	}
-	prov, err := providers.Open(cfg.Provider, providers.Options{RunID: "replay-" + m.RunID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
+	prov, err := providers.Open(ctx, cfg.Provider, providers.Options{RunID: "replay-" + m.RunID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
 	if err != nil {
 		return nil, err
+	}
+	// As the collector does: remove what crashed runs left before making
+	// more (opening the provider removes nothing); a failed sweep is logged.
+	if sw, ok := providers.As[providers.Sweeper](prov); ok {
+		if err := sw.Sweep(ctx); err != nil {
+			if ctx.Err() != nil {
+				prov.Close(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("replay: %w", ctx.Err())
+			}
+			logf("sweeping leftovers of crashed runs: %v", err)
+		}
 	}
 	// Browser tasks replay with a browser, as they were collected.
 	if rp.prov, err = episode.Environment(prov, list); err != nil {

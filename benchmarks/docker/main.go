@@ -5,7 +5,10 @@
 //   - baseline: `docker run --rm --network none IMAGE true` through the CLI;
 //   - fork: Provider.Fork of a golden checkpoint (container create + start);
 //   - fork+exec: a fork and its first exec, i.e. until a command has run;
-//   - standby: Fork when a started standby fork is ready (Prewarm);
+//   - standby: the reset of an episode when the pool's standby
+//     (pool.Config.Standby, collect -standby) had a replica ready: a
+//     hand-off. Each episode lasts -standby-episode, so the standby has time
+//     to refill, as it has in a run whose episodes take longer than a fork;
 //   - recreate: a fresh container plus a setup of about 2 s (sleep 2 and
 //     writing files), what a run without checkpoints pays per episode;
 //   - and, for the standby design, unpause of a paused container, one exec
@@ -21,6 +24,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +43,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/docker"
 	"github.com/forkline/forkline/runtime"
@@ -52,6 +57,8 @@ type config struct {
 	JSONPath string
 	MDPath   string
 	SetupCmd string
+	// StandbyEpisode is how long each episode of the standby measure lasts.
+	StandbyEpisode time.Duration
 }
 
 // defaultSetup is the setup of recreate and of the golden sandbox: about
@@ -113,8 +120,9 @@ func main() {
 	flag.StringVar(&cfg.JSONPath, "json", "", "write the results as JSON to `FILE`")
 	flag.StringVar(&cfg.MDPath, "md", "", "write a Markdown report to `FILE`")
 	flag.StringVar(&cfg.SetupCmd, "setup", defaultSetup, "the setup command of recreate (and of the golden sandbox)")
+	flag.DurationVar(&cfg.StandbyEpisode, "standby-episode", time.Second, "how long each episode of the standby measure lasts (longer than a fork, so the standby keeps up)")
 	flag.Parse()
-	if flag.NArg() > 0 || cfg.N < 1 || cfg.Recreate < 1 {
+	if flag.NArg() > 0 || cfg.N < 1 || cfg.Recreate < 1 || cfg.StandbyEpisode < 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -145,7 +153,7 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config) (*report, error) {
-	p, err := docker.New(providers.Options{RunID: fmt.Sprintf("bench-%d", os.Getpid()), Params: map[string]string{docker.ParamImage: cfg.Image}})
+	p, err := docker.New(ctx, providers.Options{RunID: fmt.Sprintf("bench-%d", os.Getpid()), Params: map[string]string{docker.ParamImage: cfg.Image}})
 	if err != nil {
 		return nil, err
 	}
@@ -221,23 +229,12 @@ func run(ctx context.Context, cfg config) (*report, error) {
 	}
 	add("fork+exec", "Fork, then the first exec (true) has run", forkExec)
 
-	var standby []time.Duration
-	for i := 0; i < cfg.N; i++ {
-		if err := p.Prewarm(ctx, cp, 1); err != nil { // waits for the refill, untimed
-			return nil, err
-		}
-		began := time.Now()
-		sb, err := p.Fork(ctx, cp)
-		if err != nil {
-			return nil, err
-		}
-		standby = append(standby, time.Since(began))
-		_ = sb.Close(ctx)
-	}
-	if err := p.Prewarm(ctx, cp, 0); err != nil {
+	standby, cold, err := poolStandby(ctx, p, cfg)
+	if err != nil {
 		return nil, err
 	}
-	add("standby", "Fork handing out a ready standby fork (Prewarm)", standby)
+	add("standby", fmt.Sprintf("pool reset with a standby replica ready: a hand-off (%d of %d resets; %d found none ready)",
+		len(standby), len(standby)+cold, cold), standby)
 
 	recreate, err := sampleSandbox(ctx, cfg.Recreate, func() (providers.Sandbox, error) {
 		sb, err := p.Create(ctx, providers.Spec{})
@@ -294,6 +291,59 @@ func run(ctx context.Context, cfg config) (*report, error) {
 		rep.Measures[i].Ratio = round(rep.Measures[i].P50MS/rep.Measures[0].P50MS, 3)
 	}
 	return rep, nil
+}
+
+// poolStandby runs cfg.N episodes of one task through a pool with one
+// replica and a standby of one, as collect -replicas 1 -standby 1 does, and
+// returns the resets that were hand-offs of a ready standby replica and how
+// many found none ready (a cold fork: the first one, and any the standby
+// did not refill in time). Each episode runs one command and lasts
+// cfg.StandbyEpisode; the golden build is the pool's own, untimed.
+func poolStandby(ctx context.Context, p providers.Provider, cfg config) ([]time.Duration, int, error) {
+	pl, err := pool.New(pool.Config{Provider: p, Replicas: 1, Standby: 1, Strategy: pool.Fork})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer pl.Close(context.WithoutCancel(ctx))
+	t := &pool.Template{Key: "bench-standby", Setup: []string{cfg.SetupCmd}, CommandTimeout: time.Minute}
+	if _, err := pl.Golden(ctx, t); err != nil {
+		return nil, 0, err
+	}
+	pl.Expect(ctx, t, cfg.N)
+	jobs := make(chan pool.Job, cfg.N)
+	for range cfg.N {
+		jobs <- pool.Job{Template: t}
+	}
+	close(jobs)
+	var handOffs []time.Duration
+	cold := 0
+	var episodeErr error
+	pl.Run(ctx, jobs, func(ctx context.Context, _ pool.Job, r pool.Replica, err error) pool.Outcome {
+		if err == nil {
+			err = mustExec(ctx, r.Sandbox, "true")
+		}
+		if err != nil {
+			episodeErr = cmp.Or(episodeErr, err)
+			return pool.Broken
+		}
+		if r.Standby {
+			handOffs = append(handOffs, r.Reset)
+		} else {
+			cold++
+		}
+		select {
+		case <-time.After(cfg.StandbyEpisode):
+		case <-ctx.Done():
+		}
+		return pool.Done
+	})
+	if episodeErr == nil {
+		episodeErr = ctx.Err()
+	}
+	if episodeErr == nil && len(handOffs) == 0 {
+		episodeErr = fmt.Errorf("no reset found a standby replica ready in %d episodes of %s", cfg.N, cfg.StandbyEpisode)
+	}
+	return handOffs, cold, episodeErr
 }
 
 // waitPaused waits until the engine reports container id paused (or not).
@@ -424,7 +474,7 @@ func markdown(rep *report) string {
 	if fork.P50MS > 0 && recreate.P50MS > 0 {
 		fmt.Fprintf(&b, "\nPer episode, a fork costs %s ms where recreating costs %s ms (%.1f× more); "+
 			"a standby hand-off costs %s ms, as long as the standby keeps up (a fork takes about %s ms to start, "+
-			"two at a time).\n", fmtMS(fork.P50MS), fmtMS(recreate.P50MS), recreate.P50MS/fork.P50MS,
+			"one at a time per task).\n", fmtMS(fork.P50MS), fmtMS(recreate.P50MS), recreate.P50MS/fork.P50MS,
 			fmtMS(standby.P50MS), fmtMS(fork.P50MS))
 	}
 	b.WriteString(`
@@ -432,8 +482,9 @@ Samples run one after another in one process, on a machine that may have had oth
 ratios within one run are the numbers to compare, not the absolute times across machines.
 "fork" ends when the container is started; "fork+exec" when its first command has run.
 "recreate" is what an episode costs without checkpoints: a fresh container and the task's setup
-again. "standby" is the hand-off of a fork started ahead of time by Prewarm; it is not paused,
-because "unpause" would add that much to every hand-off while a sleeping container costs nothing.
+again. "standby" is the pool's reset when its standby (collect -standby) had a replica ready: a fork
+started ahead of time, with the task's start commands run, handed off. It is not paused, because
+"unpause" would add that much to every hand-off while a sleeping container costs nothing.
 `)
 	return b.String()
 }

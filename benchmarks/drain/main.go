@@ -109,7 +109,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 	cli.Close()
 	open := func(output string) (*docker.Provider, providers.Sandbox, error) {
-		p, err := docker.New(providers.Options{RunID: fmt.Sprintf("bench-drain-%d", os.Getpid()),
+		p, err := docker.New(ctx, providers.Options{RunID: fmt.Sprintf("bench-drain-%d", os.Getpid()),
 			Params: map[string]string{docker.ParamOutput: output}})
 		if err != nil {
 			return nil, nil, err

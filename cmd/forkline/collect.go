@@ -12,6 +12,7 @@ import (
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
@@ -92,7 +93,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.String(&c.WorkDir, "workdir", "DIR", "where sandboxes live on the host").ShowDefault("a temporary directory")
 
 	f.Group("policy", "-policy openai -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -temperature 0.7 -max-tokens 1024")
-	f.String(&c.Policy, "policy", "NAME", "what drives the episodes: "+strings.Join(collect.PolicyNames(), ", ")+" (docs/policies.md)")
+	f.String(&c.Policy, "policy", "NAME", "what drives the episodes: "+strings.Join(policy.Names(), ", ")+" (docs/policies.md)")
 	f.KeyValues(c.PolicyOptions, "policy-opt", "key=value", "policy setting; recorded in the manifest, so never a secret")
 	f.String(&c.ScriptFile, "script", "FILE", "for -policy script: a file of actions (JSONL) replayed instead of each task's solution")
 	for _, l := range []struct{ flag, key, arg string }{

@@ -204,8 +204,9 @@ func TestDockerInterruptedRunFinishesOnDocker(t *testing.T) {
 		require.Equal(t, before, treeHash(t, out), "refused %v changed the dataset", wrong)
 	}
 
-	// Settings that do not change a sandbox may differ: standby, sweep.
-	code, resumed := runShell(t, finish+" -provider-opt standby=1 -provider-opt sweep=off")
+	// Settings that do not change a sandbox may differ: the pool's standby,
+	// the provider's sweep.
+	code, resumed := runShell(t, finish+" -standby 1 -provider-opt sweep=off")
 	require.Equal(t, cli.ExitOK, code, resumed)
 	ds, err := shard.Open(out)
 	require.NoError(t, err)

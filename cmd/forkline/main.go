@@ -20,8 +20,8 @@ import (
 
 	"github.com/forkline/forkline/internal/cli"
 
-	_ "github.com/forkline/forkline/providers/docker"
-	_ "github.com/forkline/forkline/providers/local"
+	_ "github.com/forkline/forkline/policy/all"
+	_ "github.com/forkline/forkline/providers/all"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }

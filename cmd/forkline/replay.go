@@ -11,7 +11,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/docker"
@@ -197,7 +197,7 @@ func readableAction(action string) string {
 	var a struct {
 		Kind string `json:"kind"`
 	}
-	args, err := chat.Arguments(action)
+	args, err := model.Arguments(action)
 	if err != nil || json.Unmarshal([]byte(action), &a) != nil {
 		return action
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/forkline/forkline/export/model"
 )
 
 // ToolArgs says how tool-call arguments are encoded in chat-jsonl.
@@ -93,8 +95,8 @@ type LineFunction struct {
 
 // Encode returns ep's chat-jsonl line, without the newline. tools is the
 // encoding of ep.Tools(), nil when the episode has none.
-func Encode(ep *Episode, tools json.RawMessage, args ToolArgs) ([]byte, error) {
-	msgs, err := Messages(ep)
+func Encode(ep *model.Episode, tools json.RawMessage, args ToolArgs) ([]byte, error) {
+	msgs, err := model.Messages(ep)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +109,7 @@ func Encode(ep *Episode, tools json.RawMessage, args ToolArgs) ([]byte, error) {
 		for _, tc := range m.ToolCalls {
 			a := tc.Arguments
 			if args != ArgsObject {
-				if a, err = marshalNoEscape(string(tc.Arguments)); err != nil {
+				if a, err = model.EncodeJSON(string(tc.Arguments)); err != nil {
 					return nil, err
 				}
 			}
@@ -115,11 +117,11 @@ func Encode(ep *Episode, tools json.RawMessage, args ToolArgs) ([]byte, error) {
 		}
 		line.Messages = append(line.Messages, lm)
 	}
-	return marshalNoEscape(line)
+	return model.EncodeJSON(line)
 }
 
 // Write appends ep's line to its split's file.
-func (w *JSONLWriter) Write(ep *Episode) error {
+func (w *JSONLWriter) Write(ep *model.Episode) error {
 	if w.err != nil {
 		return w.err
 	}
@@ -132,7 +134,7 @@ func (w *JSONLWriter) Write(ep *Episode) error {
 	tools, ok := w.tools[key]
 	if !ok {
 		if t := ep.Tools(); t != nil {
-			if tools, err = marshalNoEscape(t); err != nil {
+			if tools, err = model.EncodeJSON(t); err != nil {
 				return err
 			}
 		}
@@ -176,20 +178,3 @@ func (w *JSONLWriter) Close() error {
 	}
 	return w.err
 }
-
-// marshalNoEscape is json.Marshal without HTML escaping (<, >, & stay as
-// they are in commands and outputs).
-func marshalNoEscape(v any) ([]byte, error) {
-	var buf bytesBuffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	b := buf.b
-	return b[:len(b)-1], nil // Encode appends a newline
-}
-
-type bytesBuffer struct{ b []byte }
-
-func (b *bytesBuffer) Write(p []byte) (int, error) { b.b = append(b.b, p...); return len(p), nil }

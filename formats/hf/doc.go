@@ -1,12 +1,12 @@
 // Package hf writes Hugging Face datasets: Parquet files whose schema
 // metadata carries datasets' features (target hf, with a README.md dataset
-// card), and the save_to_disk layout of Arrow IPC streams (target hf-disk).
-// It also provides the typed table writer (Features, TableWriter) that
-// formats/verl uses for its Parquet files, so every Parquet file forkline
-// exports loads in datasets with exact types.
+// card), and the save_to_disk layout of Arrow IPC streams (target hf-disk):
+// the rows (EpisodeFeatures, StepFeatures), the card, the files.
 //
-// It knows Episode and conversations (formats/chat) and the Arrow/Parquet
-// libraries. It does not select, split or read episodes (package export).
+// It writes through export/model's typed table (model.Features,
+// model.TableWriter) and builds rows from model.Episode and its messages.
+// It does not select, split or read episodes (package export) and imports
+// no other target.
 //
 // # Types
 //

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/formats/chat"
-	"github.com/forkline/forkline/formats/hf/hftest"
+	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/export/model/tabletest"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -31,8 +31,8 @@ func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:
 
 // episode returns an episode with a token record, a screenshot kept in the
 // row and one stored by hash, and rewards (one null).
-func episode(id, split string) *chat.Episode {
-	return &chat.Episode{
+func episode(id, split string) *model.Episode {
+	return &model.Episode{
 		Row: schemas.EpisodeRow{EpisodeID: id, RunID: "run-1", TaskID: "t1", ExitReason: "done", Answer: "42", Steps: 3,
 			PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{10, 11, 20, 21, 30}, ResponseMask: []int32{1, 1, 0, 0, 1},
 			ResponseLogprobs: []float32{-0.5, -0.25, 0, 0, -1}, TokenTurns: 2, DurationMS: 12.5},
@@ -83,16 +83,16 @@ func TestFeaturesGolden(t *testing.T) {
 	}
 }
 
-// The features JSON, read by rules written independently in hftest, gives
+// The features JSON, read by rules written independently in tabletest, gives
 // exactly the Arrow schema the writer uses.
 func TestFeatureJSONMatchesArrowSchema(t *testing.T) {
 	for _, rows := range []RowsPer{RowsEpisode, RowsStep} {
 		fs := FeaturesFor(rows)
-		want, err := hftest.FeatureTypes(fs.MetadataJSON())
+		want, err := tabletest.FeatureTypes(fs.MetadataJSON())
 		require.NoError(t, err)
-		stored, err := hftest.DecodeSchemaMessage(serializeSchema(fs))
+		stored, err := tabletest.DecodeSchemaMessage(serializeSchema(fs))
 		require.NoError(t, err)
-		require.NoError(t, hftest.CheckFields(want, stored.Fields, true), string(rows))
+		require.NoError(t, tabletest.CheckFields(want, stored.Fields, true), string(rows))
 	}
 }
 
@@ -101,7 +101,7 @@ func TestParquetRoundTripWithParquetGo(t *testing.T) {
 	path := filepath.Join(dir, "t.parquet")
 	f, err := os.Create(path)
 	require.NoError(t, err)
-	tw, err := NewParquetWriter(f, EpisodeFeatures)
+	tw, err := model.NewParquetWriter(f, EpisodeFeatures)
 	require.NoError(t, err)
 	tw.BatchRows = 1 // one row group per row
 	for _, id := range []string{"a", "b"} {
@@ -117,13 +117,13 @@ func TestParquetRoundTripWithParquetGo(t *testing.T) {
 	require.NoError(t, tw.Close())
 	require.NoError(t, f.Close())
 
-	tab, err := hftest.ReadParquetFile(path)
+	tab, err := tabletest.ReadParquetFile(path)
 	require.NoError(t, err)
 	assert.Equal(t, 3, tab.Batches)
-	require.NoError(t, hftest.CheckFeatures(tab, false), "features vs the Parquet schema pyarrow infers")
-	stored, err := hftest.StoredArrowSchema(tab)
+	require.NoError(t, tabletest.CheckFeatures(tab, false), "features vs the Parquet schema pyarrow infers")
+	stored, err := tabletest.StoredArrowSchema(tab)
 	require.NoError(t, err)
-	require.NoError(t, hftest.CheckFields(mustFeatureTypes(t, tab), stored.Fields, true), "features vs ARROW:schema")
+	require.NoError(t, tabletest.CheckFields(mustFeatureTypes(t, tab), stored.Fields, true), "features vs ARROW:schema")
 
 	require.Len(t, tab.Rows, 3)
 	row := tab.Rows[0]
@@ -148,23 +148,23 @@ func TestParquetRoundTripWithParquetGo(t *testing.T) {
 	assert.Len(t, tools, 11)
 }
 
-func mustFeatureTypes(t *testing.T, tab *hftest.Table) []hftest.Type {
-	want, err := hftest.FeatureTypes(tab.Metadata[MetadataKey])
+func mustFeatureTypes(t *testing.T, tab *tabletest.Table) []tabletest.Type {
+	want, err := tabletest.FeatureTypes(tab.Metadata[model.MetadataKey])
 	require.NoError(t, err)
 	return want
 }
 
 func TestStreamRoundTripWithHandWrittenReader(t *testing.T) {
 	var buf bytes.Buffer
-	tw, err := NewStreamWriter(&buf, StepFeatures)
+	tw, err := model.NewStreamWriter(&buf, StepFeatures)
 	require.NoError(t, err)
 	tw.BatchRows = 2
 	require.NoError(t, StepRows(episode("a", "train"), tw.Append))
 	require.NoError(t, tw.Close())
-	tab, err := hftest.ReadStream(buf.Bytes())
+	tab, err := tabletest.ReadStream(buf.Bytes())
 	require.NoError(t, err)
 	assert.Equal(t, 2, tab.Batches)
-	require.NoError(t, hftest.CheckFeatures(tab, true))
+	require.NoError(t, tabletest.CheckFeatures(tab, true))
 	require.Len(t, tab.Rows, 3)
 	assert.Equal(t, map[string]any{"bytes": png1, "path": nil}, tab.Rows[1]["screenshot"])
 	assert.Nil(t, tab.Rows[0]["screenshot"])
@@ -173,15 +173,6 @@ func TestStreamRoundTripWithHandWrittenReader(t *testing.T) {
 	assert.Equal(t, `{"kind":"click","x":1,"y":2}`, tab.Rows[1]["action_json"])
 	assert.Equal(t, int64(-1), tab.Rows[1]["exit_code"])
 	assert.Nil(t, tab.Rows[0]["a11y_tree"])
-}
-
-func TestAppendRejectsWhatDoesNotFit(t *testing.T) {
-	var buf bytes.Buffer
-	tw, err := NewParquetWriter(&buf, Features{{"n", Value("int8")}})
-	require.NoError(t, err)
-	require.ErrorContains(t, tw.Append(Row{"n": 300}), "overflows int8")
-	tw, _ = NewParquetWriter(&buf, Features{{"n", Value("int8")}})
-	require.ErrorContains(t, tw.Append(Row{"m": 1}), `column "m"`)
 }
 
 func listFiles(t *testing.T, dir string) []string {
@@ -213,19 +204,19 @@ func TestWriterLayoutAndCard(t *testing.T) {
 	golden(t, "card-episode.golden.md", card)
 	assert.Contains(t, string(card), "  - name: train\n    num_examples: 2\n")
 
-	empty, err := hftest.ReadParquetFile(filepath.Join(dir, "data/test-00000-of-00001.parquet"))
+	empty, err := tabletest.ReadParquetFile(filepath.Join(dir, "data/test-00000-of-00001.parquet"))
 	require.NoError(t, err)
 	assert.Empty(t, empty.Rows)
-	require.NoError(t, hftest.CheckFeatures(empty, false))
+	require.NoError(t, tabletest.CheckFeatures(empty, false))
 
 	// The card, read by datasets' YAML rules, describes the files exactly.
-	c, err := hftest.ReadCard(card)
+	c, err := tabletest.ReadCard(card)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int64{"train": 2, "test": 0}, c.Splits)
 	assert.Equal(t, map[string]string{"train": "data/train-*", "test": "data/test-*"}, c.Files)
-	stored, err := hftest.StoredArrowSchema(empty)
+	stored, err := tabletest.StoredArrowSchema(empty)
 	require.NoError(t, err)
-	require.NoError(t, hftest.CheckFields(c.Features, stored.Fields, true), "card features vs the files' Arrow types")
+	require.NoError(t, tabletest.CheckFields(c.Features, stored.Fields, true), "card features vs the files' Arrow types")
 }
 
 func TestDiskWriterLayout(t *testing.T) {
@@ -257,19 +248,19 @@ func TestDiskWriterLayout(t *testing.T) {
 	assert.Len(t, st["_fingerprint"], 16)
 	assert.True(t, strings.HasPrefix(string(state), "{\n  \"_data_files\": [\n    {\n      \"filename\""), "indent 2, sorted keys:\n%s", state)
 
-	tab, err := hftest.ReadStreamFile(filepath.Join(dir, "test", "data-00000-of-00001.arrow"))
+	tab, err := tabletest.ReadStreamFile(filepath.Join(dir, "test", "data-00000-of-00001.arrow"))
 	require.NoError(t, err)
 	require.Len(t, tab.Rows, 3)
-	require.NoError(t, hftest.CheckFeatures(tab, true))
+	require.NoError(t, tabletest.CheckFeatures(tab, true))
 	info, err := os.ReadFile(filepath.Join(dir, "test", "dataset_info.json"))
 	require.NoError(t, err)
 	var di struct {
 		Features json.RawMessage `json:"features"`
 	}
 	require.NoError(t, json.Unmarshal(info, &di))
-	infoTypes, err := hftest.FeaturesJSONTypes(di.Features)
+	infoTypes, err := tabletest.FeaturesJSONTypes(di.Features)
 	require.NoError(t, err)
-	require.NoError(t, hftest.CheckFields(infoTypes, tab.Fields, true), "dataset_info.json features must match the Arrow types")
+	require.NoError(t, tabletest.CheckFields(infoTypes, tab.Fields, true), "dataset_info.json features must match the Arrow types")
 	golden(t, "disk-dataset_info-step.golden.json", info)
 }
 

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/export/model"
 )
 
 // RowsPer says what one row of the hf and hf-disk targets is.
@@ -26,129 +26,93 @@ func ParseRows(s string) (RowsPer, error) {
 }
 
 var (
-	str     = Value("string")
-	i8      = Value("int8")
-	i32     = Value("int32")
-	f32     = Value("float32")
-	f64     = Value("float64")
-	boolean = Value("bool")
+	str     = model.Value("string")
+	i8      = model.Value("int8")
+	i32     = model.Value("int32")
+	f32     = model.Value("float32")
+	f64     = model.Value("float64")
+	boolean = model.Value("bool")
 )
 
 // MessageFeature is a chat message: OpenAI's shape with the tool-call
 // arguments as a JSON string (one Arrow type for every tool) and the
 // model's reasoning as reasoning_content, the key chat templates read.
-var MessageFeature = Struct{
-	{"role", str},
-	{"content", str},
-	{"reasoning_content", str},
-	{"tool_calls", List{Struct{
-		{"id", str},
-		{"type", str},
-		{"function", Struct{{"name", str}, {"arguments", str}}},
+var MessageFeature = model.Struct{
+	{Name: "role", Type: str},
+	{Name: "content", Type: str},
+	{Name: "reasoning_content", Type: str},
+	{Name: "tool_calls", Type: model.List{Item: model.Struct{
+		{Name: "id", Type: str},
+		{Name: "type", Type: str},
+		{Name: "function", Type: model.Struct{{Name: "name", Type: str}, {Name: "arguments", Type: str}}},
 	}}},
-	{"tool_call_id", str},
+	{Name: "tool_call_id", Type: str},
 }
 
 // EpisodeFeatures are the columns of an episode row.
-var EpisodeFeatures = Features{
-	{"episode_id", str},
-	{"run_id", str},
-	{"task_id", str},
-	{"instruction", str},
-	{"exit_reason", str},
-	{"answer", str},
-	{"steps", i32},
-	{"reward", f64},
-	{"rewards", List{Struct{{"name", str}, {"step_index", i32}, {"value", f64}}}},
-	{"messages", List{MessageFeature}},
-	{"tools", str},
-	{"screenshots", List{Image{}}},
-	{"prompt_ids", List{i32}},
-	{"response_ids", List{i32}},
-	{"response_mask", List{i8}},
-	{"response_logprobs", List{f32}},
-	{"token_drift", boolean},
-	{"duration_ms", f64},
+var EpisodeFeatures = model.Features{
+	{Name: "episode_id", Type: str},
+	{Name: "run_id", Type: str},
+	{Name: "task_id", Type: str},
+	{Name: "instruction", Type: str},
+	{Name: "exit_reason", Type: str},
+	{Name: "answer", Type: str},
+	{Name: "steps", Type: i32},
+	{Name: "reward", Type: f64},
+	{Name: "rewards", Type: model.List{Item: model.Struct{{Name: "name", Type: str}, {Name: "step_index", Type: i32}, {Name: "value", Type: f64}}}},
+	{Name: "messages", Type: model.List{Item: MessageFeature}},
+	{Name: "tools", Type: str},
+	{Name: "screenshots", Type: model.List{Item: model.Image{}}},
+	{Name: "prompt_ids", Type: model.List{Item: i32}},
+	{Name: "response_ids", Type: model.List{Item: i32}},
+	{Name: "response_mask", Type: model.List{Item: i8}},
+	{Name: "response_logprobs", Type: model.List{Item: f32}},
+	{Name: "token_drift", Type: boolean},
+	{Name: "duration_ms", Type: f64},
 }
 
 // StepFeatures are the columns of a step row.
-var StepFeatures = Features{
-	{"episode_id", str},
-	{"run_id", str},
-	{"task_id", str},
-	{"step_index", i32},
-	{"action_kind", str},
-	{"action_json", str},
-	{"model_text", str},
-	{"reasoning", str},
-	{"output", str},
-	{"exit_code", i32},
-	{"is_error", boolean},
-	{"error_kind", str},
-	{"timed_out", boolean},
-	{"truncated", boolean},
-	{"screenshot", Image{}},
-	{"screenshot_sha256", str},
-	{"a11y_tree", str},
-	{"prompt_ids", List{i32}},
-	{"response_ids", List{i32}},
-	{"response_logprobs", List{f32}},
-	{"policy_ms", f64},
-	{"env_ms", f64},
-	{"step_reward", f64},
-	{"episode_reward", f64},
-	{"exit_reason", str},
+var StepFeatures = model.Features{
+	{Name: "episode_id", Type: str},
+	{Name: "run_id", Type: str},
+	{Name: "task_id", Type: str},
+	{Name: "step_index", Type: i32},
+	{Name: "action_kind", Type: str},
+	{Name: "action_json", Type: str},
+	{Name: "model_text", Type: str},
+	{Name: "reasoning", Type: str},
+	{Name: "output", Type: str},
+	{Name: "exit_code", Type: i32},
+	{Name: "is_error", Type: boolean},
+	{Name: "error_kind", Type: str},
+	{Name: "timed_out", Type: boolean},
+	{Name: "truncated", Type: boolean},
+	{Name: "screenshot", Type: model.Image{}},
+	{Name: "screenshot_sha256", Type: str},
+	{Name: "a11y_tree", Type: str},
+	{Name: "prompt_ids", Type: model.List{Item: i32}},
+	{Name: "response_ids", Type: model.List{Item: i32}},
+	{Name: "response_logprobs", Type: model.List{Item: f32}},
+	{Name: "policy_ms", Type: f64},
+	{Name: "env_ms", Type: f64},
+	{Name: "step_reward", Type: f64},
+	{Name: "episode_reward", Type: f64},
+	{Name: "exit_reason", Type: str},
 }
 
 // FeaturesFor returns the columns of a row shape.
-func FeaturesFor(r RowsPer) Features {
+func FeaturesFor(r RowsPer) model.Features {
 	if r == RowsStep {
 		return StepFeatures
 	}
 	return EpisodeFeatures
 }
 
-// MessageValues converts chat messages into MessageFeature values, with
-// tool-call arguments as JSON strings.
-func MessageValues(msgs []chat.Message) []any {
-	out, _ := MessageValuesWith(msgs, func(raw json.RawMessage) (any, error) { return string(raw), nil })
-	return out
-}
-
-// MessageValuesWith converts chat messages into row values, turning each
-// tool call's arguments with args (a JSON string for HF, an object for verl).
-func MessageValuesWith(msgs []chat.Message, args func(json.RawMessage) (any, error)) ([]any, error) {
-	out := make([]any, len(msgs))
-	for i, m := range msgs {
-		v := map[string]any{"role": m.Role, "content": m.Content}
-		if m.Reasoning != "" {
-			v["reasoning_content"] = m.Reasoning
-		}
-		if m.ToolCallID != "" {
-			v["tool_call_id"] = m.ToolCallID
-		}
-		if len(m.ToolCalls) > 0 {
-			calls := make([]any, len(m.ToolCalls))
-			for j, tc := range m.ToolCalls {
-				a, err := args(tc.Arguments)
-				if err != nil {
-					return nil, fmt.Errorf("tool call %s: %w", tc.ID, err)
-				}
-				calls[j] = map[string]any{"id": tc.ID, "type": "function",
-					"function": map[string]any{"name": tc.Name, "arguments": a}}
-			}
-			v["tool_calls"] = calls
-		}
-		out[i] = v
-	}
-	return out, nil
-}
-
-// ToolsJSON is the tools column: the episode's tools (chat.Episode.Tools)
+// ToolsJSON is the tools column: the episode's tools (model.Episode.Tools)
 // as one JSON string, or nil (null) when its policy offered none as
 // functions. Tool schemas differ in shape, so no single Arrow struct holds
 // them without inventing null keys; TRL accepts tools as a JSON string.
-func ToolsJSON(ep *chat.Episode) any {
+func ToolsJSON(ep *model.Episode) any {
 	t := ep.Tools()
 	if t == nil {
 		return nil
@@ -162,8 +126,8 @@ func ToolsJSON(ep *chat.Episode) any {
 
 // EpisodeRow builds ep's episode row; tools is its tools column value
 // (ToolsJSON, which callers may cache by ep.ToolsKey()).
-func EpisodeRow(ep *chat.Episode, tools any) (Row, error) {
-	msgs, err := chat.Messages(ep)
+func EpisodeRow(ep *model.Episode, tools any) (model.Row, error) {
+	msgs, err := model.Messages(ep)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +146,7 @@ func EpisodeRow(ep *chat.Episode, tools any) (Row, error) {
 		rewards = append(rewards, map[string]any{"name": r.Name, "step_index": r.StepIndex, "value": r.Value})
 	}
 	e := &ep.Row
-	row := Row{
+	row := model.Row{
 		"episode_id":    e.EpisodeID,
 		"run_id":        e.RunID,
 		"task_id":       e.TaskID,
@@ -192,12 +156,12 @@ func EpisodeRow(ep *chat.Episode, tools any) (Row, error) {
 		"steps":         e.Steps,
 		"reward":        ep.Reward(),
 		"rewards":       rewards,
-		"messages":      MessageValues(msgs),
+		"messages":      model.MessageValues(msgs),
 		"tools":         tools,
 		"screenshots":   shots,
 		"prompt_ids":    e.PromptIDs,
 		"response_ids":  e.ResponseIDs,
-		"response_mask": Mask8(e.ResponseMask),
+		"response_mask": model.Mask8(e.ResponseMask),
 		"token_drift":   e.TokenDrift,
 		"duration_ms":   e.DurationMS,
 	}
@@ -208,7 +172,7 @@ func EpisodeRow(ep *chat.Episode, tools any) (Row, error) {
 }
 
 // StepRows builds ep's step rows and calls fn with each, in step order.
-func StepRows(ep *chat.Episode, fn func(Row) error) error {
+func StepRows(ep *model.Episode, fn func(model.Row) error) error {
 	epReward := ep.Reward()
 	for i := range ep.Steps {
 		s := &ep.Steps[i]
@@ -216,7 +180,7 @@ func StepRows(ep *chat.Episode, fn func(Row) error) error {
 		if err != nil {
 			return err
 		}
-		row := Row{
+		row := model.Row{
 			"episode_id":     s.EpisodeID,
 			"run_id":         ep.Row.RunID,
 			"task_id":        s.TaskID,
@@ -259,13 +223,4 @@ func nonEmpty(s string) any {
 		return nil
 	}
 	return s
-}
-
-// Mask8 converts a 0/1 mask to int8.
-func Mask8(m []int32) []int8 {
-	out := make([]int8, len(m))
-	for i, v := range m {
-		out[i] = int8(v)
-	}
-	return out
 }

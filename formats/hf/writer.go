@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/export/model"
 )
 
 // DefaultMaxShardBytes is the size after which a split continues in a new
@@ -37,8 +37,8 @@ type Writer struct {
 	dir    string
 	disk   bool
 	opt    Options
-	fs     Features
-	tools  map[string]any // ToolsJSON by chat.Episode.ToolsKey
+	fs     model.Features
+	tools  map[string]any // ToolsJSON by model.Episode.ToolsKey
 	splits []*splitOut
 	byName map[string]*splitOut
 	err    error
@@ -55,7 +55,7 @@ type splitOut struct {
 type shardFile struct {
 	f   *os.File
 	cw  *countingWriter
-	tw  *TableWriter
+	tw  *model.TableWriter
 	tmp string
 }
 
@@ -125,11 +125,11 @@ func (w *Writer) openShard(s *splitOut) error {
 		return fmt.Errorf("hf: %w", err)
 	}
 	cw := &countingWriter{w: f, sum: s.sum}
-	var tw *TableWriter
+	var tw *model.TableWriter
 	if w.disk {
-		tw, err = NewStreamWriter(cw, w.fs)
+		tw, err = model.NewStreamWriter(cw, w.fs)
 	} else {
-		tw, err = NewParquetWriter(cw, w.fs)
+		tw, err = model.NewParquetWriter(cw, w.fs)
 	}
 	if err != nil {
 		f.Close()
@@ -158,7 +158,7 @@ func (w *Writer) closeShard(s *splitOut) error {
 }
 
 // Write appends ep's row (or its step rows) to its split.
-func (w *Writer) Write(ep *chat.Episode) error {
+func (w *Writer) Write(ep *model.Episode) error {
 	if w.err != nil {
 		return w.err
 	}
@@ -174,14 +174,14 @@ func (w *Writer) Write(ep *chat.Episode) error {
 	}
 	var err error
 	if w.opt.Rows == RowsStep {
-		err = StepRows(ep, func(r Row) error { s.rows++; return s.cur.tw.Append(r) })
+		err = StepRows(ep, func(r model.Row) error { s.rows++; return s.cur.tw.Append(r) })
 	} else {
 		tools, ok := w.tools[ep.ToolsKey()]
 		if !ok {
 			tools = ToolsJSON(ep)
 			w.tools[ep.ToolsKey()] = tools
 		}
-		var r Row
+		var r model.Row
 		if r, err = EpisodeRow(ep, tools); err == nil {
 			s.rows++
 			err = s.cur.tw.Append(r)
@@ -191,7 +191,7 @@ func (w *Writer) Write(ep *chat.Episode) error {
 		w.err = fmt.Errorf("hf: episode %s: %w", ep.Row.EpisodeID, err)
 		return w.err
 	}
-	if s.cur.cw.n+s.cur.tw.bytes >= w.opt.MaxShardBytes {
+	if s.cur.cw.n+s.cur.tw.PendingBytes() >= w.opt.MaxShardBytes {
 		if err := w.closeShard(s); err != nil {
 			w.err = err
 			return err
@@ -307,10 +307,10 @@ func (s DiskState) JSON() ([]byte, error) {
 
 // DiskInfo is a split's dataset_info.json: DatasetInfo's fields with keys
 // sorted, features in the portable encoding (see Features.JSON).
-func DiskInfo(fs Features, description string) []byte {
+func DiskInfo(fs model.Features, description string) []byte {
 	info := map[string]json.RawMessage{
 		"citation":    json.RawMessage(`""`),
-		"description": json.RawMessage(jsonString(description)),
+		"description": jsonString(description),
 		"features":    fs.JSON(),
 		"homepage":    json.RawMessage(`""`),
 		"license":     json.RawMessage(`""`),
@@ -319,6 +319,11 @@ func DiskInfo(fs Features, description string) []byte {
 	if err != nil {
 		panic(err)
 	}
+	return b
+}
+
+func jsonString(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
 	return b
 }
 

@@ -3,8 +3,9 @@
 // run with jq, grep or a notebook, and a lossless view of every column
 // (binary columns are base64, as encoding/json writes []byte).
 //
-// It knows the native row types and the shard reader. Trainer formats
-// (verl, Hugging Face, TRL/OpenAI) live in their own packages.
+// It knows the native row types and export/model's Episode, which carries
+// them. It does not read datasets (package export streams them in) and
+// imports no other target.
 package jsonl
 
 import (
@@ -13,7 +14,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -59,20 +60,15 @@ func (e *Encoder) Encode(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards
 // Flush writes the buffered lines to the underlying writer.
 func (e *Encoder) Flush() error { return e.bw.Flush() }
 
-// Write streams every episode of ds to w, one JSON object per line, holding
-// one episode in memory at a time. It returns the number of episodes written.
-func Write(ds *shard.Dataset, w io.Writer) (int, error) {
-	enc := NewEncoder(w)
-	n := 0
-	err := ds.EachEpisode(func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
-		if err := enc.Encode(ep, steps, rewards); err != nil {
-			return err
-		}
-		n++
-		return nil
-	})
-	if err != nil {
-		return n, err
-	}
-	return n, enc.Flush()
-}
+// Writer is the jsonl export target: one line per episode written, as
+// Encoder encodes it, from any number of inputs.
+type Writer struct{ enc *Encoder }
+
+// NewWriter returns a Writer writing to w; w is not closed.
+func NewWriter(w io.Writer) *Writer { return &Writer{enc: NewEncoder(w)} }
+
+// Write appends ep's line: its native rows, nothing the export derived.
+func (w *Writer) Write(ep *model.Episode) error { return w.enc.Encode(ep.Row, ep.Steps, ep.Rewards) }
+
+// Close flushes the lines; it must be called, also after a failed Write.
+func (w *Writer) Close() error { return w.enc.Flush() }

@@ -4,35 +4,30 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/schemas"
 )
 
-func TestWriteNestsStepsInOrder(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "run")
-	w, err := shard.Create(dir, shard.Manifest{SchemaVersion: schemas.Version, RunID: "r"}, shard.DefaultConfig())
-	require.NoError(t, err)
+func TestWriterNestsStepsInOrder(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
 	v := 0.5
 	for _, id := range []string{"a", "b"} {
-		b := shard.EpisodeBatch{Episode: schemas.EpisodeRow{EpisodeID: id, RunID: "r", TaskID: "t", ExitReason: "done", Steps: 2}}
+		ep := &model.Episode{Row: schemas.EpisodeRow{EpisodeID: id, RunID: "r", TaskID: "t", ExitReason: "done", Steps: 2},
+			Instruction: "not written: the line holds the native rows only"}
 		for i := range 2 {
-			b.Steps = append(b.Steps, schemas.StepRow{EpisodeID: id, StepIndex: int32(i), ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"x"}`, Output: id})
+			ep.Steps = append(ep.Steps, schemas.StepRow{EpisodeID: id, StepIndex: int32(i), ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"x"}`, Output: id})
 		}
-		b.Rewards = []schemas.RewardRow{{EpisodeID: id, Name: "verify", Value: &v}}
-		require.NoError(t, w.Commit(t.Context(), b))
+		ep.Rewards = []schemas.RewardRow{{EpisodeID: id, Name: "verify", Value: &v}}
+		require.NoError(t, w.Write(ep))
 	}
-	require.NoError(t, w.Close(shard.StatusComplete))
-	ds, err := shard.Open(dir)
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	n, err := Write(ds, &buf)
-	require.NoError(t, err)
-	require.Equal(t, 2, n)
+	require.Zero(t, buf.Len(), "lines are buffered until Close")
+	require.NoError(t, w.Close())
+	require.NotContains(t, buf.String(), "not written")
 	sc := bufio.NewScanner(&buf)
 	lines := 0
 	for sc.Scan() {

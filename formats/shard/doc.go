@@ -6,7 +6,8 @@
 // not know how rows are produced (capture, the collector), what a task or a
 // reward means, or what trainers want (formats/verl, formats/hf,
 // formats/chat). The manifest's Provider, Policy, Capture, Tasks, Plan and
-// Summary fields are opaque JSON that the collector owns.
+// Summary fields are opaque JSON that their producers own (the Policy entry
+// is a policy.Record).
 //
 // # Layout
 //

@@ -8,64 +8,63 @@ import (
 	"sort"
 
 	"github.com/forkline/forkline/aci"
-	"github.com/forkline/forkline/formats/chat"
-	"github.com/forkline/forkline/formats/hf"
+	"github.com/forkline/forkline/export/model"
 )
 
 // SFTFeatures returns the verl-sft columns. The tool-call arguments struct
 // and the tool parameters' properties struct hold the union of every
 // action's fields (sorted by name), typed from aci. withThinking adds the
 // enable_thinking column.
-func SFTFeatures(withThinking bool) hf.Features {
+func SFTFeatures(withThinking bool) model.Features {
 	names := actionFieldNames()
-	args := make(hf.Struct, len(names))
-	props := make(hf.Struct, len(names))
-	prop := hf.Struct{{Name: "type", Type: str}, {Name: "description", Type: str}, {Name: "enum", Type: hf.List{Item: str}}}
+	args := make(model.Struct, len(names))
+	props := make(model.Struct, len(names))
+	prop := model.Struct{{Name: "type", Type: str}, {Name: "description", Type: str}, {Name: "enum", Type: model.List{Item: str}}}
 	for i, n := range names {
 		typ, _ := aci.FieldType(n)
-		var v hf.Feature = str
+		var v model.Feature = str
 		if typ == "integer" {
 			v = i64
 		}
-		args[i] = hf.Field{Name: n, Type: v}
-		props[i] = hf.Field{Name: n, Type: prop}
+		args[i] = model.Field{Name: n, Type: v}
+		props[i] = model.Field{Name: n, Type: prop}
 	}
-	message := hf.Struct{
+	message := model.Struct{
 		{Name: "role", Type: str},
 		{Name: "content", Type: str},
 		{Name: "reasoning_content", Type: str},
-		{Name: "tool_calls", Type: hf.List{Item: hf.Struct{
+		{Name: "tool_calls", Type: model.List{Item: model.Struct{
 			{Name: "id", Type: str},
 			{Name: "type", Type: str},
-			{Name: "function", Type: hf.Struct{{Name: "name", Type: str}, {Name: "arguments", Type: args}}},
+			{Name: "function", Type: model.Struct{{Name: "name", Type: str}, {Name: "arguments", Type: args}}},
 		}}},
 		{Name: "tool_call_id", Type: str},
 	}
-	tool := hf.Struct{
+	tool := model.Struct{
 		{Name: "type", Type: str},
-		{Name: "function", Type: hf.Struct{
+		{Name: "function", Type: model.Struct{
 			{Name: "name", Type: str},
 			{Name: "description", Type: str},
-			{Name: "parameters", Type: hf.Struct{
+			{Name: "parameters", Type: model.Struct{
 				{Name: "type", Type: str},
 				{Name: "properties", Type: props},
-				{Name: "required", Type: hf.List{Item: str}},
+				{Name: "required", Type: model.List{Item: str}},
 				{Name: "additionalProperties", Type: bl},
 			}},
 		}},
 	}
-	fs := hf.Features{
-		{Name: "messages", Type: hf.List{Item: message}},
-		{Name: "tools", Type: hf.List{Item: tool}},
+	fs := model.Features{
+		{Name: "messages", Type: model.List{Item: message}},
+		{Name: "tools", Type: model.List{Item: tool}},
 	}
 	if withThinking {
-		fs = append(fs, hf.Field{Name: "enable_thinking", Type: bl})
+		fs = append(fs, model.Field{Name: "enable_thinking", Type: bl})
 	}
 	return append(fs,
-		hf.Field{Name: "episode_id", Type: str},
-		hf.Field{Name: "task_id", Type: str},
-		hf.Field{Name: "exit_reason", Type: str},
-		hf.Field{Name: "reward", Type: f64},
+		model.Field{Name: "episode_id", Type: str},
+		model.Field{Name: "task_id", Type: str},
+		model.Field{Name: "exit_reason", Type: str},
+		model.Field{Name: "reward", Type: f64},
 	)
 }
 
@@ -86,12 +85,12 @@ func actionFieldNames() []string {
 type SFTWriter struct {
 	s            *splitFiles
 	withThinking bool
-	tools        map[string][]any // by chat.Episode.ToolsKey
+	tools        map[string][]any // by model.Episode.ToolsKey
 }
 
 // NewSFTWriter creates DIR/<split>.parquet for each split. withThinking
 // adds the enable_thinking column; set it only when every episode's
-// EnableThinking is known (a null would reach verl as None).
+// Conversation.EnableThinking is known (a null would reach verl as None).
 func NewSFTWriter(dir string, splits []string, withThinking bool) (*SFTWriter, error) {
 	s, err := openSplits(dir, splits, SFTFeatures(withThinking))
 	if err != nil {
@@ -101,16 +100,16 @@ func NewSFTWriter(dir string, splits []string, withThinking bool) (*SFTWriter, e
 }
 
 // Write appends ep's conversation.
-func (w *SFTWriter) Write(ep *chat.Episode) error {
+func (w *SFTWriter) Write(ep *model.Episode) error {
 	f, err := w.s.file(ep)
 	if err != nil {
 		return err
 	}
-	msgs, err := chat.Messages(ep)
+	msgs, err := model.Messages(ep)
 	if err != nil {
 		return err
 	}
-	values, err := hf.MessageValuesWith(msgs, func(raw json.RawMessage) (any, error) { return argumentValues(raw) })
+	values, err := model.MessageValuesWith(msgs, func(raw json.RawMessage) (any, error) { return argumentValues(raw) })
 	if err != nil {
 		return fmt.Errorf("verl: episode %s: %w", ep.Row.EpisodeID, err)
 	}
@@ -122,7 +121,7 @@ func (w *SFTWriter) Write(ep *chat.Episode) error {
 		}
 		w.tools[ep.ToolsKey()] = tools
 	}
-	row := hf.Row{
+	row := model.Row{
 		"messages":    values,
 		"tools":       tools,
 		"episode_id":  ep.Row.EpisodeID,
@@ -131,10 +130,10 @@ func (w *SFTWriter) Write(ep *chat.Episode) error {
 		"reward":      ep.Reward(),
 	}
 	if w.withThinking {
-		if ep.EnableThinking == nil {
+		if ep.Conversation.EnableThinking == nil {
 			return fmt.Errorf("verl: episode %s: enable_thinking is unknown but the file has the column", ep.Row.EpisodeID)
 		}
-		row["enable_thinking"] = *ep.EnableThinking
+		row["enable_thinking"] = *ep.Conversation.EnableThinking
 	}
 	return w.s.append(f, row)
 }

@@ -15,9 +15,10 @@
 //     list of JSON-schema structs, enable_thinking when every input run
 //     records it.
 //
-// It knows Episode and conversations (formats/chat), tool schemas (aci) and
-// the typed table writer of formats/hf (so every file also carries
-// datasets' features). It does not select, split or read episodes.
+// It knows export/model's Episode, conversations and typed table writer
+// (so every file also carries datasets' features) and the tool schemas
+// (aci). It does not select, split or read episodes (package export) and
+// imports no other target.
 //
 // # Layout
 //
@@ -28,7 +29,7 @@
 //
 // verl-agent never invents tokens: an episode without a token record (a
 // scripted policy, tokens dropped by the capture policy) or whose record
-// stopped at a retokenization drift is refused with a chat.Refusal, which
+// stopped at a retokenization drift is refused with a model.Refusal, which
 // the export counts and reports. num_turns counts the chat turns the record
 // spans: the prompt's user turn, each model turn and each environment turn
 // between two model turns (2 × token_turns). extra_info.index counts rows
@@ -54,8 +55,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/forkline/forkline/formats/chat"
-	"github.com/forkline/forkline/formats/hf"
+	"github.com/forkline/forkline/export/model"
 )
 
 // DataSource and Ability are the constant columns of verl-rl and
@@ -69,23 +69,23 @@ const (
 )
 
 var (
-	str = hf.Value("string")
-	i8  = hf.Value("int8")
-	i32 = hf.Value("int32")
-	i64 = hf.Value("int64")
-	f32 = hf.Value("float32")
-	f64 = hf.Value("float64")
-	bl  = hf.Value("bool")
+	str = model.Value("string")
+	i8  = model.Value("int8")
+	i32 = model.Value("int32")
+	i64 = model.Value("int64")
+	f32 = model.Value("float32")
+	f64 = model.Value("float64")
+	bl  = model.Value("bool")
 )
 
 // PromptFeatures are the RLHFDataset columns shared by verl-rl and
 // verl-agent.
-var PromptFeatures = hf.Features{
+var PromptFeatures = model.Features{
 	{Name: "data_source", Type: str},
-	{Name: "prompt", Type: hf.List{Item: hf.Struct{{Name: "role", Type: str}, {Name: "content", Type: str}}}},
+	{Name: "prompt", Type: model.List{Item: model.Struct{{Name: "role", Type: str}, {Name: "content", Type: str}}}},
 	{Name: "ability", Type: str},
-	{Name: "reward_model", Type: hf.Struct{{Name: "style", Type: str}, {Name: "ground_truth", Type: str}}},
-	{Name: "extra_info", Type: hf.Struct{
+	{Name: "reward_model", Type: model.Struct{{Name: "style", Type: str}, {Name: "ground_truth", Type: str}}},
+	{Name: "extra_info", Type: model.Struct{
 		{Name: "split", Type: str},
 		{Name: "index", Type: i64},
 		{Name: "episode_id", Type: str},
@@ -98,14 +98,14 @@ var PromptFeatures = hf.Features{
 
 // AgentFeatures are the verl-agent columns.
 var AgentFeatures = append(slices.Clone(PromptFeatures),
-	hf.Field{Name: "agent_name", Type: str},
-	hf.Field{Name: "prompt_ids", Type: hf.List{Item: i32}},
-	hf.Field{Name: "response_ids", Type: hf.List{Item: i32}},
-	hf.Field{Name: "response_mask", Type: hf.List{Item: i8}},
-	hf.Field{Name: "response_logprobs", Type: hf.List{Item: f32}},
-	hf.Field{Name: "reward_score", Type: f64},
-	hf.Field{Name: "num_turns", Type: i32},
-	hf.Field{Name: "extra_fields", Type: hf.Struct{
+	model.Field{Name: "agent_name", Type: str},
+	model.Field{Name: "prompt_ids", Type: model.List{Item: i32}},
+	model.Field{Name: "response_ids", Type: model.List{Item: i32}},
+	model.Field{Name: "response_mask", Type: model.List{Item: i8}},
+	model.Field{Name: "response_logprobs", Type: model.List{Item: f32}},
+	model.Field{Name: "reward_score", Type: f64},
+	model.Field{Name: "num_turns", Type: i32},
+	model.Field{Name: "extra_fields", Type: model.Struct{
 		{Name: "traj_exit_reason", Type: str},
 		{Name: "task_id", Type: str},
 		{Name: "episode_id", Type: str},
@@ -123,11 +123,11 @@ type splitFiles struct {
 
 type splitFile struct {
 	f    *os.File
-	tw   *hf.TableWriter
+	tw   *model.TableWriter
 	rows int64
 }
 
-func openSplits(dir string, splits []string, fs hf.Features) (*splitFiles, error) {
+func openSplits(dir string, splits []string, fs model.Features) (*splitFiles, error) {
 	s := &splitFiles{files: map[string]*splitFile{}}
 	for _, name := range splits {
 		f, err := os.Create(filepath.Join(dir, name+".parquet"))
@@ -135,7 +135,7 @@ func openSplits(dir string, splits []string, fs hf.Features) (*splitFiles, error
 			s.close()
 			return nil, fmt.Errorf("verl: %w", err)
 		}
-		tw, err := hf.NewParquetWriter(f, fs)
+		tw, err := model.NewParquetWriter(f, fs)
 		if err != nil {
 			f.Close()
 			s.close()
@@ -148,7 +148,7 @@ func openSplits(dir string, splits []string, fs hf.Features) (*splitFiles, error
 }
 
 // file returns ep's split file.
-func (s *splitFiles) file(ep *chat.Episode) (*splitFile, error) {
+func (s *splitFiles) file(ep *model.Episode) (*splitFile, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -159,7 +159,7 @@ func (s *splitFiles) file(ep *chat.Episode) (*splitFile, error) {
 	return f, nil
 }
 
-func (s *splitFiles) append(f *splitFile, r hf.Row) error {
+func (s *splitFiles) append(f *splitFile, r model.Row) error {
 	if err := f.tw.Append(r); err != nil {
 		s.err = err
 		return err
@@ -188,8 +188,8 @@ func (s *splitFiles) close() error {
 	return err
 }
 
-func promptValues(ep *chat.Episode) []any {
-	msgs := chat.Prompt(ep)
+func promptValues(ep *model.Episode) []any {
+	msgs := model.Prompt(ep)
 	out := make([]any, len(msgs))
 	for i, m := range msgs {
 		out[i] = map[string]any{"role": m.Role, "content": m.Content}
@@ -197,9 +197,9 @@ func promptValues(ep *chat.Episode) []any {
 	return out
 }
 
-func promptRow(ep *chat.Episode, index int64) hf.Row {
+func promptRow(ep *model.Episode, index int64) model.Row {
 	e := &ep.Row
-	return hf.Row{
+	return model.Row{
 		"data_source":  DataSource,
 		"prompt":       promptValues(ep),
 		"ability":      Ability,
@@ -224,7 +224,7 @@ func NewRLWriter(dir string, splits []string) (*RLWriter, error) {
 }
 
 // Write appends ep's prompt row.
-func (w *RLWriter) Write(ep *chat.Episode) error {
+func (w *RLWriter) Write(ep *model.Episode) error {
 	f, err := w.s.file(ep)
 	if err != nil {
 		return err
@@ -254,16 +254,16 @@ const (
 )
 
 // CheckRecord validates an episode's token record against AgentLoopOutput's
-// invariants. It returns a *chat.Refusal for an episode without a usable
+// invariants. It returns a *model.Refusal for an episode without a usable
 // record, and an error for a record that breaks an invariant (the dataset
 // is then corrupt: shard.Commit checks the same).
-func CheckRecord(ep *chat.Episode) error {
+func CheckRecord(ep *model.Episode) error {
 	e := &ep.Row
 	if len(e.PromptIDs) == 0 || len(e.ResponseIDs) == 0 || e.TokenTurns == 0 {
-		return &chat.Refusal{Reason: RefusedNoTokens}
+		return &model.Refusal{Reason: RefusedNoTokens}
 	}
 	if e.TokenDrift {
-		return &chat.Refusal{Reason: RefusedDrift}
+		return &model.Refusal{Reason: RefusedDrift}
 	}
 	if len(e.ResponseMask) != len(e.ResponseIDs) {
 		return fmt.Errorf("verl: episode %s: %d response_mask values for %d response_ids", e.EpisodeID, len(e.ResponseMask), len(e.ResponseIDs))
@@ -280,7 +280,7 @@ func CheckRecord(ep *chat.Episode) error {
 }
 
 // Write appends ep's row, or refuses it (see CheckRecord).
-func (w *AgentWriter) Write(ep *chat.Episode) error {
+func (w *AgentWriter) Write(ep *model.Episode) error {
 	if err := CheckRecord(ep); err != nil {
 		return err
 	}
@@ -293,7 +293,7 @@ func (w *AgentWriter) Write(ep *chat.Episode) error {
 	row["agent_name"] = AgentName
 	row["prompt_ids"] = e.PromptIDs
 	row["response_ids"] = e.ResponseIDs
-	row["response_mask"] = hf.Mask8(e.ResponseMask)
+	row["response_mask"] = model.Mask8(e.ResponseMask)
 	if len(e.ResponseLogprobs) > 0 {
 		row["response_logprobs"] = e.ResponseLogprobs
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/formats/chat"
-	"github.com/forkline/forkline/formats/hf"
-	"github.com/forkline/forkline/formats/hf/hftest"
+	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/export/model/tabletest"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -24,8 +24,8 @@ func ptr[T any](v T) *T { return &v }
 
 // episode returns an episode of two model turns with an environment turn
 // between them (mask 0, logprob 0.0), reward r.
-func episode(id, split string, r *float64) *chat.Episode {
-	return &chat.Episode{
+func episode(id, split string, r *float64) *model.Episode {
+	return &model.Episode{
 		Row: schemas.EpisodeRow{EpisodeID: id, RunID: "run-1", TaskID: "t-" + id, ExitReason: "done", Steps: 2,
 			PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{10, 11, 50, 51, 52, 20}, ResponseMask: []int32{1, 1, 0, 0, 0, 1},
 			ResponseLogprobs: []float32{-0.1, -0.2, 0, 0, 0, -0.3}, TokenTurns: 2},
@@ -33,12 +33,12 @@ func episode(id, split string, r *float64) *chat.Episode {
 			{EpisodeID: id, StepIndex: 0, ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"ls","timeout_ms":100}`, Output: "a\n"},
 			{EpisodeID: id, StepIndex: 1, ActionKind: "click", ActionJSON: `{"kind":"click","x":3,"y":4,"button":"right"}`, ExitCode: -1},
 		},
-		Rewards:     []schemas.RewardRow{{EpisodeID: id, Name: "verify", Value: r}},
-		Instruction: "Do " + id,
-		VerifyCmd:   "test -f done",
-		System:      "sys",
-		RewardName:  "verify",
-		Split:       split,
+		Rewards:      []schemas.RewardRow{{EpisodeID: id, Name: "verify", Value: r}},
+		Instruction:  "Do " + id,
+		VerifyCmd:    "test -f done",
+		Conversation: policy.Conversation{SystemPrompt: "sys"},
+		RewardName:   "verify",
+		Split:        split,
 	}
 }
 
@@ -53,7 +53,7 @@ func golden(t *testing.T, name string, got []byte) {
 	assert.Equal(t, string(want), string(got), "%s differs; rerun with -update if the change is intended", path)
 }
 
-func schemaGolden(t *testing.T, name string, fs hf.Features) {
+func schemaGolden(t *testing.T, name string, fs model.Features) {
 	var pretty bytes.Buffer
 	require.NoError(t, json.Indent(&pretty, fs.JSON(), "", "  "))
 	golden(t, name, []byte("# Arrow schema\n"+fs.ArrowSchema().String()+"\n\n# features JSON\n"+pretty.String()+"\n"))
@@ -62,16 +62,16 @@ func schemaGolden(t *testing.T, name string, fs hf.Features) {
 // readChecked reads a file back with parquet-go and applies datasets'
 // features rule to it, against the inferred Parquet schema and the stored
 // ARROW:schema.
-func readChecked(t *testing.T, path string) *hftest.Table {
+func readChecked(t *testing.T, path string) *tabletest.Table {
 	t.Helper()
-	tab, err := hftest.ReadParquetFile(path)
+	tab, err := tabletest.ReadParquetFile(path)
 	require.NoError(t, err)
-	require.NoError(t, hftest.CheckFeatures(tab, false))
-	stored, err := hftest.StoredArrowSchema(tab)
+	require.NoError(t, tabletest.CheckFeatures(tab, false))
+	stored, err := tabletest.StoredArrowSchema(tab)
 	require.NoError(t, err)
-	want, err := hftest.FeatureTypes(tab.Metadata[hf.MetadataKey])
+	want, err := tabletest.FeatureTypes(tab.Metadata[model.MetadataKey])
 	require.NoError(t, err)
-	require.NoError(t, hftest.CheckFields(want, stored.Fields, true))
+	require.NoError(t, tabletest.CheckFields(want, stored.Fields, true))
 	return tab
 }
 
@@ -89,7 +89,7 @@ func TestAgentRowsKeepInvariantsAndRewards(t *testing.T) {
 	}
 	noTokens := episode("e", "train", ptr(1.0))
 	noTokens.Row.PromptIDs, noTokens.Row.ResponseIDs, noTokens.Row.ResponseMask, noTokens.Row.ResponseLogprobs, noTokens.Row.TokenTurns = nil, nil, nil, nil, 0
-	var ref *chat.Refusal
+	var ref *model.Refusal
 	require.ErrorAs(t, w.Write(noTokens), &ref)
 	assert.Equal(t, RefusedNoTokens, ref.Reason)
 	drift := episode("f", "train", ptr(1.0))
@@ -144,7 +144,7 @@ func TestCheckRecordRefusesCorruptRecords(t *testing.T) {
 	ep.Row.ResponseMask = ep.Row.ResponseMask[1:]
 	err := CheckRecord(ep)
 	require.Error(t, err)
-	var ref *chat.Refusal
+	var ref *model.Refusal
 	assert.False(t, errors.As(err, &ref), "a broken record is an error, not a refusal")
 	ep = episode("a", "train", nil)
 	ep.Row.ResponseMask[2] = 2
@@ -174,7 +174,7 @@ func TestSFTRows(t *testing.T) {
 		w, err := NewSFTWriter(dir, []string{"train"}, thinking)
 		require.NoError(t, err)
 		ep := episode("a", "train", ptr(1.0))
-		ep.EnableThinking = ptr(false)
+		ep.Conversation.EnableThinking = ptr(false)
 		require.NoError(t, w.Write(ep))
 		require.NoError(t, w.Close())
 		name := "verl-sft.golden"

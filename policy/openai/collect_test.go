@@ -22,7 +22,7 @@ import (
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 
-	_ "github.com/forkline/forkline/providers/local"
+	_ "github.com/forkline/forkline/providers/all"
 )
 
 // The API key of the end-to-end runs. Nothing a run writes may contain it.
@@ -335,7 +335,7 @@ func TestExportedConversationMatchesWhatTheModelSaw(t *testing.T) {
 
 	want, err := openai.DefaultConfig().Conversation()
 	require.NoError(t, err)
-	require.Contains(t, want["system_prompt"], "sandboxed computer")
+	require.Contains(t, want.SystemPrompt, "sandboxed computer")
 
 	dir := filepath.Join(t.TempDir(), "chat")
 	_, err = export.Run(context.Background(), export.Options{Inputs: []string{out}, Target: "chat-jsonl", Out: dir})
@@ -351,5 +351,5 @@ func TestExportedConversationMatchesWhatTheModelSaw(t *testing.T) {
 	require.NoError(t, json.Unmarshal(bytes.SplitN(data, []byte("\n"), 2)[0], &line))
 	require.NotEmpty(t, line.Messages)
 	require.Equal(t, "system", line.Messages[0].Role)
-	require.Equal(t, want["system_prompt"], line.Messages[0].Content)
+	require.Equal(t, want.SystemPrompt, line.Messages[0].Content)
 }

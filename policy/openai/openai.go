@@ -41,10 +41,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -320,24 +321,20 @@ func systemPrompt(cfg Config, tools []map[string]any) string {
 
 func str(s string) *string { return &s }
 
-// Conversation lists, with defaults applied, what shapes the conversation
+// Conversation is, with defaults applied, what shapes the conversation
 // this configuration produces — the rendered system prompt, the tool mode,
-// the actions offered and the observation cap — under the option names
-// exporters read from a manifest, so exported SFT data holds the same
-// messages the model was shown.
-func (c Config) Conversation() (map[string]string, error) {
+// the actions offered and the observation cap — for the manifest, so
+// exported SFT data holds the same messages the model was shown. The
+// policy sets no chat template kwargs, so EnableThinking stays unknown.
+func (c Config) Conversation() (policy.Conversation, error) {
 	tools, err := Tools(c.Actions)
 	if err != nil {
-		return nil, err
+		return policy.Conversation{}, err
 	}
-	kinds := make([]string, len(c.Actions))
-	for i, k := range c.Actions {
-		kinds[i] = string(k)
-	}
-	return map[string]string{
-		"system_prompt":   systemPrompt(c, tools),
-		"tool_mode":       c.ToolMode,
-		"actions":         strings.Join(kinds, ","),
-		"observation_cap": strconv.Itoa(c.ObservationCap),
+	return policy.Conversation{
+		SystemPrompt:   systemPrompt(c, tools),
+		ToolMode:       c.ToolMode,
+		Actions:        slices.Clone(c.Actions),
+		ObservationCap: c.ObservationCap,
 	}, nil
 }

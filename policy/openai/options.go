@@ -11,18 +11,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 )
 
-// Tool modes.
+// Tool modes, policy's own (the manifest records them as they are).
 const (
 	// ToolsNative offers the actions as function-calling tools and reads the
 	// server's tool_calls (falling back to the text dialects when the answer
 	// carries none).
-	ToolsNative = "native"
+	ToolsNative = policy.ToolsNative
 	// ToolsText describes the actions in the system prompt and parses the
 	// answer's text only, for servers without tool calling.
-	ToolsText = "text"
+	ToolsText = policy.ToolsText
 )
 
 // Defaults.
@@ -73,7 +74,7 @@ type Config struct {
 	BackoffMax time.Duration
 
 	// ToolMode is ToolsNative or ToolsText.
-	ToolMode string
+	ToolMode policy.ToolMode
 	// Actions are the canonical actions offered to the model; every kind
 	// by default.
 	Actions []runtime.ActionKind
@@ -180,7 +181,7 @@ var options = map[string]option{
 		return err
 	}},
 	"tool_mode": {"native (function calling) or text (tool calls parsed from the answer)", func(c *Config, v string) error {
-		c.ToolMode = v
+		c.ToolMode = policy.ToolMode(v)
 		return nil
 	}},
 	"actions": {"comma-separated canonical actions offered to the model (default all)", func(c *Config, v string) error {

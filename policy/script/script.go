@@ -3,8 +3,12 @@
 // is how datasets are made without a model (demonstrations, smoke runs,
 // environment regression) and the baseline every other policy is compared to.
 //
-// It knows runtime actions only; where the list comes from (a task spec, a
-// JSONL file) is the caller's business, with LoadFile for the file case.
+// It registers itself with package policy as "script": opened with a
+// ScriptFile it replays that file in every episode, else each episode's
+// Solution (a task's solution:). It takes no Params.
+//
+// It knows runtime actions and the policy contract only; where a solution
+// comes from (a task spec) is the caller's business.
 package script
 
 import (
@@ -12,11 +16,62 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 )
+
+// Name is the registry name of this policy.
+const Name = "script"
+
+func init() { policy.Register(Name, Open) }
+
+// Open is the policy.Factory of the script policy. It refuses any Params
+// (there are none to give, and one ignored would be a surprise) and loads
+// opts.ScriptFile once, when given.
+func Open(opts policy.Options) (policy.Source, error) {
+	for _, k := range slices.Sorted(maps.Keys(opts.Params)) {
+		return nil, fmt.Errorf("script: the script policy has no option %q (it takes none; -script FILE replays a file of actions)", k)
+	}
+	src := source{}
+	if opts.ScriptFile != "" {
+		acts, err := LoadFile(opts.ScriptFile)
+		if err != nil {
+			return nil, err
+		}
+		src.actions, src.file = acts, opts.ScriptFile
+	}
+	return src, nil
+}
+
+// source makes a Policy per episode over the file's actions, or the
+// episode's solution. The actions are shared read-only.
+type source struct {
+	actions []runtime.Action
+	file    string
+}
+
+func (s source) NewPolicy(ep policy.Episode) (runtime.Policy, error) {
+	acts, from := s.actions, s.file
+	if acts == nil {
+		if len(ep.Solution) == 0 {
+			return nil, fmt.Errorf("script: no solution to replay (add solution: to the task, or pass -script FILE)")
+		}
+		acts, from = ep.Solution, "the solution"
+	}
+	if ep.Actions != nil {
+		for i, a := range acts {
+			if !slices.Contains(ep.Actions, a.Kind) {
+				return nil, fmt.Errorf("script: action %d of %s is %s, which the task does not allow", i+1, from, a.Kind)
+			}
+		}
+	}
+	return New(acts), nil
+}
 
 // Policy replays Actions in order. The action for step i is Actions[i-k],
 // where k is the number of steps in the history that came before this policy

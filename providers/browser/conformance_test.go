@@ -28,7 +28,7 @@ func TestConformanceOverLocal(t *testing.T) {
 func TestConformanceOverDocker(t *testing.T) {
 	needDockerChromium(t)
 	providertest.Run(t, func(t *testing.T) providers.Provider {
-		inner, err := docker.New(providers.Options{RunID: "browser-conformance",
+		inner, err := docker.New(t.Context(), providers.Options{RunID: "browser-conformance",
 			Params: map[string]string{docker.ParamImage: chromiumImage}})
 		require.NoError(t, err)
 		return browser.Provider(inner, browser.DefaultConfig())

@@ -44,7 +44,7 @@ func TestDockerSandboxOverExecStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	needDockerChromium(t)
-	prov, err := docker.New(providers.Options{RunID: "browser-test", Params: map[string]string{docker.ParamImage: chromiumImage}})
+	prov, err := docker.New(t.Context(), providers.Options{RunID: "browser-test", Params: map[string]string{docker.ParamImage: chromiumImage}})
 	require.NoError(t, err)
 	defer prov.Close(context.Background())
 	sb, err := prov.Create(ctx, providers.Spec{Files: map[string][]byte{"index.html": []byte(formPage), "done.html": []byte(donePage)}})
@@ -80,7 +80,7 @@ func TestDockerGoldenProfile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	needDockerChromium(t)
-	dp, err := docker.New(providers.Options{RunID: "browser-test-golden", Params: map[string]string{docker.ParamImage: chromiumImage}})
+	dp, err := docker.New(t.Context(), providers.Options{RunID: "browser-test-golden", Params: map[string]string{docker.ParamImage: chromiumImage}})
 	require.NoError(t, err)
 	defer dp.Close(context.Background())
 	prov := browser.Provider(dp, browser.DefaultConfig())
@@ -118,7 +118,7 @@ func TestDockerEngineGone(t *testing.T) {
 	}
 	px := providertest.NewSocketProxy(t, "unix", target)
 	t.Setenv("DOCKER_HOST", "unix://"+px.Path())
-	dp, err := docker.New(providers.Options{RunID: "browser-test-gone", Params: map[string]string{docker.ParamImage: chromiumImage}})
+	dp, err := docker.New(t.Context(), providers.Options{RunID: "browser-test-gone", Params: map[string]string{docker.ParamImage: chromiumImage}})
 	require.NoError(t, err)
 	defer func() {
 		px.Restore()

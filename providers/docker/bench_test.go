@@ -19,7 +19,7 @@ func BenchmarkExecOutput(b *testing.B) {
 	for _, mode := range []string{OutputFIFO, OutputStream} {
 		b.Run(mode, func(b *testing.B) {
 			engine(b)
-			p, err := New(providers.Options{RunID: "bench-" + tagSafe(b.Name()), Params: map[string]string{ParamOutput: mode}})
+			p, err := New(b.Context(), providers.Options{RunID: "bench-" + tagSafe(b.Name()), Params: map[string]string{ParamOutput: mode}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -27,4 +27,20 @@ func BenchmarkExecOutput(b *testing.B) {
 			providertest.BenchExecOutput(b, p, providertest.DrainCommand(drainBytes), drainBytes)
 		})
 	}
+}
+
+// BenchmarkReset is the conformance reset benchmark (providertest.BenchReset):
+// a fork of a committed checkpoint and its first exec against a fresh
+// container with its setup, as a ratio measured in the same run.
+// benchmarks/docker adds the baseline of the docker CLI and the pool's
+// standby hand-off.
+func BenchmarkReset(b *testing.B) {
+	engine(b)
+	providertest.BenchReset(b, func(b *testing.B) providers.Provider {
+		p, err := New(b.Context(), providers.Options{RunID: "bench-" + tagSafe(b.Name())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
+	})
 }

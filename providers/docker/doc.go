@@ -113,7 +113,7 @@
 // answered. An error the engine itself returned (an API error) proves it
 // alive without a ping. ErrNoEngine (from New) matches ErrUnavailable too.
 //
-// # Checkpoint, fork and standby
+// # Checkpoint and fork
 //
 // Checkpoint commits the container (paused during the commit, so the image
 // is a consistent filesystem state; processes are not captured) to an image
@@ -124,35 +124,36 @@
 // forks still running keep working (the image is only untagged) and are
 // removed by Close.
 //
-// Provider implements StandbyForker: Prewarm(ctx, cp, n) keeps n forks of cp
-// started ahead of time and Fork hands one out at once, starting its
-// replacement in the background; the "standby" param does the same for
-// every checkpoint. Standby forks run (their only process sleeps): a running
-// container costs nothing to hand out, where a paused one would cost an
-// unpause round trip.
+// Forks ready ahead of time are not this package's: the pool keeps them
+// (pool.Config.Standby, collect -standby) for every provider alike, with the
+// task's start commands already run. A standby fork is a running container
+// whose only process sleeps: handing it out costs nothing, where a paused
+// one would cost an unpause round trip (benchmarks/docker measures both).
+// The "standby" param this provider once had is gone with its own standby.
 //
 // # Labels and cleanup
 //
 // A sandbox's output directory lives under Options.Dir (default
 // os.TempDir()), in a forkline-docker-* directory of the provider that Close
-// removes and the sweep of New removes when its process is dead.
+// removes and Sweep removes when its process is dead.
 //
 // Every container and checkpoint image carries forkline.run (Options.RunID,
 // random when empty), forkline.owner (pid@hostname) and forkline.instance
 // (this Provider value), plus Spec.Labels. Close removes every container
 // and image of its instance, tracked or not. Leftovers (the providertest
 // LeakChecker) lists them. Sweep removes the objects of a run, or of owners
-// that are dead processes on this host; New sweeps dead owners unless the
-// "sweep" param is "off". Base images carry forkline.image and no run
-// label; no sweep removes them.
+// that are dead processes on this host. Provider.Sweep (providers.Sweeper,
+// which collectors and replay call right after opening the provider) sweeps
+// dead owners unless the "sweep" param is "off"; New never sweeps, so
+// opening a provider removes nothing. Base images carry forkline.image and
+// no run label; no sweep removes them.
 //
 // # Params
 //
 //	image      default image (default forkline/busybox)
 //	network    default network mode (default none)
-//	standby    started forks to keep per checkpoint (default 0)
 //	init       auto (default), on, off
-//	sweep      on (default), off
+//	sweep      on (default), off: whether Provider.Sweep removes anything
 //	pids       default process limit per sandbox (default 1024)
 //	memory_mb  default memory limit per sandbox, MiB (default 2048)
 //	cpus       default CPU limit per sandbox, cores (default 1)

@@ -49,7 +49,7 @@ func engine(t testing.TB) *client.Client {
 func newProvider(t *testing.T, params map[string]string) *Provider {
 	t.Helper()
 	engine(t)
-	p, err := New(providers.Options{RunID: "test-" + tagSafe(t.Name()), Params: params})
+	p, err := New(t.Context(), providers.Options{RunID: "test-" + tagSafe(t.Name()), Params: params})
 	require.NoError(t, err, "New")
 	return p
 }
@@ -85,9 +85,8 @@ func TestConformance(t *testing.T) {
 	}{
 		// Output through the FIFO (required here: the engine is local).
 		{"default", map[string]string{ParamOutput: OutputFIFO}},
-		// Forks come from the standby, containers run without init, and
-		// output takes the exec stream.
-		{"standbyNoInitStream", map[string]string{ParamStandby: "1", ParamInit: InitOff, ParamOutput: OutputStream}},
+		// Containers run without init, and output takes the exec stream.
+		{"noInitStream", map[string]string{ParamInit: InitOff, ParamOutput: OutputStream}},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -105,14 +104,14 @@ func TestEngineNotAnswering(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "dead.sock")
 	t.Setenv("DOCKER_HOST", "unix://"+sock)
 	t.Setenv("DOCKER_API_VERSION", "")
-	_, err := New(providers.Options{})
+	_, err := New(t.Context(), providers.Options{})
 	require.ErrorIs(t, err, ErrNoEngine)
 	msg := err.Error()
 	require.Contains(t, msg, "DOCKER_HOST=unix://"+sock, "names where it looked and why")
 	require.Contains(t, msg, "dockerd --bridge=none --iptables=false", "says how to start an engine")
 	require.Contains(t, msg, "docker-up.sh")
 
-	_, err = providers.Open(Name, providers.Options{})
+	_, err = providers.Open(t.Context(), Name, providers.Options{})
 	require.ErrorIs(t, err, ErrNoEngine, "through the registry too")
 }
 
@@ -124,10 +123,10 @@ func TestParams(t *testing.T) {
 		params map[string]string
 		want   string
 	}{
-		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: cpus, image, init, memory_mb, network, output, pids, standby, sweep)`},
+		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: cpus, image, init, memory_mb, network, output, pids, sweep)`},
+		// The provider's own standby is gone (the pool's is the one).
+		{"standbyRetired", map[string]string{"standby": "1"}, `no setting "standby"`},
 		{"output", map[string]string{ParamOutput: "pipe"}, "known: auto, fifo, stream"},
-		{"standbyNotANumber", map[string]string{ParamStandby: "many"}, "standby"},
-		{"standbyNegative", map[string]string{ParamStandby: "-1"}, "standby"},
 		{"init", map[string]string{ParamInit: "maybe"}, "known: auto, off, on"},
 		{"sweep", map[string]string{ParamSweep: "yes"}, "known: off, on"},
 		{"pidsZero", map[string]string{ParamPids: "0"}, `param pids="0": want a number > 0`},
@@ -137,7 +136,7 @@ func TestParams(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := New(providers.Options{Params: c.params})
+			_, err := New(t.Context(), providers.Options{Params: c.params})
 			require.Error(t, err)
 			require.NotErrorIs(t, err, ErrNoEngine)
 			require.Contains(t, err.Error(), c.want)
@@ -469,52 +468,13 @@ func TestCheckpointDetails(t *testing.T) {
 	require.Error(t, err, "no forks of a released checkpoint")
 }
 
-func TestStandby(t *testing.T) {
-	p := open(t, nil)
-	ctx := t.Context()
-	sb, err := p.Create(ctx, providers.Spec{Files: map[string][]byte{"f": []byte("golden")}})
-	require.NoError(t, err)
-	defer sb.Close(context.Background())
-	cp, err := p.Checkpoint(ctx, sb, "golden")
-	require.NoError(t, err)
-
-	var sf StandbyForker = p
-	require.NoError(t, sf.Prewarm(ctx, cp, 2))
-	require.Equal(t, 2, p.Ready(cp))
-	began := time.Now()
-	f, err := p.Fork(ctx, cp)
-	handOff := time.Since(began)
-	require.NoError(t, err)
-	t.Logf("standby hand-off took %s", handOff)
-	require.Equal(t, cp.ID, f.Info().Checkpoint)
-	require.Equal(t, "golden", sh(t, f, "cat f").Text())
-	sh(t, f, "echo changed > f")
-	// The hand-off is replaced in the background; Prewarm waits for it.
-	require.NoError(t, sf.Prewarm(ctx, cp, 2))
-	require.Equal(t, 2, p.Ready(cp))
-	g, err := p.Fork(ctx, cp)
-	require.NoError(t, err)
-	require.Equal(t, "golden", sh(t, g, "cat f").Text(), "standby forks are fresh")
-	require.NoError(t, f.Close(ctx))
-	require.NoError(t, g.Close(ctx))
-
-	require.NoError(t, sf.Prewarm(ctx, cp, 0))
-	require.Equal(t, 0, p.Ready(cp))
-	require.NoError(t, sf.Prewarm(ctx, cp, 1))
-	require.NoError(t, p.Release(ctx, cp), "Release removes the standby forks")
-	require.Error(t, sf.Prewarm(ctx, cp, 1), "no standby for a released checkpoint")
-	require.NoError(t, sb.Close(ctx))
-	left, err := p.Leftovers(ctx)
-	require.NoError(t, err)
-	require.Empty(t, left)
-}
-
 // sweepFixture makes, for run, a running container and a checkpoint image
 // owned by this process, and a container and an image owned by a dead
 // process. Any process's sweep may remove the dead owner's objects as soon
 // as they exist, so they are made in single steps that need nothing of them
 // afterwards.
 type sweepFixture struct {
+	run                        string
 	liveC, liveI, deadC, deadI string
 }
 
@@ -525,7 +485,7 @@ func makeSweepFixture(t *testing.T, cli *client.Client, run string) sweepFixture
 	require.NoError(t, err)
 	live := map[string]string{LabelRun: run, LabelOwner: fmt.Sprintf("%d@%s", os.Getpid(), host)}
 	dead := map[string]string{LabelRun: run, LabelOwner: fmt.Sprintf("%d@%s", 1<<30, host)} // above any pid_max
-	var f sweepFixture
+	f := sweepFixture{run: run}
 	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config:     &container.Config{Image: ImageBusybox, Cmd: []string{"sleep", "600"}, Labels: live},
 		HostConfig: &container.HostConfig{NetworkMode: "none"},
@@ -613,6 +573,44 @@ func TestConcurrentSweeps(t *testing.T) {
 	left, err := listLabelled(t.Context(), cli, LabelRun+"="+run)
 	require.NoError(t, err)
 	require.Empty(t, left)
+}
+
+// TestProviderSweep: the provider's Sweep (providers.Sweeper, which the
+// collector calls after opening it) removes what dead owners left and
+// leaves live owners' objects, this provider's sandboxes included.
+func TestProviderSweep(t *testing.T) {
+	cli := engine(t)
+	p := open(t, nil)
+	ctx := t.Context()
+	mine, err := p.Create(ctx, providers.Spec{})
+	require.NoError(t, err)
+	defer mine.Close(context.Background())
+	f := makeSweepFixture(t, cli, "sweep-provider-"+randomHex(4))
+	t.Cleanup(func() { _, _ = Sweep(context.Background(), cli, SweepOptions{RunID: f.run}) })
+
+	sw, ok := providers.As[providers.Sweeper](p)
+	require.True(t, ok, "docker is a providers.Sweeper")
+	require.NoError(t, sw.Sweep(ctx))
+	c, i := exists(t, cli, f.deadC, f.deadI)
+	require.False(t, c, "the dead owner's container is swept")
+	require.False(t, i, "the dead owner's image is swept")
+	c, i = exists(t, cli, f.liveC, f.liveI)
+	require.True(t, c, "a live owner's container stays")
+	require.True(t, i, "a live owner's image stays")
+	require.Equal(t, "ok\n", sh(t, mine, "echo ok").Text(), "the provider's own sandbox survives its sweep")
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	err = p.Sweep(cancelled)
+	require.ErrorIs(t, err, context.Canceled, "a cancelled sweep stops and says so")
+	require.NotErrorIs(t, err, runtime.ErrUnavailable, "cancelling is not the engine going away")
+}
+
+// With sweep=off, Sweep never reaches the engine (the provider below has
+// no client: any call would panic).
+func TestProviderSweepOff(t *testing.T) {
+	p := &Provider{}
+	require.NoError(t, p.Sweep(t.Context()))
 }
 
 func TestOwnerDead(t *testing.T) {

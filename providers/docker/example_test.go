@@ -10,10 +10,11 @@ import (
 	"github.com/forkline/forkline/runtime"
 )
 
-// A golden checkpoint made once, forks handed out from a standby.
+// A golden checkpoint made once, a replica forked from it. Ready replicas
+// kept ahead of time are the pool's (pool.Config.Standby).
 func Example() {
 	ctx := context.Background()
-	p, err := providers.Open(docker.Name, providers.Options{
+	p, err := providers.Open(ctx, docker.Name, providers.Options{
 		RunID:  "example",
 		Params: map[string]string{docker.ParamNetwork: "none"},
 	})
@@ -21,6 +22,12 @@ func Example() {
 		log.Fatal(err) // docker.ErrNoEngine says how to start an engine
 	}
 	defer p.Close(ctx)
+	// Remove what crashed runs of this host left; opening removed nothing.
+	if sw, ok := providers.As[providers.Sweeper](p); ok {
+		if err := sw.Sweep(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	golden, err := p.Create(ctx, providers.Spec{
 		Files:     map[string][]byte{"task.txt": []byte("count the lines\n")},
@@ -38,12 +45,6 @@ func Example() {
 	}
 	_ = golden.Close(ctx)
 
-	// Keep two forks started ahead of time; Fork hands them out at once.
-	if sf, ok := p.(docker.StandbyForker); ok {
-		if err := sf.Prewarm(ctx, cp, 2); err != nil {
-			log.Fatal(err)
-		}
-	}
 	replica, err := p.Fork(ctx, cp)
 	if err != nil {
 		log.Fatal(err)

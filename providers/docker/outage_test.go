@@ -54,7 +54,7 @@ func openThroughProxy(t *testing.T) (*Provider, *engineProxy) {
 	t.Helper()
 	px := newEngineProxy(t)
 	t.Setenv("DOCKER_HOST", px.host())
-	p, err := New(providers.Options{RunID: "test-" + tagSafe(t.Name())})
+	p, err := New(t.Context(), providers.Options{RunID: "test-" + tagSafe(t.Name())})
 	require.NoError(t, err)
 	p.probeEvery, p.probeTimeout = 300*time.Millisecond, 700*time.Millisecond
 	return p, px
@@ -100,7 +100,7 @@ func TestEngineGoneDetails(t *testing.T) {
 	require.Contains(t, err.Error(), px.host(), "names the engine")
 	require.Contains(t, err.Error(), "exec create", "names what failed")
 
-	_, err = New(providers.Options{})
+	_, err = New(t.Context(), providers.Options{})
 	require.ErrorIs(t, err, ErrNoEngine)
 	require.ErrorIs(t, err, runtime.ErrUnavailable, "an engine that is not there at all is unavailable too")
 }
@@ -126,4 +126,26 @@ func TestEngineErrorsMatchUnavailable(t *testing.T) {
 	}
 	require.NotErrorIs(t, ErrSandboxDied, runtime.ErrUnavailable)
 	require.NotErrorIs(t, ErrEngineGone, ErrNoEngine)
+}
+
+// Start-up can be cancelled: opening a provider on an engine that hangs
+// ends when the caller's context does, and says it was cancelled rather
+// than that no engine answers.
+func TestOpenCancelledWhileTheEngineHangs(t *testing.T) {
+	px := newEngineProxy(t)
+	t.Setenv("DOCKER_HOST", px.host())
+	px.Freeze()
+	defer px.Restore()
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	_, err := providers.Open(ctx, Name, providers.Options{RunID: "test-" + tagSafe(t.Name())})
+	// Had Open waited for the ping timeout instead, the error would be
+	// ErrNoEngine: the caller's context was still live then.
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ErrNoEngine, "a cancelled start-up is not a missing engine")
+
+	cancelled, stop := context.WithCancel(t.Context())
+	stop()
+	_, err = New(cancelled, providers.Options{})
+	require.ErrorIs(t, err, context.Canceled)
 }

@@ -64,14 +64,12 @@ const (
 	// ParamNetwork is the default network mode (default "none"); a Spec's
 	// Resources.Network wins.
 	ParamNetwork = "network"
-	// ParamStandby is how many started forks to keep ready per checkpoint
-	// (default 0); see Provider.Prewarm.
-	ParamStandby = "standby"
 	// ParamInit is "auto" (default), "on" or "off": whether containers run
 	// under the engine's init (docker-init, tini) to reap orphans.
 	ParamInit = "init"
-	// ParamSweep is "on" (default) or "off": whether New sweeps objects of
-	// dead owners on this host (see Sweep).
+	// ParamSweep is "on" (default) or "off": whether Provider.Sweep removes
+	// what dead owners on this host left. "off" makes Sweep a no-op, for
+	// hosts where another tool owns that cleanup; New never sweeps.
 	ParamSweep = "sweep"
 )
 
@@ -97,12 +95,12 @@ const reaperKeeper = `trap 'exit 0' TERM; while :; do sleep ` + keeperSeconds + 
 // clean up).
 const removeTimeout = 30 * time.Second
 
-// cleanupTimeout bounds a whole cleanup (Close, the sweep in New).
+// cleanupTimeout bounds a whole cleanup (Close, Sweep).
 const cleanupTimeout = 5 * time.Minute
 
 func init() {
-	providers.Register(Name, func(opts providers.Options) (providers.Provider, error) {
-		return New(opts)
+	providers.Register(Name, func(ctx context.Context, opts providers.Options) (providers.Provider, error) {
+		return New(ctx, opts)
 	})
 }
 
@@ -114,8 +112,9 @@ type Provider struct {
 	instance string
 	image    string
 	network  string
-	standbyN int
 	limits   limits // defaults for what a Spec leaves zero
+	sweep    bool   // ParamSweep is on
+	dir      string // Options.Dir, where output directories live
 
 	// probeEvery and probeTimeout pace the engine watch (see watch).
 	probeEvery, probeTimeout time.Duration
@@ -124,10 +123,6 @@ type Provider struct {
 	initMu     sync.Mutex
 	useInit    bool
 	initBinary string
-
-	bg     context.Context // background work (standby fills); cancelled by Close
-	stopBG context.CancelFunc
-	bgWG   sync.WaitGroup
 
 	mu          sync.Mutex
 	closed      bool
@@ -143,7 +138,6 @@ type checkpoint struct {
 	ref      string // the unique tag, e.g. forkline/checkpoint:RUN-3
 	spec     sandboxSpec
 	released bool
-	standby  *standby // nil until Prewarm or ParamStandby asks for one
 }
 
 // sandboxSpec is what a sandbox passes on to the forks of its checkpoints.
@@ -156,13 +150,14 @@ type sandboxSpec struct {
 }
 
 // New opens a docker provider on the engine named by the environment (see
-// Connect). Options.Params accepts ParamImage, ParamNetwork, ParamStandby,
-// ParamInit, ParamSweep, ParamPids, ParamMemoryMB, ParamCPUs and
-// ParamOutput; an unknown key fails. Options.RunID labels every object (a
-// random id is made when it is empty). Options.Dir is where the sandboxes'
-// output directories go (default os.TempDir()).
-func New(opts providers.Options) (*Provider, error) {
-	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamStandby, ParamInit, ParamSweep,
+// Connect). Options.Params accepts ParamImage, ParamNetwork, ParamInit,
+// ParamSweep, ParamPids, ParamMemoryMB, ParamCPUs and ParamOutput; an
+// unknown key fails. Options.RunID labels every object (a random id is made
+// when it is empty). Options.Dir is where the sandboxes' output directories
+// go (default os.TempDir()). ctx bounds connecting to the engine (and at
+// most pingTimeout); New removes nothing: call Sweep for that.
+func New(ctx context.Context, opts providers.Options) (*Provider, error) {
+	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamInit, ParamSweep,
 		ParamPids, ParamMemoryMB, ParamCPUs, ParamOutput); err != nil {
 		return nil, err
 	}
@@ -191,13 +186,6 @@ func New(opts providers.Options) (*Provider, error) {
 	if v := opts.Params[ParamNetwork]; v != "" {
 		p.network = v
 	}
-	if v, ok := opts.Params[ParamStandby]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("docker: param %s=%q: want a count >= 0", ParamStandby, v)
-		}
-		p.standbyN = n
-	}
 	initMode := opts.Params[ParamInit]
 	switch initMode {
 	case "":
@@ -206,14 +194,14 @@ func New(opts providers.Options) (*Provider, error) {
 	default:
 		return nil, fmt.Errorf("docker: param %s=%q (known: %s, %s, %s)", ParamInit, initMode, InitAuto, InitOff, InitOn)
 	}
-	sweep := opts.Params[ParamSweep]
-	switch sweep {
+	switch v := opts.Params[ParamSweep]; v {
 	case "", "on":
-		sweep = "on"
+		p.sweep = true
 	case "off":
 	default:
-		return nil, fmt.Errorf("docker: param %s=%q (known: off, on)", ParamSweep, sweep)
+		return nil, fmt.Errorf("docker: param %s=%q (known: off, on)", ParamSweep, v)
 	}
+	p.dir = opts.Dir
 	if p.runID == "" {
 		p.runID = "run-" + randomHex(6)
 	}
@@ -221,7 +209,7 @@ func New(opts providers.Options) (*Provider, error) {
 	p.owner = strconv.Itoa(os.Getpid()) + "@" + host
 	p.instance = randomHex(8)
 
-	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	cli, err := Connect(ctx)
 	if err != nil {
@@ -241,20 +229,37 @@ func New(opts providers.Options) (*Provider, error) {
 			return nil, fmt.Errorf("docker: param %s=%s but the engine reports no init binary", ParamInit, InitOn)
 		}
 	}
-	if sweep == "on" {
-		sctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		_, err := Sweep(sctx, cli, SweepOptions{DeadOwners: true})
-		cancel()
-		if err == nil {
-			err = sweepOutputDirs(opts.Dir)
-		}
-		if err != nil {
-			_ = cli.Close()
-			return nil, fmt.Errorf("docker: sweeping what dead runs left (set param %s=off to skip): %w", ParamSweep, err)
-		}
-	}
-	p.bg, p.stopBG = context.WithCancel(context.Background())
 	return p, nil
+}
+
+var _ providers.Sweeper = (*Provider)(nil)
+
+// Sweep implements providers.Sweeper: it removes the containers and
+// checkpoint images whose owner is a dead process of this host (see the
+// package function Sweep with DeadOwners), then the output directories of
+// dead providers under Options.Dir. Live runs, this one included, are left
+// alone. With the "sweep" param off it does nothing. ctx cancels it; it
+// also stops after cleanupTimeout.
+func (p *Provider) Sweep(ctx context.Context) error {
+	if !p.sweep {
+		return nil
+	}
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	_, err := Sweep(ctx, p.cli, SweepOptions{DeadOwners: true})
+	if err == nil {
+		err = sweepOutputDirs(p.dir)
+	}
+	if err != nil {
+		if gerr := p.gone(ctx, "sweeping what dead runs left", err); gerr != nil {
+			return gerr
+		}
+		return fmt.Errorf("docker: sweeping what dead runs left (set param %s=off to skip): %w", ParamSweep, err)
+	}
+	return nil
 }
 
 // Name returns "docker".
@@ -527,13 +532,8 @@ func (p *Provider) checkpoint(ctx context.Context, sb providers.Sandbox, label s
 		p.removeImage(ctx, res.ID)
 		return providers.Checkpoint{}, fmt.Errorf("docker: %w", providers.ErrClosed)
 	}
-	ck := &checkpoint{info: cp, ref: ref, spec: s.spec}
-	p.checkpoints[cp.ID] = ck
-	n := p.standbyN
+	p.checkpoints[cp.ID] = &checkpoint{info: cp, ref: ref, spec: s.spec}
 	p.mu.Unlock()
-	if n > 0 {
-		p.setStandby(ck, n)
-	}
 	return cp, nil
 }
 
@@ -556,9 +556,9 @@ func (p *Provider) diffBytes(ctx context.Context, containerID, imageID string) i
 }
 
 // Fork starts a container from cp's image with the spec of the sandbox cp
-// was made from (env, resources, network, output cap, labels). When a
-// standby fork of cp is ready, it is handed out instead and a replacement is
-// started in the background.
+// was made from (env, resources, network, output cap, labels). Forks ready
+// ahead of time are the pool's business (pool.Config.Standby), the same for
+// every provider.
 func (p *Provider) Fork(ctx context.Context, cp providers.Checkpoint) (providers.Sandbox, error) {
 	wctx, stop := p.watch(ctx)
 	defer stop()
@@ -577,25 +577,11 @@ func (p *Provider) fork(ctx context.Context, cp providers.Checkpoint) (providers
 		p.mu.Unlock()
 		return nil, fmt.Errorf("docker: fork of unknown or released checkpoint %q", cp.ID)
 	}
-	st := ck.standby
 	p.mu.Unlock()
-	if st != nil {
-		if sb := st.take(); sb != nil {
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				_ = sb.Close(ctx)
-				return nil, fmt.Errorf("docker: %w", providers.ErrClosed)
-			}
-			p.sandboxes[sb.id] = sb
-			p.mu.Unlock()
-			return sb, nil
-		}
-	}
 	return p.startSandbox(ctx, ck.info.ID, ck.spec, ForkMethod, ck.info.ID)
 }
 
-// Release removes cp's standby forks and its image. Forks still running keep
+// Release removes cp's image. Forks still running keep
 // working: the engine only untags an image that containers use, and Close
 // removes it after them. Release is idempotent.
 func (p *Provider) Release(ctx context.Context, cp providers.Checkpoint) error {
@@ -606,11 +592,7 @@ func (p *Provider) Release(ctx context.Context, cp providers.Checkpoint) error {
 		return nil
 	}
 	ck.released = true
-	st := ck.standby
 	p.mu.Unlock()
-	if st != nil {
-		st.stop(ctx)
-	}
 	err := p.removeImageErr(ctx, ck.info.ID)
 	if err != nil && cerrdefs.IsConflict(err) {
 		// Forks of cp still run: untag it so it is gone by name; Close (or a
@@ -646,23 +628,12 @@ func (p *Provider) Close(ctx context.Context) error {
 	for _, sb := range p.sandboxes {
 		sbs = append(sbs, sb)
 	}
-	var pools []*standby
-	for _, ck := range p.checkpoints {
-		if ck.standby != nil {
-			pools = append(pools, ck.standby)
-		}
-	}
 	p.mu.Unlock()
 
 	// Cleanup runs to the end even when ctx is already cancelled: a
 	// cancelled run must not leak its containers.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	p.stopBG()
-	for _, st := range pools {
-		st.stop(ctx)
-	}
-	p.bgWG.Wait()
 	var errs []error
 	forEachParallel(len(sbs), 4, func(i int) {
 		_ = sbs[i].Close(ctx)

@@ -45,6 +45,17 @@ func BenchmarkFork(b *testing.B) {
 	}
 }
 
+// BenchmarkReset is the conformance reset benchmark (providertest.BenchReset)
+// for each fork method: a fork and its first exec against a recreate with
+// its setup, as a ratio measured in the same run.
+func BenchmarkReset(b *testing.B) {
+	for _, method := range []string{local.ForkOverlay, local.ForkCopy} {
+		b.Run(method, func(b *testing.B) {
+			providertest.BenchReset(b, func(b *testing.B) providers.Provider { return openLocal(b, method) })
+		})
+	}
+}
+
 // BenchmarkExecOutput measures how fast a 200 MB output drains through the
 // local provider's pipe; compare with providers/docker's
 // BenchmarkExecOutput (or run benchmarks/drain, which runs both at once).

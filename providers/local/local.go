@@ -173,7 +173,12 @@ const rootPrefix = "forkline-local-"
 var ErrOverlayUnavailable = errors.New("local: overlay mounts unavailable")
 
 func init() {
-	providers.Register(Name, func(opts providers.Options) (providers.Provider, error) {
+	// New does no I/O that could block (a mkdir, an overlay mount probe), so
+	// the context only stops a start-up that has not begun.
+	providers.Register(Name, func(ctx context.Context, opts providers.Options) (providers.Provider, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("local: %w", err)
+		}
 		return New(opts)
 	})
 }

@@ -82,7 +82,7 @@ func TestConformanceWithoutCheckpoint(t *testing.T) {
 
 func TestRegistered(t *testing.T) {
 	require.Contains(t, providers.Names(), local.Name)
-	p, err := providers.Open(local.Name, providers.Options{Dir: t.TempDir(), Params: map[string]string{"fork": "copy"}})
+	p, err := providers.Open(t.Context(), local.Name, providers.Options{Dir: t.TempDir(), Params: map[string]string{"fork": "copy"}})
 	require.NoError(t, err)
 	require.Equal(t, "local", p.Name())
 	caps := p.Capabilities()

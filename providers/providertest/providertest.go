@@ -3,8 +3,10 @@
 // output, path confinement, checkpoint and fork isolation, cleanup,
 // concurrency, and the GUI claim (a sandbox says it has a GUI only when it
 // asked for one and GUI actions reach it; a provider that cannot host one
-// refuses the request). A backend's test calls Run with a function that opens a fresh
-// provider.
+// refuses the request). A backend's test calls Run with a function that
+// opens a fresh provider. Its benchmarks call BenchReset, the reset-latency
+// benchmark every provider runs (as BenchmarkReset), which reports a fork's
+// cost as a ratio of a recreate's measured in the same run.
 //
 // It knows only the providers contract and the runtime waist, never a
 // particular backend: every check goes through Provider, Sandbox.Act and the
@@ -39,7 +41,9 @@ import (
 // can verify it leaves nothing behind. Leftovers lists what the provider
 // still holds outside the process (directories, mounts, containers, images),
 // one human-readable entry each. Once every sandbox is closed, every
-// checkpoint released and the provider closed, it must return nothing.
+// checkpoint released and the provider closed, it must return nothing. The
+// suite finds it with providers.As, so a decorator that unwraps to a
+// LeakChecker is checked too.
 type LeakChecker interface {
 	Leftovers(ctx context.Context) ([]string, error)
 }
@@ -103,7 +107,7 @@ func (s *suite) provider(t *testing.T) providers.Provider {
 
 func assertNoLeftovers(t *testing.T, ctx context.Context, p providers.Provider, when string) {
 	t.Helper()
-	lc, ok := p.(LeakChecker)
+	lc, ok := providers.As[LeakChecker](p)
 	if !ok {
 		return
 	}
@@ -810,7 +814,7 @@ func (s *suite) testRelease(t *testing.T) {
 
 func (s *suite) testNoLeaks(t *testing.T) {
 	p := s.provider(t)
-	lc, ok := p.(LeakChecker)
+	lc, ok := providers.As[LeakChecker](p)
 	if !ok {
 		t.Skipf("provider %s does not implement providertest.LeakChecker: leak checks skipped", p.Name())
 	}

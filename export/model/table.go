@@ -1,4 +1,4 @@
-package hf
+package model
 
 import (
 	"bufio"
@@ -73,11 +73,11 @@ func NewParquetWriter(w io.Writer, fs Features) (*TableWriter, error) {
 	)
 	fw, err := pqarrow.NewFileWriter(t.schema, t.bw, props, pqarrow.NewArrowWriterProperties())
 	if err != nil {
-		return nil, fmt.Errorf("hf: parquet writer: %w", err)
+		return nil, fmt.Errorf("model: parquet writer: %w", err)
 	}
 	stored := flight.SerializeSchema(t.schema, memory.DefaultAllocator)
 	if err := fw.AppendKeyValueMetadata("ARROW:schema", base64.StdEncoding.EncodeToString(stored)); err != nil {
-		return nil, fmt.Errorf("hf: parquet writer: %w", err)
+		return nil, fmt.Errorf("model: parquet writer: %w", err)
 	}
 	t.pq = fw
 	return t, nil
@@ -107,6 +107,11 @@ func (t *TableWriter) Schema() *arrow.Schema { return t.schema }
 // Rows returns the number of rows appended so far.
 func (t *TableWriter) Rows() int64 { return t.rows }
 
+// PendingBytes is about how many bytes the rows of the batch not yet
+// written take: what a writer that rolls its files by size adds to the
+// bytes already written to know a file's size.
+func (t *TableWriter) PendingBytes() int64 { return t.bytes }
+
 // Append adds one row. A value that does not fit its feature fails the
 // writer: the rows already appended to the current batch are lost.
 func (t *TableWriter) Append(r Row) error {
@@ -115,14 +120,14 @@ func (t *TableWriter) Append(r Row) error {
 	}
 	for name := range r {
 		if _, ok := t.index[name]; !ok {
-			t.err = fmt.Errorf("hf: row has column %q, which the features do not", name)
+			t.err = fmt.Errorf("model: row has column %q, which the features do not", name)
 			return t.err
 		}
 	}
 	for i, f := range t.features {
 		n, err := appendValue(t.rb.Field(i), f.Type, r[f.Name])
 		if err != nil {
-			t.err = fmt.Errorf("hf: column %s: %w", f.Name, err)
+			t.err = fmt.Errorf("model: column %s: %w", f.Name, err)
 			return t.err
 		}
 		t.bytes += n
@@ -157,7 +162,7 @@ func (t *TableWriter) Flush() error {
 		err = t.ipc.Write(rec)
 	}
 	if err != nil {
-		t.err = fmt.Errorf("hf: write batch: %w", err)
+		t.err = fmt.Errorf("model: write batch: %w", err)
 	}
 	return t.err
 }
@@ -170,13 +175,13 @@ func (t *TableWriter) Close() error {
 	t.rb.Release()
 	if t.pq != nil {
 		if cerr := t.pq.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("hf: close parquet: %w", cerr)
+			err = fmt.Errorf("model: close parquet: %w", cerr)
 		}
 	} else if cerr := t.ipc.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("hf: close stream: %w", cerr)
+		err = fmt.Errorf("model: close stream: %w", cerr)
 	}
 	if ferr := t.bw.Flush(); err == nil && ferr != nil {
-		err = fmt.Errorf("hf: %w", ferr)
+		err = fmt.Errorf("model: %w", ferr)
 	}
 	if err != nil && t.err == nil {
 		t.err = err

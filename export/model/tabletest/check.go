@@ -1,4 +1,4 @@
-package hftest
+package tabletest
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 func CheckFeatures(t *Table, strictListNames bool) error {
 	md, ok := t.Metadata["huggingface"]
 	if !ok {
-		return errors.New("hftest: no huggingface metadata")
+		return errors.New("tabletest: no huggingface metadata")
 	}
 	want, err := FeatureTypes(md)
 	if err != nil {
@@ -25,7 +25,7 @@ func CheckFeatures(t *Table, strictListNames bool) error {
 // CheckFields compares expected fields with a file's fields, in order.
 func CheckFields(want, got []Type, strictListNames bool) error {
 	if len(want) != len(got) {
-		return fmt.Errorf("hftest: %d features for %d columns", len(want), len(got))
+		return fmt.Errorf("tabletest: %d features for %d columns", len(want), len(got))
 	}
 	var errs []error
 	for i := range want {

@@ -1,13 +1,15 @@
-// Package hftest checks what formats/hf (and the targets built on it) write,
-// with implementations independent of the one that wrote it: Parquet files
-// are read with parquet-go (they are written with Apache arrow-go), Arrow
-// IPC streams and the ARROW:schema stored in Parquet files are decoded by a
-// small Arrow IPC reader written here from the format specification, and
-// Hugging Face feature JSON is turned into Arrow types by rules written
-// here from datasets' documentation, not by package hf.
+// Package tabletest checks what export/model's TableWriter (and the targets
+// built on it: formats/hf, formats/verl) write, with implementations
+// independent of the one that wrote it: Parquet files are read with
+// parquet-go (they are written with Apache arrow-go), Arrow IPC streams and
+// the ARROW:schema stored in Parquet files are decoded by a small Arrow IPC
+// reader written here from the format specification, Hugging Face feature
+// JSON is turned into Arrow types by rules written here from datasets'
+// documentation, not by package model, and a dataset card's front matter
+// is read as datasets reads it.
 //
 // It is a test helper package: tests import it, programs do not.
-package hftest
+package tabletest
 
 import (
 	"encoding/json"
@@ -93,7 +95,7 @@ func FeatureTypes(metadata string) ([]Type, error) {
 		} `json:"info"`
 	}
 	if err := json.Unmarshal([]byte(metadata), &top); err != nil {
-		return nil, fmt.Errorf("hftest: huggingface metadata: %w", err)
+		return nil, fmt.Errorf("tabletest: huggingface metadata: %w", err)
 	}
 	return FeaturesJSONTypes(top.Info.Features)
 }
@@ -103,13 +105,13 @@ func FeatureTypes(metadata string) ([]Type, error) {
 func FeaturesJSONTypes(features json.RawMessage) ([]Type, error) {
 	names, values, err := orderedObject(features)
 	if err != nil {
-		return nil, fmt.Errorf("hftest: features: %w", err)
+		return nil, fmt.Errorf("tabletest: features: %w", err)
 	}
 	out := make([]Type, len(names))
 	for i := range names {
 		t, err := featureType(values[i])
 		if err != nil {
-			return nil, fmt.Errorf("hftest: feature %s: %w", names[i], err)
+			return nil, fmt.Errorf("tabletest: feature %s: %w", names[i], err)
 		}
 		t.Name, t.Nullable = names[i], true
 		out[i] = t
@@ -170,7 +172,7 @@ func featureType(raw json.RawMessage) (Type, error) {
 	case "Value":
 		var d string
 		if err := json.Unmarshal(get("dtype"), &d); err != nil {
-			return Type{}, fmt.Errorf("hftest: a Value feature's dtype: %w", err)
+			return Type{}, fmt.Errorf("tabletest: a Value feature's dtype: %w", err)
 		}
 		k, ok := dtypes[d]
 		if !ok {

@@ -1,4 +1,4 @@
-package hftest
+package tabletest
 
 import (
 	"errors"
@@ -23,11 +23,11 @@ type Card struct {
 func ReadCard(readme []byte) (*Card, error) {
 	text := string(readme)
 	if !strings.HasPrefix(text, "---\n") {
-		return nil, errors.New("hftest: card has no YAML front matter")
+		return nil, errors.New("tabletest: card has no YAML front matter")
 	}
 	front, _, ok := strings.Cut(text[4:], "\n---\n")
 	if !ok {
-		return nil, errors.New("hftest: card's front matter is not closed")
+		return nil, errors.New("tabletest: card's front matter is not closed")
 	}
 	var doc struct {
 		Configs []struct {
@@ -46,12 +46,12 @@ func ReadCard(readme []byte) (*Card, error) {
 		} `yaml:"dataset_info"`
 	}
 	if err := yaml.Unmarshal([]byte(front), &doc); err != nil {
-		return nil, fmt.Errorf("hftest: card YAML: %w", err)
+		return nil, fmt.Errorf("tabletest: card YAML: %w", err)
 	}
 	c := &Card{Splits: map[string]int64{}, Files: map[string]string{}}
 	for _, cfg := range doc.Configs {
 		if cfg.ConfigName == "" {
-			return nil, errors.New("hftest: a config without config_name (datasets rejects it)")
+			return nil, errors.New("tabletest: a config without config_name (datasets rejects it)")
 		}
 		for _, df := range cfg.DataFiles {
 			c.Files[df.Split] = df.Path
@@ -78,7 +78,7 @@ func yamlField(n *yaml.Node) (Type, error) {
 	}
 	var name string
 	if err := m["name"].Decode(&name); err != nil || name == "" {
-		return Type{}, fmt.Errorf("hftest: card feature without a name at line %d", n.Line)
+		return Type{}, fmt.Errorf("tabletest: card feature without a name at line %d", n.Line)
 	}
 	t, err := yamlBody(m, name)
 	t.Name, t.Nullable = name, true
@@ -87,7 +87,7 @@ func yamlField(n *yaml.Node) (Type, error) {
 
 func yamlMap(n *yaml.Node) (map[string]*yaml.Node, error) {
 	if n.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("hftest: card line %d: want a mapping", n.Line)
+		return nil, fmt.Errorf("tabletest: card line %d: want a mapping", n.Line)
 	}
 	m := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -123,7 +123,7 @@ func yamlBody(m map[string]*yaml.Node, name string) (Type, error) {
 		item.Name, item.Nullable = "item", true
 		return Type{Kind: "list", Children: []Type{item}}, nil
 	}
-	return Type{}, fmt.Errorf("hftest: card feature %s has no dtype, list or struct", name)
+	return Type{}, fmt.Errorf("tabletest: card feature %s has no dtype, list or struct", name)
 }
 
 func yamlDtype(d, name string) (Type, error) {
@@ -135,14 +135,14 @@ func yamlDtype(d, name string) (Type, error) {
 	}
 	k, ok := dtypes[d]
 	if !ok {
-		return Type{}, fmt.Errorf("hftest: card feature %s: dtype %q not known here", name, d)
+		return Type{}, fmt.Errorf("tabletest: card feature %s: dtype %q not known here", name, d)
 	}
 	return Type{Kind: k}, nil
 }
 
 func yamlStruct(n *yaml.Node, name string) (Type, error) {
 	if n.Kind != yaml.SequenceNode {
-		return Type{}, fmt.Errorf("hftest: card feature %s: struct wants a list of fields", name)
+		return Type{}, fmt.Errorf("tabletest: card feature %s: struct wants a list of fields", name)
 	}
 	t := Type{Kind: "struct"}
 	for _, c := range n.Content {

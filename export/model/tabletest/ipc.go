@@ -1,4 +1,4 @@
-package hftest
+package tabletest
 
 import (
 	"encoding/binary"
@@ -47,7 +47,7 @@ func ReadStreamFile(path string) (*Table, error) {
 // ReadStream decodes an Arrow IPC stream.
 func ReadStream(data []byte) (*Table, error) {
 	if len(data) >= 6 && string(data[:6]) == "ARROW1" {
-		return nil, errors.New("hftest: this is the Arrow IPC file format, not a stream")
+		return nil, errors.New("tabletest: this is the Arrow IPC file format, not a stream")
 	}
 	var t *Table
 	pos := 0
@@ -58,7 +58,7 @@ func ReadStream(data []byte) (*Table, error) {
 		}
 		if meta == nil { // end of stream
 			if next != len(data) {
-				return nil, fmt.Errorf("hftest: %d bytes after the end-of-stream marker", len(data)-next)
+				return nil, fmt.Errorf("tabletest: %d bytes after the end-of-stream marker", len(data)-next)
 			}
 			break
 		}
@@ -67,7 +67,7 @@ func ReadStream(data []byte) (*Table, error) {
 		switch msg.u8(1) {
 		case 1: // Schema
 			if t != nil {
-				return nil, errors.New("hftest: a second schema message")
+				return nil, errors.New("tabletest: a second schema message")
 			}
 			t, err = decodeSchema(msg.table(2))
 			if err != nil {
@@ -75,18 +75,18 @@ func ReadStream(data []byte) (*Table, error) {
 			}
 		case 3: // RecordBatch
 			if t == nil {
-				return nil, errors.New("hftest: record batch before the schema")
+				return nil, errors.New("tabletest: record batch before the schema")
 			}
 			if err := decodeBatch(t, msg.table(2), body); err != nil {
 				return nil, err
 			}
 			t.Batches++
 		default:
-			return nil, fmt.Errorf("hftest: message header type %d not supported", msg.u8(1))
+			return nil, fmt.Errorf("tabletest: message header type %d not supported", msg.u8(1))
 		}
 	}
 	if t == nil {
-		return nil, errors.New("hftest: stream has no schema")
+		return nil, errors.New("tabletest: stream has no schema")
 	}
 	return t, nil
 }
@@ -100,11 +100,11 @@ func DecodeSchemaMessage(data []byte) (*Table, error) {
 		return nil, err
 	}
 	if meta == nil {
-		return nil, errors.New("hftest: empty schema message")
+		return nil, errors.New("tabletest: empty schema message")
 	}
 	msg := fbRoot(meta)
 	if msg.u8(1) != 1 {
-		return nil, fmt.Errorf("hftest: message type %d is not a schema", msg.u8(1))
+		return nil, fmt.Errorf("tabletest: message type %d is not a schema", msg.u8(1))
 	}
 	return decodeSchema(msg.table(2))
 }
@@ -113,10 +113,10 @@ func DecodeSchemaMessage(data []byte) (*Table, error) {
 // metadata length, flatbuffer Message, body. meta is nil at end of stream.
 func nextMessage(data []byte, pos int) (meta, body []byte, next int, err error) {
 	if pos+8 > len(data) {
-		return nil, nil, 0, fmt.Errorf("hftest: stream ends at byte %d without an end-of-stream marker", pos)
+		return nil, nil, 0, fmt.Errorf("tabletest: stream ends at byte %d without an end-of-stream marker", pos)
 	}
 	if binary.LittleEndian.Uint32(data[pos:]) != 0xFFFFFFFF {
-		return nil, nil, 0, fmt.Errorf("hftest: no continuation marker at byte %d", pos)
+		return nil, nil, 0, fmt.Errorf("tabletest: no continuation marker at byte %d", pos)
 	}
 	n := int(int32(binary.LittleEndian.Uint32(data[pos+4:])))
 	pos += 8
@@ -124,13 +124,13 @@ func nextMessage(data []byte, pos int) (meta, body []byte, next int, err error) 
 		return nil, nil, pos, nil
 	}
 	if n < 0 || pos+n > len(data) || n%8 != 0 {
-		return nil, nil, 0, fmt.Errorf("hftest: bad metadata length %d at byte %d", n, pos-4)
+		return nil, nil, 0, fmt.Errorf("tabletest: bad metadata length %d at byte %d", n, pos-4)
 	}
 	meta = data[pos : pos+n]
 	pos += n
 	bodyLen := int(fbRoot(meta).i64(3))
 	if bodyLen < 0 || pos+bodyLen > len(data) {
-		return nil, nil, 0, fmt.Errorf("hftest: bad body length %d", bodyLen)
+		return nil, nil, 0, fmt.Errorf("tabletest: bad body length %d", bodyLen)
 	}
 	return meta, data[pos : pos+bodyLen], pos + bodyLen, nil
 }
@@ -138,7 +138,7 @@ func nextMessage(data []byte, pos int) (meta, body []byte, next int, err error) 
 func decodeSchema(s fbTable) (*Table, error) {
 	t := &Table{Metadata: map[string]string{}}
 	if s.u16(0) != 0 {
-		return nil, errors.New("hftest: big-endian schema")
+		return nil, errors.New("tabletest: big-endian schema")
 	}
 	for _, f := range s.tables(1) {
 		ft, err := decodeField(f)
@@ -156,14 +156,14 @@ func decodeSchema(s fbTable) (*Table, error) {
 func decodeField(f fbTable) (Type, error) {
 	t := Type{Name: f.str(0), Nullable: f.bool(1)}
 	if f.has(4) {
-		return t, fmt.Errorf("hftest: field %s is dictionary-encoded", t.Name)
+		return t, fmt.Errorf("tabletest: field %s is dictionary-encoded", t.Name)
 	}
 	typ := f.table(3)
 	switch f.u8(2) {
 	case 2: // Int
 		bits, signed := typ.i32(0), typ.bool(1)
 		if !signed {
-			return t, fmt.Errorf("hftest: field %s: unsigned ints not supported", t.Name)
+			return t, fmt.Errorf("tabletest: field %s: unsigned ints not supported", t.Name)
 		}
 		t.Kind = fmt.Sprintf("int%d", bits)
 	case 3: // FloatingPoint
@@ -207,7 +207,7 @@ type batchReader struct {
 
 func (r *batchReader) node() (length, nulls int64, err error) {
 	if r.ni >= len(r.nodes) {
-		return 0, 0, errors.New("hftest: record batch has too few field nodes")
+		return 0, 0, errors.New("tabletest: record batch has too few field nodes")
 	}
 	n := r.nodes[r.ni]
 	r.ni++
@@ -216,20 +216,20 @@ func (r *batchReader) node() (length, nulls int64, err error) {
 
 func (r *batchReader) buffer() ([]byte, error) {
 	if r.bi >= len(r.buffers) {
-		return nil, errors.New("hftest: record batch has too few buffers")
+		return nil, errors.New("tabletest: record batch has too few buffers")
 	}
 	b := r.buffers[r.bi]
 	r.bi++
 	off, n := b.i64(0), b.i64(8)
 	if off < 0 || n < 0 || off+n > int64(len(r.body)) {
-		return nil, fmt.Errorf("hftest: buffer [%d, +%d) outside the body of %d bytes", off, n, len(r.body))
+		return nil, fmt.Errorf("tabletest: buffer [%d, +%d) outside the body of %d bytes", off, n, len(r.body))
 	}
 	return r.body[off : off+n], nil
 }
 
 func decodeBatch(t *Table, rb fbTable, body []byte) error {
 	if rb.has(3) {
-		return errors.New("hftest: compressed record batches are not supported")
+		return errors.New("tabletest: compressed record batches are not supported")
 	}
 	length := rb.i64(0)
 	r := &batchReader{body: body, nodes: rb.structs(1, 16), buffers: rb.structs(2, 16)}
@@ -237,15 +237,15 @@ func decodeBatch(t *Table, rb fbTable, body []byte) error {
 	for i, f := range t.Fields {
 		vals, err := r.column(f)
 		if err != nil {
-			return fmt.Errorf("hftest: column %s: %w", f.Name, err)
+			return fmt.Errorf("tabletest: column %s: %w", f.Name, err)
 		}
 		if int64(len(vals)) != length {
-			return fmt.Errorf("hftest: column %s has %d values, the batch %d", f.Name, len(vals), length)
+			return fmt.Errorf("tabletest: column %s has %d values, the batch %d", f.Name, len(vals), length)
 		}
 		cols[i] = vals
 	}
 	if r.ni != len(r.nodes) || r.bi != len(r.buffers) {
-		return fmt.Errorf("hftest: batch has %d nodes and %d buffers, the schema used %d and %d", len(r.nodes), len(r.buffers), r.ni, r.bi)
+		return fmt.Errorf("tabletest: batch has %d nodes and %d buffers, the schema used %d and %d", len(r.nodes), len(r.buffers), r.ni, r.bi)
 	}
 	for i := range length {
 		row := map[string]any{}

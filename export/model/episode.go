@@ -1,16 +1,24 @@
-// Package chat turns native episodes into chat conversations — system and
-// user prompt, then per step an assistant message with one tool call and a
-// tool message with what the environment returned — and writes them as
-// OpenAI/TRL fine-tuning JSON Lines (target chat-jsonl).
+// Package model is the export model: what every export target is built
+// from, so that the targets (formats/chat, formats/hf, formats/verl,
+// formats/jsonl) are peers over it and never import each other.
 //
-// It also defines Episode, the unit every export target consumes: one
-// native episode with its steps, its rewards and what the export knows
-// around it (the task's instruction from the run's manifest, the selected
-// reward, the split). formats/verl and formats/hf build on it.
+// It owns Episode — one native episode with its steps, rewards and what
+// the export knows around it: the task's instruction and verify command,
+// the conversation its policy had (policy.Conversation, from the run's
+// manifest), the selected reward, the split, the blob store — and what
+// targets derive from it: the conversation as messages (Prompt, Messages,
+// ToolCall arguments, tool results as the model saw them), the tools the
+// policy offered, screenshots, and Refusal, the error a target returns for
+// an episode it cannot represent. It also owns the typed table (Features,
+// TableWriter) the Parquet and Arrow targets write through, so every
+// Parquet file forkline exports carries Hugging Face datasets' features
+// and loads with exact types.
 //
-// It knows the native row types, the canonical actions (runtime) and their
-// tool schemas (aci). It does not read datasets (formats/shard), select or
-// split episodes (package export), or know Parquet.
+// It knows the native row types (schemas), the canonical actions
+// (runtime), their tool schemas and observation text (aci) and the
+// policy's conversation record (policy), and the Arrow/Parquet libraries.
+// It does not read datasets (formats/shard), select or split episodes
+// (package export), or know any target's file layout.
 //
 // # Conversation
 //
@@ -28,31 +36,19 @@
 //	answer (the model's text when the answer is empty); a step without an
 //	action becomes an assistant message with the model's text, if any.
 //
-// A run whose policy wrote its tool calls as text (TextToolCalls) exports as
-// it ran: each assistant message is the model's text, which holds the call,
-// and each observation goes back as a user message; no tools are listed,
-// since the model saw them in the system prompt, not as function tools.
-//
-// # chat-jsonl layout
-//
-//	DIR/<split>.jsonl   one conversation per line, per split (train.jsonl, ...)
-//
-// Each line is an OpenAI chat fine-tuning example:
-// {"messages": [...], "tools": [...], "parallel_tool_calls": false}, tools
-// as the run's policy offered them (Episode.Tools; no "tools" key for a
-// run with text tool calls). Tool-call arguments are JSON-encoded strings, as
-// OpenAI requires (ArgsString), or JSON objects (ArgsObject) for chat
-// templates that apply tojson to them (TRL's Qwen 2.5 template). An
-// assistant message with tool calls and no text has no "content" key.
-// Reasoning is not written: OpenAI's format has no field for it.
-package chat
+// A run whose policy wrote its tool calls as text (policy.ToolsText)
+// exports as it ran: each assistant message is the model's text, which
+// holds the call, and each observation goes back as a user message; no
+// tools are listed, since the model saw them in the system prompt, not as
+// function tools.
+package model
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/forkline/forkline/aci"
-	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -64,19 +60,14 @@ type Episode struct {
 	Rewards []schemas.RewardRow // all of the episode's reward rows
 
 	// From the run's manifest.
-	Instruction    string // the task's instruction: the user message
-	VerifyCmd      string // the task's verify command, "" when it has none
-	System         string // the policy's system prompt, "" when none is recorded
-	EnableThinking *bool  // the policy's enable_thinking setting, nil when unknown
-	// Actions are the action tools the policy offered, in order; nil means
-	// every canonical action.
-	Actions []runtime.ActionKind
-	// TextToolCalls: the policy had the model write tool calls in its text
-	// (and showed observations as user messages) instead of function calls.
-	TextToolCalls bool
-	// ObservationCap is the most bytes of an observation's text the policy
-	// showed (aci.ObservationText's limit); 0 shows all.
-	ObservationCap int
+	Instruction string // the task's instruction: the user message
+	VerifyCmd   string // the task's verify command, "" when it has none
+	// Conversation is how the run's policy talked to its model (its system
+	// prompt, tool mode, offered actions, observation cap, enable_thinking),
+	// as policy.Record.Shown reads it from the manifest; the zero value for
+	// a policy without a model (no system message, every action offered as
+	// a function, whole observations).
+	Conversation policy.Conversation
 
 	// RewardName selects the reward rows Reward and StepReward return.
 	RewardName string
@@ -125,22 +116,24 @@ func (e *Episode) Screenshot(i int) ([]byte, error) {
 	}
 	b, err := e.Blob(s.ScreenHash)
 	if err != nil {
-		return nil, fmt.Errorf("chat: episode %s step %d: screenshot %s: %w", e.Row.EpisodeID, i, s.ScreenHash, err)
+		return nil, fmt.Errorf("model: episode %s step %d: screenshot %s: %w", e.Row.EpisodeID, i, s.ScreenHash, err)
 	}
 	return b, nil
 }
 
-// Tools returns the function tools the episode's policy offered (see
-// Actions), or nil when it offered none as functions (TextToolCalls).
+// Tools returns the function tools the episode's policy offered
+// (Conversation.Actions, every canonical action when none are recorded), or
+// nil when it offered none as functions (tool calls written in the text).
 func (e *Episode) Tools() []map[string]any {
-	if e.TextToolCalls {
+	if e.Conversation.TextToolCalls() {
 		return nil
 	}
-	if len(e.Actions) == 0 {
+	actions := e.Conversation.Actions
+	if len(actions) == 0 {
 		return aci.ToolSchemas()
 	}
-	out := make([]map[string]any, len(e.Actions))
-	for i, k := range e.Actions {
+	out := make([]map[string]any, len(actions))
+	for i, k := range actions {
 		out[i] = aci.ToolSchema(k)
 	}
 	return out
@@ -148,11 +141,11 @@ func (e *Episode) Tools() []map[string]any {
 
 // ToolsKey identifies the episode's tool list, for caching its encoding.
 func (e *Episode) ToolsKey() string {
-	if e.TextToolCalls {
+	if e.Conversation.TextToolCalls() {
 		return "text"
 	}
-	ks := make([]string, len(e.Actions))
-	for i, k := range e.Actions {
+	ks := make([]string, len(e.Conversation.Actions))
+	for i, k := range e.Conversation.Actions {
 		ks[i] = string(k)
 	}
 	return "fn:" + strings.Join(ks, ",")

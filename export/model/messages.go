@@ -1,4 +1,4 @@
-package chat
+package model
 
 import (
 	"bytes"
@@ -41,8 +41,8 @@ type ToolCall struct {
 // when there is one, and the task's instruction.
 func Prompt(ep *Episode) []Message {
 	var out []Message
-	if ep.System != "" {
-		out = append(out, Message{Role: RoleSystem, Content: ep.System})
+	if sys := ep.Conversation.SystemPrompt; sys != "" {
+		out = append(out, Message{Role: RoleSystem, Content: sys})
 	}
 	return append(out, Message{Role: RoleUser, Content: ep.Instruction})
 }
@@ -74,13 +74,13 @@ func Messages(ep *Episode) ([]Message, error) {
 		default:
 			args, err := Arguments(s.ActionJSON)
 			if err != nil {
-				return nil, fmt.Errorf("chat: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
+				return nil, fmt.Errorf("model: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
 			}
-			result, err := ToolResult(s, ep.ObservationCap)
+			result, err := ToolResult(s, ep.Conversation.ObservationCap)
 			if err != nil {
-				return nil, fmt.Errorf("chat: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
+				return nil, fmt.Errorf("model: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
 			}
-			if ep.TextToolCalls {
+			if ep.Conversation.TextToolCalls() {
 				out = append(out,
 					Message{Role: RoleAssistant, Content: text, Reasoning: reasoning},
 					Message{Role: RoleUser, Content: result})
@@ -102,7 +102,7 @@ func CallID(step int) string { return "call_" + strconv.Itoa(step) }
 func action(ep *Episode, s *schemas.StepRow) (runtime.Action, error) {
 	var a runtime.Action
 	if err := json.Unmarshal([]byte(s.ActionJSON), &a); err != nil {
-		return a, fmt.Errorf("chat: episode %s step %d: action_json: %w", ep.Row.EpisodeID, s.StepIndex, err)
+		return a, fmt.Errorf("model: episode %s step %d: action_json: %w", ep.Row.EpisodeID, s.StepIndex, err)
 	}
 	return a, nil
 }
@@ -155,11 +155,11 @@ func unescapeHTML(obj []byte) (json.RawMessage, error) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, err
 		}
-		kb, err := marshalNoEscape(k)
+		kb, err := EncodeJSON(k)
 		if err != nil {
 			return nil, err
 		}
-		vb, err := marshalNoEscape(v)
+		vb, err := EncodeJSON(v)
 		if err != nil {
 			return nil, err
 		}

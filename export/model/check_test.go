@@ -1,4 +1,4 @@
-package hf
+package model
 
 import (
 	"bytes"
@@ -13,13 +13,13 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/formats/hf/hftest"
+	"github.com/forkline/forkline/export/model/tabletest"
 )
 
 // The checks are not vacuous: files whose Arrow types differ from their
 // features (what datasets would silently re-infer) fail them.
 func TestFeatureCheckCatchesMismatches(t *testing.T) {
-	md := Features{{"text", Value("string")}, {"ids", List{Value("int32")}}}.MetadataJSON()
+	md := Features{{Name: "text", Type: Value("string")}, {Name: "ids", Type: List{Value("int32")}}}.MetadataJSON()
 	for _, tc := range []struct {
 		name   string
 		fields []arrow.Field
@@ -64,9 +64,9 @@ func TestFeatureCheckCatchesMismatches(t *testing.T) {
 			w := ipc.NewWriter(&stream, ipc.WithSchema(schema))
 			require.NoError(t, w.Write(rec))
 			require.NoError(t, w.Close())
-			tab, err := hftest.ReadStream(stream.Bytes())
+			tab, err := tabletest.ReadStream(stream.Bytes())
 			require.NoError(t, err)
-			require.ErrorContains(t, hftest.CheckFeatures(tab, true), tc.msg, "stream")
+			require.ErrorContains(t, tabletest.CheckFeatures(tab, true), tc.msg, "stream")
 
 			path := filepath.Join(t.TempDir(), "x.parquet")
 			f, err := os.Create(path)
@@ -75,13 +75,13 @@ func TestFeatureCheckCatchesMismatches(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, pw.Write(rec))
 			require.NoError(t, pw.Close())
-			tab, err = hftest.ReadParquetFile(path)
+			tab, err = tabletest.ReadParquetFile(path)
 			require.NoError(t, err)
-			stored, err := hftest.StoredArrowSchema(tab)
+			stored, err := tabletest.StoredArrowSchema(tab)
 			require.NoError(t, err)
-			want, err := hftest.FeatureTypes(md)
+			want, err := tabletest.FeatureTypes(md)
 			require.NoError(t, err)
-			require.Error(t, hftest.CheckFields(want, stored.Fields, false), "parquet ARROW:schema")
+			require.Error(t, tabletest.CheckFields(want, stored.Fields, false), "parquet ARROW:schema")
 		})
 	}
 }
@@ -89,11 +89,20 @@ func TestFeatureCheckCatchesMismatches(t *testing.T) {
 // load_from_disk opens shards as IPC streams; the IPC file format is
 // refused by the reader the tests use.
 func TestStreamReaderRefusesTheFileFormat(t *testing.T) {
-	schema := EpisodeFeatures.ArrowSchema()
+	schema := Features{{Name: "text", Type: Value("string")}}.ArrowSchema()
 	var buf bytes.Buffer
 	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(schema))
 	require.NoError(t, err)
 	require.NoError(t, w.Close())
-	_, err = hftest.ReadStream(buf.Bytes())
+	_, err = tabletest.ReadStream(buf.Bytes())
 	require.ErrorContains(t, err, "file format")
+}
+
+func TestAppendRejectsWhatDoesNotFit(t *testing.T) {
+	var buf bytes.Buffer
+	tw, err := NewParquetWriter(&buf, Features{{"n", Value("int8")}})
+	require.NoError(t, err)
+	require.ErrorContains(t, tw.Append(Row{"n": 300}), "overflows int8")
+	tw, _ = NewParquetWriter(&buf, Features{{"n", Value("int8")}})
+	require.ErrorContains(t, tw.Append(Row{"m": 1}), `column "m"`)
 }

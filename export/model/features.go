@@ -1,4 +1,4 @@
-package hf
+package model
 
 import (
 	"encoding/json"
@@ -66,7 +66,7 @@ func ArrowType(f Feature) arrow.DataType {
 	case Value:
 		t, ok := arrowTypes[f]
 		if !ok {
-			panic(fmt.Sprintf("hf: unknown dtype %q", string(f)))
+			panic(fmt.Sprintf("model: unknown dtype %q", string(f)))
 		}
 		return t
 	case List:
@@ -80,7 +80,7 @@ func ArrowType(f Feature) arrow.DataType {
 	case Image:
 		return imageType
 	}
-	panic(fmt.Sprintf("hf: unknown feature %T", f))
+	panic(fmt.Sprintf("model: unknown feature %T", f))
 }
 
 var imageType = arrow.StructOf(
@@ -130,7 +130,7 @@ func writeFeatureJSON(b *strings.Builder, f Feature) {
 	case Image:
 		b.WriteString(`{"_type":"Image"}`)
 	default:
-		panic(fmt.Sprintf("hf: unknown feature %T", f))
+		panic(fmt.Sprintf("model: unknown feature %T", f))
 	}
 }
 
@@ -200,6 +200,6 @@ func writeYAMLBody(b *strings.Builder, f Feature, indent int) {
 			writeYAMLBody(b, item, indent+2)
 		}
 	default:
-		panic(fmt.Sprintf("hf: unknown feature %T", f))
+		panic(fmt.Sprintf("model: unknown feature %T", f))
 	}
 }

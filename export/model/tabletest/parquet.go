@@ -1,4 +1,4 @@
-package hftest
+package tabletest
 
 import (
 	"encoding/base64"
@@ -27,7 +27,7 @@ func ReadParquetFile(path string) (*Table, error) {
 	}
 	pf, err := parquet.OpenFile(f, st.Size())
 	if err != nil {
-		return nil, fmt.Errorf("hftest: %s: %w", path, err)
+		return nil, fmt.Errorf("tabletest: %s: %w", path, err)
 	}
 	t := &Table{Metadata: map[string]string{}, Batches: len(pf.RowGroups())}
 	for _, kv := range pf.Metadata().KeyValueMetadata {
@@ -37,7 +37,7 @@ func ReadParquetFile(path string) (*Table, error) {
 	for _, f := range root.Fields() {
 		ft, err := inferType(f)
 		if err != nil {
-			return nil, fmt.Errorf("hftest: %s: %w", path, err)
+			return nil, fmt.Errorf("tabletest: %s: %w", path, err)
 		}
 		t.Fields = append(t.Fields, ft)
 	}
@@ -49,7 +49,7 @@ func ReadParquetFile(path string) (*Table, error) {
 		for _, row := range buf[:n] {
 			m := map[string]any{}
 			if err := root.Reconstruct(&m, row); err != nil {
-				return nil, fmt.Errorf("hftest: %s: %w", path, err)
+				return nil, fmt.Errorf("tabletest: %s: %w", path, err)
 			}
 			for _, f := range t.Fields {
 				m[f.Name] = Normalize(m[f.Name], f)
@@ -60,11 +60,11 @@ func ReadParquetFile(path string) (*Table, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("hftest: %s: %w", path, err)
+			return nil, fmt.Errorf("tabletest: %s: %w", path, err)
 		}
 	}
 	if int64(len(t.Rows)) != pf.NumRows() {
-		return nil, fmt.Errorf("hftest: %s: read %d rows, the footer says %d", path, len(t.Rows), pf.NumRows())
+		return nil, fmt.Errorf("tabletest: %s: read %d rows, the footer says %d", path, len(t.Rows), pf.NumRows())
 	}
 	return t, nil
 }
@@ -75,11 +75,11 @@ func ReadParquetFile(path string) (*Table, error) {
 func StoredArrowSchema(t *Table) (*Table, error) {
 	v, ok := t.Metadata["ARROW:schema"]
 	if !ok {
-		return nil, errors.New("hftest: no ARROW:schema in the metadata")
+		return nil, errors.New("tabletest: no ARROW:schema in the metadata")
 	}
 	raw, err := base64.StdEncoding.DecodeString(v)
 	if err != nil {
-		return nil, fmt.Errorf("hftest: ARROW:schema: %w", err)
+		return nil, fmt.Errorf("tabletest: ARROW:schema: %w", err)
 	}
 	return DecodeSchemaMessage(raw)
 }

@@ -1,0 +1,195 @@
+package policy
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/runtime"
+)
+
+type fixedSource struct{ conv *Conversation }
+
+func (s fixedSource) NewPolicy(Episode) (runtime.Policy, error) { return nil, nil }
+
+type talkingSource struct{ fixedSource }
+
+func (s talkingSource) Conversation() (Conversation, error) { return *s.conv, nil }
+
+func TestRegisterRefusesProgrammingErrors(t *testing.T) {
+	ok := func(Options) (Source, error) { return fixedSource{}, nil }
+	require.PanicsWithValue(t, "policy: Register with an empty name", func() { Register("", ok) })
+	require.PanicsWithValue(t, "policy: Register of test-nil with a nil factory", func() { Register("test-nil", nil) })
+	Register("test-dup", ok)
+	require.PanicsWithValue(t, "policy: Register called twice for test-dup", func() { Register("test-dup", ok) })
+}
+
+func TestOpenByNameAndUnknownNamesTheKnown(t *testing.T) {
+	var got Options
+	Register("test-b", func(o Options) (Source, error) { got = o; return fixedSource{}, nil })
+	Register("test-a", func(Options) (Source, error) { return fixedSource{}, nil })
+	require.True(t, slices.IsSorted(Names()))
+	require.Subset(t, Names(), []string{"test-a", "test-b"})
+
+	_, err := Open("test-b", Options{Params: map[string]string{"k": "v"}})
+	require.NoError(t, err)
+	require.Equal(t, "v", got.Params["k"], "the factory gets the options")
+
+	_, err = Open("test-nope", Options{})
+	require.ErrorContains(t, err, `policy: unknown policy "test-nope" (known: `)
+	require.ErrorContains(t, err, "test-a, test-b")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The typed form is what this build writes: actions a list, the cap a
+// number.
+func TestConversationTypedForm(t *testing.T) {
+	c := Conversation{SystemPrompt: "sys", ToolMode: ToolsText, Actions: []runtime.ActionKind{runtime.ActExec, runtime.ActDone},
+		ObservationCap: 100, EnableThinking: ptr(false)}
+	b, err := json.Marshal(c)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"system_prompt":"sys","tool_mode":"text","actions":["exec","done"],"observation_cap":100,"enable_thinking":false}`, string(b))
+	var back Conversation
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, c, back)
+	require.True(t, back.TextToolCalls())
+	require.Empty(t, back.Diff(c))
+}
+
+// The form collectors wrote before the conversation was typed: every value
+// a string.
+func TestConversationOldFormDecodes(t *testing.T) {
+	var c Conversation
+	require.NoError(t, json.Unmarshal([]byte(`{"system_prompt":"sys","tool_mode":"native","actions":"exec, read_file,done","observation_cap":"16384"}`), &c))
+	require.Equal(t, Conversation{SystemPrompt: "sys", ToolMode: ToolsNative,
+		Actions: []runtime.ActionKind{runtime.ActExec, runtime.ActReadFile, runtime.ActDone}, ObservationCap: 16384}, c)
+	require.False(t, c.TextToolCalls())
+}
+
+func TestConversationRefusesWhatItCannotRead(t *testing.T) {
+	for name, c := range map[string]struct{ json, want string }{
+		"unknownAction":  {`{"actions":"exec,fly"}`, `names unknown action "fly"`},
+		"unknownInList":  {`{"actions":["exec","fly"]}`, `names unknown action "fly"`},
+		"negativeCap":    {`{"observation_cap":-1}`, `observation_cap=-1 is not a byte count`},
+		"capNotANumber":  {`{"observation_cap":"lots"}`, `is not a byte count`},
+		"thinkingString": {`{"enable_thinking":"perhaps"}`, `enable_thinking="perhaps" is not a boolean`},
+		"actionsObject":  {`{"actions":{"exec":true}}`, `is not a list of actions`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var conv Conversation
+			require.ErrorContains(t, json.Unmarshal([]byte(c.json), &conv), c.want)
+		})
+	}
+}
+
+func TestConversationDiffNamesTheFields(t *testing.T) {
+	a := Conversation{SystemPrompt: "x", ToolMode: ToolsNative, ObservationCap: 5}
+	b := a
+	b.SystemPrompt, b.Actions, b.EnableThinking = "y", []runtime.ActionKind{runtime.ActExec}, ptr(true)
+	require.Equal(t, []string{"system_prompt", "actions", "enable_thinking"}, a.Diff(b))
+	c := b
+	c.EnableThinking = ptr(false)
+	require.Equal(t, []string{"enable_thinking"}, b.Diff(c))
+}
+
+// A manifest the collector wrote before this package existed (commit
+// e227819, an openai run with tool_mode=text and a system prompt file;
+// only its base_url and prompt path were changed by hand) still reads, to
+// the same conversation.
+func TestOldManifestFixtureReads(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "manifest-e227819-openai.json"))
+	require.NoError(t, err)
+	var m struct {
+		Policy json.RawMessage `json:"policy"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &m))
+	r, err := DecodeRecord(m.Policy)
+	require.NoError(t, err)
+	require.Equal(t, "openai", r.Name)
+	require.Equal(t, "", r.ScriptFile)
+	require.Equal(t, ptr(""), r.ScriptSHA256)
+	require.Equal(t, "text", r.Options["tool_mode"])
+	require.NotNil(t, r.Conversation)
+	c := *r.Conversation
+	require.True(t, strings.HasPrefix(c.SystemPrompt, "You fix shell tasks.\nTools:\n- exec: Run a shell command"), c.SystemPrompt)
+	require.Equal(t, ToolsText, c.ToolMode)
+	require.Equal(t, []runtime.ActionKind{runtime.ActExec, runtime.ActWriteFile, runtime.ActDone}, c.Actions)
+	require.Equal(t, 4096, c.ObservationCap)
+	require.Nil(t, c.EnableThinking)
+	shown, err := r.Shown()
+	require.NoError(t, err)
+	require.Equal(t, c, shown)
+
+	// Written again, it takes the typed form and reads back the same.
+	b, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"actions":["exec","write_file","done"]`)
+	require.Contains(t, string(b), `"observation_cap":4096`)
+	again, err := DecodeRecord(b)
+	require.NoError(t, err)
+	require.Equal(t, c, *again.Conversation)
+}
+
+// Manifests without a conversation (older collectors, other tools) give
+// the exporter what their options say; a recorded conversation wins over
+// options of the same name.
+func TestShownFallsBackToOptions(t *testing.T) {
+	r, err := DecodeRecord([]byte(`{"name":"openai","options":{"system":"old name","enable_thinking":"true","actions":"exec,done","observation_cap":"20","tool_mode":"text"}}`))
+	require.NoError(t, err)
+	require.Nil(t, r.Conversation, "nothing was recorded: a resume has nothing to compare")
+	c, err := r.Shown()
+	require.NoError(t, err)
+	require.Equal(t, Conversation{SystemPrompt: "old name", ToolMode: ToolsText, Actions: []runtime.ActionKind{runtime.ActExec, runtime.ActDone},
+		ObservationCap: 20, EnableThinking: ptr(true)}, c)
+
+	r, err = DecodeRecord([]byte(`{"name":"openai","options":{"observation_cap":"20","enable_thinking":"false"},"conversation":{"system_prompt":"rendered","observation_cap":"16384"}}`))
+	require.NoError(t, err)
+	c, err = r.Shown()
+	require.NoError(t, err)
+	require.Equal(t, "rendered", c.SystemPrompt)
+	require.Equal(t, 16384, c.ObservationCap, "the recorded conversation wins")
+	require.Equal(t, ptr(false), c.EnableThinking, "what the conversation leaves out comes from the options")
+
+	r, err = DecodeRecord([]byte(`{"name":"x","options":{"enable_thinking":"maybe"}}`))
+	require.NoError(t, err)
+	_, err = r.Shown()
+	require.ErrorContains(t, err, `enable_thinking="maybe" is not a boolean`)
+
+	r, err = DecodeRecord([]byte(`{"name":"script","options":{}}`))
+	require.NoError(t, err)
+	c, err = r.Shown()
+	require.NoError(t, err)
+	require.Equal(t, Conversation{}, c, "a script run had no conversation: neutral values")
+}
+
+func TestNewRecord(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "acts.jsonl")
+	require.NoError(t, os.WriteFile(script, []byte(`{"kind":"done"}`+"\n"), 0o644))
+	r, err := NewRecord("script", Options{ScriptFile: script}, fixedSource{})
+	require.NoError(t, err)
+	require.Equal(t, "script", r.Name)
+	require.Equal(t, map[string]string{}, r.Options, "never nil: the manifest says {} rather than null")
+	require.Len(t, *r.ScriptSHA256, 64)
+	require.Nil(t, r.Conversation, "a source without Conversational had none")
+
+	_, err = NewRecord("script", Options{ScriptFile: filepath.Join(t.TempDir(), "missing")}, fixedSource{})
+	require.ErrorContains(t, err, "policy: -script")
+
+	conv := Conversation{SystemPrompt: "s", ToolMode: ToolsNative, ObservationCap: 7}
+	params := map[string]string{"model": "m"}
+	r, err = NewRecord("openai", Options{Params: params}, talkingSource{fixedSource{&conv}})
+	require.NoError(t, err)
+	require.Equal(t, &conv, r.Conversation)
+	require.Equal(t, "", *r.ScriptSHA256)
+	params["model"] = "changed"
+	require.Equal(t, "m", r.Options["model"], "the record keeps its own copy of the options")
+	shown, err := r.Shown()
+	require.NoError(t, err)
+	require.Equal(t, conv, shown)
+}
