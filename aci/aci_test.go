@@ -131,3 +131,56 @@ func TestElideKeepsRunes(t *testing.T) {
 	assert.True(t, strings.HasSuffix(got, "é"))
 	assert.Equal(t, s, Elide(s, 10))
 }
+
+// ToolJSON is ToolSchema's content in the documented key order: the
+// pydantic order vLLM renders (type, function{name, description,
+// parameters}), then forkline's inside parameters, properties in the
+// action's canonical field order.
+func TestToolJSONOrder(t *testing.T) {
+	for _, k := range runtime.ActionKinds() {
+		raw := ToolJSON(k)
+		var got, want any
+		require.NoError(t, json.Unmarshal(raw, &got))
+		b, _ := json.Marshal(ToolSchema(k))
+		require.NoError(t, json.Unmarshal(b, &want))
+		require.Equal(t, want, got, "kind %s: same content as ToolSchema", k)
+
+		keys := objectKeys(t, raw)
+		require.Equal(t, []string{"type", "function"}, keys)
+		var top map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(raw, &top))
+		require.Equal(t, []string{"name", "description", "parameters"}, objectKeys(t, top["function"]))
+		var fn map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(top["function"], &fn))
+		require.Equal(t, []string{"type", "properties", "required", "additionalProperties"}, objectKeys(t, fn["parameters"]))
+		var params map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(fn["parameters"], &params))
+		names, _, _ := runtime.ActionFieldNames(k)
+		if len(names) == 0 {
+			names = []string{}
+		}
+		require.Equal(t, names, objectKeys(t, params["properties"]), "kind %s: fields in canonical order", k)
+	}
+	exec := string(ToolJSON(runtime.ActExec))
+	assert.Contains(t, exec, `"cmd":{"type":"string","description":"Shell command to run in the workspace, e.g. \"ls -la\"."}`)
+	assert.Equal(t, `[`+string(ToolJSON(runtime.ActExec))+`,`+string(ToolJSON(runtime.ActDone))+`]`,
+		string(ToolsJSON([]runtime.ActionKind{runtime.ActExec, runtime.ActDone})))
+}
+
+// objectKeys returns the keys of a JSON object in the order written.
+func objectKeys(t *testing.T, raw json.RawMessage) []string {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	tok, err := dec.Token()
+	require.NoError(t, err)
+	require.Equal(t, json.Delim('{'), tok)
+	keys := []string{}
+	for dec.More() {
+		k, err := dec.Token()
+		require.NoError(t, err)
+		keys = append(keys, k.(string))
+		var skip json.RawMessage
+		require.NoError(t, dec.Decode(&skip))
+	}
+	return keys
+}

@@ -192,3 +192,25 @@ func TestSinkCapturesUnderThePolicy(t *testing.T) {
 		})
 	}
 }
+
+// The function calls a server returned are kept as the model wrote them,
+// every one of them, in order: exports write these instead of the
+// canonical action. A turn without native calls stores null.
+func TestRowKeepsTheModelsToolCalls(t *testing.T) {
+	step := runtime.Step{Action: runtime.Action{Kind: runtime.ActExec, Cmd: "ls > x"}, Model: &runtime.ModelEvent{
+		ToolCalls: []runtime.ToolCall{
+			{ID: "chatcmpl-tool-1", Name: "exec", Arguments: `{"cmd": "ls > x", "timeout_ms": "5"}`},
+			{ID: "chatcmpl-tool-2", Name: "read_file", Arguments: `{"path":"a"}`},
+		}}}
+	row, _ := DefaultPolicy().Row("ep", "t", step, nil)
+	require.NotNil(t, row.ToolCalls)
+	require.Equal(t, `[{"id":"chatcmpl-tool-1","name":"exec","arguments":"{\"cmd\": \"ls > x\", \"timeout_ms\": \"5\"}"},`+
+		`{"id":"chatcmpl-tool-2","name":"read_file","arguments":"{\"path\":\"a\"}"}]`, *row.ToolCalls)
+	var back []runtime.ToolCall
+	require.NoError(t, json.Unmarshal([]byte(*row.ToolCalls), &back))
+	require.Equal(t, step.Model.ToolCalls, back)
+
+	step.Model.ToolCalls = nil
+	row, _ = DefaultPolicy().Row("ep", "t", step, nil)
+	require.Nil(t, row.ToolCalls)
+}

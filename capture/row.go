@@ -3,6 +3,7 @@ package capture
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -71,6 +72,16 @@ func (p Policy) Row(episodeID, taskID string, s runtime.Step, seen BlobIndex) (s
 		row.Model = optStr(m.Model)
 		row.ModelText = optStr(m.RawText)
 		row.Reasoning = optStr(m.Reasoning)
+		if len(m.ToolCalls) > 0 {
+			// runtime.ToolCall's JSON form, < > & left as they are (jq shows
+			// what the model wrote); strings cannot fail to encode.
+			var b strings.Builder
+			enc := json.NewEncoder(&b)
+			enc.SetEscapeHTML(false)
+			_ = enc.Encode(m.ToolCalls)
+			calls := strings.TrimSuffix(b.String(), "\n")
+			row.ToolCalls = &calls
+		}
 		row.FinishReason = optStr(m.FinishReason)
 		if m.Usage.PromptTokens > 0 || m.Usage.CompletionTokens > 0 {
 			pt, ct := int32(m.Usage.PromptTokens), int32(m.Usage.CompletionTokens)

@@ -75,11 +75,15 @@ type Usage struct {
 // is optional: a scripted policy has none, an LLM policy has what its server
 // reports. Token fields hold the server's own ids, never a re-tokenization.
 type ModelEvent struct {
-	Model        string
-	RawText      string   // the assistant text as returned
-	Reasoning    string   // separate reasoning text, when the server splits it
-	Actions      []Action // every action parsed from RawText / tool calls
-	ToolCallID   string
+	Model      string
+	RawText    string   // the assistant text as returned
+	Reasoning  string   // separate reasoning text, when the server splits it
+	Actions    []Action // every action parsed from RawText / tool calls
+	ToolCallID string
+	// ToolCalls are the function calls the server returned, in order, as
+	// the model wrote them (the first is the one that ran); empty when the
+	// calls were written in RawText, which then holds them as written.
+	ToolCalls    []ToolCall
 	PromptIDs    []int32   // the prompt as the server tokenized it
 	ResponseIDs  []int32   // tokens the model generated this turn
 	ResponseMask []int8    // 1 per model token (0 marks environment tokens in assembled records)
@@ -87,6 +91,16 @@ type ModelEvent struct {
 	FinishReason string
 	Usage        Usage
 	Latency      time.Duration
+}
+
+// ToolCall is one function call as a model's server returned it: the
+// server's call id, the function's name and its arguments exactly as sent
+// (normally a JSON object encoded as a string). The canonical Action is a
+// re-serialization; this is the record of what the model produced.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 // Step is one action and its result, in episode order.

@@ -19,7 +19,7 @@ import (
 
 // Version is the native schema version. It is bumped whenever a column is
 // added, removed or changes meaning; readers refuse versions they do not know.
-const Version = 1
+const Version = 2
 
 // Parquet key/value metadata keys written into every shard.
 const (
@@ -65,9 +65,14 @@ type StepRow struct {
 	PolicyMS    float64 `parquet:"policy_ms" json:"policy_ms"`                                    // time the policy took to decide
 	EnvMS       float64 `parquet:"env_ms" json:"env_ms"`                                          // time the environment took to act
 
-	Model            *string   `parquet:"model,optional" json:"model,omitempty"`
-	ModelText        *string   `parquet:"model_text,optional" json:"model_text,omitempty"` // raw assistant text
-	Reasoning        *string   `parquet:"reasoning,optional" json:"reasoning,omitempty"`
+	Model     *string `parquet:"model,optional" json:"model,omitempty"`
+	ModelText *string `parquet:"model_text,optional" json:"model_text,omitempty"` // raw assistant text
+	Reasoning *string `parquet:"reasoning,optional" json:"reasoning,omitempty"`
+	// ToolCalls is the function calls the model's server returned this
+	// turn, as JSON: [{"id", "name", "arguments"}] with arguments the text
+	// the server sent (runtime.ToolCall). Null when the model wrote its
+	// calls in model_text, or made none.
+	ToolCalls        *string   `parquet:"tool_calls,optional" json:"tool_calls,omitempty"`
 	FinishReason     *string   `parquet:"finish_reason,optional" json:"finish_reason,omitempty"`
 	PromptIDs        []int32   `parquet:"prompt_ids,list" json:"prompt_ids"`
 	ResponseIDs      []int32   `parquet:"response_ids,list" json:"response_ids"`
@@ -85,9 +90,14 @@ type EpisodeRow struct {
 	TaskID    string `parquet:"task_id" json:"task_id"`
 	TaskHash  string `parquet:"task_hash" json:"task_hash"` // sha256 of the canonical task spec
 	Repeat    int32  `parquet:"repeat" json:"repeat"`
-	Seed      int64  `parquet:"seed" json:"seed"`
-	Replica   int32  `parquet:"replica" json:"replica"` // worker slot that ran it
-	Attempt   int32  `parquet:"attempt" json:"attempt"` // 1 + number of replaced replicas before this one
+	// GroupID names the episodes that started from the same state with the
+	// same prompt (GRPO/RLOO groups, preference pairs): set by collectors
+	// that branch episodes; null otherwise, and exports then derive it from
+	// the task id, task hash, golden id and prompt.
+	GroupID *string `parquet:"group_id,optional" json:"group_id,omitempty"`
+	Seed    int64   `parquet:"seed" json:"seed"`
+	Replica int32   `parquet:"replica" json:"replica"` // worker slot that ran it
+	Attempt int32   `parquet:"attempt" json:"attempt"` // 1 + number of replaced replicas before this one
 
 	Provider      string  `parquet:"provider" json:"provider"`
 	GoldenID      string  `parquet:"golden_id" json:"golden_id"`           // checkpoint id; "" for recreate

@@ -55,6 +55,7 @@ type Policy struct {
 	cfg     Config
 	client  *client
 	tools   []map[string]any
+	wire    json.RawMessage // tools as sent: aci.ToolsJSON, the key order the exports write
 	offered map[runtime.ActionKind]bool
 	system  string
 
@@ -84,6 +85,9 @@ func New(cfg Config) (*Policy, error) {
 		return nil, err
 	}
 	p := &Policy{cfg: cfg, client: c, tools: tools, offered: map[runtime.ActionKind]bool{}, answered: map[int]turnMeta{}}
+	if len(cfg.Actions) > 0 {
+		p.wire = aci.ToolsJSON(cfg.Actions)
+	}
 	for _, k := range cfg.Actions {
 		p.offered[k] = true
 	}
@@ -118,6 +122,9 @@ func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decisio
 		return stop(runtime.ExitOutputTruncated, "openai: the answer hit the token limit (finish_reason length) and is not executed")
 	}
 	calls, native, err := p.calls(&ch)
+	if native {
+		ev.ToolCalls = recordCalls(ch.Message.ToolCalls)
+	}
 	if err != nil {
 		return stop(runtime.ExitUnparsedAction, err.Error())
 	}
@@ -154,6 +161,7 @@ func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decisio
 			meta.callIDs = append(meta.callIDs, tc.ID)
 		}
 		ev.ToolCallID = meta.callIDs[0]
+		ev.ToolCalls = recordCalls(reply.ToolCalls) // with the ids the history carries
 	} else if reply.Content == nil {
 		reply.Content = str("")
 	}
@@ -197,7 +205,7 @@ func (p *Policy) catchUp(steps []runtime.Step) {
 		p.msgs = append(p.msgs, chatMessage{Role: "tool", ToolCallID: meta.callIDs[0], Content: str(obs)})
 		for _, id := range meta.callIDs[1:] {
 			p.msgs = append(p.msgs, chatMessage{Role: "tool", ToolCallID: id,
-				Content: str("[forkline: not run: one action per turn; only the first tool call ran]")})
+				Content: str(aci.NotRunResult)})
 		}
 	}
 	p.observed = len(steps)
@@ -213,7 +221,7 @@ func (p *Policy) request() *chatRequest {
 		Seed:        p.cfg.Seed,
 	}
 	if p.cfg.ToolMode == ToolsNative {
-		r.Tools = p.tools
+		r.Tools = p.wire
 	}
 	if p.cfg.Logprobs {
 		zero := 0
@@ -270,6 +278,22 @@ func modelEvent(resp *chatResponse, ch *chatChoice) *runtime.ModelEvent {
 		}
 	}
 	return ev
+}
+
+// recordCalls is the server's tool calls as the model wrote them, for the
+// step record (runtime.ModelEvent.ToolCalls): arguments as the text the
+// server sent (the value of a JSON string, or the JSON itself otherwise).
+func recordCalls(calls []toolCall) []runtime.ToolCall {
+	out := make([]runtime.ToolCall, len(calls))
+	for i, tc := range calls {
+		args := string(tc.Function.Arguments)
+		var s string
+		if json.Unmarshal(tc.Function.Arguments, &s) == nil {
+			args = s
+		}
+		out[i] = runtime.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: args}
+	}
+	return out
 }
 
 // textCall writes an action in the <tool_call> dialect.

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -128,6 +129,23 @@ func TestSeveralToolCallsRunTheFirst(t *testing.T) {
 	require.Equal(t, "c2", m[4].ToolCallID)
 	require.Contains(t, *m[4].Content, "not run")
 	require.Equal(t, "c3", m[5].ToolCallID)
+	require.Equal(t, []runtime.ToolCall{{ID: "c1", Name: "exec", Arguments: `{"cmd":"ls"}`},
+		{ID: "c2", Name: "read_file", Arguments: `{"path":"a"}`}, {ID: "c3", Name: "bogus", Arguments: `{}`}}, ds[0].Model.ToolCalls,
+		"every call is recorded as the server returned it, for the exports")
+	require.Equal(t, aci.NotRunResult, *m[4].Content, "the text exports write for a call that did not run")
+}
+
+// The tools go out in aci's key order (ToolsJSON), the order exports write:
+// what a server renders into the system prompt is what training renders.
+func TestToolsAreSentInTheExportOrder(t *testing.T) {
+	srv := openaitest.New(t, map[string][]openaitest.Turn{"order": {{ToolCalls: []openaitest.ToolCall{call("c1", "done", `{}`)}}}})
+	episode(t, newPolicy(t, srv, map[string]string{"actions": "exec,done"}), "scenario: order", "")
+	raw := srv.Requests("order")[0].Raw
+	var body struct {
+		Tools json.RawMessage `json:"tools"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &body))
+	require.Equal(t, string(aci.ToolsJSON([]runtime.ActionKind{runtime.ActExec, runtime.ActDone})), string(body.Tools))
 }
 
 func TestTextModeConversation(t *testing.T) {

@@ -17,6 +17,7 @@ package openaitest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -72,6 +73,7 @@ type Request struct {
 	Turn     int
 	Header   http.Header
 	Body     map[string]any
+	Raw      []byte // the body as received (key order kept)
 	Messages []Message
 }
 
@@ -131,8 +133,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusUnauthorized, "missing or wrong API key")
 		return
 	}
+	rawBody, err := io.ReadAll(r.Body)
+	if err != nil {
+		fail(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
 	var body map[string]any
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+	if err := json.Unmarshal(rawBody, &body); err != nil {
 		fail(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}
@@ -162,7 +169,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Scenario: scenario, Turn: turn, Header: r.Header.Clone(), Body: body, Messages: msgs})
+	s.requests = append(s.requests, Request{Scenario: scenario, Turn: turn, Header: r.Header.Clone(), Body: body, Raw: rawBody, Messages: msgs})
 	script, ok := s.scenarios[scenario]
 	if !ok || turn >= len(script) {
 		s.mu.Unlock()
