@@ -42,11 +42,12 @@ func ExampleTargets() {
 	}
 	// Output:
 	// chat-jsonl -> DIR/<split>.jsonl
+	// dpo -> DIR/<split>.jsonl
 	// hf -> DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet
 	// hf-disk -> DIR/dataset_dict.json, DIR/<split>/{data-NNNNN-of-MMMMM.arrow,state.json,dataset_info.json}
 	// jsonl -> FILE (or - for stdout); one split only
+	// sft-tokens -> DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet
 	// verl-agent -> DIR/<split>.parquet
-	// verl-rl -> DIR/<split>.parquet
 	// verl-sft -> DIR/<split>.parquet
 }
 

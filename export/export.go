@@ -33,6 +33,7 @@ import (
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -83,8 +84,54 @@ type Options struct {
 	// (ParseSplit); every episode goes to "train" when nil.
 	Split []SplitPart
 
-	Rows     hf.RowsPer    // hf, hf-disk only: one row per episode (default) or step
-	ToolArgs chat.ToolArgs // chat-jsonl only: tool-call arguments as a string (default) or object
+	// Rows is what one row is: hf, hf-disk "episode" (default) or "step";
+	// verl-agent and sft-tokens "episode" (default) or "turn".
+	Rows string
+
+	// The conversation targets (chat-jsonl, dpo, hf and hf-disk episode
+	// rows, verl-sft): tool-call arguments (default object), the content of
+	// a message with only tool calls (default empty), reasoning kept
+	// (default shown).
+	ToolArgs    model.ArgsEncoding
+	CallContent model.CallContent
+	Reasoning   model.Reasoning
+
+	// verl-agent: what reward_score holds (default none: the reward), and
+	// the longest prompt and response a row may have (0: no limit).
+	Advantage         verl.Advantage
+	MaxPromptTokens   int
+	MaxResponseTokens int
+
+	// dpo: which pairs of a group (default max) and the line format
+	// (default trl).
+	Pairs     Pairs
+	DPOFormat chat.DPOFormat
+
+	// hf, hf-disk, sft-tokens: the dataset card's license, task_categories
+	// and language.
+	License        string
+	TaskCategories []string
+	Languages      []string
+}
+
+// Pairs says which preference pairs a group gives (-pairs).
+type Pairs string
+
+// The choices.
+const (
+	// PairsMax is one pair per group: its best episode against its worst.
+	PairsMax Pairs = "max"
+	// PairsAll is every pair of the group's episodes whose rewards differ.
+	PairsAll Pairs = "all"
+)
+
+// ParsePairs reads -pairs.
+func ParsePairs(s string) (Pairs, error) {
+	switch Pairs(s) {
+	case PairsMax, PairsAll:
+		return Pairs(s), nil
+	}
+	return "", fmt.Errorf("-pairs %q (known: max, all)", s)
 }
 
 // Validate reports the first problem with o that Run would refuse before
@@ -102,21 +149,54 @@ func (o Options) validate() (targetSpec, error) {
 	if err != nil {
 		return targetSpec{}, err
 	}
-	if o.Rows != "" && !spec.rows {
-		return targetSpec{}, bad("export: -rows is for %s, not %s", targetsWith(func(s targetSpec) bool { return s.rows }), o.Target)
+	given := map[string]bool{
+		"rows": o.Rows != "", "tool-args": o.ToolArgs != "", "call-content": o.CallContent != "", "reasoning": o.Reasoning != "",
+		"advantage": o.Advantage != "", "max-prompt-tokens": o.MaxPromptTokens != 0, "max-response-tokens": o.MaxResponseTokens != 0,
+		"pairs": o.Pairs != "", "dpo-format": o.DPOFormat != "",
+		"license": o.License != "", "task-category": len(o.TaskCategories) > 0, "language": len(o.Languages) > 0,
 	}
-	if o.ToolArgs != "" && !spec.toolArgs {
-		return targetSpec{}, bad("export: -tool-args is for %s, not %s", targetsWith(func(s targetSpec) bool { return s.toolArgs }), o.Target)
-	}
-	if o.Rows != "" {
-		if _, err := hf.ParseRows(string(o.Rows)); err != nil {
-			return targetSpec{}, badInput{fmt.Errorf("export: %w", err)}
+	for _, flag := range optionFlags {
+		if given[flag] && !spec.takes(flag) {
+			return targetSpec{}, bad("export: -%s is for %s, not %s", flag, targetsWith(func(s targetSpec) bool { return s.takes(flag) }), o.Target)
 		}
 	}
-	if o.ToolArgs != "" {
-		if _, err := chat.ParseToolArgs(string(o.ToolArgs)); err != nil {
-			return targetSpec{}, badInput{fmt.Errorf("export: %w", err)}
+	if o.Rows != "" && !slices.Contains(spec.rows, o.Rows) {
+		return targetSpec{}, bad("export: -rows %q for %s (known: %s)", o.Rows, o.Target, strings.Join(spec.rows, ", "))
+	}
+	if o.Rows == string(hf.RowsStep) {
+		// Step rows hold no conversation.
+		for _, flag := range conversationOptions {
+			if given[flag] {
+				return targetSpec{}, bad("export: -%s shapes the messages of episode rows; -rows step has none", flag)
+			}
 		}
+	}
+	checks := []struct {
+		given bool
+		check func() error
+	}{
+		{o.ToolArgs != "", func() error { _, err := model.ParseArgs(string(o.ToolArgs)); return err }},
+		{o.CallContent != "", func() error { _, err := model.ParseCallContent(string(o.CallContent)); return err }},
+		{o.Reasoning != "", func() error { _, err := model.ParseReasoning(string(o.Reasoning)); return err }},
+		{o.Advantage != "", func() error { _, err := verl.ParseAdvantage(string(o.Advantage)); return err }},
+		{o.Pairs != "", func() error { _, err := ParsePairs(string(o.Pairs)); return err }},
+		{o.DPOFormat != "", func() error { _, err := chat.ParseDPOFormat(string(o.DPOFormat)); return err }},
+		{o.MaxPromptTokens < 0 || o.MaxResponseTokens < 0, func() error {
+			return errors.New("-max-prompt-tokens and -max-response-tokens must not be negative")
+		}},
+		{o.DPOFormat == chat.DPOOpenAI && o.ToolArgs == model.ArgsObject, func() error {
+			return errors.New("-dpo-format openai writes string arguments (OpenAI requires them); -tool-args object does not apply")
+		}},
+	}
+	for _, c := range checks {
+		if c.given {
+			if err := c.check(); err != nil {
+				return targetSpec{}, badInput{fmt.Errorf("export: %w", err)}
+			}
+		}
+	}
+	if err := hf.CheckCardMeta(o.License, o.TaskCategories, o.Languages); err != nil {
+		return targetSpec{}, badInput{fmt.Errorf("export: %w", err)}
 	}
 	for _, w := range o.Where {
 		if err := w.check(); err != nil {
@@ -137,8 +217,12 @@ func (o Options) validate() (targetSpec, error) {
 	return spec, nil
 }
 
+// optionFlags are the target options, by flag name, in usage order.
+var optionFlags = []string{"rows", "tool-args", "call-content", "reasoning", "advantage", "max-prompt-tokens", "max-response-tokens",
+	"pairs", "dpo-format", "license", "task-category", "language"}
+
 // withDefaults fills the optional fields Validate left empty.
-func (o Options) withDefaults() Options {
+func (o Options) withDefaults(spec targetSpec) Options {
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
 	}
@@ -148,23 +232,42 @@ func (o Options) withDefaults() Options {
 	if o.Split == nil {
 		o.Split = []SplitPart{{Name: "train", Fraction: 1}}
 	}
-	if o.Rows == "" {
-		o.Rows = hf.RowsEpisode
+	if o.Rows == "" && len(spec.rows) > 0 {
+		o.Rows = spec.rows[0]
 	}
-	if o.ToolArgs == "" {
-		o.ToolArgs = chat.ArgsString
+	if o.Advantage == "" {
+		o.Advantage = verl.AdvantageNone
+	}
+	if o.Pairs == "" {
+		o.Pairs = PairsMax
+	}
+	if o.DPOFormat == "" {
+		o.DPOFormat = chat.DPOTRL
 	}
 	return o
+}
+
+// conversation is the conversation options of o.
+func (o Options) conversation() model.Options {
+	return model.Options{Args: o.ToolArgs, CallContent: o.CallContent, Reasoning: o.Reasoning}.WithDefaults()
 }
 
 // Report is what an export did. Its JSON form is what forkline export -json
 // prints.
 type Report struct {
-	Inputs   []InputReport    `json:"inputs"`
-	Read     int64            `json:"episodes_read"`
-	Filtered int64            `json:"filtered_out"`
-	Written  map[string]int64 `json:"written"` // per split, every split named
-	Refused  map[string]int64 `json:"refused"` // per reason the target gave
+	Inputs   []InputReport `json:"inputs"`
+	Read     int64         `json:"episodes_read"`
+	Filtered int64         `json:"filtered_out"`
+	// Written counts, per split (every split named, 0 for one that got
+	// nothing and so has no file), what was written: episodes, or for dpo
+	// preference pairs (Unit).
+	Written map[string]int64 `json:"written"`
+	Unit    string           `json:"unit"`    // "episodes" or "pairs"
+	Refused map[string]int64 `json:"refused"` // per reason the target gave
+	// Unsuccessful counts the written episodes that did not end in done or
+	// whose reward is null or below 1 (SFT targets, which train on them
+	// too, say so).
+	Unsuccessful int64 `json:"unsuccessful"`
 }
 
 // InputReport is what an export did with one input.
@@ -205,7 +308,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	o = o.withDefaults()
+	o = o.withDefaults(spec)
 	if err := checkOut(o, !spec.file); err != nil {
 		return nil, err
 	}
@@ -221,7 +324,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		oc.allThinking = oc.allThinking && in.conversation.EnableThinking != nil
 	}
 
-	rep := &Report{Written: map[string]int64{}, Refused: map[string]int64{}}
+	if spec.groups {
+		if oc.groups, err = collectGroups(ctx, o, inputs); err != nil {
+			return nil, err
+		}
+	}
+
+	rep := &Report{Written: map[string]int64{}, Refused: map[string]int64{}, Unit: "episodes"}
 	for _, s := range oc.splits {
 		rep.Written[s] = 0
 	}
@@ -262,13 +371,8 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 			}
 			in.selected++
 			ep.Split = assignSplit(o.Split, row.EpisodeID)
-			if t, ok := in.tasks[row.TaskID]; ok {
-				ep.Instruction = t.Instruction
-				if t.Verify != nil {
-					ep.VerifyCmd = t.Verify.Cmd
-				}
-			} else if !spec.file {
-				return bad("export: -in %s: episode %s: task %q is not among the manifest's task specs", in.path, row.EpisodeID, row.TaskID)
+			if err := in.describe(ep, !spec.file); err != nil {
+				return err
 			}
 			if !in.noPixels {
 				ep.Blob = in.ds.Blob
@@ -283,6 +387,9 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 				return err
 			}
 			rep.Written[ep.Split]++
+			if r := ep.Reward(); row.ExitReason != "done" || r == nil || *r < 1 {
+				rep.Unsuccessful++
+			}
 			return nil
 		})
 		if err != nil {
@@ -291,12 +398,39 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		}
 	}
 	if err := s.Close(); err != nil {
+		if errors.Is(err, model.ErrSelection) {
+			return badInput{err}
+		}
 		return err
+	}
+	if c, ok := s.(counter); ok {
+		rep.Written, rep.Unit = c.Counts(), c.Unit()
+		rep.Unsuccessful = 0
+		for k, n := range c.Refusals() {
+			rep.Refused[k] += n
+		}
 	}
 	if spec.file {
 		return nil // jsonl is a view of the run; an empty view is still one
 	}
 	return checkWritten(o, rep)
+}
+
+// describe fills what the manifest says of ep's task: the instruction (the
+// user message) and the verify command. A task missing from the manifest
+// is an error where the instruction is needed.
+func (in *input) describe(ep *model.Episode, needTask bool) error {
+	if t, ok := in.tasks[ep.Row.TaskID]; ok {
+		ep.Instruction = t.Instruction
+		if t.Verify != nil {
+			ep.VerifyCmd = t.Verify.Cmd
+		}
+		return nil
+	}
+	if needTask {
+		return bad("export: -in %s: episode %s: task %q is not among the manifest's task specs", in.path, ep.Row.EpisodeID, ep.Row.TaskID)
+	}
+	return nil
 }
 
 // corruptInput marks a damaged input (a shard that fails its sha256 or
@@ -322,6 +456,11 @@ func checkWritten(o Options, rep *Report) error {
 	}
 	if written > 0 {
 		return nil
+	}
+	if rep.Unit == "pairs" {
+		return bad("export: -to dpo found no preference pair among the %d selected episodes (%s); pairs are drawn from one group "+
+			"(the same task, task spec, golden checkpoint and prompt) and need rewards that differ; nothing written",
+			refused, rep.RefusedText())
 	}
 	if refused > 0 {
 		return bad("export: -to %s refused every one of the %d selected episodes (%s); nothing written", o.Target, refused, rep.RefusedText())

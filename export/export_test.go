@@ -20,9 +20,9 @@ import (
 	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/export/model/tabletest"
 	"github.com/forkline/forkline/formats/chat"
-	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/jsonl"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/formats/verl"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -162,17 +162,21 @@ func hashTree(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-var dirTargets = []string{"verl-agent", "verl-rl", "verl-sft", "hf", "hf-disk", "chat-jsonl"}
+var dirTargets = []string{"verl-agent", "verl-sft", "hf", "hf-disk", "chat-jsonl", "sft-tokens", "dpo"}
 
 // Every target: golden layout, schemas and metadata; every file read back
 // by a second implementation with its features checked; same input, same
 // bytes.
 func TestTargetsGoldenAndDeterministic(t *testing.T) {
 	f := newFixture(t)
-	for _, target := range append(slices.Clone(dirTargets), "hf/step", "hf-disk/step") {
+	for _, target := range append(slices.Clone(dirTargets), "hf/step", "hf-disk/step", "verl-agent/turn", "sft-tokens/turn") {
 		t.Run(strings.ReplaceAll(target, "/", "-"), func(t *testing.T) {
 			to, rows, _ := strings.Cut(target, "/")
-			o := Options{Inputs: []string{f.runA, f.runB}, Target: to, Split: split(t, "train=0.75,test=0.25"), Rows: hf.RowsPer(rows)}
+			o := Options{Inputs: []string{f.runA, f.runB}, Target: to, Split: split(t, "train=0.75,test=0.25"), Rows: rows}
+			if to == "verl-agent" {
+				// verl cannot batch rows with and without logprobs.
+				o.Where = []Where{where(t, "has_logprobs=true")}
+			}
 			var trees []map[string]string
 			for i := range 2 {
 				o.Out = filepath.Join(t.TempDir(), fmt.Sprint("out", i))
@@ -194,14 +198,24 @@ func TestRowCountsMatchTheSummary(t *testing.T) {
 	for _, target := range dirTargets {
 		t.Run(target, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
-			sum := exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: target, Out: out, Split: split(t, "train=0.75,test=0.25")})
+			o := Options{Inputs: []string{f.runA, f.runB}, Target: target, Out: out, Split: split(t, "train=0.75,test=0.25")}
+			if target == "verl-agent" {
+				o.Where = []Where{where(t, "has_logprobs=true")}
+			}
+			sum := exportOK(t, o)
 			assert.Equal(t, int64(21), sum.Read)
-			if target == "hf" {
+			if target == "hf" || target == "sft-tokens" {
 				readme, err := os.ReadFile(filepath.Join(out, "README.md"))
 				require.NoError(t, err)
 				card, err := tabletest.ReadCard(readme)
 				require.NoError(t, err)
-				assert.Equal(t, sum.Written, card.Splits, "the card's split sizes are exact (datasets verifies them)")
+				written := map[string]int64{}
+				for s, n := range sum.Written {
+					if n > 0 {
+						written[s] = n
+					}
+				}
+				assert.Equal(t, written, card.Splits, "the card's split sizes are exact (datasets verifies them)")
 				for split, glob := range card.Files {
 					m, err := filepath.Glob(filepath.Join(out, glob))
 					require.NoError(t, err)
@@ -213,20 +227,28 @@ func TestRowCountsMatchTheSummary(t *testing.T) {
 				}
 			}
 			for split, n := range sum.Written {
+				if n == 0 {
+					assert.NotContains(t, files(t, out), split+".jsonl")
+					continue
+				}
 				var got int
 				switch target {
-				case "hf":
+				case "hf", "sft-tokens":
 					got = len(readTable(t, filepath.Join(out, "data", split+"-00000-of-00001.parquet")).Rows)
 				case "hf-disk":
 					got = len(readTable(t, filepath.Join(out, split, "data-00000-of-00001.arrow")).Rows)
-				case "chat-jsonl":
+				case "chat-jsonl", "dpo":
 					data, err := os.ReadFile(filepath.Join(out, split+".jsonl"))
 					require.NoError(t, err)
 					got = bytes.Count(data, []byte("\n"))
 				default:
 					got = len(readTable(t, filepath.Join(out, split+".parquet")).Rows)
 				}
-				assert.Equal(t, int(n), got, "split %s", split)
+				if target != "sft-tokens" && target != "dpo" {
+					assert.Equal(t, int(n), got, "split %s", split)
+				} else {
+					assert.GreaterOrEqual(t, got, int(n), "split %s", split)
+				}
 			}
 		})
 	}
@@ -238,19 +260,19 @@ func TestRowCountsMatchTheSummary(t *testing.T) {
 func TestVerlAgentInvariantsAndRewards(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
-	sum := exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: "verl-agent", Out: out, Split: split(t, "train=0.5,test=0.5")})
-	noTokens, drift := 0, 0
-	for id, ok := range f.tokens {
-		if !ok {
-			if strings.HasPrefix(id, "a-shell-2") {
-				drift++
-			} else {
-				noTokens++
-			}
+	sum := exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: "verl-agent", Out: out, Split: split(t, "train=0.5,test=0.5"),
+		Where: []Where{where(t, "has_logprobs=true")}})
+	drift, noReward := 0, 0
+	for id, lp := range f.logprobs {
+		switch {
+		case !lp:
+		case strings.HasPrefix(id, "a-shell-2"):
+			drift++
+		case f.rewards[id] == nil:
+			noReward++
 		}
 	}
-	assert.Equal(t, map[string]int64{"no token record": int64(noTokens), "token record cut by retokenization drift": int64(drift)}, sum.Refused)
-	assert.Equal(t, fmt.Sprintf("%d no token record, %d token record cut by retokenization drift", noTokens, drift), sum.RefusedText())
+	assert.Equal(t, map[string]int64{verl.RefusedDrift: int64(drift), verl.RefusedNoReward: int64(noReward)}, sum.Refused)
 
 	seen := map[string]bool{}
 	for _, split := range []string{"train", "test"} {
@@ -279,29 +301,23 @@ func TestVerlAgentInvariantsAndRewards(t *testing.T) {
 			turns := ef["token_turns"].(int64)
 			assert.Equal(t, 3*int(turns), model, "%s: model tokens", id)
 			assert.Equal(t, 2*turns, row["num_turns"])
-			if lp, ok := row["response_logprobs"].([]any); ok {
-				require.Len(t, lp, len(ids), id)
-				for j := range mask {
-					if mask[j] == int64(0) {
-						assert.Equal(t, 0.0, lp[j], "%s: environment token %d", id, j)
-					} else {
-						assert.Less(t, lp[j], 0.0, "%s: model token %d", id, j)
-					}
+			lp := row["response_logprobs"].([]any)
+			require.Len(t, lp, len(ids), id)
+			for j := range mask {
+				if mask[j] == int64(0) {
+					assert.Equal(t, 0.0, lp[j], "%s: environment token %d", id, j)
+				} else {
+					assert.Less(t, lp[j], 0.0, "%s: model token %d", id, j)
 				}
-			} else {
-				assert.Nil(t, row["response_logprobs"])
 			}
 			want := f.rewards[id]
-			if want == nil {
-				assert.Nil(t, row["reward_score"], "%s: reward", id)
-			} else {
-				assert.Equal(t, *want, row["reward_score"], "%s: reward", id)
-			}
+			require.NotNil(t, want, "%s: a row always has a reward", id)
+			assert.Equal(t, *want, row["reward_score"], "%s: reward", id)
 			assert.Equal(t, row["reward_score"], info["reward"], id)
 		}
 	}
 	for id, ok := range f.tokens {
-		assert.Equal(t, ok, seen[id], "episode %s written", id)
+		assert.Equal(t, ok && f.logprobs[id] && f.rewards[id] != nil, seen[id], "episode %s written", id)
 	}
 }
 
@@ -316,16 +332,16 @@ func TestVerlAgentRefusesARunWithoutTokens(t *testing.T) {
 func TestFiltersAndSplit(t *testing.T) {
 	f := newFixture(t)
 	read := func(t *testing.T, out, split string) []map[string]any {
-		return readTable(t, filepath.Join(out, split+".parquet")).Rows
+		return readTable(t, filepath.Join(out, "data", split+"-00000-of-00001.parquet")).Rows
 	}
 	t.Run("where, min-reward, task", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "out")
-		exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: "verl-rl", Out: out,
+		exportOK(t, Options{Inputs: []string{f.runA, f.runB}, Target: "hf", Out: out,
 			Where: []Where{where(t, "exit_reason=done,timeout"), where(t, "run_id!=run-b")}, MinReward: ptr(0.5), Tasks: []string{"shell"}})
 		rows := read(t, out, "train")
 		require.NotEmpty(t, rows)
 		for _, row := range rows {
-			info := row["extra_info"].(map[string]any)
+			info := row
 			assert.Contains(t, []any{"done", "timeout"}, info["exit_reason"])
 			assert.Equal(t, "run-a", info["run_id"])
 			assert.Equal(t, "shell", info["task_id"])
@@ -334,10 +350,10 @@ func TestFiltersAndSplit(t *testing.T) {
 	})
 	t.Run("episode id prefixes", func(t *testing.T) {
 		all := filepath.Join(t.TempDir(), "all")
-		exportOK(t, Options{Inputs: []string{f.runA}, Target: "verl-rl", Out: all})
+		exportOK(t, Options{Inputs: []string{f.runA}, Target: "hf", Out: all})
 		var ids []string
 		for _, row := range read(t, all, "train") {
-			ids = append(ids, row["extra_info"].(map[string]any)["episode_id"].(string))
+			ids = append(ids, row["episode_id"].(string))
 		}
 		sort.Strings(ids)
 		require.Greater(t, len(ids), 3)
@@ -351,21 +367,21 @@ func TestFiltersAndSplit(t *testing.T) {
 		}
 		require.Less(t, len(want), len(ids))
 		out := filepath.Join(t.TempDir(), "out")
-		exportOK(t, Options{Inputs: []string{f.runA}, Target: "verl-rl", Out: out, Episodes: prefixes})
+		exportOK(t, Options{Inputs: []string{f.runA}, Target: "hf", Out: out, Episodes: prefixes})
 		var got []string
 		for _, row := range read(t, out, "train") {
-			got = append(got, row["extra_info"].(map[string]any)["episode_id"].(string))
+			got = append(got, row["episode_id"].(string))
 		}
 		assert.ElementsMatch(t, want, got, "exactly the episodes whose id starts with a given prefix")
 	})
 	t.Run("split is stable across exports", func(t *testing.T) {
 		splitOf := func(inputs ...string) map[string]string {
 			out := filepath.Join(t.TempDir(), "out")
-			exportOK(t, Options{Inputs: inputs, Target: "verl-rl", Out: out, Split: split(t, "train=0.6,test=0.4")})
+			exportOK(t, Options{Inputs: inputs, Target: "hf", Out: out, Split: split(t, "train=0.6,test=0.4")})
 			m := map[string]string{}
 			for _, s := range []string{"train", "test"} {
 				for _, row := range read(t, out, s) {
-					m[row["extra_info"].(map[string]any)["episode_id"].(string)] = s
+					m[row["episode_id"].(string)] = s
 				}
 			}
 			return m
@@ -389,7 +405,7 @@ func TestFiltersAndSplit(t *testing.T) {
 	})
 	t.Run("nothing selected", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "out")
-		exportBad(t, Options{Inputs: []string{f.runA}, Target: "verl-rl", Out: out, Tasks: []string{"nope"}}, "no episode to write: 17 read, 17 filtered out")
+		exportBad(t, Options{Inputs: []string{f.runA}, Target: "hf", Out: out, Tasks: []string{"nope"}}, "no episode to write: 17 read, 17 filtered out")
 		assert.NoDirExists(t, out)
 	})
 }
@@ -463,9 +479,9 @@ func TestOutputDirectory(t *testing.T) {
 	out := filepath.Join(parent, "out")
 	require.NoError(t, os.MkdirAll(out, 0o755))
 	exportOK(t, Options{Inputs: []string{f.runB}, Target: "chat-jsonl", Out: out}) // an empty directory may be used
-	exportBad(t, Options{Inputs: []string{f.runB}, Target: "verl-rl", Out: out}, "is not empty; choose another directory or pass -force")
+	exportBad(t, Options{Inputs: []string{f.runB}, Target: "verl-sft", Out: out}, "is not empty; choose another directory or pass -force")
 	assert.Equal(t, []string{"train.jsonl"}, files(t, out))
-	exportOK(t, Options{Inputs: []string{f.runB}, Target: "verl-rl", Out: out, Force: true})
+	exportOK(t, Options{Inputs: []string{f.runB}, Target: "verl-sft", Out: out, Force: true})
 	assert.Equal(t, []string{"train.parquet"}, files(t, out), "-force replaces the directory whole")
 	assert.Equal(t, []string{"out"}, dirNames(t, parent), "no staging or old directory is left")
 }
@@ -525,18 +541,23 @@ func TestHFEpisodeRows(t *testing.T) {
 	rows := readTable(t, filepath.Join(out, "data", "train-00000-of-00001.parquet")).Rows
 	require.Len(t, rows, 1)
 	row := rows[0]
-	assert.Equal(t, []any{
+	assert.Equal(t, []any{nil, nil,
 		map[string]any{"bytes": shotBlob, "path": nil},
 		map[string]any{"bytes": shotFull, "path": nil},
-	}, row["screenshots"])
+		nil,
+	}, row["screenshots"], "one entry per step: the two GUI steps took the screenshots")
 	assert.Nil(t, row["reward"], "a null verify reward stays null")
 	msgs := row["messages"].([]any)
-	assert.Equal(t, "user", msgs[0].(map[string]any)["role"])
-	assert.Equal(t, "Press the <Save> button.", msgs[0].(map[string]any)["content"])
-	assert.Equal(t, "exit code: 1\ncat: missing: No such file or directory\n", msgs[4].(map[string]any)["content"])
-	assert.Equal(t, "[forkline: a 4x3 screenshot was taken; this policy sends text only]\n", msgs[6].(map[string]any)["content"])
-	last := msgs[len(msgs)-1].(map[string]any)
-	assert.Equal(t, map[string]any{"role": "assistant", "content": "3 files", "reasoning_content": nil, "tool_calls": nil, "tool_call_id": nil}, last)
+	msg := func(i int) map[string]any {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(msgs[i].(string)), &m))
+		return m
+	}
+	assert.Equal(t, map[string]any{"role": "user", "content": "Press the <Save> button."}, msg(0))
+	assert.Equal(t, "exit code: 1\ncat: missing: No such file or directory\n", msg(4)["content"])
+	assert.Equal(t, "[forkline: a 4x3 screenshot was taken; this policy sends text only]\n", msg(6)["content"])
+	assert.Equal(t, `{"role":"assistant","content":"","tool_calls":[{"id":"call_4","type":"function","function":{"name":"done","arguments":{"answer":"3 files"}}}]}`,
+		msgs[len(msgs)-1], "the done call, keys only where they apply")
 }
 
 // chat-jsonl takes the system prompt, the tools offered and the
@@ -545,7 +566,7 @@ func TestHFEpisodeRows(t *testing.T) {
 func TestChatJSONLFromManifest(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
-	exportOK(t, Options{Inputs: []string{f.runB}, Target: "chat-jsonl", Out: out, ToolArgs: chat.ArgsObject, Where: []Where{where(t, "episode_id=b-0")}})
+	exportOK(t, Options{Inputs: []string{f.runB}, Target: "chat-jsonl", Out: out, ToolArgs: model.ArgsObject, Where: []Where{where(t, "episode_id=b-0")}})
 	data, err := os.ReadFile(filepath.Join(out, "train.jsonl"))
 	require.NoError(t, err)
 	var line struct {
@@ -584,7 +605,7 @@ func TestTextToolCallRun(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &line))
 	assert.NotContains(t, line, "tools")
 	msgs := line["messages"].([]any)
-	assert.Equal(t, map[string]any{"role": "assistant", "content": call}, msgs[1])
+	assert.Equal(t, map[string]any{"role": "assistant", "content": call, "weight": 1.0}, msgs[1])
 	assert.Equal(t, map[string]any{"role": "user", "content": "exit code: 0\n(no output)"}, msgs[2])
 }
 
@@ -599,11 +620,22 @@ func TestValidate(t *testing.T) {
 	}{
 		{"no input", Options{Target: "hf", Out: out}, "-in, -to and -out are required"},
 		{"no out", Options{Inputs: in, Target: "hf"}, "-in, -to and -out are required"},
-		{"unknown target", Options{Inputs: in, Target: "parquet", Out: out}, `unknown target "parquet" (known: chat-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
-		{"rows for verl", Options{Inputs: in, Target: "verl-rl", Out: out, Rows: hf.RowsStep}, "-rows is for hf and hf-disk, not verl-rl"},
-		{"tool args for hf", Options{Inputs: in, Target: "hf", Out: out, ToolArgs: chat.ArgsObject}, "-tool-args is for chat-jsonl, not hf"},
-		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `rows "turn"`},
-		{"unknown tool args", Options{Inputs: in, Target: "chat-jsonl", Out: out, ToolArgs: "yaml"}, `tool args "yaml"`},
+		{"unknown target", Options{Inputs: in, Target: "parquet", Out: out}, `unknown target "parquet" (known: chat-jsonl, dpo, hf, hf-disk, jsonl, sft-tokens, verl-agent, verl-sft)`},
+		{"removed target", Options{Inputs: in, Target: "verl-rl", Out: out}, "-to verl-rl was removed"},
+		{"rows for verl-sft", Options{Inputs: in, Target: "verl-sft", Out: out, Rows: "step"}, "-rows is for hf, hf-disk, sft-tokens and verl-agent, not verl-sft"},
+		{"tool args for verl-agent", Options{Inputs: in, Target: "verl-agent", Out: out, ToolArgs: model.ArgsObject}, "-tool-args is for chat-jsonl, dpo, hf, hf-disk and verl-sft, not verl-agent"},
+		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `-rows "turn" for hf (known: episode, step)`},
+		{"step rows have no messages", Options{Inputs: in, Target: "hf", Out: out, Rows: "step", Reasoning: model.ReasoningAll}, "-reasoning shapes the messages of episode rows"},
+		{"unknown tool args", Options{Inputs: in, Target: "chat-jsonl", Out: out, ToolArgs: "yaml"}, `-tool-args "yaml" (known: object, string)`},
+		{"unknown call content", Options{Inputs: in, Target: "chat-jsonl", Out: out, CallContent: "none"}, `-call-content "none" (known: empty, null)`},
+		{"unknown reasoning", Options{Inputs: in, Target: "hf", Out: out, Reasoning: "some"}, `-reasoning "some" (known: shown, all, none)`},
+		{"unknown advantage", Options{Inputs: in, Target: "verl-agent", Out: out, Advantage: "ppo"}, `-advantage "ppo" (known: none, grpo, rloo)`},
+		{"negative limit", Options{Inputs: in, Target: "verl-agent", Out: out, MaxPromptTokens: -1}, "must not be negative"},
+		{"unknown pairs", Options{Inputs: in, Target: "dpo", Out: out, Pairs: "best"}, `-pairs "best" (known: max, all)`},
+		{"pairs for chat", Options{Inputs: in, Target: "chat-jsonl", Out: out, Pairs: PairsAll}, "-pairs is for dpo, not chat-jsonl"},
+		{"openai dpo with objects", Options{Inputs: in, Target: "dpo", Out: out, DPOFormat: chat.DPOOpenAI, ToolArgs: model.ArgsObject}, "OpenAI requires them"},
+		{"bad license", Options{Inputs: in, Target: "hf", Out: out, License: "MIT License"}, `-license "MIT License"`},
+		{"card language for verl", Options{Inputs: in, Target: "verl-sft", Out: out, Languages: []string{"en"}}, "-language is for hf and sft-tokens, not verl-sft"},
 		{"unknown column", Options{Inputs: in, Target: "hf", Out: out, Where: []Where{{Column: "color", Values: []string{"red"}}}}, `-where "color=red": unknown column "color"`},
 		{"split sum", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"train", 0.5}}}, `-split "train=0.5": fractions sum to 0.5, not 1`},
 		{"split name", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"tr-ain", 1}}}, "names of letters"},

@@ -162,13 +162,14 @@ type fixture struct {
 	dir     string
 	runA    string
 	runB    string
-	rewards map[string]*float64 // episode id → expected verify reward
-	tokens  map[string]bool     // episode id → has a usable token record
+	rewards  map[string]*float64 // episode id → expected verify reward
+	tokens   map[string]bool     // episode id → has a usable token record
+	logprobs map[string]bool     // episode id → its token record has logprobs
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{dir: t.TempDir(), rewards: map[string]*float64{}, tokens: map[string]bool{}}
+	f := &fixture{dir: t.TempDir(), rewards: map[string]*float64{}, tokens: map[string]bool{}, logprobs: map[string]bool{}}
 	var a, b []shard.EpisodeBatch
 	addA := func(id string, o epOpts) {
 		a = append(a, episodeBatch(id, o))
@@ -176,6 +177,7 @@ func newFixture(t *testing.T) *fixture {
 			f.rewards[id] = o.reward
 		}
 		f.tokens[id] = o.turns > 0 && !o.drift
+		f.logprobs[id] = o.turns > 0 && o.logprobs
 	}
 	addA("a-shell-0", epOpts{task: "shell", exit: "done", turns: 3, logprobs: true, reward: ptr(1.0), reasoning: true})
 	addA("a-shell-1", epOpts{task: "shell", exit: "max_steps", reward: ptr(0.0)})
@@ -193,6 +195,7 @@ func newFixture(t *testing.T) *fixture {
 		b = append(b, episodeBatch(id, epOpts{task: "shell", exit: "done", turns: 2, logprobs: true, reward: &r, reasoning: i == 0}))
 		f.rewards[id] = &r
 		f.tokens[id] = true
+		f.logprobs[id] = true
 	}
 	f.runA = writeRun(t, f.dir, runSpec{runID: "run-a", policy: map[string]any{"name": "script", "options": map[string]string{}}, episodes: a})
 	f.runB = writeRun(t, f.dir, runSpec{runID: "run-b", policy: map[string]any{"name": "openai",

@@ -66,7 +66,7 @@ func TestOutputNeverOverwritesInput(t *testing.T) {
 		{"jsonl over the manifest with -force", Options{Target: "jsonl", Out: filepath.Join(in, "manifest.json"), Force: true}},
 		{"a directory inside the run", Options{Target: "chat-jsonl", Out: filepath.Join(in, "exports", "chat")}},
 		{"a file inside a table directory", Options{Target: "jsonl", Out: filepath.Join(in, "steps", "all.jsonl")}},
-		{"the directory holding the run", Options{Target: "verl-rl", Out: f.dir, Force: true}},
+		{"the directory holding the run", Options{Target: "verl-sft", Out: f.dir, Force: true}},
 		{"through a symbolic link", Options{Target: "hf", Out: link, Force: true}},
 		{"inside, through a symbolic link", Options{Target: "jsonl", Out: filepath.Join(link, "manifest.json"), Force: true}},
 		{"through ..", Options{Target: "hf", Out: in + "/steps/../x/..", Force: true}},
@@ -128,7 +128,7 @@ func TestForceReplacesOnlyAnEarlierExport(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "data")
 		write(filepath.Join(out, "train.parquet"), "the user's own parquet")
 		write(filepath.Join(out, "notes.md"), "precious")
-		refused(t, Options{Inputs: in, Target: "verl-rl", Out: out, Force: true}, "-force replaces only an earlier export's output")
+		refused(t, Options{Inputs: in, Target: "verl-sft", Out: out, Force: true}, "-force replaces only an earlier export's output")
 	})
 	t.Run("an earlier export the user added to", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "hf")
@@ -198,7 +198,7 @@ func TestStaleStagingIsSwept(t *testing.T) {
 	require.NoError(t, os.MkdirAll(othersMark, 0o755))
 	require.NoError(t, setMark(othersMark, outputMark{Tool: "someone else", State: markStaging}))
 
-	exportOK(t, Options{Inputs: []string{f.runB}, Target: "verl-rl", Out: filepath.Join(parent, "verl")})
+	exportOK(t, Options{Inputs: []string{f.runB}, Target: "verl-sft", Out: filepath.Join(parent, "verl")})
 	assert.NoDirExists(t, killed)
 	assert.NoDirExists(t, killedReplace)
 	assert.NoFileExists(t, killedFile)

@@ -35,6 +35,9 @@ var whereColumns = map[string]func(e *schemas.EpisodeRow) string{
 	"exit_reason":    func(e *schemas.EpisodeRow) string { return e.ExitReason },
 	"token_drift":    func(e *schemas.EpisodeRow) string { return strconv.FormatBool(e.TokenDrift) },
 	"has_tokens":     func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseIDs) > 0) },
+	// has_logprobs: the episode's token record carries logprobs (verl-agent
+	// cannot batch rows with and without them).
+	"has_logprobs": func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseLogprobs) > 0) },
 }
 
 // WhereColumns returns the episode columns a Where can test, sorted.

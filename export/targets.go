@@ -21,14 +21,30 @@ type sink interface {
 	Close() error
 }
 
+// counter is a sink that writes something other than one unit per episode
+// (dpo: pairs); the report takes its counts after Close.
+type counter interface {
+	Counts() map[string]int64
+	Unit() string
+	Refusals() map[string]int64 // left out after Write accepted them
+}
+
 // targetSpec describes one target.
 type targetSpec struct {
-	summary  string
-	layout   string // for the usage text
-	file     bool   // Out is a file (or -), not a directory
-	rows     bool   // takes Options.Rows
-	toolArgs bool   // takes Options.ToolArgs
-	open     func(dir string, c *openContext) (sink, error)
+	summary string
+	layout  string // for the usage text
+	file    bool   // Out is a file (or -), not a directory
+	rows    []string
+	options []string // the target options it takes (flag names); "rows" when rows is set
+	groups  bool     // needs every selected episode's group and reward first (a first pass)
+	open    func(dir string, c *openContext) (sink, error)
+}
+
+func (s targetSpec) takes(flag string) bool {
+	if flag == "rows" {
+		return len(s.rows) > 0
+	}
+	return slices.Contains(s.options, flag)
 }
 
 // openContext is what a target may need when it opens.
@@ -38,6 +54,18 @@ type openContext struct {
 	provenance  []string
 	allThinking bool      // every input records enable_thinking
 	stream      io.Writer // file targets: where to write
+	groups      *groups   // targets with groups set
+}
+
+// The option sets.
+var (
+	conversationOptions = []string{"tool-args", "call-content", "reasoning"}
+	cardOptions         = []string{"license", "task-category", "language"}
+)
+
+func hfOptions(c *openContext) hf.Options {
+	return hf.Options{Rows: hf.RowsPer(c.o.Rows), Provenance: c.provenance, Conversation: c.o.conversation(),
+		License: c.o.License, TaskCategories: c.o.TaskCategories, Languages: c.o.Languages}
 }
 
 var targets = map[string]targetSpec{
@@ -50,50 +78,84 @@ var targets = map[string]targetSpec{
 		},
 	},
 	"verl-agent": {
-		summary: "verl AgentLoopOutput token rows (refuses episodes without a token record)",
+		summary: "verl AgentLoopOutput token rows, per episode or per model turn (-rows turn); refuses episodes without a token record or a reward",
 		layout:  "DIR/<split>.parquet",
+		rows:    []string{string(verl.RowsEpisode), string(verl.RowsTurn)},
+		options: []string{"advantage", "max-prompt-tokens", "max-response-tokens"},
+		groups:  true,
 		open: func(dir string, c *openContext) (sink, error) {
-			return verl.NewAgentWriter(dir, c.splits)
-		},
-	},
-	"verl-rl": {
-		summary: "verl RLHFDataset prompt parquet",
-		layout:  "DIR/<split>.parquet",
-		open: func(dir string, c *openContext) (sink, error) {
-			return verl.NewRLWriter(dir, c.splits)
+			return verl.NewAgentWriter(dir, c.splits, verl.AgentOptions{Rows: verl.RowsPer(c.o.Rows),
+				MaxPromptTokens: c.o.MaxPromptTokens, MaxResponseTokens: c.o.MaxResponseTokens,
+				Advantage: c.o.Advantage, Groups: c.groups.verl()})
 		},
 	},
 	"verl-sft": {
-		summary: "verl MultiTurnSFTDataset parquet: messages, tools, enable_thinking",
+		summary: "verl MultiTurnSFTDataset parquet: messages, tools, enable_thinking (with docs/verl_sft_dataset.py)",
 		layout:  "DIR/<split>.parquet",
+		options: conversationOptions,
 		open: func(dir string, c *openContext) (sink, error) {
-			return verl.NewSFTWriter(dir, c.splits, c.allThinking)
+			return verl.NewSFTWriter(dir, c.splits, c.allThinking, c.o.conversation()), nil
 		},
 	},
 	"hf": {
 		summary: "Hugging Face parquet with features metadata and a dataset card (-rows)",
 		layout:  "DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet",
-		rows:    true,
+		rows:    []string{string(hf.RowsEpisode), string(hf.RowsStep)},
+		options: append(slices.Clone(conversationOptions), cardOptions...),
 		open: func(dir string, c *openContext) (sink, error) {
-			return hf.NewWriter(dir, c.splits, hf.Options{Rows: c.o.Rows, Provenance: c.provenance})
+			return hf.NewWriter(dir, c.splits, hfOptions(c))
 		},
 	},
 	"hf-disk": {
 		summary: "Hugging Face save_to_disk layout, Arrow IPC streams (-rows)",
 		layout:  "DIR/dataset_dict.json, DIR/<split>/{data-NNNNN-of-MMMMM.arrow,state.json,dataset_info.json}",
-		rows:    true,
+		rows:    []string{string(hf.RowsEpisode), string(hf.RowsStep)},
+		options: append(slices.Clone(conversationOptions), "license"),
 		open: func(dir string, c *openContext) (sink, error) {
-			return hf.NewDiskWriter(dir, c.splits, hf.Options{Rows: c.o.Rows, Provenance: c.provenance})
+			return hf.NewDiskWriter(dir, c.splits, hfOptions(c))
+		},
+	},
+	"sft-tokens": {
+		summary: "TRL pre-tokenized SFT from the server's token ids: input_ids, assistant_masks (-rows episode|turn)",
+		layout:  "DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet",
+		rows:    []string{"episode", "turn"},
+		options: cardOptions,
+		open: func(dir string, c *openContext) (sink, error) {
+			o := hfOptions(c)
+			o.Rows = hf.RowsTokens
+			if c.o.Rows == "turn" {
+				o.Rows = hf.RowsTokenTurns
+			}
+			return hf.NewWriter(dir, c.splits, o)
 		},
 	},
 	"chat-jsonl": {
-		summary:  "OpenAI/TRL chat fine-tuning lines: messages, tools, tool_calls (-tool-args)",
-		layout:   "DIR/<split>.jsonl",
-		toolArgs: true,
+		summary: "OpenAI/TRL chat fine-tuning lines: messages with tool calls and per-turn weight, tools",
+		layout:  "DIR/<split>.jsonl",
+		options: conversationOptions,
 		open: func(dir string, c *openContext) (sink, error) {
-			return chat.NewJSONLWriter(dir, c.splits, c.o.ToolArgs)
+			return chat.NewJSONLWriter(dir, c.splits, c.o.conversation()), nil
 		},
 	},
+	"dpo": {
+		summary: "preference pairs from a group's episodes whose rewards differ: TRL or OpenAI lines (-pairs, -dpo-format)",
+		layout:  "DIR/<split>.jsonl",
+		options: append([]string{"pairs", "dpo-format"}, conversationOptions...),
+		groups:  true,
+		open: func(dir string, c *openContext) (sink, error) {
+			return newPairSink(dir, c), nil
+		},
+	},
+}
+
+// removed are targets that existed once, with why they went and what to
+// use instead.
+var removed = map[string]string{
+	"verl-rl": "export: -to verl-rl was removed: its prompt rows loaded in verl's RLHFDataset but could not be trained — " +
+		"no verl reward function scores forkline's verify command (a shell command that must run in the episode's sandbox) " +
+		"and no verl tool drives a forkline sandbox, so verl fell back to a single-turn loop without tools. " +
+		"Online RL needs an environment server, which forkline does not have yet; train on collected episodes with -to verl-agent " +
+		"(docs/verl_agent_loop.py)",
 }
 
 // Targets returns the names of the targets, sorted.
@@ -126,6 +188,9 @@ func Describe(target string) (TargetInfo, error) {
 func lookup(target string) (targetSpec, error) {
 	spec, ok := targets[target]
 	if !ok {
+		if why, gone := removed[target]; gone {
+			return targetSpec{}, bad("%s", why)
+		}
 		return targetSpec{}, bad("export: unknown target %q (known: %s)", target, strings.Join(Targets(), ", "))
 	}
 	return spec, nil

@@ -49,6 +49,11 @@ type Conversation struct {
 	// with, nil when unknown (the openai policy does not set it; manifests
 	// of other tools may).
 	EnableThinking *bool `json:"enable_thinking,omitempty"`
+	// ReasoningInHistory reports that the policy sent each earlier turn's
+	// reasoning back to the model with the history; false (the openai
+	// policy today) means every turn was generated after a history without
+	// it, and exports keep reasoning on the last turn only by default.
+	ReasoningInHistory bool `json:"reasoning_in_history,omitempty"`
 }
 
 // TextToolCalls reports whether the model wrote its tool calls in its text
@@ -56,7 +61,7 @@ type Conversation struct {
 func (c Conversation) TextToolCalls() bool { return c.ToolMode == ToolsText }
 
 // conversationKeys are the JSON names of Conversation's fields, in order.
-var conversationKeys = []string{"system_prompt", "tool_mode", "actions", "observation_cap", "enable_thinking"}
+var conversationKeys = []string{"system_prompt", "tool_mode", "actions", "observation_cap", "enable_thinking", "reasoning_in_history"}
 
 // Diff returns the JSON names of the fields in which c and o differ, in
 // field order: what a resume names when a run's conversation is not this
@@ -70,6 +75,7 @@ func (c Conversation) Diff(o Conversation) []string {
 		c.ObservationCap != o.ObservationCap,
 		(c.EnableThinking == nil) != (o.EnableThinking == nil) ||
 			(c.EnableThinking != nil && *c.EnableThinking != *o.EnableThinking),
+		c.ReasoningInHistory != o.ReasoningInHistory,
 	}
 	for i, d := range differs {
 		if d {
@@ -139,6 +145,16 @@ func decodeConversation(fields map[string]json.RawMessage) (Conversation, error)
 			}
 		}
 		c.EnableThinking = &v
+	}
+	if raw, ok := fields["reasoning_in_history"]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &c.ReasoningInHistory); err != nil {
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				bad("reasoning_in_history", raw, "a boolean")
+			} else if c.ReasoningInHistory, err = strconv.ParseBool(s); err != nil {
+				bad("reasoning_in_history", raw, "a boolean")
+			}
+		}
 	}
 	return c, errors.Join(errs...)
 }

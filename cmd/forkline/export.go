@@ -9,18 +9,24 @@ import (
 	"strings"
 
 	"github.com/forkline/forkline/export"
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/formats/chat"
-	"github.com/forkline/forkline/formats/hf"
+	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/internal/cli"
 )
 
 type exportOptions struct {
-	o         export.Options
-	wheres    []string
-	minReward string
-	split     string
-	rows      string
-	toolArgs  string
+	o           export.Options
+	wheres      []string
+	minReward   string
+	split       string
+	rows        string
+	toolArgs    string
+	callContent string
+	reasoning   string
+	advantage   string
+	pairs       string
+	dpoFormat   string
 }
 
 func exportCommand() *cli.Command {
@@ -39,12 +45,17 @@ the target. Output is built in a hidden sibling directory and renamed into place
 replaced only with -force, and only when an earlier export wrote it. The same inputs and flags give
 the same bytes.
 
-Tool messages are the observations as the policy showed them to the model (aci.ObservationText),
-so SFT data matches inference.`,
+Conversations are the ones the model had: its tool calls as it wrote them (every one, the done call
+included), the tools in the order it was sent them, the observations as the policy showed them
+(aci.ObservationText), each message with exactly its own keys. SFT targets export every selected
+episode, failed ones too (the count is printed): add -min-reward 1 to train only on successes.
+A split that gets nothing is not written: datasets and verl cannot load an empty one.`,
 		Sections: []cli.Section{{Title: "targets", Entries: targets}},
 		Examples: []string{
 			"forkline export -in runs/demo -to hf -out out/hf -split train=0.95,test=0.05 -where exit_reason=done",
-			"forkline export -in runs/rl -to verl-agent -out out/verl -min-reward 0.5",
+			"forkline export -in runs/rl -to verl-agent -out out/verl -advantage grpo -max-prompt-tokens 4096",
+			"forkline export -in runs/rl -to dpo -out out/dpo -pairs all",
+			"forkline export -in runs/demo -to chat-jsonl -out out/openai -tool-args string -reasoning none",
 			"forkline export -in runs/demo -to jsonl -out - | jq -c '{task_id, exit_reason, steps}'",
 		},
 		Exits: []cli.Exit{
@@ -59,7 +70,8 @@ so SFT data matches inference.`,
 
 func setupExport(f *cli.FlagSet) cli.Runner {
 	e := &exportOptions{o: export.Options{Reward: export.DefaultReward}, split: "train=1",
-		rows: string(hf.RowsEpisode), toolArgs: string(chat.ArgsString)}
+		rows: "episode", toolArgs: string(model.ArgsObject), callContent: string(model.ContentEmpty), reasoning: string(model.ReasoningShown),
+		advantage: string(verl.AdvantageNone), pairs: string(export.PairsMax), dpoFormat: string(chat.DPOTRL)}
 	o := &e.o
 	f.Group("input", "")
 	f.Strings(&o.Inputs, "in", "DIR", "a dataset written by forkline collect (several may be exported together)").Require()
@@ -76,9 +88,27 @@ func setupExport(f *cli.FlagSet) cli.Runner {
 	f.Group("split", "-split train=0.95,test=0.05")
 	f.String(&e.split, "split", "NAME=F,...", "named splits by episode-id hash; the fractions sum to 1")
 
-	f.Group("target", "-to hf -rows step; -to chat-jsonl -tool-args object")
-	f.String(&e.rows, "rows", "episode|step", "hf, hf-disk: one row per episode or per step")
-	f.String(&e.toolArgs, "tool-args", "string|object", "chat-jsonl: tool-call arguments as a JSON string (OpenAI) or an object (templates that apply tojson)")
+	f.Group("rows", "-to hf -rows step; -to verl-agent -rows turn")
+	f.String(&e.rows, "rows", "ROWS", "what a row is: hf, hf-disk episode|step; verl-agent, sft-tokens episode|turn (a model turn: its prompt and response ids as the server reported them, usable when an episode's history drifted)")
+
+	f.Group("conversation", "-tool-args string -call-content null (DeepSeek-V3); -tool-args string -reasoning none (OpenAI)")
+	f.String(&e.toolArgs, "tool-args", "object|string", "chat-jsonl, dpo, hf, hf-disk, verl-sft: tool-call arguments as an object (Qwen, Llama templates apply tojson) or as the string the model wrote (OpenAI, DeepSeek-V3)")
+	f.String(&e.callContent, "call-content", "empty|null", "content of an assistant message with only tool calls: \"\" (Qwen, Llama) or null (DeepSeek-V3)")
+	f.String(&e.reasoning, "reasoning", "shown|all|none", "which turns keep the model's reasoning: where the model saw it (the last turn, unless the policy sent reasoning back), every turn, or none")
+
+	f.Group("verl-agent", "-advantage grpo -max-prompt-tokens 4096 -max-response-tokens 8192")
+	f.String(&e.advantage, "advantage", "none|grpo|rloo", "reward_score: the reward, or its group advantage as verl's GRPO/RLOO compute it over the episode's group (replicas of one task, golden state and prompt), so verl trains groups with rollout.n=1")
+	f.Int(&e.o.MaxPromptTokens, "max-prompt-tokens", "N", "refuse rows whose prompt is longer (verl's rollout.prompt_length); 0: no limit")
+	f.Int(&e.o.MaxResponseTokens, "max-response-tokens", "N", "refuse rows whose response is longer (rollout.response_length); 0: no limit")
+
+	f.Group("dpo", "-to dpo -pairs all -dpo-format openai")
+	f.String(&e.pairs, "pairs", "max|all", "pairs per group (the same task, golden state and prompt): its best episode over its worst, or every two whose rewards differ")
+	f.String(&e.dpoFormat, "dpo-format", "trl|openai", "TRL's prompt/chosen/rejected conversations, or OpenAI's input/preferred_completion/non_preferred_completion")
+
+	f.Group("dataset card", "-license apache-2.0 -task-category text-generation -language en")
+	f.String(&e.o.License, "license", "ID", "hf, hf-disk, sft-tokens: the card's license (a Hub license id)")
+	f.List(&e.o.TaskCategories, "task-category", "NAME,...", "hf, sft-tokens: the card's task_categories")
+	f.List(&e.o.Languages, "language", "CODE,...", "hf, sft-tokens: the card's language")
 
 	f.Group("output", "")
 	f.Bool(&o.Force, "force", "replace an -out that an earlier export wrote and nothing changed since (anything else is refused)")
@@ -137,13 +167,28 @@ func (e *exportOptions) options(inv *cli.Invocation) (export.Options, error) {
 	if o.Split, err = export.ParseSplit(e.split); err != nil {
 		return o, fmt.Errorf("export: %w", err)
 	}
-	// -rows and -tool-args are passed on only when given, so that Validate
-	// refuses them for a target that takes neither.
+	// Target options are passed on only when given, so that Validate
+	// refuses one given to a target that does not take it.
 	if inv.Given("rows") {
-		o.Rows = hf.RowsPer(e.rows)
+		o.Rows = e.rows
 	}
 	if inv.Given("tool-args") {
-		o.ToolArgs = chat.ToolArgs(e.toolArgs)
+		o.ToolArgs = model.ArgsEncoding(e.toolArgs)
+	}
+	if inv.Given("call-content") {
+		o.CallContent = model.CallContent(e.callContent)
+	}
+	if inv.Given("reasoning") {
+		o.Reasoning = model.Reasoning(e.reasoning)
+	}
+	if inv.Given("advantage") {
+		o.Advantage = verl.Advantage(e.advantage)
+	}
+	if inv.Given("pairs") {
+		o.Pairs = export.Pairs(e.pairs)
+	}
+	if inv.Given("dpo-format") {
+		o.DPOFormat = chat.DPOFormat(e.dpoFormat)
 	}
 	if err := o.Validate(); err != nil {
 		return o, err
@@ -153,6 +198,10 @@ func (e *exportOptions) options(inv *cli.Invocation) (export.Options, error) {
 	}
 	return o, nil
 }
+
+// sftTarget names the targets a trainer fits to every row (so failed
+// episodes are worth a note).
+var sftTarget = map[string]bool{"chat-jsonl": true, "hf": true, "hf-disk": true, "verl-sft": true, "sft-tokens": true}
 
 // report prints what was read, filtered, refused and written on stderr
 // (stdout may be the data): as notes, so -quiet leaves only what explains
@@ -172,11 +221,20 @@ func report(inv *cli.Invocation, o export.Options, r *export.Report, ok bool) {
 	if !ok {
 		return
 	}
-	var parts []string
+	var parts, empty []string
 	var total int64
 	for _, p := range o.Split {
 		parts = append(parts, fmt.Sprintf("%s %d", p.Name, r.Written[p.Name]))
 		total += r.Written[p.Name]
+		if r.Written[p.Name] == 0 && len(o.Split) > 1 {
+			empty = append(empty, p.Name)
+		}
 	}
-	fmt.Fprintf(notes, "export: %d episodes written to %s (%s), %d filtered out\n", total, o.Out, strings.Join(parts, ", "), r.Filtered)
+	fmt.Fprintf(notes, "export: %d %s written to %s (%s), %d filtered out\n", total, r.Unit, o.Out, strings.Join(parts, ", "), r.Filtered)
+	if len(empty) > 0 {
+		fmt.Fprintf(notes, "export: split %s got nothing and is not written (an empty split does not load in datasets or verl)\n", strings.Join(empty, ", "))
+	}
+	if r.Unsuccessful > 0 && sftTarget[o.Target] {
+		fmt.Fprintf(notes, "export: %d of the %d episodes written did not end in done or have a reward below 1 (or none); SFT trains on them too: add -min-reward 1 to keep only successes\n", r.Unsuccessful, total)
+	}
 }

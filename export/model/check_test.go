@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/export/model/tabletest"
@@ -105,4 +107,59 @@ func TestAppendRejectsWhatDoesNotFit(t *testing.T) {
 	require.ErrorContains(t, tw.Append(Row{"n": 300}), "overflows int8")
 	tw, _ = NewParquetWriter(&buf, Features{{"n", Value("int8")}})
 	require.ErrorContains(t, tw.Append(Row{"m": 1}), `column "m"`)
+}
+
+// The Json feature (hf's messages and tools) is stored as datasets stores
+// pa.json_(): a Parquet JSON column whose ARROW:schema names the arrow.json
+// extension, an IPC field with the extension metadata; the values are the
+// exact JSON given, key order kept. Read back by parquet-go, the IPC reader
+// written here, and arrow-go itself.
+func TestJSONFeature(t *testing.T) {
+	fs := Features{{Name: "messages", Type: List{Item: JSON{}}}, {Name: "tool", Type: JSON{}}}
+	rows := []Row{
+		{"messages": []any{json.RawMessage(`{"role":"user","content":"hi"}`), json.RawMessage(`{"role":"assistant","content":"","tool_calls":[{"function":{"name":"exec","arguments":{"cmd":"ls"}}}]}`)},
+			"tool": json.RawMessage(`{"type":"function","function":{"name":"exec"}}`)},
+		{"messages": []any{}, "tool": nil},
+	}
+	assert.Equal(t, `{"messages":[{"_type":"Json"}],"tool":{"_type":"Json"}}`, string(fs.JSON()))
+	assert.Equal(t, "- name: messages\n  list: json\n- name: tool\n  dtype: json\n", fs.YAML(0))
+
+	dir := t.TempDir()
+	var pq bytes.Buffer
+	tw, err := NewParquetWriter(&pq, fs)
+	require.NoError(t, err)
+	var st bytes.Buffer
+	sw, err := NewStreamWriter(&st, fs)
+	require.NoError(t, err)
+	for _, r := range rows {
+		require.NoError(t, tw.Append(r))
+		require.NoError(t, sw.Append(r))
+	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, sw.Close())
+	path := filepath.Join(dir, "x.parquet")
+	require.NoError(t, os.WriteFile(path, pq.Bytes(), 0o644))
+
+	tab, err := tabletest.ReadParquetFile(path)
+	require.NoError(t, err)
+	require.NoError(t, tabletest.CheckFeatures(tab, false))
+	stored, err := tabletest.StoredArrowSchema(tab)
+	require.NoError(t, err)
+	want, err := tabletest.FeatureTypes(tab.Metadata[MetadataKey])
+	require.NoError(t, err)
+	require.NoError(t, tabletest.CheckFields(want, stored.Fields, true))
+	assert.Equal(t, "arrow.json", stored.Fields[1].Extension)
+	assert.Equal(t, "arrow.json", stored.Fields[0].Children[0].Extension)
+	assert.Equal(t, `{"role":"assistant","content":"","tool_calls":[{"function":{"name":"exec","arguments":{"cmd":"ls"}}}]}`, tab.Rows[0]["messages"].([]any)[1])
+	assert.Nil(t, tab.Rows[1]["tool"])
+
+	ipcTab, err := tabletest.ReadStream(st.Bytes())
+	require.NoError(t, err)
+	require.NoError(t, tabletest.CheckFeatures(ipcTab, true))
+	assert.Equal(t, `{"type":"function","function":{"name":"exec"}}`, ipcTab.Rows[0]["tool"])
+
+	// Invalid JSON is refused, not written.
+	tw2, err := NewParquetWriter(&bytes.Buffer{}, fs)
+	require.NoError(t, err)
+	require.ErrorContains(t, tw2.Append(Row{"tool": json.RawMessage(`{"a":`)}), "not valid JSON")
 }

@@ -22,28 +22,36 @@
 //
 // # Conversation
 //
+// Messages rebuilds the conversation the policy had with its model:
+//
 //	system     the run's system prompt, when the manifest records one
 //	user       the task's instruction
-//	per step:
-//	assistant  content = the model's text (model_text) or "", reasoning kept
-//	           apart; one tool call: name = action kind, id = "call_<step>",
-//	           arguments = the action's fields (its canonical JSON minus "kind")
-//	tool       tool_call_id = "call_<step>", content = aci.ObservationText:
-//	           the text a policy shows the model ("exit code: N" for
-//	           commands, timeout, error and screenshot notes, the output,
-//	           elided past the run's observation cap)
-//	a done action becomes a plain assistant message whose content is the
-//	answer (the model's text when the answer is empty); a step without an
-//	action becomes an assistant message with the model's text, if any.
+//	per step (native tool mode):
+//	assistant  content = the model's text ("" when none), reasoning kept
+//	           apart (Options.Reasoning); tool_calls = the calls the server
+//	           returned, every one, as the model wrote them (steps.tool_calls;
+//	           for runs without that record, the step's action with its
+//	           canonical fields), the done call included
+//	tool       per call, in order: the first call's observation as the
+//	           policy showed it (aci.ObservationText, elided past the run's
+//	           observation cap), aci.NotRunResult for the calls after it;
+//	           none after done or after a turn that ended the episode
+//	per step (text tool mode):
+//	assistant  content = the model's text, which holds its call as written
+//	user       the observation
 //
-// A run whose policy wrote its tool calls as text (policy.ToolsText)
-// exports as it ran: each assistant message is the model's text, which
-// holds the call, and each observation goes back as a user message; no
-// tools are listed, since the model saw them in the system prompt, not as
-// function tools.
+// A turn that ended the episode without a valid action (no call, an
+// unparsable one, an answer cut at the token limit) is an assistant message
+// marked Failed. EncodeMessage writes a message with exactly the keys that
+// apply to it. Text-mode runs list no tools: the model saw them in the
+// system prompt, not as function tools.
 package model
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -122,21 +130,15 @@ func (e *Episode) Screenshot(i int) ([]byte, error) {
 }
 
 // Tools returns the function tools the episode's policy offered
-// (Conversation.Actions, every canonical action when none are recorded), or
-// nil when it offered none as functions (tool calls written in the text).
-func (e *Episode) Tools() []map[string]any {
+// (Conversation.Actions, every canonical action when none are recorded) as
+// a JSON array in aci's key order (aci.ToolsJSON, the order the policy sent
+// them in), or nil when it offered none as functions (tool calls written in
+// the text).
+func (e *Episode) Tools() json.RawMessage {
 	if e.Conversation.TextToolCalls() {
 		return nil
 	}
-	actions := e.Conversation.Actions
-	if len(actions) == 0 {
-		return aci.ToolSchemas()
-	}
-	out := make([]map[string]any, len(actions))
-	for i, k := range actions {
-		out[i] = aci.ToolSchema(k)
-	}
-	return out
+	return aci.ToolsJSON(e.Conversation.Actions)
 }
 
 // ToolsKey identifies the episode's tool list, for caching its encoding.
@@ -150,6 +152,30 @@ func (e *Episode) ToolsKey() string {
 	}
 	return "fn:" + strings.Join(ks, ",")
 }
+
+// GroupID is the episode's group: the episodes that started from the same
+// state with the same prompt, which GRPO/RLOO compare with each other and
+// preference pairs are drawn from. It is the episode row's group_id when
+// the collector set one (branching), else derived: the first 16 bytes, in
+// hex, of the sha256 of the task id, task spec hash, golden checkpoint id,
+// the prompt messages (system prompt and instruction) and the tools offered
+// — forked replicas of one task in one run share all of them.
+func (e *Episode) GroupID() string {
+	if e.Row.GroupID != nil && *e.Row.GroupID != "" {
+		return *e.Row.GroupID
+	}
+	h := sha256.New()
+	for _, part := range []string{e.Row.TaskID, e.Row.TaskHash, e.Row.GoldenID, e.Conversation.SystemPrompt, e.Instruction, e.ToolsKey()} {
+		fmt.Fprintf(h, "%d:%s;", len(part), part)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// ErrSelection is wrapped by the error a target's Close returns when the
+// selected episodes, written together, cannot make a usable output (a
+// verl-agent batch mixing rows with and without logprobs). The exporter
+// reports it as bad input: a different selection fixes it, a retry does not.
+var ErrSelection = errors.New("model: the selected episodes cannot be written together")
 
 // Refusal is the error a target's Write returns for an episode it cannot
 // represent without inventing data (verl-agent: no token record). The

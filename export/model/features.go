@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/extensions"
 )
 
 // Feature is a node of a Hugging Face Features tree: Value, List, Struct or
@@ -27,10 +28,18 @@ type Struct []Field
 // string>. forkline always embeds the bytes.
 type Image struct{}
 
+// JSON is datasets' Json feature (datasets ≥ 4.7): a JSON value stored as
+// a UTF-8 string in Arrow's canonical arrow.json extension type (a Parquet
+// JSON column), decoded by datasets into the exact object — every key the
+// value has and no other, which no Arrow struct can express for values of
+// different shapes (messages, tool calls, tool schemas).
+type JSON struct{}
+
 func (Value) isFeature()  {}
 func (List) isFeature()   {}
 func (Struct) isFeature() {}
 func (Image) isFeature()  {}
+func (JSON) isFeature()   {}
 
 // Field is a named feature.
 type Field struct {
@@ -79,9 +88,21 @@ func ArrowType(f Feature) arrow.DataType {
 		return arrow.StructOf(fields...)
 	case Image:
 		return imageType
+	case JSON:
+		return jsonType
 	}
 	panic(fmt.Sprintf("model: unknown feature %T", f))
 }
+
+// jsonType is arrow.json over utf8, the type pyarrow's pa.json_() is and
+// datasets' Json feature compares a file's field with.
+var jsonType = func() arrow.DataType {
+	t, err := extensions.NewJSONType(arrow.BinaryTypes.String)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}()
 
 var imageType = arrow.StructOf(
 	arrow.Field{Name: "bytes", Type: arrow.BinaryTypes.Binary, Nullable: true},
@@ -129,6 +150,8 @@ func writeFeatureJSON(b *strings.Builder, f Feature) {
 		writeStructJSON(b, f)
 	case Image:
 		b.WriteString(`{"_type":"Image"}`)
+	case JSON:
+		b.WriteString(`{"_type":"Json"}`)
 	default:
 		panic(fmt.Sprintf("model: unknown feature %T", f))
 	}
@@ -183,6 +206,10 @@ func writeYAMLBody(b *strings.Builder, f Feature, indent int) {
 		fmt.Fprintf(b, "%sdtype: %s\n", pad, string(f))
 	case Image:
 		fmt.Fprintf(b, "%sdtype: image\n", pad)
+	case JSON:
+		// datasets' _to_yaml_list writes a feature without parameters as its
+		// snake-case name; _from_yaml_list reads it back as Json.
+		fmt.Fprintf(b, "%sdtype: json\n", pad)
 	case Struct:
 		fmt.Fprintf(b, "%sstruct:\n", pad)
 		writeYAMLFields(b, f, indent)
@@ -192,6 +219,8 @@ func writeYAMLBody(b *strings.Builder, f Feature, indent int) {
 			fmt.Fprintf(b, "%slist: %s\n", pad, string(item))
 		case Image:
 			fmt.Fprintf(b, "%slist: image\n", pad)
+		case JSON:
+			fmt.Fprintf(b, "%slist: json\n", pad)
 		case Struct:
 			fmt.Fprintf(b, "%slist:\n", pad)
 			writeYAMLFields(b, item, indent)

@@ -19,22 +19,135 @@ const (
 	RoleTool      = "tool"
 )
 
-// Message is one chat message. Targets encode it in their own shape.
+// Message is one chat message. Targets encode it in their own shape
+// (EncodeMessage is the exact-keys JSON form most of them share).
 type Message struct {
-	Role       string
-	Content    string
-	Reasoning  string     // assistant: the model's separate reasoning text, "" when none
-	ToolCalls  []ToolCall // assistant: at most one per step
+	Role    string
+	Content string
+	// Reasoning is the model's separate reasoning text on an assistant
+	// message, "" when none or when the options leave it out (Options.Reasoning).
+	Reasoning  string
+	ToolCalls  []ToolCall // assistant, native tool mode: the calls of the turn, in order (the first ran)
 	ToolCallID string     // tool: the call it answers
+	// Step is the step the message comes from, -1 for the prompt.
+	Step int
+	// Failed marks an assistant turn that ended the episode without a valid
+	// action (no tool call, an unparsable one, or an answer cut at the token
+	// limit): targets with a per-turn weight leave it out of training.
+	Failed bool
 }
 
 // ToolCall is an assistant's call of an action tool.
 type ToolCall struct {
-	ID   string // "call_<step index>"
-	Name string // the action kind
-	// Arguments is the action's fields as a JSON object in canonical field
-	// order (the action's canonical JSON without "kind"), "{}" when none.
+	ID   string // the server's call id where the run recorded it, else "call_<step>"
+	Name string // the tool (action kind) the model named
+	// Arguments is the call's arguments as a JSON object with the keys in
+	// the order the model wrote them, compact: the server's record where
+	// the run has one (steps.tool_calls), else the canonical action's fields
+	// (runtime's field order, no "kind"). Arguments the model wrote that are
+	// not a JSON object (a broken call) are a JSON string holding the text.
 	Arguments json.RawMessage
+	// Text is the arguments as the model wrote them (the recorded string),
+	// else the compact canonical object: what ArgsString writes.
+	Text string
+}
+
+// ArgsEncoding is how tool-call arguments are written (-tool-args).
+type ArgsEncoding string
+
+// The encodings.
+const (
+	// ArgsObject writes arguments as a JSON object. Chat templates that
+	// serialize arguments with tojson (Qwen2.5, Qwen3, Llama 3.1) render it
+	// exactly once, which is why it is the default.
+	ArgsObject ArgsEncoding = "object"
+	// ArgsString writes the arguments as the model wrote them, a JSON
+	// string: what OpenAI's fine-tuning format requires and templates that
+	// concatenate the arguments (DeepSeek-V3) need.
+	ArgsString ArgsEncoding = "string"
+)
+
+// CallContent is the content of an assistant message that holds tool calls
+// and no text (-call-content).
+type CallContent string
+
+// The choices.
+const (
+	// ContentEmpty writes "" (the default): what vLLM hands its template
+	// for a null content, and what Qwen's and Llama's templates need (they
+	// concatenate or search content).
+	ContentEmpty CallContent = "empty"
+	// ContentNull writes null: DeepSeek-V3's template renders tool calls
+	// only for a message whose content is none; OpenAI's format allows it.
+	ContentNull CallContent = "null"
+)
+
+// Reasoning says which assistant messages keep the model's reasoning
+// (-reasoning).
+type Reasoning string
+
+// The choices.
+const (
+	// ReasoningShown (the default) keeps reasoning where the model saw it:
+	// on every assistant turn when its policy sent earlier reasoning back
+	// (policy.Conversation.ReasoningInHistory), else on the last assistant
+	// message only — each turn was generated after a history without the
+	// earlier turns' reasoning, which chat templates such as Qwen3's would
+	// otherwise render back into every turn of the training sequence.
+	ReasoningShown Reasoning = "shown"
+	// ReasoningAll keeps every turn's reasoning.
+	ReasoningAll Reasoning = "all"
+	// ReasoningNone drops all reasoning.
+	ReasoningNone Reasoning = "none"
+)
+
+// Options shape the conversation a target writes. The zero value is the
+// defaults: object arguments, "" content beside calls, reasoning as shown.
+type Options struct {
+	Args        ArgsEncoding
+	CallContent CallContent
+	Reasoning   Reasoning
+}
+
+// ParseArgs reads -tool-args.
+func ParseArgs(s string) (ArgsEncoding, error) {
+	switch ArgsEncoding(s) {
+	case ArgsObject, ArgsString:
+		return ArgsEncoding(s), nil
+	}
+	return "", fmt.Errorf("model: -tool-args %q (known: object, string)", s)
+}
+
+// ParseCallContent reads -call-content.
+func ParseCallContent(s string) (CallContent, error) {
+	switch CallContent(s) {
+	case ContentEmpty, ContentNull:
+		return CallContent(s), nil
+	}
+	return "", fmt.Errorf("model: -call-content %q (known: empty, null)", s)
+}
+
+// ParseReasoning reads -reasoning.
+func ParseReasoning(s string) (Reasoning, error) {
+	switch Reasoning(s) {
+	case ReasoningShown, ReasoningAll, ReasoningNone:
+		return Reasoning(s), nil
+	}
+	return "", fmt.Errorf("model: -reasoning %q (known: shown, all, none)", s)
+}
+
+// WithDefaults fills the zero fields.
+func (o Options) WithDefaults() Options {
+	if o.Args == "" {
+		o.Args = ArgsObject
+	}
+	if o.CallContent == "" {
+		o.CallContent = ContentEmpty
+	}
+	if o.Reasoning == "" {
+		o.Reasoning = ReasoningShown
+	}
+	return o
 }
 
 // Prompt returns the messages before the first step: the system prompt,
@@ -42,70 +155,169 @@ type ToolCall struct {
 func Prompt(ep *Episode) []Message {
 	var out []Message
 	if sys := ep.Conversation.SystemPrompt; sys != "" {
-		out = append(out, Message{Role: RoleSystem, Content: sys})
+		out = append(out, Message{Role: RoleSystem, Content: sys, Step: -1})
 	}
-	return append(out, Message{Role: RoleUser, Content: ep.Instruction})
+	return append(out, Message{Role: RoleUser, Content: ep.Instruction, Step: -1})
 }
 
-// Messages returns the episode's whole conversation (see the package
-// documentation). It fails when a step's action JSON is not a canonical
-// action.
-func Messages(ep *Episode) ([]Message, error) {
+// Messages returns the episode's whole conversation as its policy had it
+// (see the package documentation), reasoning kept as o says. It fails when
+// a step's action JSON is not a canonical action or its recorded tool
+// calls do not decode.
+func Messages(ep *Episode, o Options) ([]Message, error) {
+	o = o.WithDefaults()
 	out := Prompt(ep)
+	text := ep.Conversation.TextToolCalls()
 	for i := range ep.Steps {
 		s := &ep.Steps[i]
-		text := deref(s.ModelText)
-		reasoning := deref(s.Reasoning)
-		switch runtime.ActionKind(s.ActionKind) {
-		case "":
-			if text != "" || reasoning != "" {
-				out = append(out, Message{Role: RoleAssistant, Content: text, Reasoning: reasoning})
+		step := int(s.StepIndex)
+		where := func(err error) error {
+			return fmt.Errorf("model: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
+		}
+		content, reasoning := deref(s.ModelText), deref(s.Reasoning)
+		kind := runtime.ActionKind(s.ActionKind)
+		if kind != "" {
+			if _, err := Arguments(s.ActionJSON); err != nil {
+				return nil, where(err)
 			}
-		case runtime.ActDone:
-			a, err := action(ep, s)
-			if err != nil {
-				return nil, err
+		}
+		if text {
+			// The model's text holds its call as written; the observation
+			// went back as a user message.
+			if kind != "" && content == "" {
+				c, err := textCall(s.ActionJSON)
+				if err != nil {
+					return nil, where(err)
+				}
+				content = c
 			}
-			content := a.Answer
-			if content == "" {
-				content = text
-			}
-			out = append(out, Message{Role: RoleAssistant, Content: content, Reasoning: reasoning})
-		default:
-			args, err := Arguments(s.ActionJSON)
-			if err != nil {
-				return nil, fmt.Errorf("model: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
-			}
-			result, err := ToolResult(s, ep.Conversation.ObservationCap)
-			if err != nil {
-				return nil, fmt.Errorf("model: episode %s step %d: %w", ep.Row.EpisodeID, s.StepIndex, err)
-			}
-			if ep.Conversation.TextToolCalls() {
-				out = append(out,
-					Message{Role: RoleAssistant, Content: text, Reasoning: reasoning},
-					Message{Role: RoleUser, Content: result})
+			if kind == "" && content == "" && reasoning == "" {
 				continue
 			}
-			id := CallID(int(s.StepIndex))
-			out = append(out,
-				Message{Role: RoleAssistant, Content: text, Reasoning: reasoning,
-					ToolCalls: []ToolCall{{ID: id, Name: s.ActionKind, Arguments: args}}},
-				Message{Role: RoleTool, Content: result, ToolCallID: id})
+			out = append(out, Message{Role: RoleAssistant, Content: content, Reasoning: reasoning, Step: step, Failed: kind == ""})
+			if kind != "" && kind != runtime.ActDone {
+				result, err := ToolResult(s, ep.Conversation.ObservationCap)
+				if err != nil {
+					return nil, where(err)
+				}
+				out = append(out, Message{Role: RoleUser, Content: result, Step: step})
+			}
+			continue
+		}
+		calls, err := stepCalls(s)
+		if err != nil {
+			return nil, where(err)
+		}
+		if kind == "" && len(calls) == 0 && content == "" && reasoning == "" {
+			continue // a turn that produced nothing at all
+		}
+		out = append(out, Message{Role: RoleAssistant, Content: content, Reasoning: reasoning, ToolCalls: calls, Step: step, Failed: kind == ""})
+		if kind == "" || kind == runtime.ActDone || len(calls) == 0 {
+			// No result was shown: the episode ended on this turn.
+			continue
+		}
+		result, err := ToolResult(s, ep.Conversation.ObservationCap)
+		if err != nil {
+			return nil, where(err)
+		}
+		out = append(out, Message{Role: RoleTool, Content: result, ToolCallID: calls[0].ID, Step: step})
+		for _, c := range calls[1:] {
+			out = append(out, Message{Role: RoleTool, Content: aci.NotRunResult, ToolCallID: c.ID, Step: step})
 		}
 	}
+	applyReasoning(out, o.Reasoning, ep.Conversation.ReasoningInHistory)
 	return out, nil
 }
 
-// CallID is the tool-call id of step i.
-func CallID(step int) string { return "call_" + strconv.Itoa(step) }
-
-func action(ep *Episode, s *schemas.StepRow) (runtime.Action, error) {
-	var a runtime.Action
-	if err := json.Unmarshal([]byte(s.ActionJSON), &a); err != nil {
-		return a, fmt.Errorf("model: episode %s step %d: action_json: %w", ep.Row.EpisodeID, s.StepIndex, err)
+// applyReasoning clears the reasoning the policy r does not keep.
+func applyReasoning(msgs []Message, r Reasoning, inHistory bool) {
+	if r == ReasoningAll || (r == ReasoningShown && inHistory) {
+		return
 	}
-	return a, nil
+	last := -1
+	for i := range msgs {
+		if msgs[i].Role == RoleAssistant {
+			last = i
+		}
+	}
+	for i := range msgs {
+		if r == ReasoningNone || i != last {
+			msgs[i].Reasoning = ""
+		}
+	}
 }
+
+// stepCalls returns a native step's tool calls: the ones the server
+// returned, as the model wrote them, where the step recorded them
+// (steps.tool_calls); else the step's action as one call with the
+// canonical fields.
+func stepCalls(s *schemas.StepRow) ([]ToolCall, error) {
+	if s.ToolCalls != nil {
+		var rec []runtime.ToolCall
+		if err := json.Unmarshal([]byte(*s.ToolCalls), &rec); err != nil {
+			return nil, fmt.Errorf("tool_calls: %w", err)
+		}
+		out := make([]ToolCall, len(rec))
+		for i, c := range rec {
+			id := c.ID
+			if id == "" {
+				id = CallID(int(s.StepIndex)) + "_" + strconv.Itoa(i)
+			}
+			out[i] = ToolCall{ID: id, Name: c.Name, Arguments: argumentsObject(c.Arguments), Text: c.Arguments}
+		}
+		return out, nil
+	}
+	if s.ActionKind == "" {
+		return nil, nil
+	}
+	args, err := Arguments(s.ActionJSON)
+	if err != nil {
+		return nil, err
+	}
+	return []ToolCall{{ID: CallID(int(s.StepIndex)), Name: s.ActionKind, Arguments: args, Text: string(args)}}, nil
+}
+
+// argumentsObject is the model's arguments text as a compact JSON object in
+// its own key order, or, when the text is not a JSON object (an empty
+// string is {}), the text as a JSON string.
+func argumentsObject(text string) json.RawMessage {
+	t := bytes.TrimSpace([]byte(text))
+	if len(t) == 0 {
+		return json.RawMessage("{}")
+	}
+	if t[0] == '{' && json.Valid(t) {
+		var b bytes.Buffer
+		if json.Compact(&b, t) == nil {
+			return b.Bytes()
+		}
+	}
+	s, _ := EncodeJSON(text)
+	return s
+}
+
+// textCall writes a canonical action as the <tool_call> block of the text
+// dialect, for a text-mode step that recorded no model text.
+func textCall(actionJSON string) (string, error) {
+	var a runtime.Action
+	if err := json.Unmarshal([]byte(actionJSON), &a); err != nil {
+		return "", fmt.Errorf("action_json: %w", err)
+	}
+	args, err := Arguments(actionJSON)
+	if err != nil {
+		return "", err
+	}
+	call, err := EncodeJSON(struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}{string(a.Kind), args})
+	if err != nil {
+		return "", err
+	}
+	return "<tool_call>\n" + string(call) + "\n</tool_call>", nil
+}
+
+// CallID is the tool-call id of step i when the run recorded none.
+func CallID(step int) string { return "call_" + strconv.Itoa(step) }
 
 // Arguments returns the fields of a canonical action JSON as a JSON object,
 // in canonical order, without "kind": {"kind":"exec","cmd":"ls"} gives

@@ -3,6 +3,7 @@ package model
 import (
 	"bufio"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"reflect"
@@ -26,6 +27,8 @@ import (
 //	List      any slice; a nil interface is null, a nil or empty slice is []
 //	Struct    map[string]any (missing keys are null)
 //	Image     []byte of an encoded image (PNG); nil or empty = null
+//	JSON      json.RawMessage, []byte or string holding one JSON value
+//	          (written as given: key order kept); nil = null
 //
 // An untyped nil is null everywhere.
 type Row map[string]any
@@ -213,6 +216,27 @@ func appendValue(b array.Builder, f Feature, v any) (int64, error) {
 		sb.FieldBuilder(0).(*array.BinaryBuilder).Append(data)
 		sb.FieldBuilder(1).AppendNull()
 		return int64(len(data)) + 8, nil
+	case JSON:
+		var data []byte
+		switch j := v.(type) {
+		case json.RawMessage:
+			data = j
+		case []byte:
+			data = j
+		case string:
+			data = []byte(j)
+		default:
+			return 0, fmt.Errorf("json wants json.RawMessage, []byte or string, got %T", v)
+		}
+		if len(data) == 0 {
+			b.AppendNull()
+			return 1, nil
+		}
+		if !json.Valid(data) {
+			return 0, fmt.Errorf("json value is not valid JSON: %.40q", data)
+		}
+		b.(*array.ExtensionBuilder).StorageBuilder().(*array.StringBuilder).BinaryBuilder.Append(data)
+		return int64(len(data)) + 4, nil
 	case List:
 		return appendList(b.(*array.ListBuilder), f, v)
 	case Struct:

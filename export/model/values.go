@@ -1,8 +1,8 @@
 package model
 
 import (
+	"bytes"
 	"encoding/json"
-	"fmt"
 )
 
 // EncodeJSON is json.Marshal without HTML escaping: <, > and & stay as
@@ -23,42 +23,94 @@ type bytesBuffer struct{ b []byte }
 
 func (b *bytesBuffer) Write(p []byte) (int, error) { b.b = append(b.b, p...); return len(p), nil }
 
-// MessageValues converts messages into Row values of OpenAI's message
-// shape (role, content, reasoning_content, tool_calls, tool_call_id), with
-// tool-call arguments as JSON strings: one Arrow type for every tool.
-func MessageValues(msgs []Message) []any {
-	out, _ := MessageValuesWith(msgs, func(raw json.RawMessage) (any, error) { return string(raw), nil })
-	return out
+// Member is one extra key of an encoded message (chat-jsonl's weight).
+type Member struct {
+	Key   string
+	Value json.RawMessage
 }
 
-// MessageValuesWith is MessageValues with each tool call's arguments turned
-// into a value by args (a struct of the union of every action's fields for
-// verl-sft, say).
-func MessageValuesWith(msgs []Message, args func(json.RawMessage) (any, error)) ([]any, error) {
-	out := make([]any, len(msgs))
-	for i, m := range msgs {
-		v := map[string]any{"role": m.Role, "content": m.Content}
-		if m.Reasoning != "" {
-			v["reasoning_content"] = m.Reasoning
-		}
-		if m.ToolCallID != "" {
-			v["tool_call_id"] = m.ToolCallID
-		}
-		if len(m.ToolCalls) > 0 {
-			calls := make([]any, len(m.ToolCalls))
-			for j, tc := range m.ToolCalls {
-				a, err := args(tc.Arguments)
-				if err != nil {
-					return nil, fmt.Errorf("tool call %s: %w", tc.ID, err)
-				}
-				calls[j] = map[string]any{"id": tc.ID, "type": "function",
-					"function": map[string]any{"name": tc.Name, "arguments": a}}
-			}
-			v["tool_calls"] = calls
-		}
-		out[i] = v
+// EncodeMessage is m as a JSON object with exactly the keys that apply to
+// it, in this order: role; content (a string; null for an assistant
+// message with tool calls and no text under ContentNull); reasoning_content
+// when the message keeps reasoning (the key chat templates read);
+// tool_calls when it has any, each {"id", "type": "function", "function":
+// {"name", "arguments"}} with arguments per o.Args; tool_call_id on a tool
+// message; then extra. No key is ever null except content under
+// ContentNull: templates that test 'tool_calls' in message (Llama 3.1,
+// DeepSeek-V3) and TRL 1.x, which no longer drops None keys, see messages
+// as a chat client sends them.
+func EncodeMessage(m Message, o Options, extra ...Member) json.RawMessage {
+	o = o.WithDefaults()
+	var b bytes.Buffer
+	b.WriteString(`{"role":`)
+	b.Write(mustJSON(m.Role))
+	b.WriteString(`,"content":`)
+	if m.Role == RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && o.CallContent == ContentNull {
+		b.WriteString("null")
+	} else {
+		b.Write(mustJSON(m.Content))
 	}
-	return out, nil
+	if m.Reasoning != "" {
+		b.WriteString(`,"reasoning_content":`)
+		b.Write(mustJSON(m.Reasoning))
+	}
+	if len(m.ToolCalls) > 0 {
+		b.WriteString(`,"tool_calls":[`)
+		for i, tc := range m.ToolCalls {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"id":`)
+			b.Write(mustJSON(tc.ID))
+			b.WriteString(`,"type":"function","function":{"name":`)
+			b.Write(mustJSON(tc.Name))
+			b.WriteString(`,"arguments":`)
+			b.Write(tc.Encoded(o.Args))
+			b.WriteString(`}}`)
+		}
+		b.WriteByte(']')
+	}
+	if m.ToolCallID != "" {
+		b.WriteString(`,"tool_call_id":`)
+		b.Write(mustJSON(m.ToolCallID))
+	}
+	for _, e := range extra {
+		b.WriteByte(',')
+		b.Write(mustJSON(e.Key))
+		b.WriteByte(':')
+		b.Write(e.Value)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// EncodeMessages is msgs as a JSON array of EncodeMessage objects.
+func EncodeMessages(msgs []Message, o Options) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(EncodeMessage(m, o))
+	}
+	b.WriteByte(']')
+	return b.Bytes()
+}
+
+// Encoded is the call's arguments as enc writes them: the object (the
+// model's key order), or the model's text as a JSON string.
+func (tc ToolCall) Encoded(enc ArgsEncoding) json.RawMessage {
+	if enc == ArgsString {
+		return mustJSON(tc.Text)
+	}
+	return tc.Arguments
+}
+
+// mustJSON encodes a string (which cannot fail) without HTML escaping.
+func mustJSON(s string) []byte {
+	b, _ := EncodeJSON(s)
+	return b
 }
 
 // Mask8 converts a 0/1 token mask to the int8 values of a mask column.

@@ -51,24 +51,25 @@ func sampleEpisode() *model.Episode {
 	}
 }
 
-// The lines are OpenAI fine-tuning examples: every tool message answers the
-// call before it, string arguments decode to the object form.
+// The lines are OpenAI/TRL chat examples: every tool message answers the
+// call before it, arguments decode to the action's object in both
+// encodings, every assistant message carries a weight, no key is null, and
+// a split without episodes has no file.
 func TestJSONLWriter(t *testing.T) {
-	for _, args := range []ToolArgs{ArgsString, ArgsObject} {
+	for _, args := range []model.ArgsEncoding{model.ArgsString, model.ArgsObject} {
 		t.Run(string(args), func(t *testing.T) {
 			dir := t.TempDir()
-			w, err := NewJSONLWriter(dir, []string{"train", "test"}, args)
-			require.NoError(t, err)
+			w := NewJSONLWriter(dir, []string{"train", "test"}, model.Options{Args: args})
 			require.NoError(t, w.Write(sampleEpisode()))
 			require.NoError(t, w.Close())
 
-			test, err := os.ReadFile(filepath.Join(dir, "test.jsonl"))
-			require.NoError(t, err)
-			assert.Empty(t, test, "a split without episodes is an empty file")
+			_, err := os.Stat(filepath.Join(dir, "test.jsonl"))
+			assert.True(t, os.IsNotExist(err), "a split without episodes is not written (datasets cannot load an empty one)")
 
 			got, err := os.ReadFile(filepath.Join(dir, "train.jsonl"))
 			require.NoError(t, err)
 			golden(t, filepath.Join("testdata", "chat-"+string(args)+".golden.jsonl"), got)
+			assert.NotContains(t, string(got), "null", "finding 3: no key is null")
 
 			sc := bufio.NewScanner(bytes.NewReader(got))
 			sc.Buffer(nil, 1<<20)
@@ -78,6 +79,7 @@ func TestJSONLWriter(t *testing.T) {
 					Role       string  `json:"role"`
 					Content    *string `json:"content"`
 					ToolCallID string  `json:"tool_call_id"`
+					Weight     *int    `json:"weight"`
 					ToolCalls  []struct {
 						ID       string `json:"id"`
 						Type     string `json:"type"`
@@ -94,16 +96,17 @@ func TestJSONLWriter(t *testing.T) {
 			assert.Len(t, line.Tools, 11)
 			require.NotNil(t, line.ParallelToolCalls)
 			pending := ""
+			var names []string
 			for i, m := range line.Messages {
+				require.NotNil(t, m.Content, "message %d: content is always there (Qwen3's template reads it)", i)
 				switch m.Role {
 				case "assistant":
-					if len(m.ToolCalls) == 0 {
-						require.NotNil(t, m.Content, "message %d: content required without tool calls", i)
-					}
+					require.NotNil(t, m.Weight, "message %d: a weight on every assistant turn", i)
+					assert.Equal(t, 1, *m.Weight)
 					for _, tc := range m.ToolCalls {
 						assert.Equal(t, "function", tc.Type)
 						var obj map[string]any
-						if args == ArgsString {
+						if args == model.ArgsString {
 							var s string
 							require.NoError(t, json.Unmarshal(tc.Function.Arguments, &s), "arguments are a JSON string")
 							require.NoError(t, json.Unmarshal([]byte(s), &obj))
@@ -111,15 +114,28 @@ func TestJSONLWriter(t *testing.T) {
 							require.NoError(t, json.Unmarshal(tc.Function.Arguments, &obj), "arguments are an object")
 						}
 						pending = tc.ID
+						names = append(names, tc.Function.Name)
 					}
 				case "tool":
-					require.NotNil(t, m.Content)
 					assert.Equal(t, pending, m.ToolCallID, "message %d answers the call before it", i)
 					pending = ""
+				default:
+					assert.Nil(t, m.Weight)
 				}
 			}
+			assert.Equal(t, []string{"exec", "exec", "read_file", "screenshot", "done"}, names, "finding 1: the done call is there")
 		})
 	}
+}
+
+// Chat-jsonl's per-turn weight: a turn that ended the episode without a
+// valid action is weight 0, so training on the file leaves it out.
+func TestFailedTurnHasWeightZero(t *testing.T) {
+	ep := sampleEpisode()
+	ep.Steps[4] = schemas.StepRow{EpisodeID: "ep-1", StepIndex: 4, ActionJSON: "null", ModelText: ptr("I give up.")}
+	b, err := Encode(ep, model.Options{})
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `{"role":"assistant","content":"I give up.","weight":0}`)
 }
 
 func golden(t *testing.T, path string, got []byte) {

@@ -2,7 +2,10 @@ package hf
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
+
+	"github.com/forkline/forkline/export/model"
 )
 
 // columnDocs describes every column of both row shapes, for the card.
@@ -16,9 +19,11 @@ var columnDocs = map[string]string{
 	"steps":             "Number of steps.",
 	"reward":            "The selected episode-level reward (null when the verifier gave none).",
 	"rewards":           "Every reward row of the episode: name, step_index (null for episode-level), value (null when none).",
-	"messages":          "The conversation: system?, user, then per step an assistant message with one tool call (arguments as a JSON string) and a tool message with the observation.",
-	"tools":             "The action tools as a JSON string (OpenAI function-tool objects).",
-	"screenshots":       "The episode's screenshots in step order, PNG bytes embedded.",
+	"group_id":          "The episodes that started from the same state with the same prompt (GRPO/RLOO group, preference pairs): the collector's group_id, else derived from task id, task hash, golden id and prompt.",
+	"messages":          "The conversation as the model had it, one Json message each with exactly its keys: system?, user, then per step an assistant message with the model's tool calls (the done call included) and a tool message per call.",
+	"tools":             "The function tools the model was offered, one Json object each, in the key order the policy sent them; null for text tool calls.",
+	"screenshots":       "One entry per step, in step order: the step's screenshot (PNG bytes embedded), null where it took none.",
+	"tool_calls":        "The function calls the model's server returned, as JSON, arguments as the model wrote them; null for text tool calls.",
 	"prompt_ids":        "Token ids of the prompt (episode rows: the first model call's prompt).",
 	"response_ids":      "Token ids after the prompt: model tokens and environment tokens.",
 	"response_mask":     "1 for model tokens, 0 for environment tokens; same length as response_ids.",
@@ -43,28 +48,109 @@ var columnDocs = map[string]string{
 	"env_ms":            "Time the environment took to act.",
 	"step_reward":       "The selected reward attached to this step, if any.",
 	"episode_reward":    "The selected episode-level reward.",
+	"input_ids":         "Token ids as the inference server reported them: the prompt, then the response (episode rows: every later model and environment token).",
+	"assistant_masks":   "1 on the model's tokens, 0 on the prompt and environment tokens; TRL builds its labels from it.",
+	"turn":              "The model turn the row comes from, from 0; null for an episode row.",
 }
 
-// card returns README.md: YAML front matter with configs and dataset_info
-// (features and exact split sizes), then a short description.
+// Card metadata identifiers: Hub license ids (apache-2.0, cc-by-4.0,
+// other, ...), task categories (text-generation, ...) and language codes
+// (en, pt-BR, ...) are plain tokens, so nothing given on a command line can
+// break out of the YAML front matter.
+var (
+	cardToken    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
+	languageCode = regexp.MustCompile(`^[a-z]{2,3}([_-][A-Za-z0-9]{2,8})*$`)
+)
+
+// CheckCardMeta reports a license, task category or language that is not a
+// plain Hub identifier.
+func CheckCardMeta(license string, taskCategories, languages []string) error {
+	return checkCardMeta(Options{License: license, TaskCategories: taskCategories, Languages: languages})
+}
+
+func checkCardMeta(o Options) error {
+	if o.License != "" && !cardToken.MatchString(o.License) {
+		return fmt.Errorf("hf: -license %q: want a Hub license id such as apache-2.0, cc-by-4.0, mit or other", o.License)
+	}
+	for _, c := range o.TaskCategories {
+		if !cardToken.MatchString(c) {
+			return fmt.Errorf("hf: -task-category %q: want a Hub task category such as text-generation", c)
+		}
+	}
+	for _, l := range o.Languages {
+		if !languageCode.MatchString(l) {
+			return fmt.Errorf("hf: -language %q: want a language code such as en or pt-BR", l)
+		}
+	}
+	return nil
+}
+
+// card returns README.md: YAML front matter with the card metadata given
+// (license, task_categories, language), configs and dataset_info (features
+// and exact split sizes) for the splits that got rows, then a description.
 func (w *Writer) card() string {
 	var b strings.Builder
-	b.WriteString("---\nconfigs:\n- config_name: default\n  data_files:\n")
-	for _, s := range w.splits {
+	b.WriteString("---\n")
+	if w.opt.License != "" {
+		fmt.Fprintf(&b, "license: %s\n", w.opt.License)
+	}
+	if len(w.opt.TaskCategories) > 0 {
+		b.WriteString("task_categories:\n")
+		for _, c := range w.opt.TaskCategories {
+			fmt.Fprintf(&b, "- %s\n", c)
+		}
+	}
+	if len(w.opt.Languages) > 0 {
+		b.WriteString("language:\n")
+		for _, l := range w.opt.Languages {
+			fmt.Fprintf(&b, "- %s\n", l)
+		}
+	}
+	written := w.written()
+	b.WriteString("configs:\n- config_name: default\n  data_files:\n")
+	for _, s := range written {
 		fmt.Fprintf(&b, "  - split: %s\n    path: data/%s-*\n", s.name, s.name)
 	}
 	b.WriteString("dataset_info:\n  features:\n")
 	b.WriteString(w.fs.YAML(2))
 	b.WriteString("  splits:\n")
-	for _, s := range w.splits {
+	for _, s := range written {
 		fmt.Fprintf(&b, "  - name: %s\n    num_examples: %d\n", s.name, s.rows)
 	}
 	b.WriteString("tags:\n- agent-trajectories\n- forkline\n---\n\n")
 
-	fmt.Fprintf(&b, "# Agent trajectories (forkline)\n\nExported by forkline's `export -to hf`, one row per %s.\n\n", w.opt.Rows)
-	b.WriteString("| split | rows |\n|---|---|\n")
+	switch w.opt.Rows {
+	case RowsTokens, RowsTokenTurns:
+		per := "episode (its assembled token record)"
+		if w.opt.Rows == RowsTokenTurns {
+			per = "model turn (that turn's prompt and response ids)"
+		}
+		fmt.Fprintf(&b, "# Agent trajectories (forkline), pre-tokenized\n\nExported by forkline's `export -to sft-tokens`, one row per %s, "+
+			"from the token ids the inference server reported: `input_ids` and `assistant_masks` (1 on the model's tokens), "+
+			"which TRL's SFTTrainer trains on without tokenizing again.\n\n", per)
+	default:
+		fmt.Fprintf(&b, "# Agent trajectories (forkline)\n\nExported by forkline's `export -to hf`, one row per %s.\n\n", w.opt.Rows)
+	}
+	b.WriteString("| split | rows | episodes not ended by `done` or rewarded below 1 |\n|---|---|---|\n")
+	var unsuccessful int64
+	var empty []string
 	for _, s := range w.splits {
-		fmt.Fprintf(&b, "| %s | %d |\n", s.name, s.rows)
+		if s.rows == 0 {
+			empty = append(empty, s.name)
+			continue
+		}
+		unsuccessful += s.unsuccessful
+		fmt.Fprintf(&b, "| %s | %d | %d |\n", s.name, s.rows, s.unsuccessful)
+	}
+	b.WriteString("\nEvery selected episode is included, failed ones too: ")
+	if unsuccessful > 0 {
+		fmt.Fprintf(&b, "%d did not end in `done` or have a reward below 1 (or none). ", unsuccessful)
+	} else {
+		b.WriteString("here none did. ")
+	}
+	b.WriteString("To train only on successes, export with `-min-reward 1` (or `-where exit_reason=done`).\n")
+	if len(empty) > 0 {
+		fmt.Fprintf(&b, "\nSplits that got no episode are not written (`datasets` cannot load an empty split): %s.\n", strings.Join(empty, ", "))
 	}
 	if len(w.opt.Provenance) > 0 {
 		b.WriteString("\n## Source\n\n")
@@ -72,8 +158,24 @@ func (w *Writer) card() string {
 			fmt.Fprintf(&b, "- %s\n", p)
 		}
 	}
-	b.WriteString("\n## Loading\n\n```python\nfrom datasets import load_dataset\nds = load_dataset(\"path/to/this/directory\")  # or the Hub repo id\n```\n\n")
-	b.WriteString("Every column is nullable. Screenshots are `Image` features with the PNG bytes embedded. ")
+	b.WriteString("\n## Loading\n\n```python\nfrom datasets import load_dataset  # datasets >= 4.7 (the Json feature)\nds = load_dataset(\"path/to/this/directory\")  # or the Hub repo id\n```\n\n")
+	b.WriteString("Every column is nullable. ")
+	if w.opt.Rows == RowsEpisode {
+		b.WriteString("`messages` and `tools` are lists of `Json` values: each message has exactly its own keys ")
+		b.WriteString("(no `None` keys for templates to trip on) and tool-call arguments are ")
+		if w.opt.Conversation.Args == model.ArgsString {
+			b.WriteString("JSON strings, as the model wrote them. ")
+		} else {
+			b.WriteString("objects, as chat templates that apply `tojson` expect. ")
+		}
+	}
+	if w.opt.Rows == RowsEpisode || w.opt.Rows == RowsStep {
+		b.WriteString("Screenshots are `Image` features with the PNG bytes embedded")
+		if w.opt.Rows == RowsEpisode {
+			b.WriteString(", one entry per step (null where the step took none)")
+		}
+		b.WriteString(". ")
+	}
 	b.WriteString("The `huggingface` schema metadata of each Parquet file carries the same features.\n\n")
 	b.WriteString("## Columns\n\n| column | description |\n|---|---|\n")
 	for _, f := range w.fs {

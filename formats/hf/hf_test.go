@@ -105,13 +105,13 @@ func TestParquetRoundTripWithParquetGo(t *testing.T) {
 	require.NoError(t, err)
 	tw.BatchRows = 1 // one row group per row
 	for _, id := range []string{"a", "b"} {
-		r, err := EpisodeRow(episode(id, "train"), ToolsJSON(episode(id, "train")))
+		r, err := EpisodeRow(episode(id, "train"), ToolValues(episode(id, "train")), model.Options{})
 		require.NoError(t, err)
 		require.NoError(t, tw.Append(r))
 	}
 	ep := episode("c", "train")
 	ep.Row.ResponseLogprobs = nil // a record without logprobs: null, not []
-	r, err := EpisodeRow(ep, ToolsJSON(ep))
+	r, err := EpisodeRow(ep, ToolValues(ep), model.Options{})
 	require.NoError(t, err)
 	require.NoError(t, tw.Append(r))
 	require.NoError(t, tw.Close())
@@ -134,18 +134,21 @@ func TestParquetRoundTripWithParquetGo(t *testing.T) {
 	assert.Equal(t, 1.0, row["reward"])
 	assert.Nil(t, tab.Rows[2]["response_logprobs"])
 	shots := row["screenshots"].([]any)
-	require.Len(t, shots, 2, "one screenshot from the row, one from the blob store")
-	assert.Equal(t, map[string]any{"bytes": png1, "path": nil}, shots[0])
-	assert.Equal(t, map[string]any{"bytes": png2, "path": nil}, shots[1])
+	require.Len(t, shots, 3, "finding 8: one entry per step")
+	assert.Nil(t, shots[0], "step 0 took no screenshot")
+	assert.Equal(t, map[string]any{"bytes": png1, "path": nil}, shots[1], "from the row")
+	assert.Equal(t, map[string]any{"bytes": png2, "path": nil}, shots[2], "from the blob store")
 	rewards := row["rewards"].([]any)
 	assert.Equal(t, map[string]any{"name": "lint", "step_index": nil, "value": nil}, rewards[1])
 	msgs := row["messages"].([]any)
-	call := msgs[1].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
-	assert.Equal(t, `{"cmd":"echo <hi>"}`, call["function"].(map[string]any)["arguments"])
-	assert.Nil(t, msgs[0].(map[string]any)["tool_calls"], "the user message has no tool calls")
-	var tools []any
-	require.NoError(t, json.Unmarshal([]byte(row["tools"].(string)), &tools))
-	assert.Len(t, tools, 11)
+	assert.Equal(t, `{"role":"user","content":"Answer with 42."}`, msgs[0], "finding 3: the user message has no other key")
+	assert.Equal(t, `{"role":"assistant","content":"run it","tool_calls":[{"id":"call_0","type":"function","function":{"name":"exec","arguments":{"cmd":"echo <hi>"}}}]}`, msgs[1],
+		"finding 4: arguments as an object, encoded once")
+	assert.Equal(t, `{"role":"assistant","content":"","tool_calls":[{"id":"call_2","type":"function","function":{"name":"done","arguments":{"answer":"42"}}}]}`, msgs[len(msgs)-1],
+		"finding 1: the done call")
+	tools := row["tools"].([]any)
+	require.Len(t, tools, 11)
+	assert.True(t, strings.HasPrefix(tools[0].(string), `{"type":"function","function":{"name":"click","description":`), "finding 8: the key order the policy sent")
 }
 
 func mustFeatureTypes(t *testing.T, tab *tabletest.Table) []tabletest.Type {
@@ -197,26 +200,44 @@ func TestWriterLayoutAndCard(t *testing.T) {
 		require.NoError(t, w.Write(episode(id, "train")))
 	}
 	require.NoError(t, w.Close())
-	assert.Equal(t, []string{"README.md", "data/test-00000-of-00001.parquet", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"},
-		listFiles(t, dir), "MaxShardBytes 1: one episode per shard; an empty split still has a file")
+	assert.Equal(t, []string{"README.md", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"},
+		listFiles(t, dir), "MaxShardBytes 1: one episode per shard; finding 5: the empty split test has no file")
 	card, err := os.ReadFile(filepath.Join(dir, "README.md"))
 	require.NoError(t, err)
 	golden(t, "card-episode.golden.md", card)
 	assert.Contains(t, string(card), "  - name: train\n    num_examples: 2\n")
+	assert.Contains(t, string(card), "not written (`datasets` cannot load an empty split): test")
 
-	empty, err := tabletest.ReadParquetFile(filepath.Join(dir, "data/test-00000-of-00001.parquet"))
+	shard, err := tabletest.ReadParquetFile(filepath.Join(dir, "data/train-00000-of-00002.parquet"))
 	require.NoError(t, err)
-	assert.Empty(t, empty.Rows)
-	require.NoError(t, tabletest.CheckFeatures(empty, false))
 
 	// The card, read by datasets' YAML rules, describes the files exactly.
 	c, err := tabletest.ReadCard(card)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int64{"train": 2, "test": 0}, c.Splits)
-	assert.Equal(t, map[string]string{"train": "data/train-*", "test": "data/test-*"}, c.Files)
-	stored, err := tabletest.StoredArrowSchema(empty)
+	assert.Equal(t, map[string]int64{"train": 2}, c.Splits)
+	assert.Equal(t, map[string]string{"train": "data/train-*"}, c.Files)
+	stored, err := tabletest.StoredArrowSchema(shard)
 	require.NoError(t, err)
 	require.NoError(t, tabletest.CheckFields(c.Features, stored.Fields, true), "card features vs the files' Arrow types")
+}
+
+// The card takes its license, task categories and language from the flags,
+// and refuses what is not a Hub identifier before anything is written.
+func TestCardMetadata(t *testing.T) {
+	dir := t.TempDir()
+	w, err := NewWriter(dir, []string{"train"}, Options{License: "apache-2.0", TaskCategories: []string{"text-generation", "reinforcement-learning"}, Languages: []string{"en", "pt-BR"}})
+	require.NoError(t, err)
+	require.NoError(t, w.Write(episode("a", "train")))
+	require.NoError(t, w.Close())
+	card, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(card), "---\nlicense: apache-2.0\ntask_categories:\n- text-generation\n- reinforcement-learning\nlanguage:\n- en\n- pt-BR\nconfigs:\n"), "%s", card)
+	_, err = tabletest.ReadCard(card)
+	require.NoError(t, err)
+	for _, bad := range []Options{{License: "MIT License"}, {TaskCategories: []string{"a\nb"}}, {Languages: []string{"English"}}} {
+		_, err := NewWriter(t.TempDir(), []string{"train"}, bad)
+		require.Error(t, err)
+	}
 }
 
 func TestDiskWriterLayout(t *testing.T) {
@@ -226,12 +247,11 @@ func TestDiskWriterLayout(t *testing.T) {
 	require.NoError(t, w.Write(episode("a", "test")))
 	require.NoError(t, w.Close())
 	assert.Equal(t, []string{"dataset_dict.json",
-		"test/data-00000-of-00001.arrow", "test/dataset_info.json", "test/state.json",
-		"train/data-00000-of-00001.arrow", "train/dataset_info.json", "train/state.json"}, listFiles(t, dir))
+		"test/data-00000-of-00001.arrow", "test/dataset_info.json", "test/state.json"}, listFiles(t, dir))
 
 	dict, err := os.ReadFile(filepath.Join(dir, "dataset_dict.json"))
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"splits":["train","test"]}`, string(dict))
+	assert.JSONEq(t, `{"splits":["test"]}`, string(dict))
 
 	state, err := os.ReadFile(filepath.Join(dir, "test", "state.json"))
 	require.NoError(t, err)

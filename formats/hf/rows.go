@@ -14,9 +14,14 @@ type RowsPer string
 const (
 	RowsEpisode RowsPer = "episode" // one row per episode: conversation, screenshots, token record, rewards
 	RowsStep    RowsPer = "step"    // one row per step: action, observation, screenshot, step tokens, rewards
+	// RowsTokens and RowsTokenTurns are the sft-tokens target's rows:
+	// pre-tokenized SFT from the episode's assembled record, or per model
+	// turn from that turn's ids.
+	RowsTokens     RowsPer = "tokens"
+	RowsTokenTurns RowsPer = "token-turns"
 )
 
-// ParseRows reads the -rows flag.
+// ParseRows reads the -rows flag of hf and hf-disk.
 func ParseRows(s string) (RowsPer, error) {
 	switch RowsPer(s) {
 	case RowsEpisode, RowsStep:
@@ -34,34 +39,20 @@ var (
 	boolean = model.Value("bool")
 )
 
-// MessageFeature is a chat message: OpenAI's shape with the tool-call
-// arguments as a JSON string (one Arrow type for every tool) and the
-// model's reasoning as reasoning_content, the key chat templates read.
-var MessageFeature = model.Struct{
-	{Name: "role", Type: str},
-	{Name: "content", Type: str},
-	{Name: "reasoning_content", Type: str},
-	{Name: "tool_calls", Type: model.List{Item: model.Struct{
-		{Name: "id", Type: str},
-		{Name: "type", Type: str},
-		{Name: "function", Type: model.Struct{{Name: "name", Type: str}, {Name: "arguments", Type: str}}},
-	}}},
-	{Name: "tool_call_id", Type: str},
-}
-
 // EpisodeFeatures are the columns of an episode row.
 var EpisodeFeatures = model.Features{
 	{Name: "episode_id", Type: str},
 	{Name: "run_id", Type: str},
 	{Name: "task_id", Type: str},
+	{Name: "group_id", Type: str},
 	{Name: "instruction", Type: str},
 	{Name: "exit_reason", Type: str},
 	{Name: "answer", Type: str},
 	{Name: "steps", Type: i32},
 	{Name: "reward", Type: f64},
 	{Name: "rewards", Type: model.List{Item: model.Struct{{Name: "name", Type: str}, {Name: "step_index", Type: i32}, {Name: "value", Type: f64}}}},
-	{Name: "messages", Type: model.List{Item: MessageFeature}},
-	{Name: "tools", Type: str},
+	{Name: "messages", Type: model.List{Item: model.JSON{}}},
+	{Name: "tools", Type: model.List{Item: model.JSON{}}},
 	{Name: "screenshots", Type: model.List{Item: model.Image{}}},
 	{Name: "prompt_ids", Type: model.List{Item: i32}},
 	{Name: "response_ids", Type: model.List{Item: i32}},
@@ -76,11 +67,13 @@ var StepFeatures = model.Features{
 	{Name: "episode_id", Type: str},
 	{Name: "run_id", Type: str},
 	{Name: "task_id", Type: str},
+	{Name: "group_id", Type: str},
 	{Name: "step_index", Type: i32},
 	{Name: "action_kind", Type: str},
 	{Name: "action_json", Type: str},
 	{Name: "model_text", Type: str},
 	{Name: "reasoning", Type: str},
+	{Name: "tool_calls", Type: str},
 	{Name: "output", Type: str},
 	{Name: "exit_code", Type: i32},
 	{Name: "is_error", Type: boolean},
@@ -102,43 +95,56 @@ var StepFeatures = model.Features{
 
 // FeaturesFor returns the columns of a row shape.
 func FeaturesFor(r RowsPer) model.Features {
-	if r == RowsStep {
+	switch r {
+	case RowsStep:
 		return StepFeatures
+	case RowsTokens, RowsTokenTurns:
+		return TokenFeatures
 	}
 	return EpisodeFeatures
 }
 
-// ToolsJSON is the tools column: the episode's tools (model.Episode.Tools)
-// as one JSON string, or nil (null) when its policy offered none as
-// functions. Tool schemas differ in shape, so no single Arrow struct holds
-// them without inventing null keys; TRL accepts tools as a JSON string.
-func ToolsJSON(ep *model.Episode) any {
+// ToolValues is the tools column: the episode's tools (model.Episode.Tools)
+// as one JSON value per tool, in aci's key order, or nil (null) when its
+// policy offered none as functions. Tool schemas differ in shape, so they
+// are Json values, as TRL's documentation recommends, not a struct.
+func ToolValues(ep *model.Episode) any {
 	t := ep.Tools()
 	if t == nil {
 		return nil
 	}
-	b, err := json.Marshal(t)
-	if err != nil {
-		panic(err)
+	var items []json.RawMessage
+	if err := json.Unmarshal(t, &items); err != nil {
+		panic(err) // aci.ToolsJSON is an array
 	}
-	return string(b)
+	out := make([]any, len(items))
+	for i, it := range items {
+		out[i] = it
+	}
+	return out
 }
 
 // EpisodeRow builds ep's episode row; tools is its tools column value
-// (ToolsJSON, which callers may cache by ep.ToolsKey()).
-func EpisodeRow(ep *model.Episode, tools any) (model.Row, error) {
-	msgs, err := model.Messages(ep)
+// (ToolValues, which callers may cache by ep.ToolsKey()).
+func EpisodeRow(ep *model.Episode, tools any, opt model.Options) (model.Row, error) {
+	msgs, err := model.Messages(ep, opt)
 	if err != nil {
 		return nil, err
 	}
-	shots := []any{}
+	messages := make([]any, len(msgs))
+	for i, m := range msgs {
+		messages[i] = model.EncodeMessage(m, opt)
+	}
+	// One entry per step, null for a step without a screenshot: item i is
+	// step i's.
+	shots := make([]any, len(ep.Steps))
 	for i := range ep.Steps {
 		png, err := ep.Screenshot(i)
 		if err != nil {
 			return nil, err
 		}
 		if len(png) > 0 {
-			shots = append(shots, png)
+			shots[i] = png
 		}
 	}
 	rewards := make([]any, 0, len(ep.Rewards))
@@ -150,13 +156,14 @@ func EpisodeRow(ep *model.Episode, tools any) (model.Row, error) {
 		"episode_id":    e.EpisodeID,
 		"run_id":        e.RunID,
 		"task_id":       e.TaskID,
+		"group_id":      ep.GroupID(),
 		"instruction":   ep.Instruction,
 		"exit_reason":   e.ExitReason,
 		"answer":        e.Answer,
 		"steps":         e.Steps,
 		"reward":        ep.Reward(),
 		"rewards":       rewards,
-		"messages":      model.MessageValues(msgs),
+		"messages":      messages,
 		"tools":         tools,
 		"screenshots":   shots,
 		"prompt_ids":    e.PromptIDs,
@@ -174,6 +181,7 @@ func EpisodeRow(ep *model.Episode, tools any) (model.Row, error) {
 // StepRows builds ep's step rows and calls fn with each, in step order.
 func StepRows(ep *model.Episode, fn func(model.Row) error) error {
 	epReward := ep.Reward()
+	group := ep.GroupID()
 	for i := range ep.Steps {
 		s := &ep.Steps[i]
 		png, err := ep.Screenshot(i)
@@ -184,11 +192,13 @@ func StepRows(ep *model.Episode, fn func(model.Row) error) error {
 			"episode_id":     s.EpisodeID,
 			"run_id":         ep.Row.RunID,
 			"task_id":        s.TaskID,
+			"group_id":       group,
 			"step_index":     s.StepIndex,
 			"action_kind":    s.ActionKind,
 			"action_json":    s.ActionJSON,
 			"model_text":     s.ModelText,
 			"reasoning":      s.Reasoning,
+			"tool_calls":     s.ToolCalls,
 			"output":         s.Output,
 			"exit_code":      s.ExitCode,
 			"is_error":       s.IsError,
@@ -223,4 +233,78 @@ func nonEmpty(s string) any {
 		return nil
 	}
 	return s
+}
+
+// TokenFeatures are the columns of the sft-tokens target: TRL's
+// pre-tokenized SFT (input_ids, with assistant_masks, from which TRL builds
+// its labels; SFTTrainer skips its own tokenization when input_ids exists),
+// and what the row comes from.
+var TokenFeatures = model.Features{
+	{Name: "input_ids", Type: model.List{Item: i32}},
+	{Name: "assistant_masks", Type: model.List{Item: i8}},
+	{Name: "episode_id", Type: str},
+	{Name: "run_id", Type: str},
+	{Name: "task_id", Type: str},
+	{Name: "group_id", Type: str},
+	{Name: "turn", Type: i32},
+	{Name: "exit_reason", Type: str},
+	{Name: "reward", Type: f64},
+}
+
+// Refusal reasons of sft-tokens.
+const (
+	RefusedNoTokens = "no token record"
+	RefusedDrift    = "token record cut by retokenization drift (-rows turn keeps its turns)"
+)
+
+// TokenRows calls fn with ep's sft-tokens rows: with turns false one row,
+// the assembled record (the first prompt, then every later token, mask 1
+// on the model's); with turns true one per model turn that carries the
+// server's ids (that turn's prompt, mask 0, then its response, mask 1). It
+// refuses (model.Refusal) an episode with nothing to write.
+func TokenRows(ep *model.Episode, turns bool, fn func(model.Row) error) error {
+	e := &ep.Row
+	base := func(turn *int32) model.Row {
+		return model.Row{"episode_id": e.EpisodeID, "run_id": e.RunID, "task_id": e.TaskID, "group_id": ep.GroupID(),
+			"turn": turn, "exit_reason": e.ExitReason, "reward": ep.Reward()}
+	}
+	if !turns {
+		if len(e.PromptIDs) == 0 || len(e.ResponseIDs) == 0 || e.TokenTurns == 0 {
+			return &model.Refusal{Reason: RefusedNoTokens}
+		}
+		if e.TokenDrift {
+			return &model.Refusal{Reason: RefusedDrift}
+		}
+		if len(e.ResponseMask) != len(e.ResponseIDs) {
+			return fmt.Errorf("hf: episode %s: %d response_mask values for %d response_ids", e.EpisodeID, len(e.ResponseMask), len(e.ResponseIDs))
+		}
+		r := base(nil)
+		r["input_ids"] = append(append([]int32{}, e.PromptIDs...), e.ResponseIDs...)
+		mask := make([]int8, len(e.PromptIDs), len(e.PromptIDs)+len(e.ResponseIDs))
+		r["assistant_masks"] = append(mask, model.Mask8(e.ResponseMask)...)
+		return fn(r)
+	}
+	var n int32
+	for i := range ep.Steps {
+		s := &ep.Steps[i]
+		if len(s.PromptIDs) == 0 || len(s.ResponseIDs) == 0 {
+			continue
+		}
+		turn := n
+		n++
+		r := base(&turn)
+		r["input_ids"] = append(append([]int32{}, s.PromptIDs...), s.ResponseIDs...)
+		mask := make([]int8, len(s.PromptIDs)+len(s.ResponseIDs))
+		for j := len(s.PromptIDs); j < len(mask); j++ {
+			mask[j] = 1
+		}
+		r["assistant_masks"] = mask
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		return &model.Refusal{Reason: RefusedNoTokens}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"os"
@@ -25,6 +26,14 @@ type Options struct {
 	MaxShardBytes int64
 	// Provenance lines (sources, selection) for the dataset card.
 	Provenance []string
+	// Conversation shapes the messages column (tool-call arguments, the
+	// content beside calls, reasoning).
+	Conversation model.Options
+	// Card metadata: the dataset card's license, task_categories and
+	// language (Hugging Face Hub identifiers; left out when empty).
+	License        string
+	TaskCategories []string
+	Languages      []string
 	// BatchRows and BatchBytes override the TableWriter defaults (tests).
 	BatchRows  int
 	BatchBytes int64
@@ -38,7 +47,7 @@ type Writer struct {
 	disk   bool
 	opt    Options
 	fs     model.Features
-	tools  map[string]any // ToolsJSON by model.Episode.ToolsKey
+	tools  map[string]any // ToolValues by model.Episode.ToolsKey
 	splits []*splitOut
 	byName map[string]*splitOut
 	err    error
@@ -50,6 +59,9 @@ type splitOut struct {
 	cur    *shardFile
 	rows   int64
 	sum    hash.Hash // over every shard's bytes, for hf-disk's fingerprint
+	// unsuccessful counts episodes that did not end in done or whose reward
+	// is null or below 1, for the card.
+	unsuccessful int64
 }
 
 type shardFile struct {
@@ -75,31 +87,28 @@ func newWriter(dir string, splits []string, opt Options, disk bool) (*Writer, er
 	if opt.Rows == "" {
 		opt.Rows = RowsEpisode
 	}
-	if _, err := ParseRows(string(opt.Rows)); err != nil {
+	if opt.Rows != RowsTokens && opt.Rows != RowsTokenTurns {
+		if _, err := ParseRows(string(opt.Rows)); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkCardMeta(opt); err != nil {
 		return nil, err
 	}
+	opt.Conversation = opt.Conversation.WithDefaults()
 	if opt.MaxShardBytes <= 0 {
 		opt.MaxShardBytes = DefaultMaxShardBytes
 	}
 	w := &Writer{dir: dir, disk: disk, opt: opt, fs: FeaturesFor(opt.Rows), tools: map[string]any{}, byName: map[string]*splitOut{}}
 	for _, name := range splits {
-		sub := filepath.Join(dir, "data")
-		if disk {
-			sub = filepath.Join(dir, name)
-		}
-		if err := os.MkdirAll(sub, 0o755); err != nil {
-			return nil, fmt.Errorf("hf: %w", err)
-		}
 		s := &splitOut{name: name, sum: sha256.New()}
 		w.splits = append(w.splits, s)
 		w.byName[name] = s
-		// Every split gets a first shard, so an empty split is an empty
-		// table with the schema rather than a missing file.
-		if err := w.openShard(s); err != nil {
-			w.abandon()
-			return nil, err
-		}
 	}
+	// A split's first shard is opened with its first row: a split that gets
+	// no episode is not written at all. datasets cannot load an empty split
+	// (arrow_reader.py skips files with no rows, then raises "corresponds to
+	// no data"), and verl's loaders go through the same reader.
 	return w, nil
 }
 
@@ -119,6 +128,13 @@ func (w *Writer) shardFinal(s *splitOut, i int) string {
 }
 
 func (w *Writer) openShard(s *splitOut) error {
+	sub := filepath.Join(w.dir, "data")
+	if w.disk {
+		sub = filepath.Join(w.dir, s.name)
+	}
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		return fmt.Errorf("hf: %w", err)
+	}
 	tmp := w.shardTmp(s, len(s.shards))
 	f, err := os.Create(tmp)
 	if err != nil {
@@ -173,19 +189,29 @@ func (w *Writer) Write(ep *model.Episode) error {
 		}
 	}
 	var err error
-	if w.opt.Rows == RowsStep {
+	var ref *model.Refusal
+	switch w.opt.Rows {
+	case RowsTokens, RowsTokenTurns:
+		err = TokenRows(ep, w.opt.Rows == RowsTokenTurns, func(r model.Row) error { s.rows++; return s.cur.tw.Append(r) })
+		if errors.As(err, &ref) {
+			return err // nothing was appended
+		}
+	case RowsStep:
 		err = StepRows(ep, func(r model.Row) error { s.rows++; return s.cur.tw.Append(r) })
-	} else {
+	default:
 		tools, ok := w.tools[ep.ToolsKey()]
 		if !ok {
-			tools = ToolsJSON(ep)
+			tools = ToolValues(ep)
 			w.tools[ep.ToolsKey()] = tools
 		}
 		var r model.Row
-		if r, err = EpisodeRow(ep, tools); err == nil {
+		if r, err = EpisodeRow(ep, tools, w.opt.Conversation); err == nil {
 			s.rows++
 			err = s.cur.tw.Append(r)
 		}
+	}
+	if r := ep.Reward(); ep.Row.ExitReason != "done" || r == nil || *r < 1 {
+		s.unsuccessful++
 	}
 	if err != nil {
 		w.err = fmt.Errorf("hf: episode %s: %w", ep.Row.EpisodeID, err)
@@ -214,6 +240,14 @@ func (w *Writer) Close() error {
 				return err
 			}
 		}
+		if s.rows == 0 {
+			// Step rows of episodes without steps: nothing to load.
+			for _, tmp := range s.shards {
+				os.Remove(tmp)
+			}
+			s.shards = nil
+			continue
+		}
 		for i, tmp := range s.shards {
 			if err := os.Rename(tmp, w.shardFinal(s, i)); err != nil {
 				return fmt.Errorf("hf: %w", err)
@@ -236,6 +270,17 @@ func (w *Writer) abandon() {
 	}
 }
 
+// written returns the splits that got rows, in split order.
+func (w *Writer) written() []*splitOut {
+	var out []*splitOut
+	for _, s := range w.splits {
+		if s.rows > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Rows returns the rows written per split, in split order.
 func (w *Writer) Rows() map[string]int64 {
 	out := map[string]int64{}
@@ -248,9 +293,9 @@ func (w *Writer) Rows() map[string]int64 {
 // writeDiskMetadata writes what load_from_disk reads: dataset_dict.json at
 // the top, and state.json and dataset_info.json per split.
 func (w *Writer) writeDiskMetadata() error {
-	names := make([]string, len(w.splits))
-	for i, s := range w.splits {
-		names[i] = s.name
+	names := []string{}
+	for _, s := range w.written() {
+		names = append(names, s.name)
 	}
 	dict, err := json.Marshal(map[string]any{"splits": names})
 	if err != nil {
@@ -259,8 +304,8 @@ func (w *Writer) writeDiskMetadata() error {
 	if err := writeFile(filepath.Join(w.dir, "dataset_dict.json"), dict); err != nil {
 		return err
 	}
-	info := DiskInfo(w.fs, "Agent trajectories exported by forkline, one row per "+string(w.opt.Rows)+".")
-	for _, s := range w.splits {
+	info := DiskInfo(w.fs, "Agent trajectories exported by forkline, one row per "+string(w.opt.Rows)+".", w.opt.License)
+	for _, s := range w.written() {
 		files := make([]map[string]string, len(s.shards))
 		for i := range s.shards {
 			files[i] = map[string]string{"filename": filepath.Base(w.shardFinal(s, i))}
@@ -307,13 +352,13 @@ func (s DiskState) JSON() ([]byte, error) {
 
 // DiskInfo is a split's dataset_info.json: DatasetInfo's fields with keys
 // sorted, features in the portable encoding (see Features.JSON).
-func DiskInfo(fs model.Features, description string) []byte {
+func DiskInfo(fs model.Features, description, license string) []byte {
 	info := map[string]json.RawMessage{
 		"citation":    json.RawMessage(`""`),
 		"description": jsonString(description),
 		"features":    fs.JSON(),
 		"homepage":    json.RawMessage(`""`),
-		"license":     json.RawMessage(`""`),
+		"license":     jsonString(license),
 	}
 	b, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {

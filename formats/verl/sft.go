@@ -1,34 +1,39 @@
 package verl
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"slices"
-	"sort"
 
-	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/export/model"
 )
 
-// SFTFeatures returns the verl-sft columns. The tool-call arguments struct
-// and the tool parameters' properties struct hold the union of every
-// action's fields (sorted by name), typed from aci. withThinking adds the
-// enable_thinking column.
+// verl-sft's encoding. verl's MultiTurnSFTDataset reads the file with
+// pandas (dtype_backend="pyarrow") and rebuilds each row's messages from
+// the dataframe (_build_messages), and pyarrow turns every struct into a
+// dict with all of the struct's keys, null ones as None: no Parquet
+// encoding reaches verl's loader as key-less messages. So the columns keep
+// the shapes verl reads and nothing of varying shape goes in a struct:
+//
+//   - messages: a list of {role, content, reasoning_content, tool_calls,
+//     tool_call_id} structs (content always set, the rest null where it does
+//     not apply), each tool call {id, type, function: {name, arguments}}
+//     with the arguments as the JSON text the model wrote — a struct of
+//     arguments would hold the union of every action's fields, nulls
+//     included, and a chat template would render them;
+//   - tools: the tool list as one JSON string, in the key order the model
+//     was sent it — a struct would hold the union of every tool's
+//     properties. verl's stock loader passes a string on to the chat
+//     template, and transformers refuses tools that are not dicts: it fails
+//     loudly instead of training on a wrong system prompt.
+//
+// docs/verl_sft_dataset.py is the dataset class (data.custom_cls) that
+// turns rows back into what the model saw: None keys dropped (content
+// kept), arguments decoded into objects (or kept as strings for templates
+// that concatenate them), tools decoded. Its functions are tested against
+// this file's rows and the real chat templates.
+
+// SFTFeatures returns the verl-sft columns; withThinking adds
+// enable_thinking.
 func SFTFeatures(withThinking bool) model.Features {
-	names := actionFieldNames()
-	args := make(model.Struct, len(names))
-	props := make(model.Struct, len(names))
-	prop := model.Struct{{Name: "type", Type: str}, {Name: "description", Type: str}, {Name: "enum", Type: model.List{Item: str}}}
-	for i, n := range names {
-		typ, _ := aci.FieldType(n)
-		var v model.Feature = str
-		if typ == "integer" {
-			v = i64
-		}
-		args[i] = model.Field{Name: n, Type: v}
-		props[i] = model.Field{Name: n, Type: prop}
-	}
 	message := model.Struct{
 		{Name: "role", Type: str},
 		{Name: "content", Type: str},
@@ -36,26 +41,13 @@ func SFTFeatures(withThinking bool) model.Features {
 		{Name: "tool_calls", Type: model.List{Item: model.Struct{
 			{Name: "id", Type: str},
 			{Name: "type", Type: str},
-			{Name: "function", Type: model.Struct{{Name: "name", Type: str}, {Name: "arguments", Type: args}}},
+			{Name: "function", Type: model.Struct{{Name: "name", Type: str}, {Name: "arguments", Type: str}}},
 		}}},
 		{Name: "tool_call_id", Type: str},
 	}
-	tool := model.Struct{
-		{Name: "type", Type: str},
-		{Name: "function", Type: model.Struct{
-			{Name: "name", Type: str},
-			{Name: "description", Type: str},
-			{Name: "parameters", Type: model.Struct{
-				{Name: "type", Type: str},
-				{Name: "properties", Type: props},
-				{Name: "required", Type: model.List{Item: str}},
-				{Name: "additionalProperties", Type: bl},
-			}},
-		}},
-	}
 	fs := model.Features{
 		{Name: "messages", Type: model.List{Item: message}},
-		{Name: "tools", Type: model.List{Item: tool}},
+		{Name: "tools", Type: str},
 	}
 	if withThinking {
 		fs = append(fs, model.Field{Name: "enable_thinking", Type: bl})
@@ -63,69 +55,75 @@ func SFTFeatures(withThinking bool) model.Features {
 	return append(fs,
 		model.Field{Name: "episode_id", Type: str},
 		model.Field{Name: "task_id", Type: str},
+		model.Field{Name: "group_id", Type: str},
 		model.Field{Name: "exit_reason", Type: str},
 		model.Field{Name: "reward", Type: f64},
 	)
-}
-
-// actionFieldNames is every field of every tool, sorted.
-func actionFieldNames() []string {
-	var names []string
-	for _, t := range aci.ToolSchemas() {
-		props := t["function"].(map[string]any)["parameters"].(map[string]any)["properties"].(map[string]any)
-		for n := range props {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	return slices.Compact(names)
 }
 
 // SFTWriter writes verl-sft.
 type SFTWriter struct {
 	s            *splitFiles
 	withThinking bool
-	tools        map[string][]any // by model.Episode.ToolsKey
+	opt          model.Options
+	tools        map[string]any // by model.Episode.ToolsKey
 }
 
-// NewSFTWriter creates DIR/<split>.parquet for each split. withThinking
-// adds the enable_thinking column; set it only when every episode's
-// Conversation.EnableThinking is known (a null would reach verl as None).
-func NewSFTWriter(dir string, splits []string, withThinking bool) (*SFTWriter, error) {
-	s, err := openSplits(dir, splits, SFTFeatures(withThinking))
-	if err != nil {
-		return nil, err
+// NewSFTWriter writes DIR/<split>.parquet for each split that gets a row.
+// withThinking adds the enable_thinking column; set it only when every
+// episode's Conversation.EnableThinking is known (verl turns a null into
+// bool(pd.NA), which raises). opt.Args says how the dataset class decodes
+// arguments and is recorded nowhere else: the file always holds the text.
+func NewSFTWriter(dir string, splits []string, withThinking bool, opt model.Options) *SFTWriter {
+	return &SFTWriter{s: newSplits(dir, splits, SFTFeatures(withThinking)), withThinking: withThinking, opt: opt.WithDefaults(), tools: map[string]any{}}
+}
+
+// MessageValues are msgs as verl-sft's message structs.
+func MessageValues(msgs []model.Message, opt model.Options) []any {
+	out := make([]any, len(msgs))
+	for i, m := range msgs {
+		v := map[string]any{"role": m.Role, "content": m.Content}
+		if m.Role == model.RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && opt.CallContent == model.ContentNull {
+			v["content"] = nil
+		}
+		if m.Reasoning != "" {
+			v["reasoning_content"] = m.Reasoning
+		}
+		if m.ToolCallID != "" {
+			v["tool_call_id"] = m.ToolCallID
+		}
+		if len(m.ToolCalls) > 0 {
+			calls := make([]any, len(m.ToolCalls))
+			for j, tc := range m.ToolCalls {
+				calls[j] = map[string]any{"id": tc.ID, "type": "function",
+					"function": map[string]any{"name": tc.Name, "arguments": tc.Text}}
+			}
+			v["tool_calls"] = calls
+		}
+		out[i] = v
 	}
-	return &SFTWriter{s: s, withThinking: withThinking, tools: map[string][]any{}}, nil
+	return out
 }
 
 // Write appends ep's conversation.
 func (w *SFTWriter) Write(ep *model.Episode) error {
-	f, err := w.s.file(ep)
+	msgs, err := model.Messages(ep, w.opt)
 	if err != nil {
 		return err
-	}
-	msgs, err := model.Messages(ep)
-	if err != nil {
-		return err
-	}
-	values, err := model.MessageValuesWith(msgs, func(raw json.RawMessage) (any, error) { return argumentValues(raw) })
-	if err != nil {
-		return fmt.Errorf("verl: episode %s: %w", ep.Row.EpisodeID, err)
 	}
 	tools, ok := w.tools[ep.ToolsKey()]
 	if !ok {
-		tools = []any{} // text tool calls: the model saw no function tools
-		for _, t := range ep.Tools() {
-			tools = append(tools, t)
+		if t := ep.Tools(); t != nil {
+			tools = string(t)
 		}
 		w.tools[ep.ToolsKey()] = tools
 	}
 	row := model.Row{
-		"messages":    values,
+		"messages":    MessageValues(msgs, w.opt),
 		"tools":       tools,
 		"episode_id":  ep.Row.EpisodeID,
 		"task_id":     ep.Row.TaskID,
+		"group_id":    ep.GroupID(),
 		"exit_reason": ep.Row.ExitReason,
 		"reward":      ep.Reward(),
 	}
@@ -135,29 +133,12 @@ func (w *SFTWriter) Write(ep *model.Episode) error {
 		}
 		row["enable_thinking"] = *ep.Conversation.EnableThinking
 	}
+	f, err := w.s.file(ep)
+	if err != nil {
+		return err
+	}
 	return w.s.append(f, row)
 }
 
 // Close finishes the files.
 func (w *SFTWriter) Close() error { return w.s.close() }
-
-// argumentValues decodes tool-call arguments into struct values: integers
-// as int64, everything else as decoded.
-func argumentValues(raw json.RawMessage) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		return nil, err
-	}
-	for k, v := range m {
-		if n, ok := v.(json.Number); ok {
-			i, err := n.Int64()
-			if err != nil {
-				return nil, fmt.Errorf("argument %s: %v is not an integer", k, n)
-			}
-			m[k] = i
-		}
-	}
-	return m, nil
-}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -77,66 +78,147 @@ func readChecked(t *testing.T, path string) *tabletest.Table {
 
 func TestAgentRowsKeepInvariantsAndRewards(t *testing.T) {
 	dir := t.TempDir()
-	w, err := NewAgentWriter(dir, []string{"train", "test"})
+	w, err := NewAgentWriter(dir, []string{"train", "test"}, AgentOptions{})
 	require.NoError(t, err)
-	rewards := map[string]*float64{"a": ptr(1.0), "b": ptr(0.0), "c": nil, "d": ptr(0.5)}
-	for _, id := range []string{"a", "b", "c", "d"} {
+	rewards := map[string]*float64{"a": ptr(1.0), "b": ptr(0.0), "d": ptr(0.5)}
+	for _, id := range []string{"a", "b", "d"} {
 		split := "train"
 		if id == "d" {
 			split = "test"
 		}
 		require.NoError(t, w.Write(episode(id, split, rewards[id])))
 	}
+	var ref *model.Refusal
+	require.ErrorAs(t, w.Write(episode("c", "train", nil)), &ref, "finding 6: a null reward is refused, never written")
+	assert.Equal(t, RefusedNoReward, ref.Reason)
 	noTokens := episode("e", "train", ptr(1.0))
 	noTokens.Row.PromptIDs, noTokens.Row.ResponseIDs, noTokens.Row.ResponseMask, noTokens.Row.ResponseLogprobs, noTokens.Row.TokenTurns = nil, nil, nil, nil, 0
-	var ref *model.Refusal
 	require.ErrorAs(t, w.Write(noTokens), &ref)
 	assert.Equal(t, RefusedNoTokens, ref.Reason)
 	drift := episode("f", "train", ptr(1.0))
 	drift.Row.TokenDrift = true
 	require.ErrorAs(t, w.Write(drift), &ref)
 	assert.Equal(t, RefusedDrift, ref.Reason)
-	noLogprobs := episode("g", "train", ptr(1.0))
-	noLogprobs.Row.ResponseLogprobs = nil
-	require.NoError(t, w.Write(noLogprobs))
 	require.NoError(t, w.Close())
 
 	schemaGolden(t, "verl-agent.golden", AgentFeatures)
 	train := readChecked(t, filepath.Join(dir, "train.parquet"))
-	require.Len(t, train.Rows, 4)
+	require.Len(t, train.Rows, 2)
 	for i, row := range train.Rows {
 		ids := row["response_ids"].([]any)
 		mask := row["response_mask"].([]any)
 		require.Len(t, mask, len(ids))
-		if lp, ok := row["response_logprobs"].([]any); ok {
-			require.Len(t, lp, len(ids))
-			for j := range mask {
-				if mask[j] == int64(0) {
-					assert.Equal(t, 0.0, lp[j], "environment tokens have logprob 0.0")
-				}
+		lp := row["response_logprobs"].([]any)
+		require.Len(t, lp, len(ids))
+		for j := range mask {
+			if mask[j] == int64(0) {
+				assert.Equal(t, 0.0, lp[j], "environment tokens have logprob 0.0")
 			}
 		}
 		ef := row["extra_fields"].(map[string]any)
 		id := ef["episode_id"].(string)
 		assert.Equal(t, id, row["extra_info"].(map[string]any)["episode_id"])
 		assert.Equal(t, int64(i), row["extra_info"].(map[string]any)["index"])
-		if rewards[id] == nil && id != "g" {
-			assert.Nil(t, row["reward_score"], "episode %s", id)
-		} else if id != "g" {
-			assert.Equal(t, *rewards[id], row["reward_score"], "episode %s", id)
-		}
+		assert.Equal(t, *rewards[id], row["reward_score"], "episode %s", id)
 		assert.Equal(t, int64(4), row["num_turns"])
 		assert.Equal(t, "done", ef["traj_exit_reason"])
 		assert.Equal(t, AgentName, row["agent_name"])
+		assert.Equal(t, episode(id, "train", nil).GroupID(), row["group_id"], "finding 6: the group key verl's uid can take")
 		assert.Equal(t, []any{
 			map[string]any{"role": "system", "content": "sys"},
 			map[string]any{"role": "user", "content": "Do " + id},
 		}, row["prompt"])
 	}
-	assert.Nil(t, train.Rows[3]["response_logprobs"], "no logprobs: null, never zeros")
 	test := readChecked(t, filepath.Join(dir, "test.parquet"))
 	require.Len(t, test.Rows, 1)
 	assert.Equal(t, 0.5, test.Rows[0]["reward_score"])
+}
+
+// Finding 6: verl reads logprobs from a batch's first row, so rows with and
+// without them must not meet; the writer fails, naming the split to make.
+func TestAgentRefusesAMixOfLogprobs(t *testing.T) {
+	w, err := NewAgentWriter(t.TempDir(), []string{"train"}, AgentOptions{})
+	require.NoError(t, err)
+	require.NoError(t, w.Write(episode("a", "train", ptr(1.0))))
+	noLogprobs := episode("g", "train", ptr(1.0))
+	noLogprobs.Row.ResponseLogprobs = nil
+	require.NoError(t, w.Write(noLogprobs))
+	err = w.Close()
+	require.ErrorIs(t, err, model.ErrSelection)
+	assert.ErrorContains(t, err, "1 of 2 rows have no response_logprobs (episode g has none, a has them)")
+	assert.ErrorContains(t, err, "-where has_logprobs=true")
+
+	// All without logprobs is fine: null, never zeros.
+	dir := t.TempDir()
+	w, err = NewAgentWriter(dir, []string{"train"}, AgentOptions{})
+	require.NoError(t, err)
+	require.NoError(t, w.Write(noLogprobs))
+	require.NoError(t, w.Close())
+	tab := readChecked(t, filepath.Join(dir, "train.parquet"))
+	assert.Nil(t, tab.Rows[0]["response_logprobs"])
+}
+
+// Finding 6: rows longer than the rollout lengths are refused at export.
+func TestAgentLengthLimits(t *testing.T) {
+	w, err := NewAgentWriter(t.TempDir(), []string{"train"}, AgentOptions{MaxPromptTokens: 2})
+	require.NoError(t, err)
+	var ref *model.Refusal
+	require.ErrorAs(t, w.Write(episode("a", "train", ptr(1.0))), &ref)
+	assert.Equal(t, RefusedPromptTooLong, ref.Reason)
+	w, err = NewAgentWriter(t.TempDir(), []string{"train"}, AgentOptions{MaxPromptTokens: 3, MaxResponseTokens: 5})
+	require.NoError(t, err)
+	require.ErrorAs(t, w.Write(episode("a", "train", ptr(1.0))), &ref)
+	assert.Equal(t, RefusedResponseToLong, ref.Reason)
+}
+
+// Turn rows are each model turn's own ids, mask 1 over the response: an
+// episode whose assembled record drifted still gives all its turns.
+func TestAgentTurnRows(t *testing.T) {
+	dir := t.TempDir()
+	w, err := NewAgentWriter(dir, []string{"train"}, AgentOptions{Rows: RowsTurn})
+	require.NoError(t, err)
+	ep := episode("a", "train", ptr(1.0))
+	ep.Row.TokenDrift = true
+	ep.Steps[0].PromptIDs, ep.Steps[0].ResponseIDs, ep.Steps[0].ResponseLogprobs = []int32{1, 2, 3}, []int32{10, 11}, []float32{-0.1, -0.2}
+	ep.Steps[1].PromptIDs, ep.Steps[1].ResponseIDs, ep.Steps[1].ResponseLogprobs = []int32{1, 2, 3, 10, 11, 60, 61}, []int32{20}, []float32{-0.3}
+	require.NoError(t, w.Write(ep))
+	require.NoError(t, w.Close())
+	tab := readChecked(t, filepath.Join(dir, "train.parquet"))
+	require.Len(t, tab.Rows, 2)
+	r := tab.Rows[1]
+	assert.Equal(t, []any{int64(1), int64(2), int64(3), int64(10), int64(11), int64(60), int64(61)}, r["prompt_ids"])
+	assert.Equal(t, []any{int64(20)}, r["response_ids"])
+	assert.Equal(t, []any{int64(1)}, r["response_mask"])
+	assert.Equal(t, int64(2), r["num_turns"])
+	assert.Equal(t, int64(1), r["extra_fields"].(map[string]any)["turn"])
+	assert.Equal(t, int64(1), r["extra_info"].(map[string]any)["turn"])
+	assert.Equal(t, 1.0, r["reward_score"])
+}
+
+// -advantage bakes GRPO's and RLOO's group-relative advantage into
+// reward_score, as verl computes them (unbiased std, eps 1e-6).
+func TestGroupAdvantage(t *testing.T) {
+	rs := []float64{1, 0, 0, 1}
+	std := math.Sqrt((4 * 0.25) / 3)
+	assert.InDelta(t, 0.5/(std+1e-6), GroupAdvantage(AdvantageGRPO, 1, rs), 1e-12)
+	assert.InDelta(t, -0.5/(std+1e-6), GroupAdvantage(AdvantageGRPO, 0, rs), 1e-12)
+	assert.InDelta(t, 1-1.0/3, GroupAdvantage(AdvantageRLOO, 1, rs), 1e-12)
+	assert.Equal(t, 0.0, GroupAdvantage(AdvantageGRPO, 1, []float64{1}), "a group of one learns nothing")
+
+	dir := t.TempDir()
+	a, b := episode("a", "train", ptr(1.0)), episode("b", "train", ptr(0.0))
+	a.Row.TaskID, b.Row.TaskID = "same", "same"
+	b.Instruction = a.Instruction
+	groups := map[string]*Group{a.GroupID(): {Rewards: []float64{1, 0}}}
+	w, err := NewAgentWriter(dir, []string{"train"}, AgentOptions{Advantage: AdvantageRLOO, Groups: groups})
+	require.NoError(t, err)
+	require.NoError(t, w.Write(a))
+	require.NoError(t, w.Write(b))
+	require.NoError(t, w.Close())
+	tab := readChecked(t, filepath.Join(dir, "train.parquet"))
+	assert.Equal(t, 1.0, tab.Rows[0]["reward_score"])
+	assert.Equal(t, -1.0, tab.Rows[1]["reward_score"])
+	assert.Equal(t, 1.0, tab.Rows[0]["extra_info"].(map[string]any)["reward"], "the raw reward stays in extra_info")
 }
 
 func TestCheckRecordRefusesCorruptRecords(t *testing.T) {
@@ -151,32 +233,19 @@ func TestCheckRecordRefusesCorruptRecords(t *testing.T) {
 	require.ErrorContains(t, CheckRecord(ep), "response_mask[2] = 2")
 }
 
-func TestRLRows(t *testing.T) {
-	dir := t.TempDir()
-	w, err := NewRLWriter(dir, []string{"train"})
-	require.NoError(t, err)
-	require.NoError(t, w.Write(episode("a", "train", ptr(1.0))))
-	require.NoError(t, w.Write(episode("b", "train", nil)))
-	require.NoError(t, w.Close())
-	schemaGolden(t, "verl-rl.golden", PromptFeatures)
-	tab := readChecked(t, filepath.Join(dir, "train.parquet"))
-	require.Len(t, tab.Rows, 2)
-	r := tab.Rows[1]
-	assert.Equal(t, "forkline", r["data_source"])
-	assert.Equal(t, "agent", r["ability"])
-	assert.Equal(t, map[string]any{"style": "forkline_verify", "ground_truth": "test -f done"}, r["reward_model"])
-	assert.Equal(t, map[string]any{"split": "train", "index": int64(1), "episode_id": "b", "task_id": "t-b", "run_id": "run-1", "exit_reason": "done", "reward": nil}, r["extra_info"])
-}
-
+// Finding 2: no union struct — arguments are the model's JSON text, tools
+// one JSON string in the key order sent; nothing carries another action's
+// fields.
 func TestSFTRows(t *testing.T) {
 	for _, thinking := range []bool{false, true} {
 		dir := t.TempDir()
-		w, err := NewSFTWriter(dir, []string{"train"}, thinking)
-		require.NoError(t, err)
+		w := NewSFTWriter(dir, []string{"train", "test"}, thinking, model.Options{})
 		ep := episode("a", "train", ptr(1.0))
 		ep.Conversation.EnableThinking = ptr(false)
 		require.NoError(t, w.Write(ep))
 		require.NoError(t, w.Close())
+		_, err := os.Stat(filepath.Join(dir, "test.parquet"))
+		assert.True(t, os.IsNotExist(err), "finding 5: no empty split")
 		name := "verl-sft.golden"
 		if thinking {
 			name = "verl-sft-thinking.golden"
@@ -196,43 +265,10 @@ func TestSFTRows(t *testing.T) {
 		call := msgs[2].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
 		fn := call["function"].(map[string]any)
 		assert.Equal(t, "exec", fn["name"])
-		args := fn["arguments"].(map[string]any)
-		assert.Equal(t, "ls", args["cmd"])
-		assert.Equal(t, int64(100), args["timeout_ms"])
-		assert.Nil(t, args["path"], "fields of other actions are null in the union struct")
-		click := msgs[4].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"].(map[string]any)
-		assert.Equal(t, map[string]any{"x": int64(3), "y": int64(4), "button": "right"}, dropNulls(click))
+		assert.Equal(t, `{"cmd":"ls","timeout_ms":100}`, fn["arguments"])
+		click := msgs[4].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"]
+		assert.Equal(t, `{"x":3,"y":4,"button":"right"}`, click)
 		assert.Equal(t, "call_1", msgs[5].(map[string]any)["tool_call_id"])
-
-		tools := row["tools"].([]any)
-		require.Len(t, tools, 11)
-		exec := dropNulls(tools[2].(map[string]any)).(map[string]any)
-		assert.Equal(t, "exec", exec["function"].(map[string]any)["name"])
-		params := exec["function"].(map[string]any)["parameters"].(map[string]any)
-		assert.Equal(t, []any{"cmd"}, params["required"])
-		assert.Equal(t, false, params["additionalProperties"])
-		assert.Len(t, params["properties"], 2, "after dropping nulls, exec's own properties")
+		assert.Equal(t, string(ep.Tools()), row["tools"])
 	}
-}
-
-// dropNulls removes null keys, as docs/verl_agent_loop.py does before the
-// chat template.
-func dropNulls(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		for k, e := range x {
-			if e != nil {
-				out[k] = dropNulls(e)
-			}
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i := range x {
-			out[i] = dropNulls(x[i])
-		}
-		return out
-	}
-	return v
 }

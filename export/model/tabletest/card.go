@@ -133,6 +133,11 @@ func yamlDtype(d, name string) (Type, error) {
 			{Name: "path", Nullable: true, Kind: "utf8"},
 		}}, nil
 	}
+	if d == "json" {
+		// Value("json") raises in datasets, and _from_yaml_list then takes
+		// the dtype as a feature's snake-case name: Json.
+		return Type{Kind: "utf8", Extension: "arrow.json"}, nil
+	}
 	k, ok := dtypes[d]
 	if !ok {
 		return Type{}, fmt.Errorf("tabletest: card feature %s: dtype %q not known here", name, d)

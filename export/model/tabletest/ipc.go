@@ -194,6 +194,11 @@ func decodeField(f fbTable) (Type, error) {
 		}
 		t.Children = append(t.Children, ct)
 	}
+	for _, kv := range f.tables(6) { // custom_metadata
+		if kv.str(0) == "ARROW:extension:name" {
+			t.Extension = kv.str(1)
+		}
+	}
 	return t, nil
 }
 

@@ -41,6 +41,10 @@ func ReadParquetFile(path string) (*Table, error) {
 		}
 		t.Fields = append(t.Fields, ft)
 	}
+	jsonCols, err := jsonColumns(root, t.Fields)
+	if err != nil {
+		return nil, fmt.Errorf("tabletest: %s: %w", path, err)
+	}
 	r := parquet.NewReader(pf)
 	defer r.Close()
 	buf := make([]parquet.Row, 64)
@@ -50,6 +54,9 @@ func ReadParquetFile(path string) (*Table, error) {
 			m := map[string]any{}
 			if err := root.Reconstruct(&m, row); err != nil {
 				return nil, fmt.Errorf("tabletest: %s: %w", path, err)
+			}
+			for _, jc := range jsonCols {
+				m[jc.field] = jc.assemble(row)
 			}
 			for _, f := range t.Fields {
 				m[f.Name] = Normalize(m[f.Name], f)
@@ -67,6 +74,99 @@ func ReadParquetFile(path string) (*Table, error) {
 		return nil, fmt.Errorf("tabletest: %s: read %d rows, the footer says %d", path, len(t.Rows), pf.NumRows())
 	}
 	return t, nil
+}
+
+// jsonColumn is a top-level JSON column, or a top-level list of JSON: its
+// values are taken as the stored text (parquet-go's Reconstruct decodes
+// JSON into maps, which loses the key order a chat template renders).
+type jsonColumn struct {
+	field  string
+	column int  // leaf column index
+	list   bool // list<json>: optional group, repeated group, optional leaf
+}
+
+func jsonColumns(root *parquet.Schema, fields []Type) ([]jsonColumn, error) {
+	var out []jsonColumn
+	for _, f := range fields {
+		var isList bool
+		switch {
+		case f.Extension == "arrow.json":
+		case f.Kind == "list" && f.Children[0].Extension == "arrow.json":
+			isList = true
+		default:
+			if hasJSON(f) {
+				return nil, fmt.Errorf("%s: JSON below the top level or a list is not read here", f.Name)
+			}
+			continue
+		}
+		leaf, ok := root.Lookup(leafPath(root, f.Name)...)
+		if !ok {
+			return nil, fmt.Errorf("%s: leaf column not found", f.Name)
+		}
+		out = append(out, jsonColumn{field: f.Name, column: leaf.ColumnIndex, list: isList})
+	}
+	return out, nil
+}
+
+func hasJSON(t Type) bool {
+	if t.Extension == "arrow.json" {
+		return true
+	}
+	for _, c := range t.Children {
+		if hasJSON(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// leafPath is the path of the one leaf under a top-level field.
+func leafPath(root *parquet.Schema, name string) []string {
+	path := []string{name}
+	var n parquet.Field
+	for _, f := range root.Fields() {
+		if f.Name() == name {
+			n = f
+		}
+	}
+	for n != nil && !n.Leaf() && len(n.Fields()) == 1 {
+		n = n.Fields()[0]
+		path = append(path, n.Name())
+	}
+	return path
+}
+
+// assemble reads the column's values out of a row by their definition and
+// repetition levels.
+func (jc jsonColumn) assemble(row parquet.Row) any {
+	var vals []parquet.Value
+	for _, v := range row {
+		if v.Column() == jc.column {
+			vals = append(vals, v)
+		}
+	}
+	if !jc.list {
+		if len(vals) == 0 || vals[0].IsNull() {
+			return nil
+		}
+		return string(vals[0].ByteArray())
+	}
+	// list<json>: definition 0 null list, 1 empty list, 2 null item, 3 item.
+	if len(vals) == 0 || vals[0].DefinitionLevel() == 0 {
+		return nil
+	}
+	out := []any{}
+	if vals[0].DefinitionLevel() == 1 {
+		return out
+	}
+	for _, v := range vals {
+		if v.DefinitionLevel() < 3 {
+			out = append(out, nil)
+			continue
+		}
+		out = append(out, string(v.ByteArray()))
+	}
+	return out
 }
 
 // StoredArrowSchema decodes the ARROW:schema a Parquet file's metadata
@@ -140,8 +240,16 @@ func inferType(n parquet.Field) (Type, error) {
 		t.Kind = "float64"
 	case parquet.ByteArray:
 		t.Kind = "binary"
-		if _, ok := lv.(*format.StringType); ok {
+		switch lv.(type) {
+		case *format.StringType:
 			t.Kind = "utf8"
+		case *format.JsonType:
+			// A JSON column: pyarrow reads it as utf8, and as arrow.json
+			// over utf8 when the ARROW:schema stored in the file says so
+			// (or with arrow_extensions_enabled), which is what datasets'
+			// Json feature compares with; StoredArrowSchema checks that
+			// the stored schema does.
+			t.Kind, t.Extension = "utf8", "arrow.json"
 		}
 	default:
 		return t, fmt.Errorf("%s: physical type %v not expected", n.Name(), n.Type().Kind())

@@ -24,10 +24,19 @@ type Type struct {
 	Nullable bool
 	Kind     string // utf8, large_utf8, binary, bool, int8, int16, int32, int64, float16, float32, float64, list, large_list, struct, or "other:<n>"
 	Children []Type // list: one item; struct: the fields in order
+	// Extension is the Arrow extension type's name (ARROW:extension:name,
+	// "arrow.json" for datasets' Json), "" for none; Kind is then the
+	// storage type.
+	Extension string
 }
 
 // String renders t like pyarrow does, roughly: list<item: int32>.
 func (t Type) String() string {
+	if t.Extension != "" {
+		s := t
+		s.Extension = ""
+		return "extension<" + t.Extension + "[storage_type=" + s.String() + "]>"
+	}
 	switch t.Kind {
 	case "list", "large_list":
 		c := t.Children[0]
@@ -64,7 +73,7 @@ func equal(a, b Type, strict bool, path string) error {
 	if a.Nullable != b.Nullable {
 		return fmt.Errorf("%s: nullable %v vs %v", path, a.Nullable, b.Nullable)
 	}
-	if a.Kind != b.Kind {
+	if a.Kind != b.Kind || a.Extension != b.Extension {
 		return fmt.Errorf("%s: type %s vs %s", path, a, b)
 	}
 	if len(a.Children) != len(b.Children) {
@@ -184,6 +193,8 @@ func featureType(raw json.RawMessage) (Type, error) {
 			{Name: "bytes", Nullable: true, Kind: "binary"},
 			{Name: "path", Nullable: true, Kind: "utf8"},
 		}}, nil
+	case "Json":
+		return Type{Kind: "utf8", Extension: "arrow.json"}, nil
 	case "List", "Sequence":
 		if get("length") != nil {
 			return Type{}, fmt.Errorf("fixed-length lists are not checked here")
