@@ -2,39 +2,68 @@
 
 verl builds its training batch from AgentLoopOutput objects that an agent
 loop returns, and it has no loader for token trajectories collected
-elsewhere. `export -to verl-agent` writes one Parquet row per episode with
-the prompt columns verl's RLHFDataset reads (data_source, prompt, ability,
-reward_model, extra_info) and, next to them, the AgentLoopOutput fields
-(prompt_ids, response_ids, response_mask, response_logprobs, reward_score,
-num_turns, extra_fields) and agent_name = "forkline_replay". RLHFDataset
-passes every column of a row to the agent loop as a keyword argument; the
-loop below returns the recorded tokens instead of generating new ones.
+elsewhere. `export -to verl-agent` writes Parquet rows with the prompt columns
+verl's RLHFDataset reads (data_source, prompt, ability, reward_model,
+extra_info) and, next to them, the AgentLoopOutput fields (prompt_ids,
+response_ids, response_mask, response_logprobs, reward_score, num_turns,
+extra_fields), group_id and agent_name = "forkline_replay". RLHFDataset passes
+every column of a row to the agent loop as a keyword argument; the loop below
+returns the recorded tokens instead of generating new ones.
 
-    forkline: export -in runs/demo -to verl-agent -out data/verl -split train=0.95,test=0.05
+    forkline: export -in runs/rl -to verl-agent -out data/verl -split train=0.95,test=0.05 \\
+                  -advantage grpo -max-prompt-tokens 4096 -max-response-tokens 8192
 
     verl:     data.train_files=data/verl/train.parquet data.val_files=data/verl/test.parquet
+              actor_rollout_ref.rollout.prompt_length=4096 actor_rollout_ref.rollout.response_length=8192
+              actor_rollout_ref.rollout.n=1 algorithm.adv_estimator=grpo
               actor_rollout_ref.rollout.agent.agent_loop_config_path=forkline_loops.yaml
 
     forkline_loops.yaml:
       - name: forkline_replay
         _target_: verl_agent_loop.ForklineReplayAgentLoop
 
-Keep rollout.prompt_length and rollout.response_length at least as long as
-the longest recorded prompt and response (the loop refuses a longer prompt
-and cuts a longer response, with its mask and logprobs, at the end), and
-rollout.n = 1: replaying a row n times gives n identical trajectories.
+verl_agent_loop must be importable on every Ray worker (PYTHONPATH or the Ray
+runtime_env): the YAML is what registers the loop there; @register alone fills
+only the registry of the process that imports this file.
 
-The recorded logprobs come from the inference server that collected the
-episode (vLLM's default is raw logprobs, before temperature and top-p);
-verl recomputes old log-probs with the actor, so they serve as
-rollout_log_probs only. Assistant tokens have mask 1, tool and template
-tokens mask 0 and logprob 0.0, as verl's own loops produce them.
+Rows. One per episode (its assembled token record: mask 1 on the model's
+tokens, 0 and logprob 0.0 on the environment's), or with -rows turn one per
+model turn (that turn's prompt and response ids exactly as the inference
+server reported them, mask 1): an episode whose chat template re-rendered its
+history differently from what the model generated (token drift) cannot give
+an exact episode record, but each of its turns is exact.
+
+Rewards and groups. Every row has a reward_score: episodes the verifier gave
+no reward are refused at export (verl would score such a row by data_source,
+and nothing in verl scores "forkline"). verl gives every row its own uid, so
+with rollout.n = 1 GRPO and RLOO see groups of one, where the score passes
+through unchanged (mean 0, std 1). forkline's forked replicas of one task are
+natural groups: -advantage grpo (or rloo) writes each row's group-relative
+advantage as reward_score, computed at export over its group (same task, task
+spec, golden checkpoint and prompt: the group_id column) as verl computes it,
+so verl's own estimator trains on exactly that. The raw reward stays in
+extra_info.reward.
+
+Lengths. Export with -max-prompt-tokens and -max-response-tokens equal to
+rollout.prompt_length and response_length to leave out what does not fit; the
+loop left-truncates a longer prompt and cuts a longer response at the end,
+with its mask and logprobs, as verl's own loops do, rather than failing the
+training step.
+
+Logprobs. verl batches rows together and reads logprobs from the first one;
+export refuses a selection that mixes rows with and without them (-where
+has_logprobs=true keeps the ones with). The recorded logprobs come from the
+server that collected the episode (vLLM's default is raw logprobs, before
+temperature and top-p); verl recomputes old log-probs with the actor, so they
+serve as rollout_log_probs only.
 
 This file is documentation. It follows verl's agent-loop API as of
 verl-project/verl in 2026 (verl.experimental.agent_loop); check it against
-the verl version you run.
+the verl version you run. replay_fields holds the loop's logic without verl,
+and forkline's tests run it on its own exports.
 """
 
+import logging
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import (
@@ -44,10 +73,51 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
+logger = logging.getLogger(__name__)
+
 
 def _ints(value) -> list[int]:
     # Columns arrive as Python lists or numpy arrays, depending on the collate path.
     return [int(v) for v in value]
+
+
+def replay_fields(row: dict, prompt_length: int, response_length: int) -> dict:
+    """The AgentLoopOutput fields of one verl-agent row, fitted to the rollout lengths."""
+    prompt_ids = _ints(row["prompt_ids"])
+    response_ids = _ints(row["response_ids"])
+    response_mask = _ints(row["response_mask"])
+    logprobs = row.get("response_logprobs")
+    logprobs = None if logprobs is None else [float(v) for v in logprobs]
+    extra = dict(row.get("extra_fields") or {})
+    episode = extra.get("episode_id")
+
+    if len(response_mask) != len(response_ids) or (logprobs is not None and len(logprobs) != len(response_ids)):
+        raise ValueError(f"forkline episode {episode}: misaligned token record")
+    if row.get("reward_score") is None:
+        raise ValueError(f"forkline episode {episode}: no reward_score (export refuses such rows; was this file edited?)")
+    if len(prompt_ids) > prompt_length:
+        # As verl's own loops do (AgentLoopBase._cap_text_prompt_length): keep the end.
+        logger.warning("forkline episode %s: prompt of %d tokens left-truncated to rollout.prompt_length=%d",
+                       episode, len(prompt_ids), prompt_length)
+        prompt_ids = prompt_ids[-prompt_length:]
+    n = response_length
+    return {
+        "prompt_ids": prompt_ids,
+        "response_ids": response_ids[:n],
+        "response_mask": response_mask[:n],
+        "response_logprobs": None if logprobs is None else logprobs[:n],
+        "reward_score": float(row["reward_score"]),
+        "num_turns": int(row.get("num_turns") or 2),
+        "extra_fields": {
+            "traj_exit_reason": extra.get("traj_exit_reason"),
+            "task_id": extra.get("task_id"),
+            "episode_id": episode,
+            "group_id": row.get("group_id"),
+            # The keys verl's built-in loops always set, so batches of mixed loops line up.
+            "turn_scores": [],
+            "tool_rewards": [],
+        },
+    }
 
 
 @register("forkline_replay")
@@ -56,56 +126,5 @@ class ForklineReplayAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         rollout = self.config.actor_rollout_ref.rollout
-        prompt_ids = _ints(kwargs["prompt_ids"])
-        response_ids = _ints(kwargs["response_ids"])
-        response_mask = _ints(kwargs["response_mask"])
-        logprobs = kwargs.get("response_logprobs")
-        logprobs = None if logprobs is None else [float(v) for v in logprobs]
-        extra = dict(kwargs.get("extra_fields") or {})
-
-        if len(response_mask) != len(response_ids) or (logprobs is not None and len(logprobs) != len(response_ids)):
-            raise ValueError(f"forkline episode {extra.get('episode_id')}: misaligned token record")
-        if len(prompt_ids) > rollout.prompt_length:
-            raise ValueError(
-                f"forkline episode {extra.get('episode_id')}: prompt of {len(prompt_ids)} tokens is longer "
-                f"than rollout.prompt_length={rollout.prompt_length}; raise it or filter the episode out"
-            )
-        n = rollout.response_length
-        reward = kwargs.get("reward_score")
-
-        output = AgentLoopOutput(
-            prompt_ids=prompt_ids,
-            response_ids=response_ids[:n],
-            response_mask=response_mask[:n],
-            response_logprobs=None if logprobs is None else logprobs[:n],
-            reward_score=None if reward is None else float(reward),
-            num_turns=int(kwargs.get("num_turns") or 2),
-            metrics=AgentLoopMetrics(),
-            extra_fields={
-                "traj_exit_reason": extra.get("traj_exit_reason"),
-                "task_id": extra.get("task_id"),
-                "episode_id": extra.get("episode_id"),
-            },
-        )
-        # The keys verl's built-in loops always set, so batches of mixed loops line up.
-        output.extra_fields.update({"turn_scores": [], "tool_rewards": []})
-        return output
-
-
-def drop_nulls(value):
-    """Remove the None keys verl-sft rows carry.
-
-    Arrow gives every struct in a column the same keys, so in a verl-sft file
-    the tool-call arguments hold every action's fields and the tool
-    parameters every tool's properties, the unused ones null. pandas hands
-    them to the chat template as None; apply this to each row's messages and
-    tools first (for example in a MultiTurnSFTDataset subclass, on
-    self.messages and self.tools after _read_files_and_process).
-    """
-    if isinstance(value, dict):
-        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, (list, tuple)):
-        return [drop_nulls(v) for v in value]
-    if hasattr(value, "tolist"):
-        return drop_nulls(value.tolist())
-    return value
+        fields = replay_fields(kwargs, rollout.prompt_length, rollout.response_length)
+        return AgentLoopOutput(metrics=AgentLoopMetrics(), **fields)

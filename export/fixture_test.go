@@ -159,9 +159,9 @@ func episodeBatch(id string, o epOpts) shard.EpisodeBatch {
 // no tokens, drift, GUI steps with screenshots by hash and in the row, null
 // rewards) and run-b (a thinking policy, all with tokens).
 type fixture struct {
-	dir     string
-	runA    string
-	runB    string
+	dir      string
+	runA     string
+	runB     string
 	rewards  map[string]*float64 // episode id → expected verify reward
 	tokens   map[string]bool     // episode id → has a usable token record
 	logprobs map[string]bool     // episode id → its token record has logprobs

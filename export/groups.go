@@ -176,12 +176,12 @@ func (g *groups) plan(p Pairs) *pairPlan {
 // memory holds the conversations of open pairs only, and writes pairs in
 // the order they complete, which the inputs' order fixes.
 type pairSink struct {
-	w       *chat.DPOWriter
-	o       *Options
-	plan    *pairPlan
-	held    map[string]*chat.Conversation
-	pending map[string]int // pairs an episode still waits on
-	done    []bool
+	w         *chat.DPOWriter
+	o         *Options
+	plan      *pairPlan
+	held      map[string]*chat.Conversation
+	pending   map[string]int // pairs an episode still waits on
+	done      []bool
 	counts    map[string]int64
 	identical int64
 	err       error
