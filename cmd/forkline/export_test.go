@@ -65,6 +65,17 @@ func TestWritten(t *testing.T) {
 	assert.Equal(t, int64(1), rep.Filtered)
 	assert.Equal(t, int64(1), rep.Written["train"]+rep.Written["test"])
 	assert.Contains(t, r.stderr, "1 filtered out")
+	// The split without the episode is not written, and the note says so;
+	// the episode has no reward, and SFT trains on it: the note says that
+	// too, with the flag that leaves it out.
+	empty := "test"
+	if rep.Written["test"] == 1 {
+		empty = "train"
+	}
+	assert.Contains(t, r.stderr, "export: split "+empty+" got nothing and is not written (an empty split does not load in datasets or verl)")
+	assert.NoFileExists(t, filepath.Join(out, empty+".jsonl"))
+	assert.Equal(t, int64(1), rep.Unsuccessful)
+	assert.Contains(t, r.stderr, "1 of the 1 episodes written did not end in done or have a reward below 1 (or none); SFT trains on them too: add -min-reward 1")
 }
 
 func TestRefusedEveryEpisode(t *testing.T) {
@@ -103,11 +114,15 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"-to", "hf", "-out", out}, "-in, -to and -out are required (see -h)"},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "extra"}, `unexpected arguments ["extra"]`},
-		{[]string{"-in", in, "-to", "parquet", "-out", out}, `unknown target "parquet" (known: chat-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
+		{[]string{"-in", in, "-to", "parquet", "-out", out}, `unknown target "parquet" (known: chat-jsonl, dpo, hf, hf-disk, jsonl, sft-tokens, verl-agent, verl-sft)`},
+		{[]string{"-in", in, "-to", "verl-rl", "-out", out}, "-to verl-rl was removed"},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "-split", "train=0.5"}, "sum to 0.5"},
-		{[]string{"-in", in, "-to", "verl-rl", "-out", out, "-rows", "episode"}, "-rows is for hf and hf-disk"},
-		{[]string{"-in", in, "-to", "hf", "-out", out, "-tool-args", "string"}, "-tool-args is for chat-jsonl"},
-		{[]string{"-in", in, "-to", "hf", "-out", out, "-rows", "turn"}, `rows "turn"`},
+		{[]string{"-in", in, "-to", "verl-sft", "-out", out, "-rows", "episode"}, "-rows is for hf, hf-disk, sft-tokens and verl-agent"},
+		{[]string{"-in", in, "-to", "verl-agent", "-out", out, "-tool-args", "string"}, "-tool-args is for chat-jsonl, dpo, hf, hf-disk and verl-sft"},
+		{[]string{"-in", in, "-to", "hf", "-out", out, "-rows", "turn"}, `-rows "turn" for hf (known: episode, step)`},
+		{[]string{"-in", in, "-to", "chat-jsonl", "-out", out, "-pairs", "all"}, "-pairs is for dpo"},
+		{[]string{"-in", in, "-to", "verl-agent", "-out", out, "-advantage", "ppo"}, `-advantage "ppo" (known: none, grpo, rloo)`},
+		{[]string{"-in", in, "-to", "hf", "-out", out, "-license", "MIT License"}, `-license "MIT License"`},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "-where", "color=red"}, `unknown column "color"`},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "-min-reward", "high"}, `-min-reward "high" is not a number`},
 		{[]string{"-in", in, "-to", "jsonl", "-out", "-", "-split", "train=0.5,test=0.5"}, "writes one file"},
