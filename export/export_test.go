@@ -699,3 +699,21 @@ func TestDescribe(t *testing.T) {
 	_, err := Describe("parquet")
 	assert.ErrorIs(t, err, ErrBadInput)
 }
+
+// The pairing rule: per group, -pairs max is the best episode (of equal
+// rewards, the smallest id) over the worst (likewise); -pairs all every two
+// whose rewards differ; a group of equal rewards or one rated episode none.
+func TestPairPlan(t *testing.T) {
+	g := &groups{byID: map[string]*group{
+		"g1": {members: []member{{"e3", 0.5}, {"e1", 1}, {"e2", 1}, {"e4", 0}, {"e5", 0}}},
+		"g2": {members: []member{{"u1", 1}, {"u2", 1}}},
+		"g3": {members: []member{{"s1", 1}}, unrated: 1},
+	}, order: []string{"g1", "g2", "g3"}}
+	pl := g.plan(PairsMax)
+	assert.Equal(t, []plannedPair{{"g1", "e1", "e4"}}, pl.pairs)
+	assert.Equal(t, map[string]string{"e2": RefusedNotExtreme, "e3": RefusedNotExtreme, "e5": RefusedNotExtreme,
+		"u1": RefusedUniform, "u2": RefusedUniform, "s1": RefusedAlone}, pl.refusal)
+	pl = g.plan(PairsAll)
+	assert.Equal(t, []plannedPair{{"g1", "e1", "e3"}, {"g1", "e1", "e4"}, {"g1", "e1", "e5"}, {"g1", "e2", "e3"}, {"g1", "e2", "e4"},
+		{"g1", "e2", "e5"}, {"g1", "e3", "e4"}, {"g1", "e3", "e5"}}, pl.pairs)
+}

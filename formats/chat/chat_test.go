@@ -147,3 +147,54 @@ func golden(t *testing.T, path string, got []byte) {
 	require.NoError(t, err, "run go test -update to create %s", path)
 	assert.Equal(t, string(want), string(got), "%s differs; rerun with -update if the change is intended", path)
 }
+
+// A pair shares the longest common prefix that ends before an assistant
+// message in both; TRL lines hold the rest of each, OpenAI lines the first
+// assistant message of each, with string arguments and no reasoning.
+func TestEncodePair(t *testing.T) {
+	chosen, rejected := sampleEpisode(), sampleEpisode()
+	rejected.Row.EpisodeID = "ep-2"
+	rejected.Steps[1].ActionJSON = `{"kind":"exec","cmd":"true"}`
+	rejected.Steps[1].Reasoning = ptr("try true")
+	c, err := NewConversation(chosen, 1, model.Options{Reasoning: model.ReasoningAll})
+	require.NoError(t, err)
+	r, err := NewConversation(rejected, 0, model.Options{Reasoning: model.ReasoningAll})
+	require.NoError(t, err)
+	p := &Pair{GroupID: "g", Split: "train", Chosen: c, Rejected: r}
+	k, ok := p.PromptLen()
+	require.True(t, ok)
+	assert.Equal(t, 4, k, "system, user, the shared first call and its result")
+
+	line, ok := EncodePair(p, DPOTRL, model.Options{})
+	require.True(t, ok)
+	var trl map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(line, &trl))
+	var chosenMsgs []map[string]any
+	require.NoError(t, json.Unmarshal(trl["chosen"], &chosenMsgs))
+	assert.Equal(t, "assistant", chosenMsgs[0]["role"])
+	assert.Equal(t, "assistant", chosenMsgs[len(chosenMsgs)-1]["role"], "a pair ends with the model's last message")
+	assert.JSONEq(t, `"ep-2"`, string(trl["rejected_episode_id"]))
+
+	line, ok = EncodePair(p, DPOOpenAI, model.Options{})
+	require.True(t, ok)
+	var oa struct {
+		Input struct {
+			Messages []map[string]any `json:"messages"`
+			Tools    []any            `json:"tools"`
+		} `json:"input"`
+		Preferred    []map[string]any `json:"preferred_completion"`
+		NonPreferred []map[string]any `json:"non_preferred_completion"`
+	}
+	require.NoError(t, json.Unmarshal(line, &oa))
+	assert.Len(t, oa.Input.Messages, 4)
+	require.Len(t, oa.Preferred, 1)
+	require.Len(t, oa.NonPreferred, 1)
+	args := oa.NonPreferred[0]["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"]
+	assert.Equal(t, `{"cmd":"true"}`, args, "OpenAI: arguments as a string")
+	assert.NotContains(t, oa.NonPreferred[0], "reasoning_content")
+	assert.NotContains(t, string(line), "group_id")
+
+	same := &Pair{Chosen: c, Rejected: c}
+	_, ok = same.PromptLen()
+	assert.False(t, ok, "identical conversations: nothing to prefer")
+}

@@ -79,6 +79,9 @@ func (p *Pair) PromptLen() (int, bool) {
 	for k < len(a) && k < len(b) && sameMessage(a[k], b[k]) {
 		k++
 	}
+	if k >= p.chosenN && k >= p.rejectedN {
+		return 0, false // the model's messages are the same in both
+	}
 	for k > 0 && !(k < len(a) && k < len(b) && a[k].Role == model.RoleAssistant && b[k].Role == model.RoleAssistant) {
 		k--
 	}

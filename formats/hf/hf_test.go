@@ -299,3 +299,32 @@ func TestDeterministic(t *testing.T) {
 	}
 	assert.Len(t, sums, 1)
 }
+
+// sft-tokens rows are the server's ids, never a re-tokenization: the
+// episode's prompt then its record with the record's mask, or per turn the
+// turn's prompt (mask 0) and response (mask 1); an episode without ids, or
+// whose record drifted, is refused (its turns are not).
+func TestTokenRows(t *testing.T) {
+	ep := episode("a", "train")
+	var rows []model.Row
+	require.NoError(t, TokenRows(ep, false, func(r model.Row) error { rows = append(rows, r); return nil }))
+	require.Len(t, rows, 1)
+	assert.Equal(t, []int32{1, 2, 3, 10, 11, 20, 21, 30}, rows[0]["input_ids"])
+	assert.Equal(t, []int8{0, 0, 0, 1, 1, 0, 0, 1}, rows[0]["assistant_masks"])
+
+	rows = nil
+	require.NoError(t, TokenRows(ep, true, func(r model.Row) error { rows = append(rows, r); return nil }))
+	require.Len(t, rows, 1, "one step carries ids")
+	assert.Equal(t, []int32{1, 2, 3, 10, 11}, rows[0]["input_ids"])
+	assert.Equal(t, []int8{0, 0, 0, 1, 1}, rows[0]["assistant_masks"])
+	assert.Equal(t, ptr(int32(0)), rows[0]["turn"])
+
+	ep.Row.TokenDrift = true
+	var ref *model.Refusal
+	require.ErrorAs(t, TokenRows(ep, false, func(model.Row) error { return nil }), &ref)
+	assert.Equal(t, RefusedDrift, ref.Reason)
+	require.NoError(t, TokenRows(ep, true, func(model.Row) error { return nil }), "turn rows of a drifted episode")
+	ep.Steps[0].PromptIDs = nil
+	require.ErrorAs(t, TokenRows(ep, true, func(model.Row) error { return nil }), &ref)
+	assert.Equal(t, RefusedNoTokens, ref.Reason)
+}
