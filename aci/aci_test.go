@@ -131,3 +131,53 @@ func TestElideKeepsRunes(t *testing.T) {
 	assert.True(t, strings.HasSuffix(got, "é"))
 	assert.Equal(t, s, Elide(s, 10))
 }
+
+// The tools' JSON is written in the one documented key order: type, then
+// function{name, description, parameters{type, properties, required,
+// additionalProperties}}, each property's type, description and enum, and
+// the properties in the action's canonical field order — not sorted, as a
+// Go map would write them.
+func TestToolsJSONKeyOrder(t *testing.T) {
+	raw, err := ToolsJSON([]runtime.ActionKind{runtime.ActClick, runtime.ActWriteFile})
+	require.NoError(t, err)
+	want := `[{"type":"function","function":{"name":"click","description":"Click at a screen position.",` +
+		`"parameters":{"type":"object","properties":{` +
+		`"x":{"type":"integer","description":"Horizontal pixel coordinate, in the screenshot's coordinate space."},` +
+		`"y":{"type":"integer","description":"Vertical pixel coordinate, in the screenshot's coordinate space."},` +
+		`"button":{"type":"string","description":"Mouse button; left when absent.","enum":["left","middle","right"]}},` +
+		`"required":["x","y"],"additionalProperties":false}}},` +
+		`{"type":"function","function":{"name":"write_file","description":"Create or overwrite a file with the given content.",` +
+		`"parameters":{"type":"object","properties":{` +
+		`"path":{"type":"string","description":"File path, relative to the workspace."},` +
+		`"content":{"type":"string","description":"Full new content of the file."}},` +
+		`"required":["path"],"additionalProperties":false}}}]`
+	require.Equal(t, want, string(raw))
+
+	// Every kind: properties in runtime's canonical order, the same content
+	// as the map form.
+	for _, k := range runtime.ActionKinds() {
+		tools, err := Tools([]runtime.ActionKind{k})
+		require.NoError(t, err)
+		names, _, _ := runtime.ActionFieldNames(k)
+		var got []string
+		for _, p := range tools[0].Function.Parameters.Properties {
+			got = append(got, p.Name)
+		}
+		assert.Equal(t, names, got, "kind %s", k)
+		b, err := json.Marshal(tools[0])
+		require.NoError(t, err)
+		var fromOrdered, fromMap any
+		require.NoError(t, json.Unmarshal(b, &fromOrdered))
+		mb, _ := json.Marshal(ToolSchema(k))
+		require.NoError(t, json.Unmarshal(mb, &fromMap))
+		assert.Equal(t, fromMap, fromOrdered, "kind %s: the ordered form holds what the map form does", k)
+
+		// A decoded tool keeps its order and re-encodes to the same bytes.
+		var back Tool
+		require.NoError(t, json.Unmarshal(b, &back))
+		again, _ := json.Marshal(back)
+		assert.Equal(t, string(b), string(again))
+	}
+	_, err = Tools([]runtime.ActionKind{"teleport"})
+	require.ErrorContains(t, err, `unknown action kind "teleport"`)
+}
