@@ -236,7 +236,7 @@ func TestRetries(t *testing.T) {
 	})
 	srv.Key = key
 	t.Setenv("RETRY_KEY", key)
-	opts := map[string]string{"api_key_env": "RETRY_KEY", "timeout": "100ms"}
+	opts := map[string]string{"api_key_env": "RETRY_KEY", "timeout": "100ms", "tokens": "chat"}
 
 	run := func(scenario string) (*lines, error) {
 		l := &lines{}
@@ -377,9 +377,9 @@ func TestParseOptions(t *testing.T) {
 		"http://localhost:30000":                     "http://localhost:30000/chat/completions",
 		"https://inference.example.com:443/serve/v1": "https://inference.example.com:443/serve/v1/chat/completions",
 	} {
-		got, err := endpoint(in)
+		got, err := parseServerURL(in, "base_url")
 		require.NoError(t, err)
-		require.Equal(t, want, got)
+		require.Equal(t, want, got.api("/chat/completions"))
 	}
 }
 
