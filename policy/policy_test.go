@@ -199,7 +199,7 @@ func TestNewRecord(t *testing.T) {
 func TestConversationTokenFields(t *testing.T) {
 	c := Conversation{Tokens: TokensTITO, ToolParser: "hermes", ReasoningParser: "qwen3",
 		ChatTemplateKwargs: map[string]any{"enable_thinking": false, "truncate_history_thinking": true},
-		SendReasoning: ptr(true), ToolKeyOrder: "canonical", EnableThinking: ptr(false)}
+		SendReasoning:      ptr(true), ToolKeyOrder: "canonical", EnableThinking: ptr(false)}
 	b, err := json.Marshal(c)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"system_prompt":"","observation_cap":0,"enable_thinking":false,"tokens":"tito","tool_parser":"hermes",
