@@ -1,36 +1,54 @@
 // Package openai is the LLM policy: it drives a model behind any
-// OpenAI-compatible /v1/chat/completions server (vLLM, SGLang, llama.cpp
-// server, hosted APIs) and records each turn token-exact, as the server
-// reports it: prompt ids, response ids and one logprob per generated token
-// (vLLM ≥ 0.10.2 return_token_ids with top-level prompt_token_ids; SGLang's
-// per-choice prompt_token_ids), never a re-tokenization.
+// OpenAI-compatible server (vLLM, SGLang, llama.cpp server, hosted APIs) and
+// records each turn token-exact, from the server's own ids, never a
+// re-tokenization.
+//
+// Two token paths (Config.Tokens). Chat mode sends the conversation's
+// messages to /v1/chat/completions each turn and records the ids the server
+// reports (vLLM ≥ 0.10.2 return_token_ids with top-level prompt_token_ids;
+// SGLang's per-choice prompt_token_ids): the server re-renders the whole
+// history with its chat template each turn, and where the template writes
+// an earlier turn differently from how it was generated, the record is cut
+// and flagged by the assembler (package tokens). Token in, token out (tito)
+// keeps the episode's ids itself, has the server render only each new turn
+// (vLLM's /tokenize with messages, or its render route), generates from the
+// whole id sequence (/v1/completions with a token-id prompt, vLLM's
+// /inference/v1/generate, SGLang's /generate with input_ids) and parses the
+// reply's tool calls and reasoning itself (hermes <tool_call> blocks,
+// qwen3 <think> blocks) or with the server's parsers (derender): the record
+// is exact by construction. The default, auto, asks the server once per
+// run what it serves (a prober shared by the run's policies) and takes tito
+// when it can, saying which in the log and in every step's provenance.
 //
 // The canonical actions are offered as function-calling tools (package aci's
-// schemas, derived from runtime's action definitions); a tool call becomes a
-// canonical Action. For models without native tool calling, ParseText reads
-// the common text dialects. One action is taken per turn: when the model
-// makes several tool calls, the first runs, all are recorded in
-// ModelEvent.Actions, and the others are answered "not run" so the
-// conversation stays well-formed.
+// schemas, in aci's one key order); a tool call becomes a canonical Action.
+// For models without native tool calling, ParseText reads the common text
+// dialects. One action is taken per turn: when the model makes several tool
+// calls, the first runs, all are recorded in ModelEvent.Actions, and the
+// others are answered "not run" so the conversation stays well-formed.
 //
 // Turns end an episode as follows: no tool call → runtime.ExitNoAction; a
-// tool call that does not make a canonical action → ExitUnparsedAction;
-// finish_reason "length" → ExitOutputTruncated (a cut answer is never
-// executed); a server that still fails after the retries → an error, which
-// runtime.Rollout records as ExitPolicyError — wrapping runtime.ErrUnavailable
-// when nothing could be reached at the server's address at all, so that a
-// collector treats a server that is gone as the run's failure, not the
+// tool call that does not make a canonical action → ExitUnparsedAction; a
+// reply cut at max_tokens (finish_reason "length", or "tool_calls" with all
+// of max_tokens used, which vLLM reports for a call cut before
+// </tool_call>) → ExitOutputTruncated: a cut answer is never executed; a
+// server that still fails after the retries → an error, which
+// runtime.Rollout records as ExitPolicyError — wrapping
+// runtime.ErrUnavailable when nothing could be reached at the server's
+// address at all, or when tokens=tito meets a server without the endpoints
+// it needs, so that a collector treats it as the run's failure, not the
 // episode's.
 //
-// Reasoning the server reports apart (message.reasoning, reasoning_content)
-// is recorded in ModelEvent.Reasoning but not sent back: chat templates drop
-// earlier turns' reasoning, and servers differ in how they would accept it.
-// Observations go back as text only, their middle elided beyond
-// Config.ObservationCap.
+// In chat mode the reasoning a server splits off (message.reasoning,
+// reasoning_content) goes back on its assistant turn in the same field
+// (Config.SendReasoning), and content the parsers left as only whitespace
+// goes back as null: Qwen3's template then re-renders a reasoning-parser
+// turn exactly as generated. Observations go back as text only, their
+// middle elided beyond Config.ObservationCap.
 //
 // A Policy holds one episode's conversation; build one per episode. The API
-// key is read from the environment at request time and never stored in a
-// Config, a message, an error or a log line.
+// key is read from the environment at request time, sent only to base_url's
+// host, and never stored in a Config, a message, an error or a log line.
 //
 // It knows runtime, aci and HTTP only: not tasks, datasets or token assembly
 // (package tokens does that from the ModelEvents).
@@ -41,6 +59,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -427,18 +446,31 @@ func str(s string) *string { return &s }
 
 // Conversation is, with defaults applied, what shapes the conversation
 // this configuration produces — the rendered system prompt, the tool mode,
-// the actions offered and the observation cap — for the manifest, so
-// exported SFT data holds the same messages the model was shown. The
-// policy sets no chat template kwargs, so EnableThinking stays unknown.
+// the actions offered, the observation cap, the token mode and parsers, the
+// chat template kwargs, whether reasoning goes back, the tool key order —
+// for the manifest, so exported SFT data holds the same messages the model
+// was shown. EnableThinking is chat_template_kwargs' enable_thinking when
+// it is a boolean there, else unknown (the server's default applied).
 func (c Config) Conversation() (policy.Conversation, error) {
 	tools, err := Tools(c.Actions)
 	if err != nil {
 		return policy.Conversation{}, err
 	}
-	return policy.Conversation{
-		SystemPrompt:   systemPrompt(c, tools),
-		ToolMode:       c.ToolMode,
-		Actions:        slices.Clone(c.Actions),
-		ObservationCap: c.ObservationCap,
-	}, nil
+	conv := policy.Conversation{
+		SystemPrompt:       systemPrompt(c, tools),
+		ToolMode:           c.ToolMode,
+		Actions:            slices.Clone(c.Actions),
+		ObservationCap:     c.ObservationCap,
+		Tokens:             c.Tokens,
+		ChatTemplateKwargs: maps.Clone(c.ChatTemplateKwargs),
+		SendReasoning:      &c.SendReasoning,
+		ToolKeyOrder:       aci.ToolKeyOrder,
+	}
+	if c.Tokens != policy.TokensChat {
+		conv.ToolParser, conv.ReasoningParser = c.ToolParser, c.ReasoningParser
+	}
+	if v, ok := c.ChatTemplateKwargs["enable_thinking"].(bool); ok {
+		conv.EnableThinking = &v
+	}
+	return conv, nil
 }
