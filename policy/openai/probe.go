@@ -17,6 +17,7 @@ import (
 // parse.
 type serverInfo struct {
 	kind        string // ServerVLLM, ServerSGLang, "llamacpp" or ServerOther
+	model       string // the first model the server lists; "" when unknown
 	templateSHA string // hex sha256 of the chat template the server reports; "" for none
 	mode        policy.TokenMode
 	// For TokensTITO:
@@ -72,11 +73,12 @@ func (pr *prober) get(ctx context.Context, c *client) (serverInfo, error) {
 func probe(ctx context.Context, c *client) (serverInfo, error) {
 	cfg := c.cfg
 	info := serverInfo{kind: cfg.Server, mode: policy.TokensChat}
+	kind, model, err := serverKind(ctx, c)
+	if err != nil {
+		return serverInfo{}, err
+	}
+	info.model = model
 	if info.kind == ServerAuto {
-		kind, err := serverKind(ctx, c)
-		if err != nil {
-			return serverInfo{}, err
-		}
 		info.kind = kind
 	}
 	sha, err := templateHash(ctx, c)
@@ -154,33 +156,33 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 
 // serverKind reads GET /v1/models: vLLM, SGLang and llama.cpp name
 // themselves in owned_by. Anything else, an error status included, is
-// ServerOther.
-func serverKind(ctx context.Context, c *client) (string, error) {
+// ServerOther. model is the first model listed.
+func serverKind(ctx context.Context, c *client) (kind, model string, err error) {
 	var models struct {
 		Data []struct {
 			ID      string `json:"id"`
 			OwnedBy string `json:"owned_by"`
 		} `json:"data"`
 	}
-	_, err := c.do(ctx, http.MethodGet, c.urls.api("/models"), nil, &models, nil)
-	if err != nil {
+	if _, err = c.do(ctx, http.MethodGet, c.urls.api("/models"), nil, &models, nil); err != nil {
 		if definite(err) {
-			return ServerOther, nil
+			return ServerOther, "", nil
 		}
-		return "", err
+		return "", "", err
 	}
 	if len(models.Data) == 0 {
-		return ServerOther, nil
+		return ServerOther, "", nil
 	}
+	model = models.Data[0].ID
 	switch models.Data[0].OwnedBy {
 	case "vllm":
-		return ServerVLLM, nil
+		return ServerVLLM, model, nil
 	case "sglang":
-		return ServerSGLang, nil
+		return ServerSGLang, model, nil
 	case "llamacpp":
-		return "llamacpp", nil
+		return "llamacpp", model, nil
 	}
-	return ServerOther, nil
+	return ServerOther, model, nil
 }
 
 // templateHash asks GET /props (llama.cpp's server reports the chat template

@@ -92,7 +92,7 @@ func (p *Policy) titoTurn(ctx context.Context, info serverInfo, fresh []chatMess
 
 	t := &turn{}
 	if info.derender {
-		msg, err := p.derender(ctx, gen, len(prompt))
+		msg, err := p.derender(ctx, info, gen, len(prompt))
 		if err != nil {
 			return nil, err
 		}
@@ -384,12 +384,18 @@ func (p *Policy) generateSGLang(ctx context.Context, prompt []int32) (generation
 
 // derender has the server parse a generation with its own reasoning and
 // tool parsers (vLLM's /v1/chat/completions/derender).
-func (p *Policy) derender(ctx context.Context, g generation, promptLen int) (*chatChoiceMessage, error) {
+func (p *Policy) derender(ctx context.Context, info serverInfo, g generation, promptLen int) (*chatChoiceMessage, error) {
 	genResp, _ := marshalNoEscape(map[string]any{
 		"choices": []any{map[string]any{"index": 0, "token_ids": g.ids, "finish_reason": g.finish}},
 	})
-	req := derenderRequest{Model: p.cfg.Model, GenerateResponse: genResp, PromptTokens: promptLen,
-		ChatRequest: derenderChatRequest{Model: p.cfg.Model, Messages: p.msgs, Tools: p.offeredTools(), ChatTemplateKwargs: p.cfg.ChatTemplateKwargs}}
+	// The route requires a model; without one configured, the one the
+	// server serves.
+	model := p.cfg.Model
+	if model == "" {
+		model = info.model
+	}
+	req := derenderRequest{Model: model, GenerateResponse: genResp, PromptTokens: promptLen,
+		ChatRequest: derenderChatRequest{Model: model, Messages: p.msgs, Tools: p.offeredTools(), ChatTemplateKwargs: p.cfg.ChatTemplateKwargs}}
 	var resp chatResponse
 	url := p.client.urls.api("/chat/completions/derender")
 	if _, err := p.client.do(ctx, http.MethodPost, url, req, &resp, func() error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -548,4 +549,56 @@ func tokenizeIDs(t *testing.T, s *vllmsim.Server, msgs []json.RawMessage, tools 
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	require.Equal(t, 200, resp.StatusCode)
 	return out.Tokens
+}
+
+// TestCollectTITOKeepsTheKeyOut: a token-in-token-out run against a vLLM
+// started with --api-key sends the key to every route that guards with it
+// (/v1/models, /v1/completions) — the run could not work otherwise — and the
+// key reaches no file of the dataset, Parquet bytes included, and not the
+// log.
+func TestCollectTITOKeepsTheKeyOut(t *testing.T) {
+	s := vllmsim.Start(t, vllmsim.Config{APIKey: apiKey, ToolParser: true, ServeProps: true,
+		Respond: func(turn vllmsim.Turn) (vllmsim.Reply, error) {
+			if strings.Count(turn.Prompt, "<|im_start|>assistant") > 1 {
+				return vllmsim.Reply{Text: nativeCall(scriptedCall{"done", `{"answer": "` + canary + `"}`})}, nil
+			}
+			return vllmsim.Reply{Text: nativeCall(scriptedCall{"exec", `{"cmd": "echo hi"}`})}, nil
+		}})
+	t.Setenv("FORKLINE_E2E_KEY", apiKey)
+	tasks := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(tasks, "t.yaml"), []byte("id: t\ninstruction: say hi\n"), 0o644))
+	out := filepath.Join(t.TempDir(), "run")
+	log := &lockedBuffer{}
+	_, err := collect.Run(context.Background(), collect.Config{
+		Tasks: tasks, Out: out, Provider: "local", WorkDir: t.TempDir(), Replicas: 1, Repeats: 2, Policy: "openai",
+		PolicyOptions: map[string]string{"base_url": s.URL + "/v1", "tokens": "tito", "api_key_env": "FORKLINE_E2E_KEY",
+			"actions": "exec,done", "max_tokens": "100"},
+		Capture: capture.DefaultPolicy(), Shards: shard.Config{Compression: "none"}, Log: log, Progress: log,
+	})
+	require.NoError(t, err, "%s", log.Bytes())
+	guarded := 0
+	for _, r := range s.Requests() {
+		require.NotEqual(t, 401, r.Status, "%s reached the server without the key", r.Path)
+		if strings.HasPrefix(r.Path, "/v1") {
+			guarded++
+		}
+	}
+	require.Positive(t, guarded)
+	sawCanary := false
+	require.NoError(t, filepath.WalkDir(out, func(p string, de fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		if de.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.NotContains(t, string(b), apiKey, "the API key leaked into %s", p)
+		require.NotContains(t, string(b), apiKey[3:], "part of the API key leaked into %s", p)
+		sawCanary = sawCanary || bytes.Contains(b, []byte(canary))
+		return nil
+	}))
+	require.True(t, sawCanary, "the search sees into the Parquet files")
+	require.NotContains(t, string(log.Bytes()), apiKey)
+	eps, _ := readRun(t, out)
+	require.Equal(t, "done", eps["t"].ExitReason)
 }
