@@ -60,7 +60,7 @@ type Step struct {
 	TokenPath      string `json:"token_path,omitempty"`
 	TokenEndpoints string `json:"token_endpoints,omitempty"`
 	ActionKind     string `json:"action_kind"` // "" when the turn produced no action
-	Action       string `json:"action"`      // canonical action JSON
+	Action         string `json:"action"`      // canonical action JSON
 	// Arguments are the action's fields as the model wrote them (the
 	// canonical JSON without "kind", HTML characters unescaped).
 	Arguments   json.RawMessage `json:"arguments,omitempty"`

@@ -267,4 +267,3 @@ func TestProjectReadsSomeColumns(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 }
-
