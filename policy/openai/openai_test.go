@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai/openaitest"
 	"github.com/forkline/forkline/runtime"
 )
@@ -319,6 +320,8 @@ func TestBackoffIsExponentialBoundedAndHonoursRetryAfter(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, c.backoff(200, 0), "no overflow: half of backoff_max at least")
 }
 
+func localBase() string { return "http://127.0.0.1:8000/v1" }
+
 func TestParseOptions(t *testing.T) {
 	c, err := ParseOptions(map[string]string{"base_url": "http://127.0.0.1:8000/v1"})
 	require.NoError(t, err)
@@ -336,6 +339,20 @@ func TestParseOptions(t *testing.T) {
 	require.Zero(t, c.Retries)
 	require.False(t, c.TokenIDs)
 	require.True(t, c.Logprobs)
+
+	c, err = ParseOptions(map[string]string{"base_url": localBase(), "tokens": "tito", "tool_parser": "server", "reasoning_parser": "none",
+		"chat_template_kwargs": `{"enable_thinking": false, "truncate_history_thinking": true}`, "send_reasoning": "false",
+		"server": "sglang", "render_url": "http://127.0.0.1:8001"})
+	require.NoError(t, err)
+	require.Equal(t, policy.TokensTITO, c.Tokens)
+	require.Equal(t, map[string]any{"enable_thinking": false, "truncate_history_thinking": true}, c.ChatTemplateKwargs)
+	require.False(t, c.SendReasoning)
+	conv, err := c.Conversation()
+	require.NoError(t, err)
+	require.Equal(t, false, *conv.EnableThinking, "enable_thinking recorded from the kwargs")
+	require.Equal(t, "server", conv.ToolParser)
+	require.Equal(t, "canonical", conv.ToolKeyOrder)
+	require.False(t, conv.SentReasoning())
 
 	base := "http://127.0.0.1:8000/v1"
 	cases := []struct {
@@ -360,6 +377,16 @@ func TestParseOptions(t *testing.T) {
 		{"no actions", map[string]string{"base_url": base, "actions": ","}, "no actions"},
 		{"prompt file", map[string]string{"base_url": base, "system_prompt_file": "/nonexistent/prompt.txt"}, "system_prompt_file"},
 		{"bool", map[string]string{"base_url": base, "logprobs": "maybe"}, `logprobs="maybe"`},
+		{"token mode", map[string]string{"base_url": base, "tokens": "telepathy"}, `tokens "telepathy" is not known (known: auto, tito, chat)`},
+		{"tito without ids", map[string]string{"base_url": base, "tokens": "tito", "token_ids": "false"}, "tokens=tito keeps the episode's token ids, and token_ids=false asks for none"},
+		{"tool parser", map[string]string{"base_url": base, "tool_parser": "mistral"}, `tool_parser "mistral" is not known (known: hermes, server)`},
+		{"reasoning parser", map[string]string{"base_url": base, "reasoning_parser": "deepseek"}, `reasoning_parser "deepseek" is not known (known: qwen3, none)`},
+		{"parser with chat", map[string]string{"base_url": base, "tokens": "chat", "tool_parser": "hermes"}, "tool_parser applies to token-in-token-out turns only"},
+		{"render url with chat", map[string]string{"base_url": base, "tokens": "chat", "render_url": base}, "render_url applies to token-in-token-out turns only"},
+		{"render url credentials", map[string]string{"base_url": base, "render_url": "http://u:p@h"}, "render_url carries credentials"},
+		{"kwargs not an object", map[string]string{"base_url": base, "chat_template_kwargs": "[true]"}, `chat_template_kwargs="[true]": [true] is not a JSON object`},
+		{"kwargs not json", map[string]string{"base_url": base, "chat_template_kwargs": "enable_thinking=false"}, "is not a JSON object"},
+		{"server kind", map[string]string{"base_url": base, "server": "tgi"}, `server "tgi" is not known (known: auto, vllm, sglang, other)`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

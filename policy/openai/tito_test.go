@@ -351,3 +351,58 @@ var (
 	_ = policy.TokensTITO
 	_ sync.Mutex
 )
+
+// TestClientParsersReadAsVLLMDoes: on the texts a model writes, the
+// client-side parsers of tito turns find the same content, reasoning and
+// calls as vLLM's qwen3 reasoning parser and hermes tool parser do on a chat
+// reply (here, the simulator's, built from vLLM's source) — except the one
+// documented difference: a reply with no think tags at all is content to
+// the client, reasoning to vLLM's parser when thinking is on.
+func TestClientParsersReadAsVLLMDoes(t *testing.T) {
+	texts := []string{
+		think + qwenCall,
+		"<think>\n\n</think>\n\n" + qwenCall,
+		think + "I will list the files.\n" + qwenCall,
+		think + "Let me look.\n" + qwenCall + "\n" + qwenDone,
+		think + "<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\"\n</tool_call>", // broken JSON: no calls, all content
+		think + "<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\"}}",                // open at the end: still a call
+		think + "The answer is 42.",
+		"<think>\ncut while thinking",
+	}
+	for _, text := range texts {
+		s := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, Respond: vllmsim.Replies(vllmsim.Reply{Text: text})})
+		p, _ := simPolicy(t, s, map[string]string{"tokens": "chat"})
+		d, err := p.Decide(context.Background(), runtime.History{Instruction: "go"})
+		require.NoError(t, err)
+		g := generations(s)[0]
+		var resp chatResponse
+		require.NoError(t, json.Unmarshal(g.Response, &resp))
+		server := resp.Choices[0].Message
+
+		reasoning, content := splitThink(text)
+		var calls []toolCall
+		if content != nil {
+			if c, before := parseHermes(*content); c != nil {
+				calls, content = c, before
+			}
+		}
+		require.Equal(t, server.Reasoning, reasoning, "%q: reasoning", text)
+		require.Equal(t, server.Content, content, "%q: content", text)
+		require.Len(t, calls, len(server.ToolCalls), "%q: calls", text)
+		for i := range calls {
+			require.Equal(t, server.ToolCalls[i].Function.Name, calls[i].Function.Name)
+			var a, b any
+			var sa, sb string
+			require.NoError(t, json.Unmarshal(server.ToolCalls[i].Function.Arguments, &sa))
+			require.NoError(t, json.Unmarshal(calls[i].Function.Arguments, &sb))
+			require.NoError(t, json.Unmarshal([]byte(sa), &a))
+			require.NoError(t, json.Unmarshal([]byte(sb), &b))
+			require.Equal(t, a, b, "%q: call %d arguments", text, i)
+		}
+		_ = d
+	}
+	// The difference: no think tags.
+	r, c := splitThink(qwenCall)
+	require.Nil(t, r)
+	require.Equal(t, qwenCall, *c)
+}
