@@ -365,7 +365,7 @@ func TestClientParsersReadAsVLLMDoes(t *testing.T) {
 		think + "I will list the files.\n" + qwenCall,
 		think + "Let me look.\n" + qwenCall + "\n" + qwenDone,
 		think + "<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\"\n</tool_call>", // broken JSON: no calls, all content
-		think + "<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\"}}",                // open at the end: still a call
+		think + "<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\"}}",             // open at the end: still a call
 		think + "The answer is 42.",
 		"<think>\ncut while thinking",
 	}
