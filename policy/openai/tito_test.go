@@ -343,14 +343,6 @@ func TestCutToolCallIsNotExecuted(t *testing.T) {
 	}
 }
 
-var (
-	_ = fmt.Sprintf
-	_ = json.Marshal
-	_ = strings.Contains
-	_ = oracle.Require
-	_ = policy.TokensTITO
-	_ sync.Mutex
-)
 
 // TestClientParsersReadAsVLLMDoes: on the texts a model writes, the
 // client-side parsers of tito turns find the same content, reasoning and
