@@ -145,8 +145,13 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 	}
 	info.mode = policy.TokensTITO
 	if cfg.Tokens == policy.TokensAuto {
+		parsing := ", parsing with " + derenderChat
+		if !info.derender {
+			// The one choice auto makes that a model can defeat: say so.
+			parsing = fmt.Sprintf(", parsing replies client-side (tool_parser=%s, reasoning_parser=%s; a model that writes its tool calls otherwise needs tool_parser=server or tokens=chat)", cfg.ToolParser, cfg.ReasoningParser)
+		}
 		logf("openai: tokens=auto: token in, token out, rendering new turns with %s and generating with %s%s",
-			info.render, info.generate, map[bool]string{true: ", parsing with " + derenderChat}[info.derender])
+			info.render, info.generate, parsing)
 	}
 	if !renderServed && info.render == renderTokenize {
 		logf("openai: the scale-out routes are not served (%s): rendering with /tokenize", renderWhy)
