@@ -8,11 +8,14 @@
 // description a model can read, and the observation's rendering. Policies
 // use it to offer tools and show results, exporters to write the tools and
 // tool messages a trajectory was recorded with, so training data reads as
-// the policy's conversations do. It imports runtime and the standard
-// library only.
+// the policy's conversations do. Tools are written in one fixed key order
+// (ToolKeyOrder, the Tool type), the same for policies and exporters, since
+// chat templates render tools in the order they receive them. It imports
+// runtime and the standard library only.
 package aci
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/forkline/forkline/runtime"
@@ -60,11 +63,11 @@ var descriptions = map[runtime.ActionKind]string{
 }
 
 // ToolSchemas returns one OpenAI function-tool object per canonical action
-// kind, in runtime.ActionKinds order (sorted by name):
-//
-//	{"type": "function", "function": {"name": KIND, "description": ...,
-//	  "parameters": {"type": "object", "properties": {FIELD: {"type": ..., "description": ...}},
-//	                 "required": [...], "additionalProperties": false}}}
+// kind, in runtime.ActionKinds order (sorted by name), as generic maps: the
+// content of Tools, for code that inspects or edits schemas. A map loses
+// key order (encoding/json sorts it), so what is sent to a model or
+// written for a chat template to render is ToolsJSON's encoding, never a
+// map's (see ToolKeyOrder).
 //
 // The tool name is the action kind and the parameters are exactly the
 // action's fields, so a tool call {"name": K, "arguments": A} is the canonical
@@ -79,38 +82,22 @@ func ToolSchemas() []map[string]any {
 	return out
 }
 
-// ToolSchema returns the function-tool object of one action kind (see
-// ToolSchemas). It panics for a kind runtime does not know.
+// ToolSchema returns the function-tool object of one action kind as a map
+// (see ToolSchemas). It panics for a kind runtime does not know.
 func ToolSchema(kind runtime.ActionKind) map[string]any {
-	names, required, ok := runtime.ActionFieldNames(kind)
+	t, ok := tool(kind)
 	if !ok {
 		panic(fmt.Sprintf("aci: unknown action kind %q", kind))
 	}
-	props := map[string]any{}
-	req := []any{}
-	for i, name := range names {
-		props[name] = fieldSchema(name)
-		if required[i] {
-			req = append(req, name)
-		}
+	b, err := json.Marshal(t)
+	if err != nil {
+		panic(fmt.Sprintf("aci: encoding the %s tool: %v", kind, err))
 	}
-	desc := descriptions[kind]
-	if desc == "" {
-		desc = "The " + string(kind) + " action."
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		panic(fmt.Sprintf("aci: decoding the %s tool: %v", kind, err))
 	}
-	return map[string]any{
-		"type": "function",
-		"function": map[string]any{
-			"name":        string(kind),
-			"description": desc,
-			"parameters": map[string]any{
-				"type":                 "object",
-				"properties":           props,
-				"required":             req,
-				"additionalProperties": false,
-			},
-		},
-	}
+	return m
 }
 
 // FieldType returns the JSON Schema type of an action field ("string" or
@@ -118,20 +105,4 @@ func ToolSchema(kind runtime.ActionKind) map[string]any {
 func FieldType(name string) (string, bool) {
 	f, ok := fields[name]
 	return f.typ, ok
-}
-
-func fieldSchema(name string) map[string]any {
-	f, ok := fields[name]
-	if !ok {
-		return map[string]any{"type": "string"}
-	}
-	s := map[string]any{"type": f.typ, "description": f.desc}
-	if len(f.enum) > 0 {
-		enum := make([]any, len(f.enum))
-		for i, v := range f.enum {
-			enum[i] = v
-		}
-		s["enum"] = enum
-	}
-	return s
 }

@@ -132,55 +132,52 @@ func TestElideKeepsRunes(t *testing.T) {
 	assert.Equal(t, s, Elide(s, 10))
 }
 
-// ToolJSON is ToolSchema's content in the documented key order: the
-// pydantic order vLLM renders (type, function{name, description,
-// parameters}), then forkline's inside parameters, properties in the
-// action's canonical field order.
-func TestToolJSONOrder(t *testing.T) {
-	for _, k := range runtime.ActionKinds() {
-		raw := ToolJSON(k)
-		var got, want any
-		require.NoError(t, json.Unmarshal(raw, &got))
-		b, _ := json.Marshal(ToolSchema(k))
-		require.NoError(t, json.Unmarshal(b, &want))
-		require.Equal(t, want, got, "kind %s: same content as ToolSchema", k)
-
-		keys := objectKeys(t, raw)
-		require.Equal(t, []string{"type", "function"}, keys)
-		var top map[string]json.RawMessage
-		require.NoError(t, json.Unmarshal(raw, &top))
-		require.Equal(t, []string{"name", "description", "parameters"}, objectKeys(t, top["function"]))
-		var fn map[string]json.RawMessage
-		require.NoError(t, json.Unmarshal(top["function"], &fn))
-		require.Equal(t, []string{"type", "properties", "required", "additionalProperties"}, objectKeys(t, fn["parameters"]))
-		var params map[string]json.RawMessage
-		require.NoError(t, json.Unmarshal(fn["parameters"], &params))
-		names, _, _ := runtime.ActionFieldNames(k)
-		if len(names) == 0 {
-			names = []string{}
-		}
-		require.Equal(t, names, objectKeys(t, params["properties"]), "kind %s: fields in canonical order", k)
-	}
-	exec := string(ToolJSON(runtime.ActExec))
-	assert.Contains(t, exec, `"cmd":{"type":"string","description":"Shell command to run in the workspace, e.g. \"ls -la\"."}`)
-	assert.Equal(t, `[`+string(ToolJSON(runtime.ActExec))+`,`+string(ToolJSON(runtime.ActDone))+`]`,
-		string(ToolsJSON([]runtime.ActionKind{runtime.ActExec, runtime.ActDone})))
-}
-
-// objectKeys returns the keys of a JSON object in the order written.
-func objectKeys(t *testing.T, raw json.RawMessage) []string {
-	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	tok, err := dec.Token()
+// The tools' JSON is written in the one documented key order: type, then
+// function{name, description, parameters{type, properties, required,
+// additionalProperties}}, each property's type, description and enum, and
+// the properties in the action's canonical field order — not sorted, as a
+// Go map would write them.
+func TestToolsJSONKeyOrder(t *testing.T) {
+	raw, err := ToolsJSON([]runtime.ActionKind{runtime.ActClick, runtime.ActWriteFile})
 	require.NoError(t, err)
-	require.Equal(t, json.Delim('{'), tok)
-	keys := []string{}
-	for dec.More() {
-		k, err := dec.Token()
+	want := `[{"type":"function","function":{"name":"click","description":"Click at a screen position.",` +
+		`"parameters":{"type":"object","properties":{` +
+		`"x":{"type":"integer","description":"Horizontal pixel coordinate, in the screenshot's coordinate space."},` +
+		`"y":{"type":"integer","description":"Vertical pixel coordinate, in the screenshot's coordinate space."},` +
+		`"button":{"type":"string","description":"Mouse button; left when absent.","enum":["left","middle","right"]}},` +
+		`"required":["x","y"],"additionalProperties":false}}},` +
+		`{"type":"function","function":{"name":"write_file","description":"Create or overwrite a file with the given content.",` +
+		`"parameters":{"type":"object","properties":{` +
+		`"path":{"type":"string","description":"File path, relative to the workspace."},` +
+		`"content":{"type":"string","description":"Full new content of the file."}},` +
+		`"required":["path"],"additionalProperties":false}}}]`
+	require.Equal(t, want, string(raw))
+
+	// Every kind: properties in runtime's canonical order, the same content
+	// as the map form.
+	for _, k := range runtime.ActionKinds() {
+		tools, err := Tools([]runtime.ActionKind{k})
 		require.NoError(t, err)
-		keys = append(keys, k.(string))
-		var skip json.RawMessage
-		require.NoError(t, dec.Decode(&skip))
+		names, _, _ := runtime.ActionFieldNames(k)
+		var got []string
+		for _, p := range tools[0].Function.Parameters.Properties {
+			got = append(got, p.Name)
+		}
+		assert.Equal(t, names, got, "kind %s", k)
+		b, err := json.Marshal(tools[0])
+		require.NoError(t, err)
+		var fromOrdered, fromMap any
+		require.NoError(t, json.Unmarshal(b, &fromOrdered))
+		mb, _ := json.Marshal(ToolSchema(k))
+		require.NoError(t, json.Unmarshal(mb, &fromMap))
+		assert.Equal(t, fromMap, fromOrdered, "kind %s: the ordered form holds what the map form does", k)
+
+		// A decoded tool keeps its order and re-encodes to the same bytes.
+		var back Tool
+		require.NoError(t, json.Unmarshal(b, &back))
+		again, _ := json.Marshal(back)
+		assert.Equal(t, string(b), string(again))
 	}
-	return keys
+	_, err = Tools([]runtime.ActionKind{"teleport"})
+	require.ErrorContains(t, err, `unknown action kind "teleport"`)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/tokens"
 )
 
 func TestParse(t *testing.T) {
@@ -213,4 +214,40 @@ func TestRowKeepsTheModelsToolCalls(t *testing.T) {
 	step.Model.ToolCalls = nil
 	row, _ = DefaultPolicy().Row("ep", "t", step, nil)
 	require.Nil(t, row.ToolCalls)
+}
+
+// A model turn without token ids between two turns with them is passed to
+// the assembler: the record is cut there and flagged missing_ids, rather
+// than the unknown turn's tokens being masked 0 as the environment's inside
+// the next prompt. Provenance reaches the step columns.
+func TestSinkCutsTheRecordAtAModelTurnWithoutIDs(t *testing.T) {
+	require.Equal(t, schemas.TokenCutDrift, tokens.CutDrift)
+	require.Equal(t, schemas.TokenCutMissingIDs, tokens.CutMissingIDs)
+	s := NewSink(DefaultPolicy(), "ep", "task")
+	prov := runtime.Provenance{Path: runtime.TokenPathTITO, Endpoints: []string{"/tokenize", "/v1/completions"}, TemplateSHA256: "abc"}
+	turns := []*runtime.ModelEvent{
+		{PromptIDs: []int32{1, 2}, ResponseIDs: []int32{3}, ResponseMask: []int8{1}, Logprobs: []float32{-1}, Provenance: prov},
+		{Model: "m", FinishReason: "tool_calls"}, // came back without ids
+		{PromptIDs: []int32{1, 2, 3, 4, 7, 8, 5}, ResponseIDs: []int32{6}, ResponseMask: []int8{1}, Logprobs: []float32{-2}},
+	}
+	for i, m := range turns {
+		require.NoError(t, s.WriteStep(context.Background(), runtime.Step{Index: i, Action: runtime.Action{Kind: runtime.ActExec, Cmd: "true"}, Model: m}))
+	}
+	// A step without a model turn is not one.
+	require.NoError(t, s.WriteStep(context.Background(), runtime.Step{Index: 3, Action: runtime.Action{Kind: runtime.ActExec, Cmd: "true"}}))
+	var ep schemas.EpisodeRow
+	require.NoError(t, s.TokenRecord(&ep))
+	require.True(t, ep.TokenDrift)
+	require.NotNil(t, ep.TokenCut)
+	require.Equal(t, schemas.TokenCutMissingIDs, *ep.TokenCut)
+	require.EqualValues(t, 1, ep.TokenTurns)
+	require.Equal(t, []int32{3}, ep.ResponseIDs)
+	require.Equal(t, []int32{1}, ep.ResponseMask)
+
+	rows := s.Steps()
+	require.Equal(t, "tito", *rows[0].TokenPath)
+	require.Equal(t, "/tokenize,/v1/completions", *rows[0].TokenEndpoints)
+	require.Equal(t, "abc", *rows[0].ChatTemplateSHA256)
+	require.Nil(t, rows[1].TokenPath)
+	require.Nil(t, rows[3].TokenEndpoints)
 }

@@ -91,6 +91,11 @@ func (p Policy) Row(episodeID, taskID string, s runtime.Step, seen BlobIndex) (s
 			ms := schemas.Millis(m.Latency)
 			row.ModelMS = &ms
 		}
+		// Provenance is kept whatever the tokens policy: it says which
+		// server and path answered, not what the ids were.
+		row.TokenPath = optStr(m.Provenance.Path)
+		row.TokenEndpoints = optStr(strings.Join(m.Provenance.Endpoints, ","))
+		row.ChatTemplateSHA256 = optStr(m.Provenance.TemplateSHA256)
 		if p.Tokens == TokensKeep {
 			row.PromptIDs = m.PromptIDs
 			row.ResponseIDs = m.ResponseIDs

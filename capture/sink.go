@@ -33,7 +33,10 @@ func (b *Sink) WriteStep(_ context.Context, s runtime.Step) error {
 	row, blobs := b.policy.Row(b.episodeID, b.taskID, s, b.seen)
 	b.rows = append(b.rows, row)
 	b.blobs = append(b.blobs, blobs...)
-	if m := s.Model; m != nil && b.policy.Tokens == TokensKeep && (len(m.PromptIDs) > 0 || len(m.ResponseIDs) > 0) {
+	// Every model turn goes to the assembler, with or without ids: a turn
+	// that came back without them must cut the record, not vanish into the
+	// next prompt as environment tokens.
+	if m := s.Model; m != nil && b.policy.Tokens == TokensKeep {
 		b.turns = append(b.turns, tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs})
 	}
 	return nil
@@ -47,8 +50,10 @@ func (b *Sink) Blobs() []schemas.BlobRow { return b.blobs }
 
 // TokenRecord assembles the episode's token record from the model turns
 // captured into ep's token columns (nothing when no turn reported token ids,
-// or the policy drops tokens). A record that breaks its invariants is an
-// error and ep is left as it was: a wrong record must never reach a trainer.
+// or the policy drops tokens). A record cut before a turn (drift, or a turn
+// without ids) sets token_drift and token_cut. A record that breaks its
+// invariants is an error and ep is left as it was: a wrong record must
+// never reach a trainer.
 func (b *Sink) TokenRecord(ep *schemas.EpisodeRow) error {
 	if len(b.turns) == 0 {
 		return nil
@@ -62,5 +67,10 @@ func (b *Sink) TokenRecord(ep *schemas.EpisodeRow) error {
 	}
 	ep.PromptIDs, ep.ResponseIDs, ep.ResponseMask, ep.ResponseLogprobs = r.PromptIDs, r.ResponseIDs, r.Mask, r.Logprobs
 	ep.TokenTurns, ep.TokenDrift = int32(r.Turns), r.Drift
+	ep.TokenCut = nil
+	if r.Cut != "" {
+		cut := r.Cut
+		ep.TokenCut = &cut
+	}
 	return nil
 }

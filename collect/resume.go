@@ -157,6 +157,18 @@ var policyOptionShapes = map[string]map[string]bool{
 		// The file's path may change; its text is compared through the
 		// recorded conversation (the rendered system prompt).
 		"system_prompt_file": false,
+		// The token path, the client-side parsers, the template's
+		// variables, whether reasoning goes back, which server kind the
+		// requests are shaped for and which server renders new turns all
+		// change the ids the model is given or how its text becomes
+		// actions.
+		"tokens":               true,
+		"tool_parser":          true,
+		"reasoning_parser":     true,
+		"chat_template_kwargs": true,
+		"send_reasoning":       true,
+		"server":               true,
+		"render_url":           true,
 		// Where the key comes from, and how long and how often a request
 		// is tried: they decide whether a request succeeds, not what the
 		// model is asked or answers.

@@ -141,7 +141,15 @@ func TestResumeComparesAnOldFormPolicyRecord(t *testing.T) {
 		require.NoError(t, err)
 		return compatible(m, nil, cfg, rec)
 	}
-	require.NoError(t, check(cfg), "the same settings resume the old run")
+	// The same settings no longer make the same conversation: that run's
+	// policy sent the tools with sorted keys (in its system prompt, in text
+	// mode) and knew no token modes, so its episodes and this command's
+	// would differ in what the model is shown. The resume is refused, each
+	// difference named, rather than finishing the run with other prompts.
+	err = check(cfg)
+	require.ErrorIs(t, err, ErrIncompatibleResume)
+	require.ErrorContains(t, err, "the conversation's tool_key_order differs")
+	require.ErrorContains(t, err, "the conversation's system_prompt differs")
 
 	require.NoError(t, os.WriteFile(prompt, []byte("You fix other tasks.\n{{tools}}\n"), 0o644))
 	err = check(cfg)

@@ -1,7 +1,9 @@
 // Package inspect says what a dataset holds, without SQL: its status, plan,
 // provider, policy and capture policy, episodes by task and exit reason,
 // the reward distribution, reset latency by strategy and fork method, token
-// coverage and drift, bytes per table and per step, and the problems
+// coverage and drift (why records were cut, and which servers, templates and
+// token paths the model turns' ids came from), bytes per table and per
+// step, and the problems
 // formats/shard's Verify finds (Summarize); and one episode as a readable
 // transcript — the instruction, each action, its observation as the model
 // saw it (aci.ObservationText, the rendering policies and exports use),
@@ -193,12 +195,86 @@ type Latency struct {
 }
 
 // Tokens is the token coverage: episodes whose row holds an assembled
-// token record, and those flagged with token drift.
+// token record, those flagged with token drift (their records cut, Cut
+// saying why), and where the model turns' ids came from.
 type Tokens struct {
-	WithRecord int `json:"episodes_with_token_record"`
-	Drift      int `json:"episodes_with_token_drift"`
-	Turns      int `json:"token_turns"` // model turns in the records
+	WithRecord int            `json:"episodes_with_token_record"`
+	Drift      int            `json:"episodes_with_token_drift"`
+	Cut        map[string]int `json:"token_cut,omitempty"` // by token_cut: drift, missing_ids
+	Turns      int            `json:"token_turns"`         // model turns in the records
+	// Sources are the model turns of every step by how their ids were
+	// made (token path and endpoints), the server's model name and the
+	// chat template's hash: more than one means the dataset mixes servers,
+	// templates or token paths.
+	Sources []TokenSource `json:"token_sources,omitempty"`
 }
+
+// TokenSource is one way model turns got their token ids.
+type TokenSource struct {
+	Path           string `json:"token_path"`      // chat or tito; "" when not recorded
+	Endpoints      string `json:"token_endpoints"` // comma-separated server paths
+	Model          string `json:"model"`
+	TemplateSHA256 string `json:"chat_template_sha256,omitempty"`
+	Turns          int    `json:"turns"`
+}
+
+// maxTokenSources bounds the sources kept: a dataset that somehow mixes
+// more is summarised by its most common ones (Sources) and a count.
+const maxTokenSources = 64
+
+// stepProvenance is the steps table's provenance columns: Summarize reads
+// only these of it.
+type stepProvenance struct {
+	Model              *string `parquet:"model,optional"`
+	TokenPath          *string `parquet:"token_path,optional"`
+	TokenEndpoints     *string `parquet:"token_endpoints,optional"`
+	ChatTemplateSHA256 *string `parquet:"chat_template_sha256,optional"`
+}
+
+// readTokenSources counts the model turns of the steps table by source.
+func (s *Summary) readTokenSources(ctx context.Context, ds *shard.Dataset) error {
+	counts := map[TokenSource]int{}
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	n := 0
+	for p, err := range shard.Project[stepProvenance](ds, schemas.TableSteps) {
+		if err != nil {
+			return err
+		}
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if p.Model == nil {
+			continue // not a model turn
+		}
+		k := TokenSource{Path: str(p.TokenPath), Endpoints: str(p.TokenEndpoints), Model: str(p.Model), TemplateSHA256: str(p.ChatTemplateSHA256)}
+		if _, seen := counts[k]; !seen && len(counts) >= maxTokenSources {
+			k = TokenSource{Path: "other"}
+		}
+		counts[k]++
+	}
+	for k, v := range counts {
+		k.Turns = v
+		s.Tokens.Sources = append(s.Tokens.Sources, k)
+	}
+	slices.SortFunc(s.Tokens.Sources, func(a, b TokenSource) int {
+		if a.Turns != b.Turns {
+			return b.Turns - a.Turns
+		}
+		return strings.Compare(a.Path+a.Endpoints+a.Model+a.TemplateSHA256, b.Path+b.Endpoints+b.Model+b.TemplateSHA256)
+	})
+	return nil
+}
+
+// MixedSources reports whether the model turns came from more than one
+// model, chat template or token path.
+func (t Tokens) MixedSources() bool { return len(t.Sources) > 1 }
 
 // Bytes is what the dataset takes on disk.
 type Bytes struct {
@@ -250,6 +326,9 @@ func Summarize(ctx context.Context, dir string, o Options) (*Summary, error) {
 		return s, fmt.Errorf("%w: %s: %s", ErrDamaged, dir, strings.Join(s.Problems, "; "))
 	}
 	if err := s.readRows(ctx, ds, specs, o.Reward); err != nil {
+		return s, err
+	}
+	if err := s.readTokenSources(ctx, ds); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -482,6 +561,12 @@ func (s *Summary) addEpisode(ep schemas.EpisodeRow, t *TaskSummary, reset map[st
 	}
 	if ep.TokenDrift {
 		s.Tokens.Drift++
+		if ep.TokenCut != nil {
+			if s.Tokens.Cut == nil {
+				s.Tokens.Cut = map[string]int{}
+			}
+			s.Tokens.Cut[*ep.TokenCut]++
+		}
 	}
 }
 

@@ -305,3 +305,54 @@ func TestThousands(t *testing.T) {
 	}
 	assert.True(t, strings.HasPrefix(bar(1, 40), "#"))
 }
+
+// A dataset whose model turns came from two servers and two token paths
+// (a run resumed after the server behind its URL was replaced, say) says
+// so: the summary counts the turns by source and says the dataset mixes
+// them, the cut records say why they were cut, and a transcript names each
+// turn's source.
+func TestTokenSourcesShowADatasetMixingServers(t *testing.T) {
+	tito := func(id string, i int) schemas.StepRow {
+		return schemas.StepRow{EpisodeID: id, StepIndex: int32(i), TaskID: "shell", ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"ls"}`,
+			Model: ptr("Qwen/Qwen3-8B"), TokenPath: ptr("tito"), TokenEndpoints: ptr("/tokenize,/v1/completions")}
+	}
+	chat := func(id string, i int) schemas.StepRow {
+		return schemas.StepRow{EpisodeID: id, StepIndex: int32(i), TaskID: "shell", ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"ls"}`,
+			Model: ptr("llama-3.1-8b"), TokenPath: ptr("chat"), TokenEndpoints: ptr("/v1/chat/completions"),
+			ChatTemplateSHA256: ptr("e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65")}
+	}
+	row := func(id string) schemas.EpisodeRow {
+		return schemas.EpisodeRow{EpisodeID: id, TaskID: "shell", ExitReason: "max_steps", Steps: 2, Provider: "local"}
+	}
+	cut := row("e-chat")
+	cut.TokenDrift, cut.TokenCut = true, ptr(schemas.TokenCutMissingIDs)
+	dir := writeDataset(t, fixtureManifest(t, "run-mixed", "hash"), []shard.EpisodeBatch{
+		{Episode: row("e-tito-1"), Steps: []schemas.StepRow{tito("e-tito-1", 0), tito("e-tito-1", 1)}},
+		{Episode: row("e-tito-2"), Steps: []schemas.StepRow{tito("e-tito-2", 0), tito("e-tito-2", 1)}},
+		{Episode: cut, Steps: []schemas.StepRow{chat("e-chat", 0), {EpisodeID: "e-chat", StepIndex: 1, TaskID: "shell", ActionKind: "done", ActionJSON: `{"kind":"done"}`}}},
+	}, shard.Config{})
+	s, err := Summarize(t.Context(), dir, Options{})
+	require.NoError(t, err)
+	require.Equal(t, []TokenSource{
+		{Path: "tito", Endpoints: "/tokenize,/v1/completions", Model: "Qwen/Qwen3-8B", Turns: 4},
+		{Path: "chat", Endpoints: "/v1/chat/completions", Model: "llama-3.1-8b", TemplateSHA256: "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65", Turns: 1},
+	}, s.Tokens.Sources)
+	require.Equal(t, map[string]int{"missing_ids": 1}, s.Tokens.Cut)
+	var b bytes.Buffer
+	s.WriteText(&b)
+	for _, want := range []string{
+		"1 flagged with token drift (missing_ids 1)",
+		"  model turns by token source (path, endpoints, model, chat template):",
+		"    tito  /tokenize,/v1/completions                    Qwen/Qwen3-8B            4 turns",
+		"    chat  /v1/chat/completions                         llama-3.1-8b             1 turn  template e10ca381b1cc",
+		"this dataset mixes 2 token sources",
+	} {
+		require.Contains(t, b.String(), want)
+	}
+	ts, err := Transcripts(t.Context(), dir, []string{"e-chat"}, TranscriptOptions{})
+	require.NoError(t, err)
+	b.Reset()
+	ts[0].WriteText(&b)
+	require.Contains(t, b.String(), "  tokens: chat via /v1/chat/completions (llama-3.1-8b)\n")
+	require.NotContains(t, b.String()[strings.Index(b.String(), "[step 1]"):], "tokens:", "a step without a model turn has no source")
+}

@@ -145,8 +145,35 @@ func (s *Summary) WriteText(w io.Writer) {
 		}
 	}
 
-	fmt.Fprintf(w, "\ntokens: %d of %d episodes have a token record (%d model turns); %d flagged with token drift\n",
+	fmt.Fprintf(w, "\ntokens: %d of %d episodes have a token record (%d model turns); %d flagged with token drift",
 		s.Tokens.WithRecord, s.Episodes, s.Tokens.Turns, s.Tokens.Drift)
+	if len(s.Tokens.Cut) > 0 {
+		var parts []string
+		for _, k := range sortedKeys(s.Tokens.Cut) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, s.Tokens.Cut[k]))
+		}
+		fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+	if len(s.Tokens.Sources) > 0 {
+		fmt.Fprintf(w, "  model turns by token source (path, endpoints, model, chat template):\n")
+		for _, src := range s.Tokens.Sources {
+			path, ends, tmpl := src.Path, src.Endpoints, ""
+			if path == "" {
+				path = "-"
+			}
+			if ends == "" {
+				ends = "-"
+			}
+			if src.TemplateSHA256 != "" {
+				tmpl = "  template " + src.TemplateSHA256[:min(12, len(src.TemplateSHA256))]
+			}
+			fmt.Fprintf(w, "    %-5s %-44s %-24s %s%s\n", path, ends, src.Model, plural(src.Turns, "turn"), tmpl)
+		}
+		if s.Tokens.MixedSources() {
+			fmt.Fprintf(w, "  this dataset mixes %d token sources: its records come from different servers, templates or token paths\n", len(s.Tokens.Sources))
+		}
+	}
 
 	fmt.Fprintf(w, "\nbytes on disk (zstd Parquet):\n")
 	for _, t := range s.Bytes.Tables {
@@ -203,6 +230,9 @@ func (t *Transcript) WriteText(w io.Writer) {
 			fmt.Fprintf(w, " finish_reason %s", s.FinishReason)
 		}
 		fmt.Fprintf(w, "  (policy %.1f ms, environment %.1f ms)\n", s.PolicyMS, s.EnvMS)
+		if s.TokenPath != "" {
+			fmt.Fprintf(w, "  tokens: %s via %s (%s)\n", s.TokenPath, orNone(s.TokenEndpoints, "?"), orNone(s.Model, "model not reported"))
+		}
 		if s.Reasoning != "" {
 			fmt.Fprintf(w, "  reasoning:\n")
 			writeBlock(w, "    ", s.Reasoning)

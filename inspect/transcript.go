@@ -54,8 +54,13 @@ type Step struct {
 	ModelText    string `json:"model_text,omitempty"`
 	Reasoning    string `json:"reasoning,omitempty"`
 	FinishReason string `json:"finish_reason,omitempty"`
-	ActionKind   string `json:"action_kind"` // "" when the turn produced no action
-	Action       string `json:"action"`      // canonical action JSON
+	// Model, TokenPath, TokenEndpoints: the server's model name and how
+	// the turn's token ids were made (its provenance); "" when not recorded.
+	Model          string `json:"model,omitempty"`
+	TokenPath      string `json:"token_path,omitempty"`
+	TokenEndpoints string `json:"token_endpoints,omitempty"`
+	ActionKind     string `json:"action_kind"` // "" when the turn produced no action
+	Action         string `json:"action"`      // canonical action JSON
 	// Arguments are the action's fields as the model wrote them (the
 	// canonical JSON without "kind", HTML characters unescaped).
 	Arguments   json.RawMessage `json:"arguments,omitempty"`
@@ -280,7 +285,8 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 	for i := range steps {
 		s := &steps[i]
 		st := Step{Index: int(s.StepIndex), ModelText: deref(s.ModelText), Reasoning: deref(s.Reasoning),
-			FinishReason: deref(s.FinishReason), ActionKind: s.ActionKind, Action: s.ActionJSON,
+			FinishReason: deref(s.FinishReason), Model: deref(s.Model), TokenPath: deref(s.TokenPath), TokenEndpoints: deref(s.TokenEndpoints),
+			ActionKind: s.ActionKind, Action: s.ActionJSON,
 			ExitCode: s.ExitCode, IsError: s.IsError, TimedOut: s.TimedOut, Truncated: s.Truncated,
 			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree)}
 		if s.ActionKind != "" {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -26,6 +27,30 @@ const (
 	// messages.
 	ToolsText ToolMode = "text"
 )
+
+// TokenMode is how a policy obtained its turns' token ids.
+type TokenMode string
+
+// Token modes.
+const (
+	// TokensChat sends the conversation's messages each turn and records
+	// the ids the server reports: the server renders the chat template over
+	// the whole history again, which may re-render earlier turns
+	// differently from how they were generated (the record then stops,
+	// flagged as drift).
+	TokensChat TokenMode = "chat"
+	// TokensTITO is token in, token out: the policy keeps the episode's ids
+	// itself, has the server render only each new turn, and sends the whole
+	// id sequence as the prompt, so the record is exact by construction.
+	TokensTITO TokenMode = "tito"
+	// TokensAuto is TokensTITO when the server offers the endpoints it
+	// needs, else TokensChat, decided once per run; each step's token_path
+	// says which.
+	TokensAuto TokenMode = "auto"
+)
+
+// TokenModes lists the token modes.
+func TokenModes() []TokenMode { return []TokenMode{TokensAuto, TokensTITO, TokensChat} }
 
 // Conversation is how a policy talked to its model, with defaults applied:
 // everything an exporter needs, besides the recorded steps, to rebuild the
@@ -46,22 +71,56 @@ type Conversation struct {
 	// was shown (aci.ObservationText's limit); 0 showed all.
 	ObservationCap int `json:"observation_cap"`
 	// EnableThinking is the chat template's enable_thinking the model ran
-	// with, nil when unknown (the openai policy does not set it; manifests
-	// of other tools may).
+	// with, nil when unknown: the openai policy sets it from
+	// chat_template_kwargs, and leaves it nil when they do not say (the
+	// server's default then applied).
 	EnableThinking *bool `json:"enable_thinking,omitempty"`
-	// ReasoningInHistory reports that the policy sent each earlier turn's
-	// reasoning back to the model with the history; false (the openai
-	// policy today) means every turn was generated after a history without
-	// it, and exports keep reasoning on the last turn only by default.
-	ReasoningInHistory bool `json:"reasoning_in_history,omitempty"`
+
+	// Tokens is the token mode; "" in manifests written before it was
+	// recorded, whose policies always used chat.
+	Tokens TokenMode `json:"tokens,omitempty"`
+	// ToolParser and ReasoningParser name how the policy itself parsed a
+	// token-in-token-out turn's generated text into tool calls ("hermes":
+	// <tool_call>{json}</tool_call> blocks, or "server": the server's own
+	// parsers through its derender endpoint) and reasoning ("qwen3":
+	// <think>...</think>, or "none"). Chat turns are parsed by the server.
+	// "" where not recorded.
+	ToolParser      string `json:"tool_parser,omitempty"`
+	ReasoningParser string `json:"reasoning_parser,omitempty"`
+	// ChatTemplateKwargs are the extra chat template variables sent with
+	// every request (vLLM's and SGLang's chat_template_kwargs); nil for none.
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
+	// SendReasoning reports whether assistant turns carried the reasoning
+	// the server had split off back to it (chat mode), so that a template
+	// that keeps recent reasoning renders it; nil in manifests written
+	// before it was recorded, whose policies never sent it.
+	SendReasoning *bool `json:"send_reasoning,omitempty"`
+	// ToolKeyOrder is the key order the tools were sent in
+	// (aci.ToolKeyOrder); "" in manifests written before it was recorded,
+	// whose policies sent sorted keys (see ToolOrder).
+	ToolKeyOrder string `json:"tool_key_order,omitempty"`
 }
+
+// ToolOrder is the key order the tools were sent in: ToolKeyOrder, or
+// aci.ToolKeyOrderSorted for a manifest that predates it.
+func (c Conversation) ToolOrder() string {
+	if c.ToolKeyOrder == "" {
+		return aci.ToolKeyOrderSorted
+	}
+	return c.ToolKeyOrder
+}
+
+// SentReasoning reports whether assistant turns carried their reasoning
+// back (false when not recorded).
+func (c Conversation) SentReasoning() bool { return c.SendReasoning != nil && *c.SendReasoning }
 
 // TextToolCalls reports whether the model wrote its tool calls in its text
 // (ToolsText) rather than as function calls.
 func (c Conversation) TextToolCalls() bool { return c.ToolMode == ToolsText }
 
 // conversationKeys are the JSON names of Conversation's fields, in order.
-var conversationKeys = []string{"system_prompt", "tool_mode", "actions", "observation_cap", "enable_thinking", "reasoning_in_history"}
+var conversationKeys = []string{"system_prompt", "tool_mode", "actions", "observation_cap", "enable_thinking",
+	"tokens", "tool_parser", "reasoning_parser", "chat_template_kwargs", "send_reasoning", "tool_key_order"}
 
 // Diff returns the JSON names of the fields in which c and o differ, in
 // field order: what a resume names when a run's conversation is not this
@@ -73,9 +132,13 @@ func (c Conversation) Diff(o Conversation) []string {
 		c.ToolMode != o.ToolMode,
 		!slices.Equal(c.Actions, o.Actions),
 		c.ObservationCap != o.ObservationCap,
-		(c.EnableThinking == nil) != (o.EnableThinking == nil) ||
-			(c.EnableThinking != nil && *c.EnableThinking != *o.EnableThinking),
-		c.ReasoningInHistory != o.ReasoningInHistory,
+		!equalBool(c.EnableThinking, o.EnableThinking),
+		c.Tokens != o.Tokens,
+		c.ToolParser != o.ToolParser,
+		c.ReasoningParser != o.ReasoningParser,
+		!equalJSON(c.ChatTemplateKwargs, o.ChatTemplateKwargs),
+		!equalBool(c.SendReasoning, o.SendReasoning),
+		c.ToolKeyOrder != o.ToolKeyOrder,
 	}
 	for i, d := range differs {
 		if d {
@@ -83,6 +146,19 @@ func (c Conversation) Diff(o Conversation) []string {
 		}
 	}
 	return out
+}
+
+func equalBool(a, b *bool) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+// equalJSON compares two values by their JSON encoding (maps encode with
+// sorted keys), so 1 and 1.0 from two decodings compare equal.
+func equalJSON(a, b map[string]any) bool {
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
 // UnmarshalJSON reads both manifest forms of a conversation: the typed one
@@ -135,28 +211,73 @@ func decodeConversation(fields map[string]json.RawMessage) (Conversation, error)
 		c.ObservationCap = n
 	}
 	if raw, ok := fields["enable_thinking"]; ok && !isNull(raw) {
-		var v bool
-		if err := json.Unmarshal(raw, &v); err != nil {
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
-				bad("enable_thinking", raw, "a boolean")
-			} else if v, err = strconv.ParseBool(s); err != nil {
-				bad("enable_thinking", raw, "a boolean")
-			}
+		v, err := decodeBool(raw)
+		if err != nil {
+			bad("enable_thinking", raw, "a boolean")
 		}
 		c.EnableThinking = &v
 	}
-	if raw, ok := fields["reasoning_in_history"]; ok && !isNull(raw) {
-		if err := json.Unmarshal(raw, &c.ReasoningInHistory); err != nil {
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
-				bad("reasoning_in_history", raw, "a boolean")
-			} else if c.ReasoningInHistory, err = strconv.ParseBool(s); err != nil {
-				bad("reasoning_in_history", raw, "a boolean")
+	strField := func(key string, out *string) {
+		if raw, ok := fields[key]; ok && !isNull(raw) {
+			if err := json.Unmarshal(raw, out); err != nil {
+				bad(key, raw, "a string")
 			}
 		}
 	}
+	var tokens string
+	strField("tokens", &tokens)
+	if tokens != "" && !slices.Contains(TokenModes(), TokenMode(tokens)) {
+		errs = append(errs, fmt.Errorf("policy: manifest policy tokens=%q is not a token mode (known: auto, tito, chat)", tokens))
+	}
+	c.Tokens = TokenMode(tokens)
+	strField("tool_parser", &c.ToolParser)
+	strField("reasoning_parser", &c.ReasoningParser)
+	strField("tool_key_order", &c.ToolKeyOrder)
+	if raw, ok := fields["chat_template_kwargs"]; ok && !isNull(raw) {
+		kw, err := DecodeTemplateKwargs(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("policy: manifest policy chat_template_kwargs: %w", err))
+		}
+		c.ChatTemplateKwargs = kw
+	}
+	if raw, ok := fields["send_reasoning"]; ok && !isNull(raw) {
+		v, err := decodeBool(raw)
+		if err != nil {
+			bad("send_reasoning", raw, "a boolean")
+		}
+		c.SendReasoning = &v
+	}
 	return c, errors.Join(errs...)
+}
+
+// DecodeTemplateKwargs reads chat template kwargs: a JSON object, or (the
+// option's form) a string holding one. An empty string is none.
+func DecodeTemplateKwargs(raw json.RawMessage) (map[string]any, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if strings.TrimSpace(s) == "" {
+			return nil, nil
+		}
+		raw = json.RawMessage(s)
+	}
+	var kw map[string]any
+	if err := json.Unmarshal(raw, &kw); err != nil || kw == nil {
+		return nil, fmt.Errorf("%s is not a JSON object", raw)
+	}
+	return kw, nil
+}
+
+// decodeBool reads true or "true".
+func decodeBool(raw json.RawMessage) (bool, error) {
+	var v bool
+	if err := json.Unmarshal(raw, &v); err == nil {
+		return v, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return false, err
+	}
+	return strconv.ParseBool(s)
 }
 
 // decodeActions reads ["exec","done"] or the older "exec,done", refusing

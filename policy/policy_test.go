@@ -193,3 +193,54 @@ func TestNewRecord(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, conv, shown)
 }
+
+// The fields token-in-token-out added: typed, compared by a resume, and
+// read from the options' string form where a manifest has no conversation.
+func TestConversationTokenFields(t *testing.T) {
+	c := Conversation{Tokens: TokensTITO, ToolParser: "hermes", ReasoningParser: "qwen3",
+		ChatTemplateKwargs: map[string]any{"enable_thinking": false, "truncate_history_thinking": true},
+		SendReasoning:      ptr(true), ToolKeyOrder: "canonical", EnableThinking: ptr(false)}
+	b, err := json.Marshal(c)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"system_prompt":"","observation_cap":0,"enable_thinking":false,"tokens":"tito","tool_parser":"hermes",
+		"reasoning_parser":"qwen3","chat_template_kwargs":{"enable_thinking":false,"truncate_history_thinking":true},
+		"send_reasoning":true,"tool_key_order":"canonical"}`, string(b))
+	var back Conversation
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, c, back)
+	require.Empty(t, back.Diff(c))
+	require.True(t, back.SentReasoning())
+	require.Equal(t, "canonical", back.ToolOrder())
+
+	other := c
+	other.Tokens, other.ChatTemplateKwargs, other.SendReasoning = TokensChat, map[string]any{"enable_thinking": true}, nil
+	require.Equal(t, []string{"tokens", "chat_template_kwargs", "send_reasoning"}, c.Diff(other))
+
+	// A manifest that predates them: chat, sorted tool keys, no reasoning sent.
+	var old Conversation
+	require.NoError(t, json.Unmarshal([]byte(`{"system_prompt":"s"}`), &old))
+	require.Equal(t, "sorted", old.ToolOrder())
+	require.False(t, old.SentReasoning())
+	require.Empty(t, old.Tokens)
+
+	// Options stand in where the conversation leaves a field out.
+	rec, err := DecodeRecord([]byte(`{"name":"openai","options":{"tokens":"tito","chat_template_kwargs":"{\"enable_thinking\": false}","send_reasoning":"false"},
+		"conversation":{"system_prompt":"s"}}`))
+	require.NoError(t, err)
+	shown, err := rec.Shown()
+	require.NoError(t, err)
+	require.Equal(t, TokensTITO, shown.Tokens)
+	require.Equal(t, map[string]any{"enable_thinking": false}, shown.ChatTemplateKwargs)
+	require.False(t, shown.SentReasoning())
+	require.NotNil(t, shown.SendReasoning)
+
+	for name, bad := range map[string]struct{ json, want string }{
+		"mode":   {`{"tokens":"psychic"}`, `tokens="psychic" is not a token mode`},
+		"kwargs": {`{"chat_template_kwargs":"[1]"}`, `chat_template_kwargs: [1] is not a JSON object`},
+		"bool":   {`{"send_reasoning":"maybe"}`, `send_reasoning="maybe" is not a boolean`},
+	} {
+		var c Conversation
+		err := json.Unmarshal([]byte(bad.json), &c)
+		require.ErrorContains(t, err, bad.want, name)
+	}
+}

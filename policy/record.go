@@ -102,9 +102,11 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 // manifest written before the conversation was recorded, or by another
 // tool — the options of the same name stand in (system_prompt, or its
 // older name system; tool_mode; actions; observation_cap;
-// enable_thinking). What neither records keeps its neutral value: no
-// system message, function calls, every action, whole observations,
-// enable_thinking unknown. A value that cannot be read is an error, never a
+// enable_thinking; tokens; tool_parser; reasoning_parser;
+// chat_template_kwargs; send_reasoning). What neither records keeps its
+// neutral value: no system message, function calls, every action, whole
+// observations, enable_thinking unknown, no token mode, parsers or kwargs
+// recorded, reasoning not sent back, sorted tool keys (ToolOrder). A value that cannot be read is an error, never a
 // silent default.
 func (r Record) Shown() (Conversation, error) {
 	fields := map[string]json.RawMessage{}

@@ -91,6 +91,9 @@ type ModelEvent struct {
 	FinishReason string
 	Usage        Usage
 	Latency      time.Duration
+	// Provenance says where the turn's token ids came from; zero for a
+	// policy that reports none.
+	Provenance Provenance
 }
 
 // ToolCall is one function call as a model's server returned it: the
@@ -102,6 +105,28 @@ type ToolCall struct {
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
 }
+
+// Provenance is how one model turn's token ids were obtained, recorded per
+// step so that a run that mixes inference servers, chat templates or
+// token paths shows it turn by turn.
+type Provenance struct {
+	// Path names how the prompt ids were made: TokenPathChat (the server
+	// rendered the conversation's messages) or TokenPathTITO (the policy
+	// sent the ids it held, token in, token out); "" when unknown.
+	Path string
+	// Endpoints are the server paths that produced the ids, in call order
+	// (for example /tokenize then /v1/completions).
+	Endpoints []string
+	// TemplateSHA256 is the hex sha256 of the chat template the server
+	// reported it renders with; "" when it reports none.
+	TemplateSHA256 string
+}
+
+// The token paths of Provenance.Path.
+const (
+	TokenPathChat = "chat"
+	TokenPathTITO = "tito"
+)
 
 // Step is one action and its result, in episode order.
 type Step struct {

@@ -81,6 +81,12 @@ type StepRow struct {
 	PromptTokens     *int32    `parquet:"prompt_tokens,optional" json:"prompt_tokens,omitempty"`
 	CompletionTokens *int32    `parquet:"completion_tokens,optional" json:"completion_tokens,omitempty"`
 	ModelMS          *float64  `parquet:"model_latency_ms,optional" json:"model_latency_ms,omitempty"`
+
+	// Where the turn's token ids came from (runtime.Provenance); null on a
+	// step without a model turn or from a policy that reports none.
+	TokenPath          *string `parquet:"token_path,optional" json:"token_path,omitempty"`                     // "chat" or "tito"
+	TokenEndpoints     *string `parquet:"token_endpoints,optional" json:"token_endpoints,omitempty"`           // server paths, comma-separated, in call order
+	ChatTemplateSHA256 *string `parquet:"chat_template_sha256,optional" json:"chat_template_sha256,omitempty"` // when the server reports its template
 }
 
 // EpisodeRow is one row of the episodes table.
@@ -117,7 +123,10 @@ type EpisodeRow struct {
 	EnvMS      float64 `parquet:"env_ms" json:"env_ms"`
 	VerifyMS   float64 `parquet:"verify_ms" json:"verify_ms"`
 
-	TokenDrift bool `parquet:"token_drift" json:"token_drift"` // a later prompt did not extend the earlier token ids
+	TokenDrift bool `parquet:"token_drift" json:"token_drift"` // the token record is cut (TokenCut says why)
+	// TokenCut says why the record was cut when TokenDrift is set:
+	// TokenCutDrift or TokenCutMissingIDs; null when it was not.
+	TokenCut *string `parquet:"token_cut,optional" json:"token_cut,omitempty"`
 
 	// The episode's assembled token record (package tokens): the first model
 	// prompt, then every later token with mask 1 (model) or 0 (environment)
@@ -130,6 +139,16 @@ type EpisodeRow struct {
 	ResponseLogprobs []float32 `parquet:"response_logprobs,list" json:"response_logprobs"`
 	TokenTurns       int32     `parquet:"token_turns" json:"token_turns"` // model turns in the token record
 }
+
+// The values of EpisodeRow.TokenCut.
+const (
+	// TokenCutDrift: a later prompt did not extend the earlier prompt and
+	// response ids (the chat template re-rendered history differently).
+	TokenCutDrift = "drift"
+	// TokenCutMissingIDs: a model turn came back without token ids, so what
+	// the model generated there is unknown and no later turn can be masked.
+	TokenCutMissingIDs = "missing_ids"
+)
 
 // RewardRow is one row of the rewards table: a reward attached out-of-band to
 // an episode (StepIndex nil) or to one of its steps.

@@ -8,20 +8,40 @@
 // part of prompt k+1 that extends prompt k + response k. They get mask 0 and
 // logprob 0.0; model tokens get mask 1 and the server's logprobs. When a later
 // prompt does not extend the earlier ids (the template re-rendered history
-// differently: "retokenization drift"), no mask is guessed: the record stops
-// and says so.
+// differently: "retokenization drift"), or a model turn came back without its
+// ids (what it generated is then unknown, and would otherwise be swallowed
+// into the next prompt as environment tokens), no mask is guessed: the
+// record stops before that turn and says why.
+//
+// The check is the same whichever way the ids were obtained. A policy that
+// sends token ids itself (token in, token out) builds each prompt as the
+// previous prompt, its response and the new turn's ids, so its records pass
+// by construction; Assemble verifies that rather than trusting it.
 //
 // It knows token ids only: not runtime steps, not files, not trainers.
 package tokens
 
 import "fmt"
 
-// Turn is one model call as the server reported it.
+// Turn is one model call as the server reported it. A model turn without
+// prompt or response ids is kept as a Turn with them empty: it cuts the
+// record (CutMissingIDs).
 type Turn struct {
 	PromptIDs   []int32
 	ResponseIDs []int32
 	Logprobs    []float32 // one per response id, or empty when not requested
 }
+
+// Missing reports whether the turn lacks the ids a record needs.
+func (t Turn) Missing() bool { return len(t.PromptIDs) == 0 || len(t.ResponseIDs) == 0 }
+
+// Why a record was cut (Record.Cut).
+const (
+	// CutDrift: the turn's prompt did not extend the ids before it.
+	CutDrift = "drift"
+	// CutMissingIDs: the turn came back without token ids.
+	CutMissingIDs = "missing_ids"
+)
 
 // Record is an episode's assembled token record, in verl's AgentLoopOutput
 // shape: Response holds every token after the first prompt.
@@ -31,21 +51,33 @@ type Record struct {
 	Mask        []int32   // 1 model token, 0 environment token
 	Logprobs    []float32 // aligned with ResponseIDs; 0.0 for environment tokens; nil when any turn lacked logprobs
 	Turns       int       // model turns assembled
-	// Drift is set when turn DriftTurn's prompt did not extend the ids
-	// before it; the record then holds the turns before DriftTurn only.
+	// Drift is set when the record was cut before turn DriftTurn, Cut
+	// saying why (CutDrift or CutMissingIDs); the record then holds the
+	// turns before DriftTurn only.
 	Drift     bool
 	DriftTurn int
+	Cut       string
 }
 
-// Assemble builds the record of turns in order. Turns without token ids
-// (a scripted step, a server that returned none) are skipped.
+// Assemble builds the record of an episode's model turns, in order. When no
+// turn has ids (a server that reports none, or none were asked for) the
+// record is empty and not cut; otherwise the first turn that lacks them, or
+// whose prompt does not extend the ids before it, cuts the record there.
 func Assemble(turns []Turn) (Record, error) {
 	var r Record
+	anyIDs := false
+	for _, t := range turns {
+		anyIDs = anyIDs || !t.Missing()
+	}
+	if !anyIDs {
+		return r, nil
+	}
 	haveLogprobs := true
 	var seen []int32 // prompt + response ids so far, as the server saw them
 	for i, t := range turns {
-		if len(t.PromptIDs) == 0 && len(t.ResponseIDs) == 0 {
-			continue
+		if t.Missing() {
+			r.Drift, r.DriftTurn, r.Cut = true, i, CutMissingIDs
+			break
 		}
 		if len(t.Logprobs) != 0 && len(t.Logprobs) != len(t.ResponseIDs) {
 			return r, fmt.Errorf("tokens: turn %d has %d logprobs for %d response ids", i, len(t.Logprobs), len(t.ResponseIDs))
@@ -58,7 +90,7 @@ func Assemble(turns []Turn) (Record, error) {
 			seen = append(seen, t.PromptIDs...)
 		} else {
 			if !HasPrefix(t.PromptIDs, seen) {
-				r.Drift, r.DriftTurn = true, i
+				r.Drift, r.DriftTurn, r.Cut = true, i, CutDrift
 				break
 			}
 			env := t.PromptIDs[len(seen):]
@@ -81,7 +113,7 @@ func Assemble(turns []Turn) (Record, error) {
 		seen = append(seen, t.ResponseIDs...)
 		r.Turns++
 	}
-	if !haveLogprobs {
+	if !haveLogprobs || r.Turns == 0 {
 		r.Logprobs = nil
 	}
 	return r, nil

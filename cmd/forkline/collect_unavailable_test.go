@@ -35,7 +35,7 @@ type modelServer struct {
 	t      *testing.T
 	addr   string
 	target *url.URL
-	// stopAfter > 0 stops the server when that many requests have come:
+	// stopAfter > 0 stops the server when that many model turns have come:
 	// the one that finds it stopping gets its connection dropped.
 	stopAfter atomic.Int64
 	requests  atomic.Int64
@@ -71,6 +71,12 @@ func (m *modelServer) start() {
 	proxy := httputil.NewSingleHostReverseProxy(m.target)
 	proxy.ErrorLog = log.New(io.Discard, "", 0) // requests cut by the stop
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Only model turns count: the policy's probe of what the server
+		// offers comes first, once per run.
+		if r.URL.Path != "/v1/chat/completions" {
+			proxy.ServeHTTP(w, r)
+			return
+		}
 		if n := m.requests.Add(1); m.stopAfter.Load() > 0 && n > m.stopAfter.Load() {
 			// Stop at once, as a killed server does: the listener closes
 			// (new connections are refused) and every open connection,

@@ -41,15 +41,22 @@ func call(name, args string) string {
 }
 
 // collectAgainst runs one collect of task against srv and returns the run.
-func collectAgainst(t *testing.T, srv *vllmsim.Server, task string, repeats int) string {
+func collectAgainst(t *testing.T, srv *vllmsim.Server, task string, repeats int, policyOpts ...string) string {
 	t.Helper()
 	tasks := filepath.Join(t.TempDir(), "task.yaml")
 	require.NoError(t, os.WriteFile(tasks, []byte(task), 0o644))
 	out := filepath.Join(t.TempDir(), "run")
 	var code int
+	var extra []string
+	for _, kv := range policyOpts {
+		extra = append(extra, "-policy-opt", kv)
+	}
 	printed := captureOutput(t, func() {
-		code = collectInProcess([]string{"-tasks", tasks, "-out", out, "-workdir", t.TempDir(), "-replicas", "1",
-			"-repeats", fmt.Sprint(repeats), "-policy", "openai", "-base-url", srv.URL + "/v1", "-model", srv.Config().Model, "-quiet"})
+		code = collectInProcess(append([]string{"-tasks", tasks, "-out", out, "-workdir", t.TempDir(), "-replicas", "1",
+			"-repeats", fmt.Sprint(repeats), "-policy", "openai", "-base-url", srv.URL + "/v1", "-model", srv.Config().Model,
+			// Chat mode: these tests are about exports of what a chat
+			// server rendered (tokens=auto picks tito against vLLM).
+			"-policy-opt", "tokens=chat", "-quiet"}, extra...))
 	})
 	require.Equal(t, cli.ExitOK, code, "%s", printed)
 	return out
@@ -179,7 +186,7 @@ func TestTurnRowsOfADriftedEpisodeAreTheServersIDs(t *testing.T) {
 		vllmsim.Reply{Text: "<think>\nTwo.\n</think>\n\n" + call("write_file", `{"path": "out.txt", "content": "2\n"}`)},
 		vllmsim.Reply{Text: "<think>\nWritten.\n</think>\n\n" + call("done", `{"answer": "2"}`)},
 	)})
-	run := collectAgainst(t, srv, countTask, 1)
+	run := collectAgainst(t, srv, countTask, 1, "send_reasoning=false")
 	served := turns(srv)
 	require.Len(t, served, 3)
 	ds, err := shard.Open(run)

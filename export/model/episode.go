@@ -131,14 +131,14 @@ func (e *Episode) Screenshot(i int) ([]byte, error) {
 
 // Tools returns the function tools the episode's policy offered
 // (Conversation.Actions, every canonical action when none are recorded) as
-// a JSON array in aci's key order (aci.ToolsJSON, the order the policy sent
+// a JSON array in aci's key order (aci.OfferedToolsJSON, the order the policy sent
 // them in), or nil when it offered none as functions (tool calls written in
 // the text).
 func (e *Episode) Tools() json.RawMessage {
 	if e.Conversation.TextToolCalls() {
 		return nil
 	}
-	return aci.ToolsJSON(e.Conversation.Actions)
+	return aci.OfferedToolsJSON(e.Conversation.Actions)
 }
 
 // ToolsKey identifies the episode's tool list, for caching its encoding.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/runtime"
@@ -90,7 +91,7 @@ type Reasoning string
 const (
 	// ReasoningShown (the default) keeps reasoning where the model saw it:
 	// on every assistant turn when its policy sent earlier reasoning back
-	// (policy.Conversation.ReasoningInHistory), else on the last assistant
+	// (policy.Conversation.SendReasoning), else on the last assistant
 	// message only — each turn was generated after a history without the
 	// earlier turns' reasoning, which chat templates such as Qwen3's would
 	// otherwise render back into every turn of the training sequence.
@@ -211,6 +212,13 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 		if kind == "" && len(calls) == 0 && content == "" && reasoning == "" {
 			continue // a turn that produced nothing at all
 		}
+		if len(calls) > 0 && strings.TrimSpace(content) == "" {
+			// What a reasoning parser leaves before a call may be only
+			// whitespace (the "\n\n" after </think>); the openai policy
+			// sends such a turn back without content, so the server
+			// rendered none, and neither does the export.
+			content = ""
+		}
 		out = append(out, Message{Role: RoleAssistant, Content: content, Reasoning: reasoning, ToolCalls: calls, Step: step, Failed: kind == ""})
 		if kind == "" || kind == runtime.ActDone || len(calls) == 0 {
 			// No result was shown: the episode ended on this turn.
@@ -225,7 +233,7 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 			out = append(out, Message{Role: RoleTool, Content: aci.NotRunResult, ToolCallID: c.ID, Step: step})
 		}
 	}
-	applyReasoning(out, o.Reasoning, ep.Conversation.ReasoningInHistory)
+	applyReasoning(out, o.Reasoning, ep.Conversation.SentReasoning())
 	return out, nil
 }
 

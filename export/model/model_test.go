@@ -158,7 +158,7 @@ func TestReasoningAsShown(t *testing.T) {
 	assert.Equal(t, []string{"", "", "", "", "all green"}, reasoning(Options{}))
 	assert.Equal(t, []string{"tests first", "", "", "", "all green"}, reasoning(Options{Reasoning: ReasoningAll}))
 	assert.Equal(t, []string{"", "", "", "", ""}, reasoning(Options{Reasoning: ReasoningNone}))
-	ep.Conversation.ReasoningInHistory = true
+	ep.Conversation.SendReasoning = &[]bool{true}[0]
 	assert.Equal(t, []string{"tests first", "", "", "", "all green"}, reasoning(Options{}), "a policy that sent reasoning back showed all of it")
 }
 
@@ -264,7 +264,7 @@ func TestMessagesWithTextToolCalls(t *testing.T) {
 	assert.Nil(t, ep.Tools())
 	ep.Conversation.ToolMode = policy.ToolsNative
 	ep.Conversation.Actions = []runtime.ActionKind{runtime.ActExec, runtime.ActDone}
-	assert.Equal(t, string(aci.ToolsJSON(ep.Conversation.Actions)), string(ep.Tools()), "tools in aci's key order")
+	assert.Equal(t, string(aci.OfferedToolsJSON(ep.Conversation.Actions)), string(ep.Tools()), "tools in aci's key order")
 }
 
 func TestRewards(t *testing.T) {

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -232,4 +233,37 @@ func hasBlobs(bs []EpisodeBatch) bool {
 		}
 	}
 	return false
+}
+
+// Project reads a few columns of a table, in the table's order.
+func TestProjectReadsSomeColumns(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	w, err := Create(dir, testManifest(), smallConfig())
+	require.NoError(t, err)
+	path := "tito"
+	var want []string
+	for i := range 3 {
+		b := makeBatch(testRunID, i)
+		for j := range b.Steps {
+			if j%2 == 1 {
+				b.Steps[j].TokenPath = &path
+			}
+			want = append(want, fmt.Sprintf("%s/%d/%v", b.Steps[j].EpisodeID, b.Steps[j].StepIndex, j%2 == 1))
+		}
+		require.NoError(t, w.Commit(context.Background(), b))
+	}
+	require.NoError(t, w.Close(StatusComplete))
+	ds, err := Open(dir)
+	require.NoError(t, err)
+	type provenance struct {
+		EpisodeID string  `parquet:"episode_id"`
+		StepIndex int32   `parquet:"step_index"`
+		TokenPath *string `parquet:"token_path,optional"`
+	}
+	var got []string
+	for p, err := range Project[provenance](ds, schemas.TableSteps) {
+		require.NoError(t, err)
+		got = append(got, fmt.Sprintf("%s/%d/%v", p.EpisodeID, p.StepIndex, p.TokenPath != nil && *p.TokenPath == "tito"))
+	}
+	require.Equal(t, want, got)
 }

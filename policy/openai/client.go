@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -26,9 +27,33 @@ type chatMessage struct {
 	Role string `json:"role"`
 	// Content is a pointer so that an assistant message that only calls a
 	// tool sends null, as OpenAI does.
-	Content    *string    `json:"content"`
-	ToolCalls  []toolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Content *string `json:"content"`
+	// Parts, when set, is sent as the content instead: a list of OpenAI
+	// content parts ({"type": "text", ...}, {"type": "image_url", ...}).
+	// Every message path (chat requests, token-in-token-out renders) sends
+	// messages through this type, so a turn that carries images renders
+	// the same way as one that carries text.
+	Parts []json.RawMessage `json:"-"`
+	// Reasoning or ReasoningContent carries an assistant turn's reasoning
+	// back, in the field the server returned it in (vLLM: reasoning; SGLang,
+	// DeepSeek and older vLLM: reasoning_content).
+	Reasoning        *string    `json:"reasoning,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+	ToolCallID       string     `json:"tool_call_id,omitempty"`
+}
+
+// MarshalJSON writes content as Parts when set, else as Content (null when
+// nil).
+func (m chatMessage) MarshalJSON() ([]byte, error) {
+	type plain chatMessage
+	if m.Parts == nil {
+		return json.Marshal(plain(m))
+	}
+	return json.Marshal(struct {
+		plain
+		Content []json.RawMessage `json:"content"`
+	}{plain(m), m.Parts})
 }
 
 type toolCall struct {
@@ -46,19 +71,22 @@ type toolCallFunc struct {
 }
 
 type chatRequest struct {
-	Model       string          `json:"model,omitempty"`
-	Messages    []chatMessage   `json:"messages"`
-	Tools       json.RawMessage `json:"tools,omitempty"`
-	Temperature *float64        `json:"temperature,omitempty"`
-	TopP        *float64        `json:"top_p,omitempty"`
-	MaxTokens   int             `json:"max_tokens,omitempty"`
-	Seed        *int64          `json:"seed,omitempty"`
-	Logprobs    bool            `json:"logprobs,omitempty"`
-	TopLogprobs *int            `json:"top_logprobs,omitempty"`
+	Model       string        `json:"model,omitempty"`
+	Messages    []chatMessage `json:"messages"`
+	Tools       []aci.Tool    `json:"tools,omitempty"`
+	Temperature *float64      `json:"temperature,omitempty"`
+	TopP        *float64      `json:"top_p,omitempty"`
+	MaxTokens   int           `json:"max_tokens,omitempty"`
+	Seed        *int64        `json:"seed,omitempty"`
+	Logprobs    bool          `json:"logprobs,omitempty"`
+	TopLogprobs *int          `json:"top_logprobs,omitempty"`
 	// vLLM ≥ 0.10.2 and SGLang: token ids of the prompt and the response.
 	ReturnTokenIDs bool `json:"return_token_ids,omitempty"`
-	// SGLang: prompt ids per choice.
+	// SGLang: prompt ids per choice. Sent only to servers that may be
+	// SGLang: vLLM logs a warning for it on every request.
 	ReturnPromptTokenIDs bool `json:"return_prompt_token_ids,omitempty"`
+	// vLLM and SGLang: extra chat template variables.
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
 }
 
 type chatResponse struct {
@@ -73,14 +101,9 @@ type chatResponse struct {
 }
 
 type chatChoice struct {
-	Message struct {
-		Content          *string    `json:"content"`
-		Reasoning        *string    `json:"reasoning"`         // vLLM
-		ReasoningContent *string    `json:"reasoning_content"` // SGLang, DeepSeek and older vLLM
-		ToolCalls        []toolCall `json:"tool_calls"`
-	} `json:"message"`
-	FinishReason string  `json:"finish_reason"`
-	TokenIDs     []int32 `json:"token_ids"`
+	Message      chatChoiceMessage `json:"message"`
+	FinishReason string            `json:"finish_reason"`
+	TokenIDs     []int32           `json:"token_ids"`
 	// SGLang puts the prompt ids in each choice.
 	PromptTokenIDs []int32 `json:"prompt_token_ids"`
 	Logprobs       *struct {
@@ -89,6 +112,13 @@ type chatChoice struct {
 			Logprob float64 `json:"logprob"`
 		} `json:"content"`
 	} `json:"logprobs"`
+}
+
+type chatChoiceMessage struct {
+	Content          *string    `json:"content"`
+	Reasoning        *string    `json:"reasoning"`         // vLLM
+	ReasoningContent *string    `json:"reasoning_content"` // SGLang, DeepSeek and older vLLM
+	ToolCalls        []toolCall `json:"tool_calls"`
 }
 
 // ErrRetriesExhausted is wrapped by the error Decide returns when a request
@@ -100,18 +130,24 @@ type chatChoice struct {
 var ErrRetriesExhausted = errors.New("openai: retries exhausted")
 
 // ErrBadResponse is wrapped when the server answered 2xx with something that
-// is not a chat completion (undecodable JSON, no choices). It is not retried.
-var ErrBadResponse = errors.New("openai: not a chat completion")
+// is not what was asked for (undecodable JSON, a chat completion without
+// choices, a token endpoint's answer without ids). It is not retried.
+var ErrBadResponse = errors.New("openai: not the answer asked for")
 
 // StatusError is a non-2xx answer. Body holds the start of the answer's body
 // with the API key, should a server echo it, replaced by [redacted].
 type StatusError struct {
+	// Path is the request's method and URL path ("POST /tokenize").
+	Path string
 	Code int
 	Body string
 }
 
 func (e *StatusError) Error() string {
 	msg := fmt.Sprintf("openai: server answered %d %s", e.Code, http.StatusText(e.Code))
+	if e.Path != "" {
+		msg = fmt.Sprintf("openai: %s: server answered %d %s", e.Path, e.Code, http.StatusText(e.Code))
+	}
 	if e.Body != "" {
 		msg += ": " + e.Body
 	}
@@ -141,25 +177,36 @@ const maxBody = 256 << 20
 // reuse connections. Attempts are bounded by contexts, not by the client.
 var defaultHTTP = &http.Client{}
 
-// client sends chat completion requests with retries.
+// client sends requests to the model server (and to a separate renderer,
+// when one is configured) with retries.
 type client struct {
-	url    string
-	cfg    Config
-	http   *http.Client
-	sleep  func(ctx context.Context, d time.Duration) error
-	jitter func(n int64) int64
+	url     string // the chat completions URL
+	urls    serverURLs
+	render  serverURLs // where chat templates are rendered: urls unless render_url is set
+	cfg     Config
+	http    *http.Client
+	sleep   func(ctx context.Context, d time.Duration) error
+	jitter  func(n int64) int64
+	keyHost string // the only scheme://host the API key is sent to
 }
 
 func newClient(cfg Config) (*client, error) {
-	u, err := endpoint(cfg.BaseURL)
+	urls, err := parseServerURL(cfg.BaseURL, "base_url")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrOption, err)
+	}
+	render := urls
+	if cfg.RenderURL != "" {
+		if render, err = parseServerURL(cfg.RenderURL, "render_url"); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrOption, err)
+		}
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		hc = defaultHTTP
 	}
-	return &client{url: u, cfg: cfg, http: hc, sleep: sleepCtx, jitter: rand.Int64N}, nil
+	return &client{url: urls.api("/chat/completions"), urls: urls, render: render, cfg: cfg, http: hc,
+		sleep: sleepCtx, jitter: rand.Int64N, keyHost: urls.host}, nil
 }
 
 // result is one successful answer and what it took.
@@ -169,24 +216,51 @@ type result struct {
 	attempts int
 }
 
-// complete sends req, repeating it after retryable failures with exponential
-// backoff and jitter. It gives up at once when ctx ends.
+// complete sends a chat completion request (see do).
 func (c *client) complete(ctx context.Context, req *chatRequest) (result, error) {
-	body, err := json.Marshal(req)
+	var resp chatResponse
+	ans, err := c.do(ctx, http.MethodPost, c.url, req, &resp, func() error {
+		if len(resp.Choices) == 0 {
+			return errors.New("no choices")
+		}
+		return nil
+	})
 	if err != nil {
-		return result{}, fmt.Errorf("openai: encoding the request: %w", err)
+		return result{}, err
+	}
+	return result{resp: &resp, latency: ans.latency, attempts: ans.attempts}, nil
+}
+
+// answer is what one successful request took.
+type answer struct {
+	latency  time.Duration // of the attempt that answered
+	attempts int
+}
+
+// do sends one request (body encoded as JSON; nil for none) and decodes a
+// 2xx answer into out, then runs check on it (nil for none); a failed check
+// is an ErrBadResponse, never retried. Retryable failures (429, 5xx,
+// timeouts, broken connections) are repeated with exponential backoff and
+// jitter; do gives up at once when ctx ends.
+func (c *client) do(ctx context.Context, method, url string, body, out any, check func() error) (answer, error) {
+	var data []byte
+	if body != nil {
+		var err error
+		if data, err = marshalNoEscape(body); err != nil {
+			return answer{}, fmt.Errorf("openai: encoding the request: %w", err)
+		}
 	}
 	for attempt := 0; ; attempt++ {
-		resp, latency, err := c.once(ctx, body)
+		latency, err := c.once(ctx, method, url, data, out, check)
 		if err == nil {
-			return result{resp: resp, latency: latency, attempts: attempt + 1}, nil
+			return answer{latency: latency, attempts: attempt + 1}, nil
 		}
 		if ctx.Err() != nil {
-			return result{}, fmt.Errorf("openai: request abandoned: %w", ctx.Err())
+			return answer{}, fmt.Errorf("openai: request abandoned: %w", ctx.Err())
 		}
 		var ae *attemptError
 		if !errors.As(err, &ae) {
-			return result{}, err
+			return answer{}, err
 		}
 		if attempt >= c.cfg.Retries {
 			err := fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempt+1, ae.err)
@@ -196,14 +270,14 @@ func (c *client) complete(ctx context.Context, req *chatRequest) (result, error)
 				// episode's (runtime.ErrUnavailable).
 				err = &unavailableError{err}
 			}
-			return result{}, err
+			return answer{}, err
 		}
 		d := c.backoff(attempt, ae.retryAfter)
 		if c.cfg.Logf != nil {
 			c.cfg.Logf("%v; retry %d of %d in %s", ae.err, attempt+1, c.cfg.Retries, d.Round(time.Millisecond))
 		}
 		if err := c.sleep(ctx, d); err != nil {
-			return result{}, fmt.Errorf("openai: request abandoned: %w", err)
+			return answer{}, fmt.Errorf("openai: request abandoned: %w", err)
 		}
 	}
 }
@@ -227,45 +301,56 @@ func (c *client) backoff(attempt int, retryAfter time.Duration) time.Duration {
 }
 
 // once makes one attempt. Retryable failures come back as *attemptError.
-func (c *client) once(ctx context.Context, body []byte) (*chatResponse, time.Duration, error) {
+func (c *client) once(ctx context.Context, method, url string, body []byte, out any, check func() error) (time.Duration, error) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, c.url, bytes.NewReader(body))
-	if err != nil {
-		return nil, 0, fmt.Errorf("openai: %w", err)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	hreq.Header.Set("Content-Type", "application/json")
+	hreq, err := http.NewRequestWithContext(actx, method, url, rd)
+	if err != nil {
+		return 0, fmt.Errorf("openai: %w", err)
+	}
+	if body != nil {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
 	hreq.Header.Set("Accept", "application/json")
 	key := os.Getenv(c.cfg.APIKeyEnv)
-	if key != "" {
+	if key != "" && sameHost(url, c.keyHost) {
+		// The key belongs to base_url's server; a separate renderer
+		// (render_url on another host) never gets it.
 		hreq.Header.Set("Authorization", "Bearer "+key)
 	}
 	began := time.Now()
 	hres, err := c.http.Do(hreq)
 	if err != nil {
-		return nil, 0, c.transportError(ctx, actx, err, key)
+		return 0, c.transportError(ctx, actx, err, key)
 	}
 	defer hres.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(hres.Body, maxBody))
 	latency := time.Since(began)
 	if err != nil {
-		return nil, 0, c.transportError(ctx, actx, err, key)
+		return 0, c.transportError(ctx, actx, err, key)
 	}
 	if hres.StatusCode < 200 || hres.StatusCode > 299 {
-		se := &StatusError{Code: hres.StatusCode, Body: snippet(data, key)}
+		se := &StatusError{Path: method + " " + hreq.URL.Path, Code: hres.StatusCode, Body: snippet(data, key)}
 		if se.Retryable() {
-			return nil, 0, &attemptError{err: se, retryAfter: retryAfter(hres.Header)}
+			return 0, &attemptError{err: se, retryAfter: retryAfter(hres.Header)}
 		}
-		return nil, 0, se
+		return 0, se
 	}
-	var resp chatResponse
-	if err := json.Unmarshal(data, &resp); err != nil {
-		return nil, 0, fmt.Errorf("%w: %v: %s", ErrBadResponse, err, snippet(data, key))
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return 0, fmt.Errorf("%w: %s %s: %v: %s", ErrBadResponse, method, hreq.URL.Path, err, snippet(data, key))
+		}
 	}
-	if len(resp.Choices) == 0 {
-		return nil, 0, fmt.Errorf("%w: no choices: %s", ErrBadResponse, snippet(data, key))
+	if check != nil {
+		if err := check(); err != nil {
+			return 0, fmt.Errorf("%w: %s %s: %v: %s", ErrBadResponse, method, hreq.URL.Path, err, snippet(data, key))
+		}
 	}
-	return &resp, latency, nil
+	return latency, nil
 }
 
 // transportError classifies a failure to get an answer: the caller's

@@ -1,36 +1,54 @@
 // Package openai is the LLM policy: it drives a model behind any
-// OpenAI-compatible /v1/chat/completions server (vLLM, SGLang, llama.cpp
-// server, hosted APIs) and records each turn token-exact, as the server
-// reports it: prompt ids, response ids and one logprob per generated token
-// (vLLM ≥ 0.10.2 return_token_ids with top-level prompt_token_ids; SGLang's
-// per-choice prompt_token_ids), never a re-tokenization.
+// OpenAI-compatible server (vLLM, SGLang, llama.cpp server, hosted APIs) and
+// records each turn token-exact, from the server's own ids, never a
+// re-tokenization.
+//
+// Two token paths (Config.Tokens). Chat mode sends the conversation's
+// messages to /v1/chat/completions each turn and records the ids the server
+// reports (vLLM ≥ 0.10.2 return_token_ids with top-level prompt_token_ids;
+// SGLang's per-choice prompt_token_ids): the server re-renders the whole
+// history with its chat template each turn, and where the template writes
+// an earlier turn differently from how it was generated, the record is cut
+// and flagged by the assembler (package tokens). Token in, token out (tito)
+// keeps the episode's ids itself, has the server render only each new turn
+// (vLLM's /tokenize with messages, or its render route), generates from the
+// whole id sequence (/v1/completions with a token-id prompt, vLLM's
+// /inference/v1/generate, SGLang's /generate with input_ids) and parses the
+// reply's tool calls and reasoning itself (hermes <tool_call> blocks,
+// qwen3 <think> blocks) or with the server's parsers (derender): the record
+// is exact by construction. The default, auto, asks the server once per
+// run what it serves (a prober shared by the run's policies) and takes tito
+// when it can, saying which in the log and in every step's provenance.
 //
 // The canonical actions are offered as function-calling tools (package aci's
-// schemas, derived from runtime's action definitions); a tool call becomes a
-// canonical Action. For models without native tool calling, ParseText reads
-// the common text dialects. One action is taken per turn: when the model
-// makes several tool calls, the first runs, all are recorded in
-// ModelEvent.Actions, and the others are answered "not run" so the
-// conversation stays well-formed.
+// schemas, in aci's one key order); a tool call becomes a canonical Action.
+// For models without native tool calling, ParseText reads the common text
+// dialects. One action is taken per turn: when the model makes several tool
+// calls, the first runs, all are recorded in ModelEvent.Actions, and the
+// others are answered "not run" so the conversation stays well-formed.
 //
 // Turns end an episode as follows: no tool call → runtime.ExitNoAction; a
-// tool call that does not make a canonical action → ExitUnparsedAction;
-// finish_reason "length" → ExitOutputTruncated (a cut answer is never
-// executed); a server that still fails after the retries → an error, which
-// runtime.Rollout records as ExitPolicyError — wrapping runtime.ErrUnavailable
-// when nothing could be reached at the server's address at all, so that a
-// collector treats a server that is gone as the run's failure, not the
+// tool call that does not make a canonical action → ExitUnparsedAction; a
+// reply cut at max_tokens (finish_reason "length", or "tool_calls" with all
+// of max_tokens used, which vLLM reports for a call cut before
+// </tool_call>) → ExitOutputTruncated: a cut answer is never executed; a
+// server that still fails after the retries → an error, which
+// runtime.Rollout records as ExitPolicyError — wrapping
+// runtime.ErrUnavailable when nothing could be reached at the server's
+// address at all, or when tokens=tito meets a server without the endpoints
+// it needs, so that a collector treats it as the run's failure, not the
 // episode's.
 //
-// Reasoning the server reports apart (message.reasoning, reasoning_content)
-// is recorded in ModelEvent.Reasoning but not sent back: chat templates drop
-// earlier turns' reasoning, and servers differ in how they would accept it.
-// Observations go back as text only, their middle elided beyond
-// Config.ObservationCap.
+// In chat mode the reasoning a server splits off (message.reasoning,
+// reasoning_content) goes back on its assistant turn in the same field
+// (Config.SendReasoning), and content the parsers left as only whitespace
+// goes back as null: Qwen3's template then re-renders a reasoning-parser
+// turn exactly as generated. Observations go back as text only, their
+// middle elided beyond Config.ObservationCap.
 //
 // A Policy holds one episode's conversation; build one per episode. The API
-// key is read from the environment at request time and never stored in a
-// Config, a message, an error or a log line.
+// key is read from the environment at request time, sent only to base_url's
+// host, and never stored in a Config, a message, an error or a log line.
 //
 // It knows runtime, aci and HTTP only: not tasks, datasets or token assembly
 // (package tokens does that from the ModelEvents).
@@ -41,6 +59,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -54,8 +73,8 @@ import (
 type Policy struct {
 	cfg     Config
 	client  *client
-	tools   []map[string]any
-	wire    json.RawMessage // tools as sent: aci.ToolsJSON, the key order the exports write
+	probe   *prober
+	tools   []aci.Tool
 	offered map[runtime.ActionKind]bool
 	system  string
 
@@ -63,6 +82,13 @@ type Policy struct {
 	started  bool
 	observed int              // history steps whose result is in msgs
 	answered map[int]turnMeta // step index → how this policy answered it
+
+	// Token in, token out: the episode's ids as the server saw them (the
+	// first prompt, every reply, every new turn), the last reply as a chat
+	// client would send it back, and the id that reply ended with.
+	ids       []int32
+	lastReply *chatMessage
+	turnEnd   int32
 }
 
 // turnMeta remembers how an action was asked for, to answer it the same way.
@@ -71,8 +97,12 @@ type turnMeta struct {
 	callIDs []string // every tool call of the answer; the first one ran
 }
 
-// New returns a policy for one episode. cfg is validated.
-func New(cfg Config) (*Policy, error) {
+// New returns a policy for one episode. cfg is validated. A policy made by
+// New asks its server what it offers on its first Decide; the policies of
+// one Source (Open) share that answer.
+func New(cfg Config) (*Policy, error) { return newPolicyWith(cfg, &prober{}) }
+
+func newPolicyWith(cfg Config, pr *prober) (*Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -84,10 +114,7 @@ func New(cfg Config) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Policy{cfg: cfg, client: c, tools: tools, offered: map[runtime.ActionKind]bool{}, answered: map[int]turnMeta{}}
-	if len(cfg.Actions) > 0 {
-		p.wire = aci.ToolsJSON(cfg.Actions)
-	}
+	p := &Policy{cfg: cfg, client: c, probe: pr, tools: tools, offered: map[runtime.ActionKind]bool{}, answered: map[int]turnMeta{}}
 	for _, k := range cfg.Actions {
 		p.offered[k] = true
 	}
@@ -95,17 +122,50 @@ func New(cfg Config) (*Policy, error) {
 	return p, nil
 }
 
-// Decide sends the conversation so far and turns the answer into a decision.
+// turn is one model call's answer, whichever path produced it.
+type turn struct {
+	ev        *runtime.ModelEvent
+	content   *string
+	reasoning *string
+	// reasoningField is the field the server returned the reasoning in
+	// ("reasoning" or "reasoning_content"); it goes back in the same one.
+	reasoningField string
+	calls          []toolCall // native calls: the server's, or parsed from the text
+	// truncated, when set, says why the reply is cut and must not be
+	// executed.
+	truncated string
+}
+
+// Decide sends the conversation so far, or in token-in-token-out mode the
+// episode's token ids, and turns the answer into a decision.
 func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decision, error) {
+	info, err := p.probe.get(ctx, p.client)
+	if err != nil {
+		return runtime.Decision{}, err
+	}
 	if !p.started {
 		p.msgs = []chatMessage{{Role: "system", Content: str(p.system)}, {Role: "user", Content: str(h.Instruction)}}
 		p.started = true
 	}
+	before := len(p.msgs)
 	p.catchUp(h.Steps)
-
-	res, err := p.client.complete(ctx, p.request())
+	var t *turn
+	if info.mode == policy.TokensTITO {
+		t, err = p.titoTurn(ctx, info, p.msgs[before:])
+	} else {
+		t, err = p.chatTurn(ctx, info)
+	}
 	if err != nil {
 		return runtime.Decision{}, p.hint(err)
+	}
+	return p.decision(h, info, t)
+}
+
+// chatTurn sends the whole conversation to /v1/chat/completions.
+func (p *Policy) chatTurn(ctx context.Context, info serverInfo) (*turn, error) {
+	res, err := p.client.complete(ctx, p.request(info))
+	if err != nil {
+		return nil, err
 	}
 	resp := res.resp
 	ch := resp.Choices[0]
@@ -114,17 +174,45 @@ func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decisio
 	if ev.Model == "" {
 		ev.Model = p.cfg.Model
 	}
+	ev.Provenance = runtime.Provenance{Path: runtime.TokenPathChat, Endpoints: []string{pathOf(p.client.url)}, TemplateSHA256: info.templateSHA}
+	t := &turn{ev: ev, content: ch.Message.Content, calls: ch.Message.ToolCalls}
+	switch {
+	case ch.Message.Reasoning != nil:
+		t.reasoning, t.reasoningField = ch.Message.Reasoning, "reasoning"
+	case ch.Message.ReasoningContent != nil:
+		t.reasoning, t.reasoningField = ch.Message.ReasoningContent, "reasoning_content"
+	}
+	switch {
+	case ch.FinishReason == "length":
+		t.truncated = "openai: the answer hit the token limit (finish_reason length) and is not executed"
+	case ch.FinishReason == "tool_calls" && p.cfg.MaxTokens > 0 && completionTokens(resp, &ch) >= p.cfg.MaxTokens:
+		// vLLM reports tool_calls whenever its parser found a call, also
+		// one cut at max_tokens before </tool_call>.
+		t.truncated = fmt.Sprintf("openai: the answer used all max_tokens (%d) and its tool call may be cut (the server still reports finish_reason tool_calls); it is not executed", p.cfg.MaxTokens)
+	}
+	return t, nil
+}
+
+// completionTokens is how many tokens the reply generated: the usage
+// report, else its token ids.
+func completionTokens(resp *chatResponse, ch *chatChoice) int {
+	if resp.Usage != nil {
+		return resp.Usage.CompletionTokens
+	}
+	return len(ch.TokenIDs)
+}
+
+// decision turns a model turn into the episode's next decision, and
+// appends the reply to the conversation as a chat client sends it back.
+func (p *Policy) decision(h runtime.History, info serverInfo, t *turn) (runtime.Decision, error) {
+	ev := t.ev
 	stop := func(exit runtime.ExitReason, detail string) (runtime.Decision, error) {
 		return runtime.Decision{Stop: exit, Model: ev, Detail: detail}, nil
 	}
-
-	if ch.FinishReason == "length" {
-		return stop(runtime.ExitOutputTruncated, "openai: the answer hit the token limit (finish_reason length) and is not executed")
+	if t.truncated != "" {
+		return stop(runtime.ExitOutputTruncated, t.truncated)
 	}
-	calls, native, err := p.calls(&ch)
-	if native {
-		ev.ToolCalls = recordCalls(ch.Message.ToolCalls)
-	}
+	calls, native, err := p.calls(t)
 	if err != nil {
 		return stop(runtime.ExitUnparsedAction, err.Error())
 	}
@@ -143,9 +231,9 @@ func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decisio
 	}
 
 	meta := turnMeta{native: native}
-	reply := chatMessage{Role: "assistant", Content: ch.Message.Content}
+	reply := chatMessage{Role: "assistant", Content: t.content}
 	if native {
-		for i, tc := range ch.Message.ToolCalls {
+		for i, tc := range t.calls {
 			if tc.ID == "" {
 				// The tool message must name its call; invent a stable id
 				// when the server gave none.
@@ -162,28 +250,44 @@ func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decisio
 		}
 		ev.ToolCallID = meta.callIDs[0]
 		ev.ToolCalls = recordCalls(reply.ToolCalls) // with the ids the history carries
+		// What the parsers left before the call may be only whitespace
+		// (the "\n\n" after </think>): a template writes "" and null the
+		// same way, but a blank string as text before the call.
+		if reply.Content != nil && strings.TrimSpace(*reply.Content) == "" {
+			reply.Content = nil
+		}
 	} else if reply.Content == nil {
 		reply.Content = str("")
 	}
+	if p.cfg.SendReasoning && t.reasoning != nil && info.mode == policy.TokensChat {
+		// Chat templates that keep recent reasoning (Qwen3's, for the
+		// turns after the last user message) re-render it from here.
+		if t.reasoningField == "reasoning_content" {
+			reply.ReasoningContent = t.reasoning
+		} else {
+			reply.Reasoning = t.reasoning
+		}
+	}
 	p.msgs = append(p.msgs, reply)
+	p.lastReply = &reply
 	p.answered[len(h.Steps)] = meta
 	return runtime.Decision{Action: first, Model: ev}, nil
 }
 
-// calls returns the answer's tool calls: native ones when the server parsed
-// them, else those written in the text.
-func (p *Policy) calls(ch *chatChoice) ([]Call, bool, error) {
-	if p.cfg.ToolMode == ToolsNative && len(ch.Message.ToolCalls) > 0 {
-		out := make([]Call, len(ch.Message.ToolCalls))
-		for i, tc := range ch.Message.ToolCalls {
+// calls returns the answer's tool calls: native ones when the server (or
+// the hermes parser) found them, else those written in the text.
+func (p *Policy) calls(t *turn) ([]Call, bool, error) {
+	if p.cfg.ToolMode == ToolsNative && len(t.calls) > 0 {
+		out := make([]Call, len(t.calls))
+		for i, tc := range t.calls {
 			out[i] = Call{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
 		}
 		return out, true, nil
 	}
-	if ch.Message.Content == nil {
+	if t.content == nil {
 		return nil, false, nil
 	}
-	calls, err := ParseText(*ch.Message.Content)
+	calls, err := ParseText(*t.content)
 	return calls, false, err
 }
 
@@ -211,24 +315,36 @@ func (p *Policy) catchUp(steps []runtime.Step) {
 	p.observed = len(steps)
 }
 
-func (p *Policy) request() *chatRequest {
-	r := &chatRequest{
-		Model:       p.cfg.Model,
-		Messages:    append([]chatMessage(nil), p.msgs...),
-		Temperature: p.cfg.Temperature,
-		TopP:        p.cfg.TopP,
-		MaxTokens:   p.cfg.MaxTokens,
-		Seed:        p.cfg.Seed,
-	}
+// offeredTools are the tools sent with a request: none in text mode, where
+// the system prompt describes them.
+func (p *Policy) offeredTools() []aci.Tool {
 	if p.cfg.ToolMode == ToolsNative {
-		r.Tools = p.wire
+		return p.tools
+	}
+	return nil
+}
+
+func (p *Policy) request(info serverInfo) *chatRequest {
+	r := &chatRequest{
+		Model:              p.cfg.Model,
+		Messages:           append([]chatMessage(nil), p.msgs...),
+		Tools:              p.offeredTools(),
+		Temperature:        p.cfg.Temperature,
+		TopP:               p.cfg.TopP,
+		MaxTokens:          p.cfg.MaxTokens,
+		Seed:               p.cfg.Seed,
+		ChatTemplateKwargs: p.cfg.ChatTemplateKwargs,
 	}
 	if p.cfg.Logprobs {
 		zero := 0
 		r.Logprobs, r.TopLogprobs = true, &zero
 	}
 	if p.cfg.TokenIDs {
-		r.ReturnTokenIDs, r.ReturnPromptTokenIDs = true, true
+		r.ReturnTokenIDs = true
+		// SGLang's field; vLLM logs a warning for it on every request, so
+		// only a server that may be SGLang gets it (one that did not say
+		// what it is may be).
+		r.ReturnPromptTokenIDs = info.kind == ServerSGLang || info.kind == ServerOther || info.kind == ""
 	}
 	return r
 }
@@ -329,7 +445,7 @@ Tools (with the JSON Schema of their arguments):
 {{tools}}`
 
 // systemPrompt is the configured or default prompt, with {{tools}} replaced.
-func systemPrompt(cfg Config, tools []map[string]any) string {
+func systemPrompt(cfg Config, tools []aci.Tool) string {
 	s := cfg.SystemPrompt
 	if s == "" {
 		s = defaultSystem
@@ -347,18 +463,31 @@ func str(s string) *string { return &s }
 
 // Conversation is, with defaults applied, what shapes the conversation
 // this configuration produces — the rendered system prompt, the tool mode,
-// the actions offered and the observation cap — for the manifest, so
-// exported SFT data holds the same messages the model was shown. The
-// policy sets no chat template kwargs, so EnableThinking stays unknown.
+// the actions offered, the observation cap, the token mode and parsers, the
+// chat template kwargs, whether reasoning goes back, the tool key order —
+// for the manifest, so exported SFT data holds the same messages the model
+// was shown. EnableThinking is chat_template_kwargs' enable_thinking when
+// it is a boolean there, else unknown (the server's default applied).
 func (c Config) Conversation() (policy.Conversation, error) {
 	tools, err := Tools(c.Actions)
 	if err != nil {
 		return policy.Conversation{}, err
 	}
-	return policy.Conversation{
-		SystemPrompt:   systemPrompt(c, tools),
-		ToolMode:       c.ToolMode,
-		Actions:        slices.Clone(c.Actions),
-		ObservationCap: c.ObservationCap,
-	}, nil
+	conv := policy.Conversation{
+		SystemPrompt:       systemPrompt(c, tools),
+		ToolMode:           c.ToolMode,
+		Actions:            slices.Clone(c.Actions),
+		ObservationCap:     c.ObservationCap,
+		Tokens:             c.Tokens,
+		ChatTemplateKwargs: maps.Clone(c.ChatTemplateKwargs),
+		SendReasoning:      &c.SendReasoning,
+		ToolKeyOrder:       aci.ToolKeyOrder,
+	}
+	if c.Tokens != policy.TokensChat {
+		conv.ToolParser, conv.ReasoningParser = c.ToolParser, c.ReasoningParser
+	}
+	if v, ok := c.ChatTemplateKwargs["enable_thinking"].(bool); ok {
+		conv.EnableThinking = &v
+	}
+	return conv, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai/openaitest"
 	"github.com/forkline/forkline/runtime"
 )
@@ -145,7 +146,9 @@ func TestToolsAreSentInTheExportOrder(t *testing.T) {
 		Tools json.RawMessage `json:"tools"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &body))
-	require.Equal(t, string(aci.ToolsJSON([]runtime.ActionKind{runtime.ActExec, runtime.ActDone})), string(body.Tools))
+	want, err := aci.ToolsJSON([]runtime.ActionKind{runtime.ActExec, runtime.ActDone})
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(body.Tools))
 }
 
 func TestTextModeConversation(t *testing.T) {
@@ -254,7 +257,7 @@ func TestRetries(t *testing.T) {
 	})
 	srv.Key = key
 	t.Setenv("RETRY_KEY", key)
-	opts := map[string]string{"api_key_env": "RETRY_KEY", "timeout": "100ms"}
+	opts := map[string]string{"api_key_env": "RETRY_KEY", "timeout": "100ms", "tokens": "chat"}
 
 	run := func(scenario string) (*lines, error) {
 		l := &lines{}
@@ -337,6 +340,8 @@ func TestBackoffIsExponentialBoundedAndHonoursRetryAfter(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, c.backoff(200, 0), "no overflow: half of backoff_max at least")
 }
 
+func localBase() string { return "http://127.0.0.1:8000/v1" }
+
 func TestParseOptions(t *testing.T) {
 	c, err := ParseOptions(map[string]string{"base_url": "http://127.0.0.1:8000/v1"})
 	require.NoError(t, err)
@@ -354,6 +359,20 @@ func TestParseOptions(t *testing.T) {
 	require.Zero(t, c.Retries)
 	require.False(t, c.TokenIDs)
 	require.True(t, c.Logprobs)
+
+	c, err = ParseOptions(map[string]string{"base_url": localBase(), "tokens": "tito", "tool_parser": "server", "reasoning_parser": "none",
+		"chat_template_kwargs": `{"enable_thinking": false, "truncate_history_thinking": true}`, "send_reasoning": "false",
+		"server": "sglang", "render_url": "http://127.0.0.1:8001"})
+	require.NoError(t, err)
+	require.Equal(t, policy.TokensTITO, c.Tokens)
+	require.Equal(t, map[string]any{"enable_thinking": false, "truncate_history_thinking": true}, c.ChatTemplateKwargs)
+	require.False(t, c.SendReasoning)
+	conv, err := c.Conversation()
+	require.NoError(t, err)
+	require.Equal(t, false, *conv.EnableThinking, "enable_thinking recorded from the kwargs")
+	require.Equal(t, "server", conv.ToolParser)
+	require.Equal(t, "canonical", conv.ToolKeyOrder)
+	require.False(t, conv.SentReasoning())
 
 	base := "http://127.0.0.1:8000/v1"
 	cases := []struct {
@@ -378,6 +397,16 @@ func TestParseOptions(t *testing.T) {
 		{"no actions", map[string]string{"base_url": base, "actions": ","}, "no actions"},
 		{"prompt file", map[string]string{"base_url": base, "system_prompt_file": "/nonexistent/prompt.txt"}, "system_prompt_file"},
 		{"bool", map[string]string{"base_url": base, "logprobs": "maybe"}, `logprobs="maybe"`},
+		{"token mode", map[string]string{"base_url": base, "tokens": "telepathy"}, `tokens "telepathy" is not known (known: auto, tito, chat)`},
+		{"tito without ids", map[string]string{"base_url": base, "tokens": "tito", "token_ids": "false"}, "tokens=tito keeps the episode's token ids, and token_ids=false asks for none"},
+		{"tool parser", map[string]string{"base_url": base, "tool_parser": "mistral"}, `tool_parser "mistral" is not known (known: hermes, server)`},
+		{"reasoning parser", map[string]string{"base_url": base, "reasoning_parser": "deepseek"}, `reasoning_parser "deepseek" is not known (known: qwen3, none)`},
+		{"parser with chat", map[string]string{"base_url": base, "tokens": "chat", "tool_parser": "hermes"}, "tool_parser applies to token-in-token-out turns only"},
+		{"render url with chat", map[string]string{"base_url": base, "tokens": "chat", "render_url": base}, "render_url applies to token-in-token-out turns only"},
+		{"render url credentials", map[string]string{"base_url": base, "render_url": "http://u:p@h"}, "render_url carries credentials"},
+		{"kwargs not an object", map[string]string{"base_url": base, "chat_template_kwargs": "[true]"}, `chat_template_kwargs="[true]": [true] is not a JSON object`},
+		{"kwargs not json", map[string]string{"base_url": base, "chat_template_kwargs": "enable_thinking=false"}, "is not a JSON object"},
+		{"server kind", map[string]string{"base_url": base, "server": "tgi"}, `server "tgi" is not known (known: auto, vllm, sglang, other)`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -395,9 +424,9 @@ func TestParseOptions(t *testing.T) {
 		"http://localhost:30000":                     "http://localhost:30000/chat/completions",
 		"https://inference.example.com:443/serve/v1": "https://inference.example.com:443/serve/v1/chat/completions",
 	} {
-		got, err := endpoint(in)
+		got, err := parseServerURL(in, "base_url")
 		require.NoError(t, err)
-		require.Equal(t, want, got)
+		require.Equal(t, want, got.api("/chat/completions"))
 	}
 }
 

@@ -1,11 +1,12 @@
 package openai
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +35,33 @@ const (
 	DefaultBackoff        = time.Second
 	DefaultBackoffMax     = 30 * time.Second
 	DefaultObservationCap = 16 << 10 // bytes of observation output shown to the model
+)
+
+// Client-side parsers of token-in-token-out turns (Config.ToolParser,
+// Config.ReasoningParser).
+const (
+	// ToolParserHermes reads <tool_call>{"name": ..., "arguments": ...}</tool_call>
+	// blocks as vLLM's hermes parser does (Hermes, Qwen2.5, Qwen3 and many
+	// others write their calls so).
+	ToolParserHermes = "hermes"
+	// ToolParserServer has the server parse the generated ids with its own
+	// reasoning and tool parsers, through vLLM's derender route
+	// (/v1/chat/completions/derender, served with --enable-scale-out).
+	ToolParserServer = "server"
+	// ReasoningParserQwen3 splits a <think>...</think> block off as the
+	// turn's reasoning.
+	ReasoningParserQwen3 = "qwen3"
+	// ReasoningParserNone keeps the generated text whole as content.
+	ReasoningParserNone = "none"
+)
+
+// Server kinds (Config.Server): what the server is, which decides the
+// request fields only it reads and its generation endpoint.
+const (
+	ServerAuto   = "auto"   // ask GET /v1/models once: owned_by "vllm", "sglang" or "llamacpp"
+	ServerVLLM   = "vllm"   // vLLM
+	ServerSGLang = "sglang" // SGLang
+	ServerOther  = "other"  // anything else (hosted APIs, proxies)
 )
 
 // ErrOption is wrapped by every error ParseOptions and Validate return.
@@ -93,6 +121,34 @@ type Config struct {
 	TokenIDs bool
 	Logprobs bool
 
+	// Tokens is the token mode: policy.TokensAuto (the default: token in,
+	// token out when the server offers it, chat otherwise), TokensTITO
+	// (token in, token out, or the run stops) or TokensChat.
+	Tokens policy.TokenMode
+	// ToolParser and ReasoningParser parse a token-in-token-out turn's
+	// generated text into tool calls (ToolParserHermes, ToolParserServer)
+	// and reasoning (ReasoningParserQwen3, ReasoningParserNone). In chat
+	// mode the server's parsers do.
+	ToolParser      string
+	ReasoningParser string
+	// ChatTemplateKwargs are sent with every request as
+	// chat_template_kwargs (enable_thinking, truncate_history_thinking,
+	// ...), and with every render of a token-in-token-out turn.
+	ChatTemplateKwargs map[string]any
+	// SendReasoning sends the reasoning a server split off a reply
+	// (message.reasoning, or reasoning_content) back on that assistant
+	// turn in chat mode, in the field it came in, so that a template that
+	// keeps recent reasoning (Qwen3's) re-renders the turn as generated.
+	// On by default; turn it off for hosted APIs that reject the field.
+	SendReasoning bool
+	// Server is what the server is (ServerAuto asks it once per run).
+	Server string
+	// RenderURL, when set, is another server that renders the chat
+	// template for token-in-token-out turns (for example vLLM's
+	// GPU-less `vllm launch render` beside an SGLang engine); requests to
+	// it carry no API key unless it is on base_url's host.
+	RenderURL string
+
 	// HTTPClient sends the requests; nil uses a shared client. Its own
 	// Timeout should be zero: Timeout above bounds each attempt.
 	HTTPClient *http.Client
@@ -105,16 +161,21 @@ type Config struct {
 // action, token ids and logprobs requested.
 func DefaultConfig() Config {
 	return Config{
-		APIKeyEnv:      DefaultAPIKeyEnv,
-		Timeout:        DefaultTimeout,
-		Retries:        DefaultRetries,
-		Backoff:        DefaultBackoff,
-		BackoffMax:     DefaultBackoffMax,
-		ToolMode:       ToolsNative,
-		Actions:        runtime.ActionKinds(),
-		ObservationCap: DefaultObservationCap,
-		TokenIDs:       true,
-		Logprobs:       true,
+		APIKeyEnv:       DefaultAPIKeyEnv,
+		Timeout:         DefaultTimeout,
+		Retries:         DefaultRetries,
+		Backoff:         DefaultBackoff,
+		BackoffMax:      DefaultBackoffMax,
+		ToolMode:        ToolsNative,
+		Actions:         runtime.ActionKinds(),
+		ObservationCap:  DefaultObservationCap,
+		TokenIDs:        true,
+		Logprobs:        true,
+		Tokens:          policy.TokensAuto,
+		ToolParser:      ToolParserHermes,
+		ReasoningParser: ReasoningParserQwen3,
+		SendReasoning:   true,
+		Server:          ServerAuto,
 	}
 }
 
@@ -219,6 +280,47 @@ var options = map[string]option{
 		c.Logprobs = b
 		return err
 	}},
+	"tokens": {"token ids from: auto (token in, token out when the server offers it, else chat; the default), tito (token in, token out, or the run stops) or chat", func(c *Config, v string) error {
+		c.Tokens = policy.TokenMode(v)
+		return nil
+	}},
+	"tool_parser": {"how token-in-token-out turns' tool calls are parsed: hermes (<tool_call> blocks; the default) or server (the server's own parsers, through vLLM's derender route)", func(c *Config, v string) error {
+		c.ToolParser = v
+		return nil
+	}},
+	"reasoning_parser": {"how token-in-token-out turns' reasoning is split off: qwen3 (<think>...</think>; the default) or none", func(c *Config, v string) error {
+		c.ReasoningParser = v
+		return nil
+	}},
+	"chat_template_kwargs": {`chat template variables sent with every request, a JSON object (e.g. {"enable_thinking": false})`, func(c *Config, v string) error {
+		kw, err := policy.DecodeTemplateKwargs(mustQuote(v))
+		c.ChatTemplateKwargs = kw
+		return err
+	}},
+	"send_reasoning": {"send the reasoning a server split off back on its assistant turn (chat mode): true or false (default true; false for hosted APIs that reject the field)", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		c.SendReasoning = b
+		return err
+	}},
+	"server": {"what the server is: auto (asked once, GET /v1/models; the default), vllm, sglang or other", func(c *Config, v string) error {
+		c.Server = v
+		return nil
+	}},
+	"render_url": {"another server that renders the chat template for token-in-token-out turns (vLLM /tokenize or its render route), e.g. a `vllm launch render` beside SGLang", func(c *Config, v string) error {
+		c.RenderURL = v
+		return nil
+	}},
+}
+
+// tokenOnlyOptions mean something only to token-in-token-out turns: given
+// with tokens=chat they would be ignored, so they are refused.
+var tokenOnlyOptions = []string{"tool_parser", "reasoning_parser", "render_url"}
+
+// mustQuote wraps an option's text as a JSON string for the decoders that
+// read both forms.
+func mustQuote(v string) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // OptionNames lists the option keys ParseOptions knows, sorted.
@@ -253,6 +355,13 @@ func ParseOptions(opts map[string]string) (Config, error) {
 			return c, fmt.Errorf("%w: %s=%q: %v", ErrOption, k, opts[k], err)
 		}
 	}
+	if c.Tokens == policy.TokensChat {
+		for _, k := range tokenOnlyOptions {
+			if _, given := opts[k]; given {
+				return c, fmt.Errorf("%w: %s applies to token-in-token-out turns only, and tokens=chat has none (the server parses and renders chat turns)", ErrOption, k)
+			}
+		}
+	}
 	return c, c.Validate()
 }
 
@@ -261,7 +370,7 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrOption}, args...)...)
 	}
-	if _, err := endpoint(c.BaseURL); err != nil {
+	if _, err := parseServerURL(c.BaseURL, "base_url"); err != nil {
 		return bad("%v", err)
 	}
 	if c.APIKeyEnv == "" {
@@ -296,39 +405,27 @@ func (c Config) Validate() error {
 	if c.MaxTokens < 0 {
 		return bad("max_tokens is negative")
 	}
+	if !slices.Contains(policy.TokenModes(), c.Tokens) {
+		return bad("tokens %q is not known (known: auto, tito, chat)", c.Tokens)
+	}
+	if c.Tokens == policy.TokensTITO && !c.TokenIDs {
+		return bad("tokens=tito keeps the episode's token ids, and token_ids=false asks for none")
+	}
+	if c.ToolParser != ToolParserHermes && c.ToolParser != ToolParserServer {
+		return bad("tool_parser %q is not known (known: %s, %s)", c.ToolParser, ToolParserHermes, ToolParserServer)
+	}
+	if c.ReasoningParser != ReasoningParserQwen3 && c.ReasoningParser != ReasoningParserNone {
+		return bad("reasoning_parser %q is not known (known: %s, %s)", c.ReasoningParser, ReasoningParserQwen3, ReasoningParserNone)
+	}
+	if !slices.Contains([]string{ServerAuto, ServerVLLM, ServerSGLang, ServerOther}, c.Server) {
+		return bad("server %q is not known (known: auto, vllm, sglang, other)", c.Server)
+	}
+	if c.RenderURL != "" {
+		if _, err := parseServerURL(c.RenderURL, "render_url"); err != nil {
+			return bad("%v", err)
+		}
+	}
 	return nil
-}
-
-// endpoint turns a base URL into the chat completions URL. It accepts any
-// http(s) URL with a host, with or without the /chat/completions suffix, and
-// refuses credentials in the URL: they would be recorded with the options.
-func endpoint(base string) (string, error) {
-	if base == "" {
-		return "", errors.New("base_url is required (e.g. http://127.0.0.1:8000/v1)")
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", fmt.Errorf("base_url: %v", err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("base_url %q: want an http or https URL", base)
-	}
-	if u.Host == "" {
-		return "", fmt.Errorf("base_url %q has no host", base)
-	}
-	if u.User != nil {
-		return "", errors.New("base_url carries credentials; put the key in the environment variable named by api_key_env instead")
-	}
-	if u.Fragment != "" {
-		return "", fmt.Errorf("base_url %q has a fragment", base)
-	}
-	p := strings.TrimRight(u.Path, "/")
-	if !strings.HasSuffix(p, "/chat/completions") {
-		p += "/chat/completions"
-	}
-	u.Path = p
-	u.RawPath = ""
-	return u.String(), nil
 }
 
 func parseFloat(v string, lo, hi float64) (float64, error) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -100,18 +101,20 @@ func TestToolsMatchTheParser(t *testing.T) {
 	require.Len(t, tools, len(runtime.ActionKinds()))
 	samples := map[string]any{"string": "a", "integer": 1}
 	for i, k := range runtime.ActionKinds() {
-		fn := tools[i]["function"].(map[string]any)
-		require.Equal(t, string(k), fn["name"])
-		params := fn["parameters"].(map[string]any)
-		props := params["properties"].(map[string]any)
+		fn := tools[i].Function
+		require.Equal(t, string(k), fn.Name)
+		props := map[string]aci.Property{}
+		for _, p := range fn.Parameters.Properties {
+			props[p.Name] = p
+		}
 		args := map[string]any{}
-		for _, r := range params["required"].([]any) {
-			p := props[r.(string)].(map[string]any)
-			v := samples[p["type"].(string)]
-			if e, ok := p["enum"].([]any); ok {
-				v = e[0]
+		for _, r := range fn.Parameters.Required {
+			p := props[r]
+			v := samples[p.Type]
+			if len(p.Enum) > 0 {
+				v = p.Enum[0]
 			}
-			args[r.(string)] = v
+			args[r] = v
 		}
 		b, _ := json.Marshal(args)
 		a, err := Call{Name: string(k), Arguments: b}.Action(nil)

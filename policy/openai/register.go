@@ -29,11 +29,16 @@ func Open(opts policy.Options) (policy.Source, error) {
 	if _, err := cfg.Conversation(); err != nil {
 		return nil, err
 	}
-	return source{cfg: cfg}, nil
+	return source{cfg: cfg, probe: &prober{}}, nil
 }
 
-// source makes one Policy, and so one conversation, per episode.
-type source struct{ cfg Config }
+// source makes one Policy, and so one conversation, per episode. Its
+// policies share one prober: the server is asked what it offers once per
+// run.
+type source struct {
+	cfg   Config
+	probe *prober
+}
 
 // NewPolicy returns ep's policy. A sampling seed option is mixed with the
 // episode's id, so repeats of a task sample differently while a rerun of
@@ -53,7 +58,7 @@ func (s source) NewPolicy(ep policy.Episode) (runtime.Policy, error) {
 			}
 		}
 	}
-	return New(cfg)
+	return newPolicyWith(cfg, s.probe)
 }
 
 // Conversation implements policy.Conversational.

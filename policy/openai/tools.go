@@ -15,16 +15,14 @@ import (
 
 // Tools returns the function-calling tools of the given actions, in the
 // order given. The schemas are package aci's, the same ones exporters write,
-// so a dataset names exactly the tools the model was offered.
-func Tools(kinds []runtime.ActionKind) ([]map[string]any, error) {
-	out := make([]map[string]any, 0, len(kinds))
-	for _, k := range kinds {
-		if _, _, ok := runtime.ActionFieldNames(k); !ok {
-			return nil, fmt.Errorf("openai: unknown action %q", k)
-		}
-		out = append(out, aci.ToolSchema(k))
+// in aci's one key order (aci.ToolKeyOrder), so a dataset names exactly the
+// tools the model was offered and a template renders them as it did.
+func Tools(kinds []runtime.ActionKind) ([]aci.Tool, error) {
+	tools, err := aci.Tools(kinds)
+	if err != nil {
+		return nil, fmt.Errorf("openai: %w", err)
 	}
-	return out, nil
+	return tools, nil
 }
 
 // Call is one tool call a model made: natively (tool_calls) or written in
@@ -116,15 +114,14 @@ func integral(v json.RawMessage) json.RawMessage {
 }
 
 // toolListing is the tools as text, one line each, for a system prompt.
-func toolListing(tools []map[string]any) string {
+func toolListing(tools []aci.Tool) string {
 	var b strings.Builder
 	for i, t := range tools {
-		fn, _ := t["function"].(map[string]any)
-		params, _ := json.Marshal(fn["parameters"])
+		params, _ := marshalNoEscape(t.Function.Parameters)
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		fmt.Fprintf(&b, "- %v: %v Arguments: %s", fn["name"], fn["description"], params)
+		fmt.Fprintf(&b, "- %s: %s Arguments: %s", t.Function.Name, t.Function.Description, params)
 	}
 	return b.String()
 }

@@ -162,7 +162,11 @@ func (s *Server) maxTokens(promptLen int, asked *int, param string) (int, error)
 type generation struct {
 	ids     []int32 // generated ids; the stop token last when stopped
 	stopped bool    // ended on the stop token (finish "stop"), else cut ("length")
+	// omitIDs answers without token ids (Reply.OmitTokenIDs).
+	omitIDs bool
 }
+
+func omitIDs(g generation) bool { return g.omitIDs }
 
 // textIDs are the generated ids without the stop token: what is detokenized
 // into the text (vLLM never shows the stop token in the text; it keeps it in
@@ -203,7 +207,7 @@ func (s *Server) generate(ctx context.Context, r *Received, prompt string, promp
 			return generation{}, err
 		}
 	}
-	g := generation{ids: append(ids, s.stop), stopped: true}
+	g := generation{ids: append(ids, s.stop), stopped: true, omitIDs: reply.OmitTokenIDs}
 	if len(g.ids) > maxTokens {
 		g.ids, g.stopped = g.ids[:maxTokens], false
 	}
@@ -448,7 +452,7 @@ func (s *Server) chatResponse(ctx context.Context, req object, sp sampling, kwar
 		}
 		choice = choice.set("logprobs", mustJSON(lp))
 	}
-	returnIDs := sp.ReturnTokenIDs != nil && *sp.ReturnTokenIDs
+	returnIDs := sp.ReturnTokenIDs != nil && *sp.ReturnTokenIDs && !omitIDs(g)
 	if returnIDs {
 		choice = choice.set("token_ids", mustJSON(g.ids))
 	} else {

@@ -74,6 +74,20 @@ type Config struct {
 	// routes (vLLM's --enable-scale-out); without it they are 404, as in
 	// vLLM after v0.28.
 	EnableScaleOut bool
+	// APIKey is vLLM's --api-key: requests to the guarded routes (paths
+	// under /v1, /v2, /inference and /cohere) without "Authorization:
+	// Bearer KEY" get 401 {"error": "Unauthorized"}; the others (/tokenize,
+	// /detokenize, /generate) are open, as in vLLM's authentication
+	// middleware.
+	APIKey string
+	// ServeProps answers GET /props the way llama.cpp's server does, with
+	// the chat template it renders with (vLLM and SGLang report none), for
+	// clients that record which template produced their prompts.
+	ServeProps bool
+	// OwnedBy is what GET /v1/models names as the models' owner: "vllm"
+	// (the default), or "sglang" to stand for an SGLang server, which
+	// names itself so.
+	OwnedBy string
 	// Respond says what the model generates for each generation request.
 	Respond Responder
 }
@@ -86,6 +100,11 @@ type Reply struct {
 	// token replaced by two that spell the same), as a sampling model may:
 	// the text is the same, its re-tokenization is not.
 	NonCanonical bool
+	// OmitTokenIDs answers this generation without token ids (no
+	// token_ids, prompt_token_ids or output_ids, whatever the request
+	// asked), as a server without return_token_ids or a proxy that drops
+	// the field does; logprobs are still answered when asked for.
+	OmitTokenIDs bool
 }
 
 // Turn is what a Responder is told about one generation request.
@@ -120,6 +139,7 @@ func Replies(rs ...Reply) Responder {
 // Received is one request the server answered, for assertions.
 type Received struct {
 	Method, Path string
+	Header       http.Header
 	Body         json.RawMessage
 	Status       int
 	Response     json.RawMessage
@@ -201,6 +221,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Respond == nil {
 		cfg.Respond = Replies()
 	}
+	if cfg.OwnedBy == "" {
+		cfg.OwnedBy = "vllm"
+	}
 	if _, err := oracle.TemplateSource(ctx, cfg.Template); err != nil {
 		return nil, err
 	}
@@ -221,6 +244,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		mux.HandleFunc("POST /v1/completions/render", s.handle(s.completionsRender))
 		mux.HandleFunc("POST /inference/v1/generate", s.handle(s.tokensGenerate))
 		mux.HandleFunc("POST /v1/chat/completions/derender", s.handle(s.chatDerender))
+	}
+	if cfg.ServeProps {
+		mux.HandleFunc("GET /props", s.handle(s.props))
 	}
 	mux.HandleFunc("/", s.handle(func(ctx context.Context, r *Received) (any, error) {
 		return nil, &httpError{status: http.StatusNotFound, body: map[string]any{"detail": "Not Found"}}
@@ -279,11 +305,42 @@ func badRequest(format string, args ...any) *httpError {
 	return apiError(http.StatusBadRequest, "BadRequestError", fmt.Sprintf(format, args...), "")
 }
 
+// guardedPrefixes are the paths vLLM's authentication middleware checks
+// (vllm/entrypoints/serve/middleware/authenticate.py GUARDED_PREFIX).
+var guardedPrefixes = []string{"/v1", "/v2", "/inference", "/cohere"}
+
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.APIKey == "" || r.Method == http.MethodOptions {
+		return true
+	}
+	guarded := false
+	for _, p := range guardedPrefixes {
+		guarded = guarded || strings.HasPrefix(r.URL.Path, p)
+	}
+	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	return !guarded || (strings.EqualFold(scheme, "bearer") && key == s.cfg.APIKey)
+}
+
+// props is llama.cpp's GET /props, reduced to what clients read.
+func (s *Server) props(ctx context.Context, r *Received) (any, error) {
+	tmpl, err := oracle.TemplateSource(ctx, s.cfg.Template)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"chat_template": tmpl, "model_alias": s.cfg.Model, "build_info": "vllmsim"}, nil
+}
+
 func (s *Server) handle(fn func(context.Context, *Received) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-		rec := &Received{Method: r.Method, Path: r.URL.Path, Body: body}
-		out, err := fn(r.Context(), rec)
+		rec := &Received{Method: r.Method, Path: r.URL.Path, Body: body, Header: r.Header.Clone()}
+		serve := fn
+		if !s.authorized(r) {
+			serve = func(context.Context, *Received) (any, error) {
+				return nil, &httpError{status: http.StatusUnauthorized, body: map[string]any{"error": "Unauthorized"}}
+			}
+		}
+		out, err := serve(r.Context(), rec)
 		status := http.StatusOK
 		if err != nil {
 			var he *httpError
@@ -331,7 +388,7 @@ func (s *Server) models(ctx context.Context, r *Received) (any, error) {
 	return map[string]any{
 		"object": "list",
 		"data": []any{map[string]any{
-			"id": s.cfg.Model, "object": "model", "created": time.Now().Unix(), "owned_by": "vllm",
+			"id": s.cfg.Model, "object": "model", "created": time.Now().Unix(), "owned_by": s.cfg.OwnedBy,
 			"root": s.cfg.Model, "parent": nil, "max_model_len": s.cfg.MaxModelLen,
 		}},
 	}, nil

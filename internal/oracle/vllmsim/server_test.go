@@ -433,3 +433,102 @@ func TestAutoToolChoiceNeedsAParser(t *testing.T) {
 		t.Errorf("tool_choice none still renders the tools: %d %v", status, resp)
 	}
 }
+
+// TestAPIKeyOmittedIDsAndProps: --api-key guards the routes vLLM's
+// middleware guards and leaves /tokenize open; a reply scripted without ids
+// answers none on any route, its logprobs still naming the tokens when
+// asked; GET /props reports the template llama.cpp-style; an explicit null
+// max_tokens on /v1/completions leaves the rest of the context (absent: 16).
+func TestAPIKeyOmittedIDsAndProps(t *testing.T) {
+	ctx := context.Background()
+	long := strings.Repeat("word ", 40)
+	s := Start(t, Config{APIKey: "sk-sim", ServeProps: true, OwnedBy: "sglang",
+		Respond: Replies(Reply{Text: "no ids here", OmitTokenIDs: true}, Reply{Text: long}, Reply{Text: long}, Reply{Text: "again", OmitTokenIDs: true})})
+	status, _ := post(t, s, "/v1/completions", map[string]any{"prompt": []int32{1, 2}})
+	if status != 401 {
+		t.Errorf("/v1 without the key: %d", status)
+	}
+	if rec, _ := s.Last(""); string(rec.Response) != `{"error":"Unauthorized"}` {
+		t.Errorf("401 body: %s", rec.Response)
+	}
+	status, tok := post(t, s, "/tokenize", map[string]any{"messages": []any{driftUser}})
+	if status != 200 {
+		t.Fatalf("/tokenize is not guarded: %d %v", status, tok)
+	}
+	prompt := ids(t, tok["tokens"])
+	withKey := func(path string, body any) map[string]any {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, s.URL+path, strings.NewReader(string(b)))
+		req.Header.Set("Authorization", "Bearer sk-sim")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %v", path, resp.StatusCode, err)
+		}
+		return out
+	}
+	cmp := withKey("/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 50, "logprobs": 0,
+		"return_token_ids": true, "return_tokens_as_token_ids": true})
+	c := choice0(t, cmp)
+	if c["token_ids"] != nil || c["prompt_token_ids"] != nil || c["text"] != "no ids here" {
+		t.Errorf("an omitted-ids reply must carry no ids: %v", c)
+	}
+	rec, _ := s.Last("/v1/completions")
+	names := c["logprobs"].(map[string]any)["tokens"].([]any)
+	if len(names) != len(rec.GeneratedIDs) || names[0] != fmt.Sprintf("token_id:%d", rec.GeneratedIDs[0]) {
+		t.Errorf("logprobs name the generated tokens: %v, generated %v", names, rec.GeneratedIDs)
+	}
+	c = choice0(t, withKey("/v1/completions", map[string]any{"prompt": prompt, "max_tokens": nil}))
+	if c["finish_reason"] != "stop" {
+		t.Errorf("max_tokens null leaves the rest of the context: %v", c)
+	}
+	c = choice0(t, withKey("/v1/completions", map[string]any{"prompt": prompt}))
+	if c["finish_reason"] != "length" {
+		t.Errorf("max_tokens absent is 16: %v", c)
+	}
+	sg := withKey("/generate", map[string]any{"input_ids": prompt})
+	if _, has := sg["output_ids"]; has {
+		t.Errorf("SGLang /generate of an omitted-ids reply: %v", sg)
+	}
+
+	var props map[string]any
+	resp, err := http.Get(s.URL + "/props")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&props); err != nil {
+		t.Fatal(err)
+	}
+	src, err := oracle.TemplateSource(ctx, "qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if props["chat_template"] != src {
+		t.Errorf("/props must report the template the server renders with")
+	}
+	models, _, err := getJSON(s, "/v1/models", "sk-sim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner := models["data"].([]any)[0].(map[string]any)["owned_by"]; owner != "sglang" {
+		t.Errorf("owned_by %v", owner)
+	}
+}
+
+func getJSON(s *Server, path, key string) (map[string]any, int, error) {
+	req, _ := http.NewRequest(http.MethodGet, s.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	return out, resp.StatusCode, err
+}

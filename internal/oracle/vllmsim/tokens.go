@@ -137,11 +137,14 @@ func (s *Server) completions(ctx context.Context, r *Received) (any, error) {
 		return nil, err
 	}
 	r.Prompt, r.PromptIDs = text, ids
-	asked := 16
-	if sp.MaxTokens != nil {
-		asked = *sp.MaxTokens
+	// CompletionRequest's max_tokens defaults to 16 when absent; null is
+	// None, which vLLM resolves to what is left of the context.
+	asked := new(int)
+	*asked = 16
+	if _, present := req.get("max_tokens"); present {
+		asked = sp.MaxTokens
 	}
-	budget, err := s.maxTokens(len(ids), &asked, "max_tokens")
+	budget, err := s.maxTokens(len(ids), asked, "max_tokens")
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +170,7 @@ func (s *Server) completions(ctx context.Context, r *Received) (any, error) {
 		}
 		choice = choice.set("logprobs", mustJSON(lp))
 	}
-	if sp.ReturnTokenIDs != nil && *sp.ReturnTokenIDs {
+	if sp.ReturnTokenIDs != nil && *sp.ReturnTokenIDs && !r.Reply.OmitTokenIDs {
 		choice = choice.set("token_ids", mustJSON(g.ids)).set("prompt_token_ids", mustJSON(ids))
 	}
 	return object{
@@ -247,9 +250,17 @@ func (s *Server) sglangGenerate(ctx context.Context, r *Received) (any, error) {
 		return nil, err
 	}
 	r.Prompt, r.PromptIDs = text, ids
+	// max_new_tokens defaults to 128 when absent; null leaves the rest of
+	// the context.
 	budget := 128
 	if sp.SamplingParams.MaxNewTokens != nil {
 		budget = *sp.SamplingParams.MaxNewTokens
+	} else if spv, ok := req.get("sampling_params"); ok {
+		if sampling, err := parseObject(spv); err == nil {
+			if _, present := sampling.get("max_new_tokens"); present {
+				budget = s.cfg.MaxModelLen - len(ids)
+			}
+		}
 	}
 	if len(ids)+budget > s.cfg.MaxModelLen {
 		return nil, &httpError{status: http.StatusBadRequest, body: map[string]any{
@@ -290,6 +301,9 @@ func (s *Server) sglangGenerate(ctx context.Context, r *Received) (any, error) {
 		}
 		meta["output_token_logprobs"] = lps
 		meta["input_token_logprobs"] = []any{}
+	}
+	if r.Reply.OmitTokenIDs {
+		return map[string]any{"text": out, "meta_info": meta}, nil
 	}
 	return map[string]any{"text": out, "output_ids": g.ids, "meta_info": meta}, nil
 }
@@ -408,6 +422,9 @@ func (s *Server) tokensGenerate(ctx context.Context, r *Received) (any, error) {
 		return nil, err
 	}
 	choice := map[string]any{"index": 0, "logprobs": nil, "finish_reason": g.finishReason(), "token_ids": g.ids}
+	if r.Reply.OmitTokenIDs {
+		choice["token_ids"] = nil
+	}
 	if gr.SamplingParams.Logprobs != nil {
 		lp, err := s.chatLogprobs(ctx, g.ids, *gr.SamplingParams.Logprobs, false)
 		if err != nil {
