@@ -103,7 +103,7 @@ func setupExport(f *cli.FlagSet) cli.Runner {
 
 	f.Group("dpo", "-to dpo -pairs all -dpo-format openai")
 	f.String(&e.pairs, "pairs", "max|all", "pairs per group (the same task, golden state and prompt): its best episode over its worst, or every two whose rewards differ")
-	f.String(&e.dpoFormat, "dpo-format", "trl|openai", "TRL's prompt/chosen/rejected conversations, or OpenAI's input/preferred_completion/non_preferred_completion")
+	f.String(&e.dpoFormat, "dpo-format", "trl|openai", "TRL's prompt/chosen/rejected, or OpenAI's input/preferred_output/non_preferred_output")
 
 	f.Group("dataset card", "-license apache-2.0 -task-category text-generation -language en")
 	f.String(&e.o.License, "license", "ID", "hf, hf-disk, sft-tokens: the card's license (a Hub license id)")
