@@ -230,7 +230,11 @@ func report(inv *cli.Invocation, o export.Options, r *export.Report, ok bool) {
 			empty = append(empty, p.Name)
 		}
 	}
-	fmt.Fprintf(notes, "export: %d %s written to %s (%s), %d filtered out\n", total, r.Unit, o.Out, strings.Join(parts, ", "), r.Filtered)
+	unit := r.Unit
+	if total == 1 {
+		unit = strings.TrimSuffix(unit, "s") // "1 pair", "1 episode"
+	}
+	fmt.Fprintf(notes, "export: %d %s written to %s (%s), %d filtered out\n", total, unit, o.Out, strings.Join(parts, ", "), r.Filtered)
 	if len(empty) > 0 {
 		fmt.Fprintf(notes, "export: split %s got nothing and is not written (an empty split does not load in datasets or verl)\n", strings.Join(empty, ", "))
 	}

@@ -257,7 +257,7 @@ func TestDPOPairsOrNone(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "dpo")
 	r := exportArgs(t, t.Context(), "-in", mixed, "-to", "dpo", "-out", out)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	assert.Contains(t, r.stderr, "export: 1 pairs written to "+out+" (train 1)")
+	assert.Contains(t, r.stderr, "export: 1 pair written to "+out+" (train 1)")
 	lines, err := loadertest.LoadJSONL(filepath.Join(out, "train.jsonl"))
 	require.NoError(t, err)
 	require.Len(t, lines, 1)
