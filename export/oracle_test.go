@@ -511,6 +511,17 @@ func TestConsumersLoadEveryExport(t *testing.T) {
 					if to == "hf" && rows == "" {
 						assert.Equal(t, rep.Written[s], int64(len(rs)), s)
 					}
+					if to != "sft-tokens" {
+						continue
+					}
+					// TRL builds labels from assistant_masks: one per token,
+					// and some of them trained.
+					for _, r := range rs {
+						labels, err := loadertest.TRLLabels(r, false)
+						require.NoError(t, err)
+						assert.Len(t, labels, len(r["input_ids"].([]any)), "a mask as long as the ids")
+						assert.NotEqual(t, slices.Repeat([]int64{loadertest.IgnoreIndex}, len(labels)), labels, "a row with nothing to train")
+					}
 				}
 			case "hf-disk":
 				splits, err := loadertest.LoadFromDisk(out)

@@ -224,9 +224,18 @@ func TestTurnRowsOfADriftedEpisodeAreTheServersIDs(t *testing.T) {
 	for k, row := range splits["train"] {
 		want := append(ints(served[k].PromptIDs), ints(served[k].GeneratedIDs)...)
 		assert.Equal(t, want, row["input_ids"], "turn %d", k)
-		mask := row["assistant_masks"].([]any)
-		assert.Equal(t, int64(0), mask[len(served[k].PromptIDs)-1])
-		assert.Equal(t, int64(1), mask[len(served[k].PromptIDs)])
+		// What TRL trains on: the labels it builds from the mask are -100
+		// over the prompt and exactly the generated ids after it.
+		labels, err := loadertest.TRLLabels(row, false)
+		require.NoError(t, err)
+		wantLabels := make([]int64, 0, len(want))
+		for range served[k].PromptIDs {
+			wantLabels = append(wantLabels, loadertest.IgnoreIndex)
+		}
+		for _, id := range served[k].GeneratedIDs {
+			wantLabels = append(wantLabels, int64(id))
+		}
+		assert.Equal(t, wantLabels, labels, "turn %d: TRL's labels are the model's tokens only", k)
 	}
 
 	// The conversation export of the drifted run still renders each turn's

@@ -345,3 +345,48 @@ func jsonArray(v any) (json.RawMessage, error) {
 	}
 	return nil, fmt.Errorf("%T is not a JSON array", v)
 }
+
+// IgnoreIndex is the label of a token that does not count in the loss
+// (PyTorch's cross-entropy ignore_index, which TRL uses).
+const IgnoreIndex = -100
+
+// TRLLabels is the labels column TRL's SFTTrainer builds for a
+// pre-tokenized row (sft_trainer.py, build_labels, TRL 1.x): a row with
+// input_ids is not tokenized again; each token is its own label where every
+// mask column it has (assistant_masks; completion_mask only with
+// completion_only_loss) is truthy, else IgnoreIndex.
+func TRLLabels(row Row, completionOnlyLoss bool) ([]int64, error) {
+	ids, ok := row["input_ids"].([]any)
+	if !ok {
+		return nil, fmt.Errorf("loadertest: input_ids is %T, not a list", row["input_ids"])
+	}
+	var masks [][]any
+	for _, col := range []string{"completion_mask", "assistant_masks"} {
+		if col == "completion_mask" && !completionOnlyLoss {
+			continue
+		}
+		if m, ok := row[col].([]any); ok {
+			masks = append(masks, m)
+		}
+	}
+	labels := make([]int64, len(ids))
+	for i, id := range ids {
+		v, ok := id.(int64)
+		if !ok {
+			return nil, fmt.Errorf("loadertest: input_ids[%d] is %T, not an integer", i, id)
+		}
+		labels[i] = v
+		for _, m := range masks {
+			// zip(strict=False) stops at the shortest: a mask shorter than
+			// the ids would drop tokens, which the caller sees as a shorter
+			// labels list.
+			if i >= len(m) {
+				return labels[:i], nil
+			}
+			if bit, _ := m[i].(int64); bit == 0 {
+				labels[i] = IgnoreIndex
+			}
+		}
+	}
+	return labels, nil
+}
