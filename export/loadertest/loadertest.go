@@ -17,7 +17,10 @@
 //     the agent loop docs/verl_agent_loop.py on a verl-agent row, both run
 //     by Debian's Python 3 against stand-ins of the verl modules they import;
 //   - TRL: the conversation and tools a chat template receives from an SFT
-//     row, and the prompt, chosen and rejected of a preference row.
+//     row (SFTConversation), and the labels SFTTrainer builds from a
+//     pre-tokenized row's masks (TRLLabels). DPOTrainer's rendering of a
+//     preference row is followed where it is checked, in export's oracle
+//     test, because it needs the templates of internal/oracle.
 //
 // Messages and tools come out as JSON with their key order kept (a chat
 // template's tojson writes keys in the order it receives them), ready for
