@@ -113,7 +113,7 @@ func LoadHF(dir string) (map[string][]Row, error) {
 		if len(rows) == 0 {
 			// arrow_reader.make_file_instructions skips files without rows,
 			// then BaseReader.read raises.
-			return nil, fmt.Errorf("loadertest: ValueError: Instruction %q corresponds to no data!", split)
+			return nil, fmt.Errorf("loadertest: datasets raises ValueError: instruction %q corresponds to no data", split)
 		}
 		if ok && int64(len(rows)) != want {
 			return nil, fmt.Errorf("loadertest: NonMatchingSplitsSizesError: split %s records %d examples, its files hold %d", split, want, len(rows))
@@ -133,7 +133,7 @@ func LoadParquetFile(path string) ([]Row, error) {
 		return nil, err
 	}
 	if len(rows) == 0 {
-		return nil, errors.New(`loadertest: ValueError: Instruction "train" corresponds to no data!`)
+		return nil, errors.New(`loadertest: datasets raises ValueError: instruction "train" corresponds to no data`)
 	}
 	return rows, nil
 }
