@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -104,6 +105,9 @@ type epOpts struct {
 	noReward  bool     // no reward row at all
 	gui       bool     // screenshots: one by hash (blob), one kept in the row
 	reasoning bool
+	// secondCmd replaces the second step's command: the model acting
+	// differently at that turn (dpo's pairs need a divergence).
+	secondCmd string
 }
 
 // episodeBatch builds one episode: exec steps (one failing), GUI steps with
@@ -121,8 +125,13 @@ func episodeBatch(id string, o epOpts) shard.EpisodeBatch {
 		step0.Reasoning = ptr("count with wc")
 	}
 	add(step0)
-	add(schemas.StepRow{ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"cat missing","timeout_ms":2000}`,
-		Output: "cat: missing: No such file or directory\n", ExitCode: 1, IsError: true, ErrorKind: "exit_status"})
+	second := schemas.StepRow{ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"cat missing","timeout_ms":2000}`,
+		Output: "cat: missing: No such file or directory\n", ExitCode: 1, IsError: true, ErrorKind: "exit_status"}
+	if o.secondCmd != "" {
+		second.ActionJSON = `{"kind":"exec","cmd":` + strconv.Quote(o.secondCmd) + `}`
+		second.Output, second.ExitCode, second.IsError, second.ErrorKind = "", 0, false, ""
+	}
+	add(second)
 	if o.gui {
 		add(schemas.StepRow{ActionKind: "click", ActionJSON: `{"kind":"click","x":12,"y":34}`, ExitCode: -1,
 			ScreenHash: sha(shotBlob), ScreenW: 4, ScreenH: 3, AXTree: `[{"role":"button","name":"Save"}]`})
@@ -192,7 +201,7 @@ func newFixture(t *testing.T) *fixture {
 	for i := range 4 {
 		id := fmt.Sprintf("b-%d", i)
 		r := float64(i) / 3
-		b = append(b, episodeBatch(id, epOpts{task: "shell", exit: "done", turns: 2, logprobs: true, reward: &r, reasoning: i == 0}))
+		b = append(b, episodeBatch(id, epOpts{task: "shell", exit: "done", turns: 2, logprobs: true, reward: &r, reasoning: i == 0, secondCmd: map[int]string{3: "wc -l count.txt"}[i]}))
 		f.rewards[id] = &r
 		f.tokens[id] = true
 		f.logprobs[id] = true

@@ -107,7 +107,7 @@ const (
 	RefusedAlone      = "the only rated episode of its group"
 	RefusedUniform    = "in a group whose rewards are all equal"
 	RefusedNotExtreme = "neither the best nor the worst of its group (-pairs max)"
-	RefusedIdentical  = "paired conversations identical, nothing to prefer"
+	RefusedIdentical  = "pairs with no model message to prefer (identical, or parting at an observation)"
 )
 
 func (g *groups) plan(p Pairs) *pairPlan {

@@ -424,8 +424,14 @@ func commonPrefix(a, b string) int {
 	return n
 }
 
-// dpo on a group whose rewards differ writes the pair; TRL renders prompt
-// + chosen and prompt + rejected; both hold their done calls.
+// dpo on a group whose rewards differ writes the pair, and TRL's
+// DPOTrainer (trl/trainer/dpo_trainer.py tokenize_fn, TRL 1.x) trains it as
+// meant under the real templates: it renders the prompt with the
+// generation prompt and prompt+chosen, prompt+rejected whole, with the
+// row's tools, and trains on what follows the prompt. That must be a
+// prefix, and what follows it the model's message at the divergence — its
+// calls with the arguments encoded once, no tool result (TRL gives every
+// completion token to the loss).
 func TestDPOPairsUnderTheTemplate(t *testing.T) {
 	oracle.Require(t)
 	native, _ := oracleRun(t)
@@ -448,14 +454,24 @@ func TestDPOPairsUnderTheTemplate(t *testing.T) {
 	var prompt []map[string]any
 	require.NoError(t, json.Unmarshal(l["prompt"], &prompt))
 	require.Len(t, prompt, 4, "system, user, the shared first call and its result")
-	for _, side := range []string{"chosen", "rejected"} {
-		msgs := rawConcat(t, l["prompt"], l[side])
-		rendered, err := oracle.Render(t.Context(), "qwen3", oracle.RenderRequest{Messages: msgs, Tools: rawOrNil(l["tools"])})
+	want := map[string][]string{
+		"chosen":   {`{"name": "read_file", "arguments": {"path": "a.txt"}}`, `{"name": "exec", "arguments": {"cmd": "wc -l a.txt b.txt"}}`},
+		"rejected": {`{"name": "exec", "arguments": {"cmd": "cat b.txt", "timeout_ms": 5000}}`},
+	}
+	for _, template := range []string{"qwen3", "qwen2_5"} {
+		promptText, err := oracle.Render(t.Context(), template, oracle.RenderRequest{Messages: l["prompt"], Tools: rawOrNil(l["tools"]), AddGenerationPrompt: true})
 		require.NoError(t, err)
-		assert.Contains(t, rendered, `"name": "done"`, side)
-		prefix, err := oracle.Render(t.Context(), "qwen3", oracle.RenderRequest{Messages: l["prompt"], Tools: rawOrNil(l["tools"]), AddGenerationPrompt: true})
-		require.NoError(t, err)
-		assert.True(t, strings.HasPrefix(rendered, prefix), "%s: TRL's prompt render is a prefix of prompt+%s", side, side)
+		for _, side := range []string{"chosen", "rejected"} {
+			whole, err := oracle.Render(t.Context(), template, oracle.RenderRequest{Messages: rawConcat(t, l["prompt"], l[side]), Tools: rawOrNil(l["tools"])})
+			require.NoError(t, err)
+			completion, ok := strings.CutPrefix(whole, promptText)
+			require.True(t, ok, "%s %s: TRL's prompt render is a prefix of prompt+%s", template, side, side)
+			for _, call := range want[side] {
+				assert.Contains(t, completion, call, "%s %s: the model's calls, arguments encoded once", template, side)
+			}
+			assert.NotContains(t, completion, "tool_response", "%s %s: no tool result in the trained completion", template, side)
+			assert.NotContains(t, completion, "null", template)
+		}
 	}
 }
 
@@ -494,6 +510,17 @@ func TestConsumersLoadEveryExport(t *testing.T) {
 					n += len(rs)
 					if to == "hf" && rows == "" {
 						assert.Equal(t, rep.Written[s], int64(len(rs)), s)
+					}
+					if to != "sft-tokens" {
+						continue
+					}
+					// TRL builds labels from assistant_masks: one per token,
+					// and some of them trained.
+					for _, r := range rs {
+						labels, err := loadertest.TRLLabels(r, false)
+						require.NoError(t, err)
+						assert.Len(t, labels, len(r["input_ids"].([]any)), "a mask as long as the ids")
+						assert.NotEqual(t, slices.Repeat([]int64{loadertest.IgnoreIndex}, len(labels)), labels, "a row with nothing to train")
 					}
 				}
 			case "hf-disk":

@@ -103,7 +103,7 @@ func setupExport(f *cli.FlagSet) cli.Runner {
 
 	f.Group("dpo", "-to dpo -pairs all -dpo-format openai")
 	f.String(&e.pairs, "pairs", "max|all", "pairs per group (the same task, golden state and prompt): its best episode over its worst, or every two whose rewards differ")
-	f.String(&e.dpoFormat, "dpo-format", "trl|openai", "TRL's prompt/chosen/rejected conversations, or OpenAI's input/preferred_completion/non_preferred_completion")
+	f.String(&e.dpoFormat, "dpo-format", "trl|openai", "TRL's prompt/chosen/rejected, or OpenAI's input/preferred_output/non_preferred_output")
 
 	f.Group("dataset card", "-license apache-2.0 -task-category text-generation -language en")
 	f.String(&e.o.License, "license", "ID", "hf, hf-disk, sft-tokens: the card's license (a Hub license id)")
@@ -230,7 +230,11 @@ func report(inv *cli.Invocation, o export.Options, r *export.Report, ok bool) {
 			empty = append(empty, p.Name)
 		}
 	}
-	fmt.Fprintf(notes, "export: %d %s written to %s (%s), %d filtered out\n", total, r.Unit, o.Out, strings.Join(parts, ", "), r.Filtered)
+	unit := r.Unit
+	if total == 1 {
+		unit = strings.TrimSuffix(unit, "s") // "1 pair", "1 episode"
+	}
+	fmt.Fprintf(notes, "export: %d %s written to %s (%s), %d filtered out\n", total, unit, o.Out, strings.Join(parts, ", "), r.Filtered)
 	if len(empty) > 0 {
 		fmt.Fprintf(notes, "export: split %s got nothing and is not written (an empty split does not load in datasets or verl)\n", strings.Join(empty, ", "))
 	}

@@ -231,9 +231,18 @@ func TestTurnRowsOfADriftedEpisodeAreTheServersIDs(t *testing.T) {
 	for k, row := range splits["train"] {
 		want := append(ints(served[k].PromptIDs), ints(served[k].GeneratedIDs)...)
 		assert.Equal(t, want, row["input_ids"], "turn %d", k)
-		mask := row["assistant_masks"].([]any)
-		assert.Equal(t, int64(0), mask[len(served[k].PromptIDs)-1])
-		assert.Equal(t, int64(1), mask[len(served[k].PromptIDs)])
+		// What TRL trains on: the labels it builds from the mask are -100
+		// over the prompt and exactly the generated ids after it.
+		labels, err := loadertest.TRLLabels(row, false)
+		require.NoError(t, err)
+		wantLabels := make([]int64, 0, len(want))
+		for range served[k].PromptIDs {
+			wantLabels = append(wantLabels, loadertest.IgnoreIndex)
+		}
+		for _, id := range served[k].GeneratedIDs {
+			wantLabels = append(wantLabels, int64(id))
+		}
+		assert.Equal(t, wantLabels, labels, "turn %d: TRL's labels are the model's tokens only", k)
 	}
 
 	// The conversation export of the drifted run still renders each turn's
@@ -264,7 +273,7 @@ func TestDPOPairsOrNone(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "dpo")
 	r := exportArgs(t, t.Context(), "-in", mixed, "-to", "dpo", "-out", out)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	assert.Contains(t, r.stderr, "export: 1 pairs written to "+out+" (train 1)")
+	assert.Contains(t, r.stderr, "export: 1 pair written to "+out+" (train 1)")
 	lines, err := loadertest.LoadJSONL(filepath.Join(out, "train.jsonl"))
 	require.NoError(t, err)
 	require.Len(t, lines, 1)

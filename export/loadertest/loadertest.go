@@ -17,7 +17,10 @@
 //     the agent loop docs/verl_agent_loop.py on a verl-agent row, both run
 //     by Debian's Python 3 against stand-ins of the verl modules they import;
 //   - TRL: the conversation and tools a chat template receives from an SFT
-//     row, and the prompt, chosen and rejected of a preference row.
+//     row (SFTConversation), and the labels SFTTrainer builds from a
+//     pre-tokenized row's masks (TRLLabels). DPOTrainer's rendering of a
+//     preference row is followed where it is checked, in export's oracle
+//     test, because it needs the templates of internal/oracle.
 //
 // Messages and tools come out as JSON with their key order kept (a chat
 // template's tojson writes keys in the order it receives them), ready for
@@ -110,7 +113,7 @@ func LoadHF(dir string) (map[string][]Row, error) {
 		if len(rows) == 0 {
 			// arrow_reader.make_file_instructions skips files without rows,
 			// then BaseReader.read raises.
-			return nil, fmt.Errorf("loadertest: ValueError: Instruction %q corresponds to no data!", split)
+			return nil, fmt.Errorf("loadertest: datasets raises ValueError: instruction %q corresponds to no data", split)
 		}
 		if ok && int64(len(rows)) != want {
 			return nil, fmt.Errorf("loadertest: NonMatchingSplitsSizesError: split %s records %d examples, its files hold %d", split, want, len(rows))
@@ -130,7 +133,7 @@ func LoadParquetFile(path string) ([]Row, error) {
 		return nil, err
 	}
 	if len(rows) == 0 {
-		return nil, errors.New(`loadertest: ValueError: Instruction "train" corresponds to no data!`)
+		return nil, errors.New(`loadertest: datasets raises ValueError: instruction "train" corresponds to no data`)
 	}
 	return rows, nil
 }
@@ -344,4 +347,49 @@ func jsonArray(v any) (json.RawMessage, error) {
 		return json.RawMessage("[" + strings.Join(parts, ",") + "]"), nil
 	}
 	return nil, fmt.Errorf("%T is not a JSON array", v)
+}
+
+// IgnoreIndex is the label of a token that does not count in the loss
+// (PyTorch's cross-entropy ignore_index, which TRL uses).
+const IgnoreIndex = -100
+
+// TRLLabels is the labels column TRL's SFTTrainer builds for a
+// pre-tokenized row (sft_trainer.py, build_labels, TRL 1.x): a row with
+// input_ids is not tokenized again; each token is its own label where every
+// mask column it has (assistant_masks; completion_mask only with
+// completion_only_loss) is truthy, else IgnoreIndex.
+func TRLLabels(row Row, completionOnlyLoss bool) ([]int64, error) {
+	ids, ok := row["input_ids"].([]any)
+	if !ok {
+		return nil, fmt.Errorf("loadertest: input_ids is %T, not a list", row["input_ids"])
+	}
+	var masks [][]any
+	for _, col := range []string{"completion_mask", "assistant_masks"} {
+		if col == "completion_mask" && !completionOnlyLoss {
+			continue
+		}
+		if m, ok := row[col].([]any); ok {
+			masks = append(masks, m)
+		}
+	}
+	labels := make([]int64, len(ids))
+	for i, id := range ids {
+		v, ok := id.(int64)
+		if !ok {
+			return nil, fmt.Errorf("loadertest: input_ids[%d] is %T, not an integer", i, id)
+		}
+		labels[i] = v
+		for _, m := range masks {
+			// zip(strict=False) stops at the shortest: a mask shorter than
+			// the ids would drop tokens, which the caller sees as a shorter
+			// labels list.
+			if i >= len(m) {
+				return labels[:i], nil
+			}
+			if bit, _ := m[i].(int64); bit == 0 {
+				labels[i] = IgnoreIndex
+			}
+		}
+	}
+	return labels, nil
 }

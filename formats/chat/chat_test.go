@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -148,9 +150,11 @@ func golden(t *testing.T, path string, got []byte) {
 	assert.Equal(t, string(want), string(got), "%s differs; rerun with -update if the change is intended", path)
 }
 
-// A pair shares the longest common prefix that ends before an assistant
-// message in both; TRL lines hold the rest of each, OpenAI lines the first
-// assistant message of each, with string arguments and no reasoning.
+// A pair shares the longest common prefix of its conversations; chosen and
+// rejected are each the model's message at the first difference, in TRL's
+// lines as in OpenAI's (whose field names are the ones OpenAI's preference
+// fine-tuning guide documents: input, preferred_output,
+// non_preferred_output), OpenAI's with string arguments and no reasoning.
 func TestEncodePair(t *testing.T) {
 	chosen, rejected := sampleEpisode(), sampleEpisode()
 	rejected.Row.EpisodeID = "ep-2"
@@ -169,21 +173,28 @@ func TestEncodePair(t *testing.T) {
 	require.True(t, ok)
 	var trl map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(line, &trl))
-	var chosenMsgs []map[string]any
-	require.NoError(t, json.Unmarshal(trl["chosen"], &chosenMsgs))
-	assert.Equal(t, "assistant", chosenMsgs[0]["role"])
-	assert.Equal(t, "assistant", chosenMsgs[len(chosenMsgs)-1]["role"], "a pair ends with the model's last message")
+	for _, side := range []string{"chosen", "rejected"} {
+		var msgs []map[string]any
+		require.NoError(t, json.Unmarshal(trl[side], &msgs))
+		require.Len(t, msgs, 1, "%s: the model's message at the divergence only; TRL gives every completion token to the loss", side)
+		assert.Equal(t, "assistant", msgs[0]["role"])
+	}
+	assert.Contains(t, string(trl["chosen"]), `"cmd":"false"`)
+	assert.Contains(t, string(trl["rejected"]), `"cmd":"true"`)
 	assert.JSONEq(t, `"ep-2"`, string(trl["rejected_episode_id"]))
 
 	line, ok = EncodePair(p, DPOOpenAI, model.Options{})
 	require.True(t, ok)
+	var keys map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(line, &keys))
+	assert.ElementsMatch(t, []string{"input", "preferred_output", "non_preferred_output"}, slices.Collect(maps.Keys(keys)))
 	var oa struct {
 		Input struct {
 			Messages []map[string]any `json:"messages"`
 			Tools    []any            `json:"tools"`
 		} `json:"input"`
-		Preferred    []map[string]any `json:"preferred_completion"`
-		NonPreferred []map[string]any `json:"non_preferred_completion"`
+		Preferred    []map[string]any `json:"preferred_output"`
+		NonPreferred []map[string]any `json:"non_preferred_output"`
 	}
 	require.NoError(t, json.Unmarshal(line, &oa))
 	assert.Len(t, oa.Input.Messages, 4)
@@ -192,9 +203,17 @@ func TestEncodePair(t *testing.T) {
 	args := oa.NonPreferred[0]["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"]
 	assert.Equal(t, `{"cmd":"true"}`, args, "OpenAI: arguments as a string")
 	assert.NotContains(t, oa.NonPreferred[0], "reasoning_content")
-	assert.NotContains(t, string(line), "group_id")
 
 	same := &Pair{Chosen: c, Rejected: c}
 	_, ok = same.PromptLen()
 	assert.False(t, ok, "identical conversations: nothing to prefer")
+
+	// The same call answered differently: the prompts part before the
+	// model's choices do.
+	observed := sampleEpisode()
+	observed.Steps[0].Output = "FAIL\n"
+	o, err := NewConversation(observed, 0, model.Options{Reasoning: model.ReasoningAll})
+	require.NoError(t, err)
+	_, ok = (&Pair{Chosen: c, Rejected: o}).PromptLen()
+	assert.False(t, ok, "first difference an observation: no shared prompt")
 }

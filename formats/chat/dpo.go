@@ -14,13 +14,15 @@ type DPOFormat string
 // The formats.
 const (
 	// DPOTRL is TRL's conversational preference format: {"prompt":
-	// [messages], "chosen": [messages], "rejected": [messages], "tools":
-	// [...]}. DPOTrainer renders prompt with a generation prompt and
-	// prompt+chosen, prompt+rejected whole, passing tools to the template.
+	// [messages], "chosen": [one assistant message], "rejected": [one],
+	// "tools": [...]}. DPOTrainer renders prompt with a generation prompt
+	// and prompt+chosen, prompt+rejected whole, passing tools to the
+	// template (trl/trainer/dpo_trainer.py tokenize_fn).
 	DPOTRL DPOFormat = "trl"
 	// DPOOpenAI is OpenAI's preference fine-tuning format: {"input":
-	// {"messages", "tools", "parallel_tool_calls"}, "preferred_completion":
-	// [one assistant message], "non_preferred_completion": [one]}.
+	// {"messages", "tools", "parallel_tool_calls"}, "preferred_output":
+	// [one assistant message], "non_preferred_output": [one]} (OpenAI's
+	// direct preference optimization guide).
 	DPOOpenAI DPOFormat = "openai"
 )
 
@@ -53,51 +55,44 @@ func NewConversation(ep *model.Episode, reward float64, opt model.Options) (*Con
 
 // Pair is one preference pair of a group.
 type Pair struct {
-	GroupID            string
-	Split              string
-	Chosen, Rejected   *Conversation
-	chosenN, rejectedN int // lengths after trailing non-assistant messages are cut
+	GroupID          string
+	Split            string
+	Chosen, Rejected *Conversation
 }
 
 // The pairing rule's shared prompt. Both conversations start with the same
 // system and user messages (a group shares its prompt); the prompt of the
-// pair is their longest common prefix that ends right before an assistant
-// message in both — identical turns both episodes took stay in the prompt,
-// so chosen and rejected start at the first turn where the model acted
-// differently (or, when the first difference is an observation, at the
-// turn before it). Call ids are not compared: servers name calls anew in
-// every episode. Chosen and rejected end with their last assistant
-// message: a trailing tool result is not the model's output.
+// pair is their longest common prefix — identical turns both episodes took
+// stay in the prompt — and chosen and rejected are the model's message at
+// the first turn where it acted differently. Call ids are not compared:
+// servers name calls anew in every episode.
+//
+// Why one message and not the rest of each episode: TRL's DPOTrainer gives
+// every token of chosen and rejected to the loss (its collator's
+// completion_mask is 1 over the whole completion), so a multi-turn
+// completion would train the model on the tool results inside it — the
+// environment's output, which differs between the two sides by
+// construction. The message at the divergence is what the model chose; its
+// consequence is the reward. OpenAI's format takes one message per side
+// anyway.
+//
+// When the first difference is an observation (the same call answered
+// differently, a non-deterministic environment), the two prompts differ
+// before the model's choices do: there is no pair with a shared prompt.
 
 // PromptLen returns the length of the pair's shared prompt, and false when
-// the pair has nothing to prefer (identical conversations, or one without
-// an assistant turn after the prompt).
+// the pair has nothing to prefer: identical conversations, or ones whose
+// first difference is not a model message in both.
 func (p *Pair) PromptLen() (int, bool) {
 	a, b := p.Chosen.Messages, p.Rejected.Messages
-	p.chosenN, p.rejectedN = lastAssistant(a)+1, lastAssistant(b)+1
 	k := 0
 	for k < len(a) && k < len(b) && sameMessage(a[k], b[k]) {
 		k++
 	}
-	if k >= p.chosenN && k >= p.rejectedN {
-		return 0, false // the model's messages are the same in both
-	}
-	for k > 0 && !(k < len(a) && k < len(b) && a[k].Role == model.RoleAssistant && b[k].Role == model.RoleAssistant) {
-		k--
-	}
-	if k == 0 || k >= p.chosenN || k >= p.rejectedN {
+	if k == 0 || k >= len(a) || k >= len(b) || a[k].Role != model.RoleAssistant || b[k].Role != model.RoleAssistant {
 		return 0, false
 	}
 	return k, true
-}
-
-func lastAssistant(msgs []model.Message) int {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == model.RoleAssistant {
-			return i
-		}
-	}
-	return -1
 }
 
 // sameMessage compares two messages as a template sees them, call ids
@@ -143,9 +138,9 @@ func EncodePair(p *Pair, format DPOFormat, opt model.Options) ([]byte, bool) {
 			b.WriteString(`,"tools":`)
 			b.Write(p.Chosen.Tools)
 		}
-		b.WriteString(`,"parallel_tool_calls":false},"preferred_completion":`)
+		b.WriteString(`,"parallel_tool_calls":false},"preferred_output":`)
 		b.Write(msgs(p.Chosen.Messages[k : k+1]))
-		b.WriteString(`,"non_preferred_completion":`)
+		b.WriteString(`,"non_preferred_output":`)
 		b.Write(msgs(p.Rejected.Messages[k : k+1]))
 		b.WriteByte('}')
 		return b.Bytes(), true
@@ -153,9 +148,9 @@ func EncodePair(p *Pair, format DPOFormat, opt model.Options) ([]byte, bool) {
 	b.WriteString(`{"prompt":`)
 	b.Write(msgs(p.Chosen.Messages[:k]))
 	b.WriteString(`,"chosen":`)
-	b.Write(msgs(p.Chosen.Messages[k:p.chosenN]))
+	b.Write(msgs(p.Chosen.Messages[k : k+1]))
 	b.WriteString(`,"rejected":`)
-	b.Write(msgs(p.Rejected.Messages[k:p.rejectedN]))
+	b.Write(msgs(p.Rejected.Messages[k : k+1]))
 	if p.Chosen.Tools != nil {
 		b.WriteString(`,"tools":`)
 		b.Write(p.Chosen.Tools)
