@@ -19,7 +19,7 @@ import (
 
 // Version is the native schema version. It is bumped whenever a column is
 // added, removed or changes meaning; readers refuse versions they do not know.
-const Version = 1
+const Version = 2
 
 // Parquet key/value metadata keys written into every shard.
 const (
@@ -119,6 +119,11 @@ type EpisodeRow struct {
 	ResponseMask     []int32   `parquet:"response_mask,list" json:"response_mask"`
 	ResponseLogprobs []float32 `parquet:"response_logprobs,list" json:"response_logprobs"`
 	TokenTurns       int32     `parquet:"token_turns" json:"token_turns"` // model turns in the token record
+
+	// Metadata is the task's free-form metadata (its metadata: section, or
+	// a Harbor task.toml's [metadata] and [task]) as a JSON object; null for
+	// a task without any. Added in schema version 2.
+	Metadata *string `parquet:"metadata,optional" json:"metadata,omitempty"`
 }
 
 // RewardRow is one row of the rewards table: a reward attached out-of-band to

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -135,7 +136,7 @@ func TestUnknownSchemaVersionRefused(t *testing.T) {
 
 	_, err = Open(dir)
 	require.ErrorIs(t, err, ErrSchemaVersion)
-	assert.ErrorContains(t, err, "schema version 2")
+	assert.ErrorContains(t, err, fmt.Sprintf("schema version %d", schemas.Version+1))
 	_, err = Resume(dir, smallConfig())
 	assert.ErrorIs(t, err, ErrSchemaVersion)
 	_, err = Verify(dir)
