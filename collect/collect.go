@@ -332,10 +332,13 @@ func (inv *invocation) checkPolicy(ctx context.Context) error {
 		return nil
 	}
 	if err := c.Check(ctx); err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return fmt.Errorf("collect: %w", ctx.Err())
+		case errors.Is(err, runtime.ErrUnavailable):
+			return fmt.Errorf("%w: -policy %s: %w; nothing was collected", ErrUnavailable, inv.cfg.Policy, err)
 		}
-		return badInput(fmt.Errorf("collect: -policy %s: %w", inv.cfg.Policy, err))
+		return badInput(fmt.Errorf("collect: -policy %s: %w; nothing was collected", inv.cfg.Policy, err))
 	}
 	return nil
 }

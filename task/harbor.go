@@ -840,7 +840,8 @@ func (h *harborLoader) tests(v *Verify) error {
 
 // solution turns solution/ into the scripted solution: the actions that
 // upload its files to /solution, then bash /solution/solve.sh, as Harbor's
-// oracle runs it. The upload is part of the script, not of the sandbox, so
+// oracle runs it, then done (whatever solve.sh exited with: Harbor's
+// verifier decides). The upload is part of the script, not of the sandbox, so
 // the solution exists only in the episodes -policy script runs.
 func (h *harborLoader) solution(s *Spec) error {
 	if _, err := os.Stat(filepath.Join(h.dir, "solution", "solve.sh")); err != nil {
@@ -860,7 +861,7 @@ func (h *harborLoader) solution(s *Spec) error {
 	s.Solution = append(UploadActions(HarborSolutionDir, files, fs.executable), runtime.Action{
 		Kind: runtime.ActExec, Cmd: exportPrefix(h.solutionEnv) + "bash " + HarborSolutionDir + "/solve.sh",
 		TimeoutMS: time.Duration(s.Limits.ActionTimeout).Milliseconds(),
-	})
+	}, runtime.Action{Kind: runtime.ActDone, Answer: "ran solution/solve.sh"})
 	return nil
 }
 

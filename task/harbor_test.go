@@ -60,10 +60,11 @@ func TestLoadHarborSuite(t *testing.T) {
 	require.Equal(t, []string{"test.sh"}, v.Executable)
 
 	// The oracle: solution/ uploaded to /solution, then bash solve.sh.
-	require.Len(t, fix.Solution, 2)
+	require.Len(t, fix.Solution, 3)
 	require.Contains(t, fix.Solution[0].Cmd, "base64 -d >> '/solution/solve.sh'")
 	require.Contains(t, fix.Solution[0].Cmd, "chmod 0755 '/solution/solve.sh'")
 	require.Equal(t, runtime.Action{Kind: runtime.ActExec, Cmd: "bash /solution/solve.sh", TimeoutMS: 120_000}, fix.Solution[1])
+	require.Equal(t, runtime.ActDone, fix.Solution[2].Kind)
 
 	sum := specs[1]
 	require.Equal(t, "1.0", sum.Harbor.SchemaVersion, "the old spelling version is read")

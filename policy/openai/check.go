@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,11 +21,11 @@ var _ policy.Checker = source{}
 const checkTimeout = 10 * time.Second
 
 // Check asks the server's GET /models (OpenAI's model list, which vLLM and
-// SGLang serve) before a run: an address where nothing answers, or that
-// refuses the API key, is an error, and so is a model option naming a
-// model the list does not hold. A server without the route (404) is let
-// through: it answered, and not every OpenAI-compatible server lists its
-// models.
+// SGLang serve) before a run: an address where nothing answers is an error
+// wrapping runtime.ErrUnavailable (the service is not there, yet); one that
+// refuses the API key, or a model option naming a model the list does not
+// hold, is an error too. A server without the route (404) is let through:
+// it answered, and not every OpenAI-compatible server lists its models.
 func (s source) Check(ctx context.Context) error {
 	chat, err := endpoint(s.cfg.BaseURL)
 	if err != nil {
@@ -51,7 +52,14 @@ func (s source) Check(ctx context.Context) error {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("openai: no model server answers at %s (GET %s: %v); start it, or check base_url", s.cfg.BaseURL, url, scrubURL(err))
+		nothing := unreachable(err) || errors.Is(err, context.DeadlineExceeded)
+		err = fmt.Errorf("openai: no model server answers at %s (GET %s: %v); start it, or check base_url", s.cfg.BaseURL, url, scrubURL(err))
+		if nothing {
+			// Nothing there (yet): the run's service is unavailable, as
+			// during a run, not the run's input wrong.
+			return &unavailableError{err: err}
+		}
+		return err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))

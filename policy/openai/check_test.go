@@ -11,6 +11,7 @@ import (
 	"github.com/forkline/forkline/internal/oracle/vllmsim"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai"
+	"github.com/forkline/forkline/runtime"
 )
 
 func checker(t *testing.T, params map[string]string) policy.Checker {
@@ -40,6 +41,7 @@ func TestCheckFailures(t *testing.T) {
 	err = checker(t, map[string]string{"base_url": "http://" + addr + "/v1"}).Check(t.Context())
 	require.ErrorContains(t, err, "no model server answers at http://"+addr+"/v1")
 	require.ErrorContains(t, err, "connection refused")
+	require.ErrorIs(t, err, runtime.ErrUnavailable, "nothing there: unavailable, as during a run")
 
 	const key = "sk-check-test-7e1b2c"
 	t.Setenv("FORKLINE_CHECK_KEY", key)
