@@ -248,3 +248,51 @@ func TestCollectPullsTheImage(t *testing.T) {
 		return nil
 	}))
 }
+
+// Harbor's verifier contract is the only path to a reward: an agent that
+// plants /tests/test.sh and a reward in /logs/verifier (both absent during
+// the episode) earns nothing, because both are emptied and the task's own
+// tests uploaded before bash /tests/test.sh runs.
+func TestCollectHarborPlantedRewardEarnsNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds images and starts containers")
+	}
+	requireDockerDebian(t)
+	suite := filepath.Join(t.TempDir(), "suite")
+	task := filepath.Join(suite, "cheat-greeting")
+	require.NoError(t, os.CopyFS(task, os.DirFS(harborSuite+"/fix-greeting")))
+	const cheat = `#!/bin/bash
+if [ -e /tests ]; then echo "saw /tests"; else echo "no /tests"; fi
+if [ -e /logs/verifier/reward.txt ]; then echo "saw a reward"; else echo "no reward yet"; fi
+mkdir -p /tests /logs/verifier
+printf '#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n' > /tests/test.sh
+echo 1 > /logs/verifier/reward.txt
+echo '{"reward": 1}' > /logs/verifier/reward.json
+`
+	require.NoError(t, os.WriteFile(filepath.Join(task, "solution", "solve.sh"), []byte(cheat), 0o755))
+	out := filepath.Join(t.TempDir(), "run")
+	code, printed := collectOutput(t, nil, "-tasks", suite, "-provider", "docker", "-repeats", "2",
+		"-out", out, "-workdir", t.TempDir())
+	require.Equal(t, cli.ExitOK, code, printed)
+
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	cheated := 0
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		if strings.Contains(s.ActionJSON, "bash /solution/solve.sh") {
+			cheated++
+			require.Equal(t, "no /tests\nno reward yet\n", s.Output, "the episode starts without the tests or a reward")
+		}
+	}
+	require.Equal(t, 2, cheated)
+	rewards := 0
+	for r, err := range ds.Rewards() {
+		require.NoError(t, err)
+		require.Equal(t, "verify", r.Name, "the planted reward.json's keys are not read: the task's test.sh wrote reward.txt")
+		require.NotNil(t, r.Value, r.Detail)
+		require.Equal(t, 0.0, *r.Value, "the planted test.sh and reward were emptied before the task's tests ran: %s", r.Detail)
+		rewards++
+	}
+	require.Equal(t, 2, rewards)
+}
