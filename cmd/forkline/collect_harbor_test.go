@@ -220,6 +220,7 @@ func TestCollectPullsTheImage(t *testing.T) {
 	require.Equal(t, cli.ExitBadInput, code, printed)
 	require.Contains(t, printed, "the images the tasks need cannot be had; nothing was collected")
 	require.Contains(t, printed, "pulling "+ref+" with the credentials from ")
+	require.True(t, strings.HasPrefix(ref, reg.Auth+"/"), "the message names the registry (%s) in the image's reference", reg.Auth)
 	require.Contains(t, strings.ToLower(printed), "unauthorized")
 	require.NotContains(t, printed, wrong)
 	_, err := os.Stat(filepath.Join(out, shard.ManifestFile))
