@@ -232,6 +232,7 @@ func TestCollectPullsTheImage(t *testing.T) {
 	require.Equal(t, cli.ExitOK, code, printed)
 	require.Regexp(t, `docker: pulled `+strings.ReplaceAll(ref, ".", `\.`)+`: \d of \d layers, [0-9.]+ (B|kB|MB) of [0-9.]+ (B|kB|MB) in `, printed)
 	require.Contains(t, printed, "0 built, 1 pulled, 0 already on the engine")
+	require.NotContains(t, printed, reg.Password, "the credential reaches no log line")
 	ds, err := shard.Open(out)
 	require.NoError(t, err)
 	for r, err := range ds.Rewards() {
@@ -296,4 +297,15 @@ echo '{"reward": 1}' > /logs/verifier/reward.json
 		rewards++
 	}
 	require.Equal(t, 2, rewards)
+}
+
+// A Harbor task with a key forkline does not support is refused when the
+// suite is read, naming the file, line and key: nothing runs, no dataset.
+func TestCollectHarborRefusesAnUnsupportedKey(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	code, printed := collectOutput(t, nil, "-tasks", "../../task/testdata/harbor-refused", "-provider", "docker", "-out", out, "-workdir", t.TempDir())
+	require.Equal(t, cli.ExitBadInput, code, printed)
+	require.Regexp(t, `uses-mcp/task\.toml:8:1: field environment\.mcp_servers: MCP servers for the agent are not supported`, printed)
+	_, err := os.Stat(filepath.Join(out, shard.ManifestFile))
+	require.True(t, os.IsNotExist(err), "no run is left behind")
 }
