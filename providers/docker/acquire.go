@@ -90,8 +90,8 @@ type imageEntry struct {
 // images is the provider's table of images by key (a named image's
 // reference, or a build's tag).
 type images struct {
-	mu      sync.Mutex
-	entries map[string]*imageEntry
+	mu                     sync.Mutex
+	entries                map[string]*imageEntry
 	present, pulled, built atomic.Int64
 }
 

@@ -88,12 +88,12 @@ func TestLookupCredentials(t *testing.T) {
 func TestTransientPullError(t *testing.T) {
 	for msg, want := range map[string]bool{
 		`Get "http://127.0.0.1:5799/v2/": dial tcp 127.0.0.1:5799: connect: connection refused`: true,
-		`received unexpected HTTP status: 503 Service Unavailable`:                               true,
-		`toomanyrequests: You have reached your pull rate limit`:                                 true,
-		`unauthorized: authentication required`:                                                  false,
-		`pull access denied for x, repository does not exist or may require 'docker login'`:      false,
-		`manifest for x:1 not found: manifest unknown`:                                           false,
-		`Get "https://example.invalid/v2/": dial tcp: lookup example.invalid: no such host`:      false,
+		`received unexpected HTTP status: 503 Service Unavailable`:                              true,
+		`toomanyrequests: You have reached your pull rate limit`:                                true,
+		`unauthorized: authentication required`:                                                 false,
+		`pull access denied for x, repository does not exist or may require 'docker login'`:     false,
+		`manifest for x:1 not found: manifest unknown`:                                          false,
+		`Get "https://example.invalid/v2/": dial tcp: lookup example.invalid: no such host`:     false,
 	} {
 		require.Equal(t, want, transientPullError(errString(msg)), msg)
 	}

@@ -121,10 +121,10 @@ type Provider struct {
 	probeEvery, probeTimeout time.Duration
 	out                      *outputFIFOs
 
-	pull                      string // ParamPull
-	pullAttempts              int
-	pullBackoff               time.Duration
-	imgs                      images
+	pull         string // ParamPull
+	pullAttempts int
+	pullBackoff  time.Duration
+	imgs         images
 
 	initMu     sync.Mutex
 	useInit    bool
