@@ -288,5 +288,20 @@ func markdown(cfg config, date time.Time, loadBefore, loadAfter, image string, r
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s |\n", r.Name, r.What, len(r.Resets), cmp.Or(strings.Join(origins, ", "), "-"), fmtMS(r.P50), fmtMS(r.P95), ratio)
 	}
+	b.WriteString(`
+"reset" is what an episode waited for its sandbox (pool.Replica.Reset), as collect records it in
+each episode's reset_ms; each episode then runs one command to check its sandbox. Samples run one
+after another in one process, on a machine that may have had other work (the load above): the
+ratios within one run are the numbers to compare, not the absolute times across machines.
+
+A Harbor task has no setup step: its image is its golden state, so a fork starts a container from
+that image (origin "image"), which is what recreating does too (origin "create"). Per episode the
+two cost the same, within the noise of the run; what takes the reset off the episode's path is the
+standby (collect -standby K), a fork started in the background while the previous episode runs and
+handed off when it ends. The first episode, and any that ends sooner than a fork starts, finds no
+standby ready and pays a fork ("found none ready"). A task whose golden holds work beyond its image
+(a YAML task's setup:, which may use a setup network) saves that work on every fork as well: see
+benchmarks/docker.
+`)
 	return b.String()
 }
