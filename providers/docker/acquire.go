@@ -619,6 +619,11 @@ func (p *Provider) build(ctx context.Context, tag string, b providers.Build, pro
 	}
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// The work directory may not exist yet (collect -workdir names one to
+	// be made): a build is often the first thing a run writes there.
+	if err := os.MkdirAll(p.logDir(), 0o755); err != nil {
+		return fmt.Errorf("%w: docker: build log: %w", providers.ErrCannotPrepare, err)
+	}
 	logPath := filepath.Join(p.logDir(), "forkline-build-"+strings.TrimPrefix(tag, BuildRepository+":")+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
