@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/forkline/forkline/capture"
@@ -164,8 +165,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if done, err := inv.checkResume(ctx); done != nil || err != nil {
 		return done, err
 	}
-	// The provider and pool are opened before the output, so a bad provider
-	// name or setting leaves no half-made run behind.
+	if err := inv.checkPolicy(ctx); err != nil {
+		return nil, err
+	}
+	// The provider and pool are opened, and the images the plan needs got
+	// ready, before the output, so a bad provider name or setting, or an
+	// image that cannot be had, leaves no half-made run behind.
 	env, err := inv.openEnvironment(ctx)
 	if err != nil {
 		return nil, err
@@ -311,7 +316,73 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 	}
 	env.rec, _ = json.Marshal(map[string]any{"name": env.prov.Name(), "capabilities": env.prov.Capabilities(),
 		"params": cfg.ProviderParams, "reset": env.pool.Strategy()})
+	if err := inv.prepare(ctx, env); err != nil {
+		env.close()
+		return nil, err
+	}
 	return env, nil
+}
+
+// checkPolicy asks the policy's service, when it has one (a model server),
+// whether it answers and serves what the options name, before anything is
+// spent (policy.Checker).
+func (inv *invocation) checkPolicy(ctx context.Context) error {
+	c, ok := inv.policies.(policy.Checker)
+	if !ok {
+		return nil
+	}
+	if err := c.Check(ctx); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("collect: %w", ctx.Err())
+		case errors.Is(err, runtime.ErrUnavailable):
+			return fmt.Errorf("%w: -policy %s: %w; nothing was collected", ErrUnavailable, inv.cfg.Policy, err)
+		}
+		return badInput(fmt.Errorf("collect: -policy %s: %w; nothing was collected", inv.cfg.Policy, err))
+	}
+	return nil
+}
+
+// prepare checks, before the first episode, what the templates need of the
+// provider: that the pool can run them as its strategy would, and — for a
+// provider that gets images ready (providers.Preparer) — that every image
+// (pulled, built) and network they name can be had, getting the images
+// ready in parallel now, so no episode waits for one. A plan whose images
+// cannot be had is bad input: nothing was collected.
+func (inv *invocation) prepare(ctx context.Context, env *environment) error {
+	specs := make([]providers.Spec, 0, len(inv.specs))
+	var storage []string
+	for i := range inv.specs {
+		t := inv.templates[inv.specs[i].ID]
+		if err := env.pool.Check(t); err != nil {
+			return badInput(fmt.Errorf("collect: task %s (%s): %w", inv.specs[i].ID, inv.specs[i].Source, err))
+		}
+		specs = append(specs, t.Spec)
+		if inv.specs[i].Limits.StorageMB > 0 {
+			storage = append(storage, inv.specs[i].ID)
+		}
+	}
+	if len(storage) > 0 {
+		inv.logf("tasks %s ask for a disk size (storage_mb): recorded, not enforced; no provider bounds a sandbox's disk here", strings.Join(storage, ", "))
+	}
+	prep, ok := providers.As[providers.Preparer](env.prov)
+	if !ok {
+		return nil
+	}
+	var progress io.Writer = io.Discard
+	if inv.cfg.Log != nil {
+		progress = inv.cfg.Log
+	}
+	if err := prep.Prepare(ctx, specs, progress); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("collect: %w", ctx.Err())
+		case errors.Is(err, runtime.ErrUnavailable):
+			return fmt.Errorf("%w: getting the images ready: %w", ErrUnavailable, err)
+		}
+		return badInput(fmt.Errorf("collect: the images the tasks need cannot be had; nothing was collected:\n%w", err))
+	}
+	return nil
 }
 
 // close closes the pool (standbys, goldens) and then the provider.

@@ -15,6 +15,7 @@ import (
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
 )
 
 // Summary is what a run did. It is kept in bounded memory whatever the number
@@ -102,9 +103,11 @@ func (s *Summary) addKept(ep schemas.EpisodeRow, thisRun bool) (firstError bool)
 	return false
 }
 
-// addReward counts an episode-level reward of a kept episode.
+// addReward counts an episode-level reward of a kept episode: the task
+// verifier's (task.RewardName); a Harbor reward.json's further metrics are
+// rows of their own and no part of the episode's reward.
 func (s *Summary) addReward(r schemas.RewardRow) {
-	if r.StepIndex != nil {
+	if r.StepIndex != nil || r.Name != task.RewardName {
 		return
 	}
 	if r.Value == nil {

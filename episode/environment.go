@@ -2,6 +2,7 @@ package episode
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/forkline/forkline/providers"
@@ -49,9 +50,17 @@ func BrowserConfig(b *task.Browser) (browser.Config, error) {
 // the prepared profile, Close closes both — and every other sandbox is
 // prov's as it is. Every task's browser section is checked here, so a bad
 // one is refused before anything runs, naming the task and its file.
+//
+// A task that needs a sandbox with a filesystem of its own — one whose image
+// is built, or whose verifier places files at absolute paths (a Harbor
+// task's /tests and /logs/verifier) — is refused on a provider whose
+// sandboxes share the host's (local): those paths would be the host's.
 func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider, error) {
 	wrap := false
 	for _, s := range specs {
+		if why := needsOwnFilesystem(s); why != "" && prov.Capabilities().Isolation != "container" {
+			return nil, fmt.Errorf("episode: task %s (%s) %s, which needs sandboxes with a filesystem of their own: provider %s runs commands on the host (use -provider docker)", s.ID, s.Source, why, prov.Name())
+		}
 		if s.Browser == nil {
 			continue
 		}
@@ -64,4 +73,18 @@ func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider
 		return prov, nil
 	}
 	return browser.Provider(prov, browser.DefaultConfig()), nil
+}
+
+// needsOwnFilesystem says why s needs sandboxes with their own filesystem,
+// or "".
+func needsOwnFilesystem(s task.Spec) string {
+	switch {
+	case s.Build != nil:
+		return "builds its image from " + s.Build.Context
+	case s.Harbor != nil:
+		return "is a Harbor task (its verifier uses /tests and /logs/verifier)"
+	case s.Verify != nil && (strings.HasPrefix(s.Verify.Dir, "/") || len(s.Verify.Clear) > 0):
+		return "places its verifier's files at " + s.Verify.Dir
+	}
+	return ""
 }

@@ -3,12 +3,14 @@ package episode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
+	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -48,6 +50,9 @@ type Episode struct {
 	Result runtime.Result
 	// Reward is the verifier's row, once Verify ran.
 	Reward *schemas.RewardRow
+	// Metrics are the further reward rows the verifier made (a Harbor
+	// reward.json's keys beside "reward"), named by their keys.
+	Metrics []schemas.RewardRow
 	// Broken is set when the sandbox failed under the episode: the pool
 	// replaces the replica (Outcome).
 	Broken bool
@@ -63,6 +68,10 @@ func (r Runner) Begin(id Identity, t *task.Spec, rep pool.Replica) *Episode {
 		Repeat: int32(id.Repeat), Seed: id.Seed, Replica: int32(rep.Slot), Attempt: int32(rep.Attempt),
 		Provider: r.Provider, ResetStrategy: ResetName(rep), ResetOrigin: rep.Origin,
 		ResetMS: schemas.Millis(rep.Reset), StartedAt: time.Now().UnixMilli(),
+	}
+	if len(t.Metadata) > 0 {
+		m := string(t.Metadata)
+		row.Metadata = &m
 	}
 	if rep.Golden != nil {
 		row.GoldenID = rep.Golden.Checkpoint.ID
@@ -142,26 +151,108 @@ func (e *Episode) Rollout(ctx context.Context, pol runtime.Policy, h runtime.His
 }
 
 // Verify runs the task's verifier in the sandbox and records its reward
-// row, unless there is nothing to verify: the task has no verifier, the
+// rows, unless there is nothing to verify: the task has no verifier, the
 // sandbox broke, or ctx is done (a stopping run does not wait for
-// verifiers). It reports whether the verifier ran. The error is the
-// verifier's session failing: the episode is then Broken and its reward
-// row says why; one wrapping runtime.ErrUnavailable is the run's failure.
+// verifiers). It reports whether the verifier ran.
+//
+// The verifier's hidden files go in first, only now that the episode is
+// over, so the agent could neither read nor rewrite them: the directories
+// Verify.Clear names are emptied (nothing the agent left there counts), the
+// paths of files bound for the workspace are removed, then the files are
+// uploaded (providers.Uploader). A failure there is the episode's reward
+// row, without a value, saying why.
+//
+// The error is the verifier's session failing: the episode is then Broken
+// and its reward row says why; one wrapping runtime.ErrUnavailable is the
+// run's failure.
 func (e *Episode) Verify(ctx context.Context) (ran bool, err error) {
 	v := e.Task.Verify
 	if v == nil || e.Broken || ctx.Err() != nil {
 		return false, nil
 	}
+	began := time.Now()
+	rw := schemas.RewardRow{EpisodeID: e.Row.EpisodeID, Name: task.RewardName, Source: v.Cmd}
+	e.Reward = &rw
+	if detail, perr := e.placeHiddenFiles(ctx, v); perr != nil || detail != "" {
+		e.Row.VerifyMS = schemas.Millis(time.Since(began))
+		rw.Detail = detail
+		if perr != nil {
+			rw.Detail = perr.Error()
+			e.Broken = true
+		}
+		return true, perr
+	}
 	r, err := v.Run(ctx, e.Replica.Sandbox)
-	e.Row.VerifyMS = schemas.Millis(r.Took)
-	rw := schemas.RewardRow{EpisodeID: e.Row.EpisodeID, Name: "verify", Value: r.Value, Source: v.Cmd,
-		Detail: r.Detail, ExitCode: int32(r.ExitCode)}
+	e.Row.VerifyMS = schemas.Millis(time.Since(began))
+	rw.Value, rw.Detail, rw.ExitCode = r.Value, r.Detail, int32(r.ExitCode)
 	if err != nil {
 		rw.Detail = err.Error()
+		if errors.Is(err, task.ErrEnvUnset) {
+			return true, nil // the run's configuration, not the sandbox
+		}
 		e.Broken = true
+		return true, err
 	}
-	e.Reward = &rw
-	return true, err
+	for _, m := range r.Metrics {
+		e.Metrics = append(e.Metrics, schemas.RewardRow{EpisodeID: e.Row.EpisodeID, Name: m.Name, Value: m.Value,
+			Source: v.Cmd, Detail: m.Detail, ExitCode: int32(r.ExitCode)})
+	}
+	return true, nil
+}
+
+// placeHiddenFiles empties v.Clear and puts v's hidden files under v.Dir.
+// It returns why it could not (detail, the reward row's), or an error when
+// the sandbox itself failed.
+func (e *Episode) placeHiddenFiles(ctx context.Context, v *task.Verify) (detail string, err error) {
+	sb := e.Replica.Sandbox
+	exec := func(what, cmd string) (string, error) {
+		obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: cmd, TimeoutMS: 60_000})
+		if err != nil {
+			return "", fmt.Errorf("episode: verify: %s: %w", what, err)
+		}
+		if obs.ExitCode != 0 || obs.TimedOut {
+			return fmt.Sprintf("verify: %s failed (exit %d): %s", what, obs.ExitCode, strings.TrimSpace(obs.Text())), nil
+		}
+		return "", nil
+	}
+	if cmd := v.ClearCommand(); cmd != "" {
+		if d, err := exec("emptying "+strings.Join(v.Clear, " "), cmd); d != "" || err != nil {
+			return d, err
+		}
+	}
+	files := v.HiddenFiles()
+	if len(files) == 0 {
+		return "", nil
+	}
+	if v.Dir == "" {
+		// Whatever the agent left at these paths — a file, a directory, a
+		// symlink — goes: the task's own files take their place.
+		names := make([]string, len(files))
+		for i, f := range files {
+			names[i] = task.ShellQuote(f.Path)
+		}
+		if d, err := exec("removing what the episode left at the verifier's paths", "rm -rf -- "+strings.Join(names, " ")); d != "" || err != nil {
+			return d, err
+		}
+	}
+	up, ok := providers.AsSandbox[providers.Uploader](sb)
+	if !ok {
+		return fmt.Sprintf("verify: the sandbox (%s) cannot take the verifier's hidden files", sb.Info().Provider), nil
+	}
+	place := make([]providers.File, len(files))
+	for i, f := range files {
+		place[i] = providers.File{Path: f.Path, Data: f.Data, Mode: 0o644}
+		if f.Executable {
+			place[i].Mode = 0o755
+		}
+	}
+	if err := up.Upload(ctx, v.Dir, place); err != nil {
+		if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, providers.ErrClosed) || ctx.Err() != nil {
+			return "", fmt.Errorf("episode: verify: placing the hidden files: %w", err)
+		}
+		return "verify: placing the hidden files: " + err.Error(), nil
+	}
+	return "", nil
 }
 
 // Rows builds the episode's rows: the episode row with its step count and
@@ -182,7 +273,7 @@ func (e *Episode) Rows() (b shard.EpisodeBatch, keep bool) {
 	}
 	b = shard.EpisodeBatch{Episode: ep, Steps: steps, Blobs: e.Capture.Blobs()}
 	if e.Reward != nil {
-		b.Rewards = []schemas.RewardRow{*e.Reward}
+		b.Rewards = append([]schemas.RewardRow{*e.Reward}, e.Metrics...)
 	}
 	return b, true
 }

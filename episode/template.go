@@ -1,6 +1,7 @@
 package episode
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -17,10 +18,12 @@ const TaskLabel = "forkline.task"
 // CommandTimeout bounds each setup and start command of a task.
 const CommandTimeout = 5 * time.Minute
 
-// Template is how a task becomes a pool template: its sandbox (image,
-// files, environment, limits, and a GUI when the task has a browser
-// section), its setup commands (run once, into the golden checkpoint) and
-// its start commands (run in every replica).
+// Template is how a task becomes a pool template: its sandbox (image or
+// the build that makes it, files, environment, network, limits, and a GUI
+// when the task has a browser section), its setup commands (run once, into
+// the golden checkpoint) and its start commands (run in every replica).
+// Environment values that reference forkline's environment (${NAME}) are
+// resolved here, into the template only: the task keeps the reference.
 func Template(s *task.Spec) (*pool.Template, error) {
 	gui, err := GUI(s.Browser)
 	if err != nil {
@@ -30,21 +33,44 @@ func Template(s *task.Spec) (*pool.Template, error) {
 	for p, c := range s.Files {
 		files[p] = []byte(c)
 	}
-	env := make([]string, 0, len(s.Env))
-	for k, v := range s.Env {
+	for p, c := range s.BinaryFiles {
+		files[p] = c
+	}
+	vars, err := task.ExpandEnv(s.Env)
+	if err != nil {
+		return nil, fmt.Errorf("env: %w", err)
+	}
+	if s.Verify != nil {
+		if _, err := task.ExpandEnv(s.Verify.Env); err != nil {
+			return nil, fmt.Errorf("the verifier's env: %w", err)
+		}
+	}
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
+	res := providers.Resources{CPUs: s.Limits.CPUs, MemoryMB: s.Limits.MemoryMB, Pids: s.Limits.Pids, Capabilities: s.Limits.Capabilities}
+	setupNetwork := ""
+	if s.Network != nil {
+		res.Network, setupNetwork = s.Network.Episode, s.Network.Setup
+	}
+	var build *providers.Build
+	if b := s.Build; b != nil {
+		build = &providers.Build{Context: b.Context, Dockerfile: b.Dockerfile, Args: b.Args, Target: b.Target, Timeout: time.Duration(b.Timeout)}
+	}
 	return &pool.Template{
 		Key: s.ID + "@" + s.Hash()[:12],
 		Spec: providers.Spec{
-			Image:     s.Image,
-			Files:     files,
-			Env:       env,
-			OutputCap: s.Limits.OutputCap,
-			Resources: providers.Resources{CPUs: s.Limits.CPUs, MemoryMB: s.Limits.MemoryMB, Pids: s.Limits.Pids, Capabilities: s.Limits.Capabilities},
-			Labels:    map[string]string{TaskLabel: s.ID},
-			GUI:       gui,
+			Image:        s.Image,
+			Build:        build,
+			Files:        files,
+			Env:          env,
+			OutputCap:    s.Limits.OutputCap,
+			Resources:    res,
+			SetupNetwork: setupNetwork,
+			Labels:       map[string]string{TaskLabel: s.ID},
+			GUI:          gui,
 		},
 		Setup:          s.Setup,
 		Start:          s.Start,

@@ -15,6 +15,7 @@
 package policy
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -76,6 +77,15 @@ type Source interface {
 // Record). A Source without it (the script policy) had no conversation.
 type Conversational interface {
 	Conversation() (Conversation, error)
+}
+
+// Checker is implemented by Sources whose policies depend on a service (a
+// model server): Check asks it, cheaply, whether it answers and serves what
+// the options name, so a collector can refuse a run before anything is
+// spent rather than lose its first episodes. An error names the address and
+// what it answered, never a secret.
+type Checker interface {
+	Check(ctx context.Context) error
 }
 
 // Factory opens a policy: it checks opts once, up front, and returns the

@@ -205,6 +205,23 @@ func New(cfg Config) (*Pool, error) {
 // Strategy returns the strategy really in use (Auto resolved).
 func (p *Pool) Strategy() Strategy { return p.strategy }
 
+// ErrSetupNetworkRecreate is returned by Check (and by a recreate of such a
+// template) for a template whose setup runs on another network than its
+// episodes (Spec.SetupNetwork) while the pool recreates: a recreated
+// sandbox runs setup and the episode in one sandbox, so the episode would
+// have the setup's network.
+var ErrSetupNetworkRecreate = errors.New("pool: a setup network apart from the episodes' needs a golden checkpoint (-reset fork or auto)")
+
+// Check says whether the pool can run t as its strategy would: it refuses
+// a template with a setup network of its own while recreating. Collectors
+// call it before the first episode.
+func (p *Pool) Check(t *Template) error {
+	if p.strategy == Recreate && t.Spec.SetupNetwork != "" && t.Spec.SetupNetwork != t.Spec.Resources.Network {
+		return fmt.Errorf("%w: %s sets up on network %s and runs episodes on %q", ErrSetupNetworkRecreate, t.Key, t.Spec.SetupNetwork, t.Spec.Resources.Network)
+	}
+	return nil
+}
+
 // Stats returns counters so far.
 func (p *Pool) Stats() Stats {
 	p.statsMu.Lock()
@@ -346,6 +363,9 @@ func (p *Pool) acquire(ctx context.Context, t *Template) (Replica, error) {
 			return r, fmt.Errorf("pool: fork of %s: %w", t.Key, err)
 		}
 	} else {
+		if err := p.Check(t); err != nil {
+			return r, err
+		}
 		release, err := p.createSlot(ctx)
 		if err != nil {
 			return r, err

@@ -305,3 +305,19 @@ func TestRetryLeavesTheStandbyAlone(t *testing.T) {
 	require.EqualValues(t, 2, f.forks.Load(), "two forks for two jobs: the standby's and the retry's, none destroyed unused")
 	require.Equal(t, 0, f.openCount())
 }
+
+// A recreated sandbox runs setup and its episode in one sandbox, so a
+// template whose setup has a network of its own is refused, not run on it.
+func TestRecreateRefusesASetupNetwork(t *testing.T) {
+	p, err := New(Config{Provider: newFake(false), Strategy: Recreate})
+	require.NoError(t, err)
+	tmpl := &Template{Key: "t", Spec: providers.Spec{SetupNetwork: "host", Resources: providers.Resources{Network: "none"}}}
+	require.ErrorIs(t, p.Check(tmpl), ErrSetupNetworkRecreate)
+	_, err = p.acquire(t.Context(), tmpl)
+	require.ErrorIs(t, err, ErrSetupNetworkRecreate)
+	require.NoError(t, p.Check(&Template{Key: "u", Spec: providers.Spec{SetupNetwork: "none", Resources: providers.Resources{Network: "none"}}}), "the same network is no conflict")
+
+	f, err := New(Config{Provider: newFake(true), Strategy: Fork})
+	require.NoError(t, err)
+	require.NoError(t, f.Check(tmpl), "a fork gets the episodes' network")
+}

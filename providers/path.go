@@ -21,7 +21,12 @@ var ErrPathEscapes = errors.New("path escapes the workspace")
 // that would leave the workspace ("..", another absolute path) is refused with
 // an error wrapping ErrPathEscapes. Every provider applies this same rule;
 // each must also refuse symlinks that lead outside (local uses os.Root).
-func ResolvePath(p string) (string, error) {
+func ResolvePath(p string) (string, error) { return ResolvePathUnder(WorkspaceRoot, p) }
+
+// ResolvePathUnder is ResolvePath for a sandbox whose workspace is root (an
+// absolute path inside the sandbox): absolute paths must lie under root.
+// A docker sandbox's workspace is its image's WORKDIR.
+func ResolvePathUnder(root, p string) (string, error) {
 	if p == "" {
 		return "", fmt.Errorf("providers: empty path")
 	}
@@ -29,9 +34,12 @@ func ResolvePath(p string) (string, error) {
 		return "", fmt.Errorf("providers: path %q contains a NUL byte", p)
 	}
 	if path.IsAbs(p) {
-		rel, ok := strings.CutPrefix(path.Clean(p), WorkspaceRoot)
+		rel, ok := strings.CutPrefix(path.Clean(p), root)
+		if root == "/" {
+			rel, ok = path.Clean(p), true
+		}
 		if !ok || (rel != "" && !strings.HasPrefix(rel, "/")) {
-			return "", fmt.Errorf("providers: %q: %w (absolute paths must be under %s)", p, ErrPathEscapes, WorkspaceRoot)
+			return "", fmt.Errorf("providers: %q: %w (absolute paths must be under %s)", p, ErrPathEscapes, root)
 		}
 		p = strings.TrimPrefix(rel, "/")
 		if p == "" {

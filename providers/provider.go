@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"math"
 	"slices"
 	"strings"
@@ -121,6 +123,30 @@ type Spec struct {
 	// GUI, when set, asks for a GUI beside the sandbox. A provider whose
 	// Capabilities().GUI is false refuses such a Spec with ErrNoGUI.
 	GUI *GUI
+	// Build, when set, makes the sandbox's image from a Dockerfile; Image
+	// is then empty. Providers with images build it once per distinct
+	// build (Preparer); providers without images refuse a Spec with Build
+	// (ErrNotSupported).
+	Build *Build
+	// SetupNetwork is the network of a sandbox made by Create, which is set
+	// up and becomes a golden checkpoint; forks of its checkpoints get
+	// Resources.Network. "" = Resources.Network. A golden may then install
+	// packages while its episodes stay offline. A sandbox made by Create
+	// that runs an episode itself must not have one (the pool refuses it).
+	SetupNetwork string
+}
+
+// Build says how to build a sandbox's image from a Dockerfile.
+type Build struct {
+	// Context is the build context, a directory on the host.
+	Context string
+	// Dockerfile is its path inside Context; "" is "Dockerfile".
+	Dockerfile string
+	// Args are build arguments (ARG), Target the stage to build.
+	Args   map[string]string
+	Target string
+	// Timeout bounds the build; zero is the provider's default.
+	Timeout time.Duration
 }
 
 // GUI describes the GUI a sandbox asks for: today a headless browser
@@ -194,6 +220,12 @@ func (s Spec) Validate() error {
 	if s.OutputCap < 0 {
 		errs = append(errs, fmt.Errorf("providers: OutputCap %d: want >= 0 (0 = DefaultOutputCap)", s.OutputCap))
 	}
+	if s.Build != nil && s.Image != "" {
+		errs = append(errs, fmt.Errorf("providers: a Spec gives Image (%s) or Build, not both", s.Image))
+	}
+	if s.Build != nil && s.Build.Context == "" {
+		errs = append(errs, errors.New("providers: Build.Context is empty"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -234,6 +266,47 @@ var ErrNoGUI = fmt.Errorf("%w: no GUI can be hosted beside this provider's sandb
 
 // ErrClosed is returned by operations on a closed sandbox or provider.
 var ErrClosed = errors.New("providers: closed")
+
+// Preparer is implemented by providers that must get something ready
+// before a sandbox of a Spec can be made — images pulled or built — and can
+// check, before anything is spent, that they will be able to make it.
+// Collectors find it with As and call Prepare once, with the Spec of every
+// template the run will use, before the first episode: the distinct images
+// are got ready in parallel (bounded), so that no episode waits for one,
+// and a Spec the provider cannot serve (an image that cannot be had, a
+// network it does not have) fails the whole call, naming each. Progress
+// lines (a pull's layers and bytes, a build's steps) go to progress when
+// it is not nil. Prepare is idempotent and safe for concurrent use.
+type Preparer interface {
+	Prepare(ctx context.Context, specs []Spec, progress io.Writer) error
+}
+
+// ErrCannotPrepare is wrapped by the error of Prepare when something a
+// Spec needs cannot be had (a missing image that may not be pulled, a
+// failing build, refused credentials, a missing network): the run's input
+// is wrong, and retrying it unchanged will not help. Errors of an engine
+// that went away wrap runtime.ErrUnavailable instead.
+var ErrCannotPrepare = errors.New("providers: cannot prepare")
+
+// Uploader is implemented by sandboxes that can place files anywhere in
+// their own filesystem in one operation (docker: one tar stream copied into
+// the container). Hidden verifier files use it: they go in after the
+// episode, so the agent could neither read nor rewrite them.
+type Uploader interface {
+	// Upload writes files under dir: an absolute path inside the sandbox,
+	// or "" (or a relative path) for the workspace. dir and the files'
+	// parents are created; existing files are replaced. A provider whose
+	// sandboxes share the host's filesystem (local) refuses an absolute
+	// dir with an error wrapping ErrPathEscapes.
+	Upload(ctx context.Context, dir string, files []File) error
+}
+
+// File is one file Upload places.
+type File struct {
+	Path string // slash-separated, relative to the upload's dir
+	Data []byte
+	Mode fs.FileMode // permission bits; 0 is 0644
+}
 
 // Sweeper is implemented by providers that can find and remove what crashed
 // runs left behind (mounts, directories, containers, images) — objects whose

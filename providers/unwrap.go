@@ -41,3 +41,27 @@ func As[T any](p Provider) (T, bool) {
 	var zero T
 	return zero, false
 }
+
+// SandboxUnwrapper is implemented by sandbox decorators (the browser's
+// session): Sandbox returns the sandbox underneath, whose optional
+// abilities (Uploader) AsSandbox then finds.
+type SandboxUnwrapper interface {
+	Sandbox() Sandbox
+}
+
+// AsSandbox finds the first sandbox in sb's chain — sb, then what Sandbox
+// returns, and so on — that implements T, as As does for providers.
+func AsSandbox[T any](sb Sandbox) (T, bool) {
+	for sb != nil {
+		if t, ok := sb.(T); ok {
+			return t, true
+		}
+		u, ok := sb.(SandboxUnwrapper)
+		if !ok {
+			break
+		}
+		sb = u.Sandbox()
+	}
+	var zero T
+	return zero, false
+}

@@ -40,8 +40,7 @@ func TestReplayAfterChangedSetupDivergesAtFirstAffectedStep(t *testing.T) {
 	run := collectRun(t, "../examples/tasks/fix-sum.yaml")
 	spec, err := os.ReadFile("../examples/tasks/fix-sum.yaml")
 	require.NoError(t, err)
-	// Mutate one file of the task: the test expects a different sum for 3.
-	changed := strings.Replace(string(spec), `"3 6"`, `"3 7"`, 1)
+	changed := changeFixSum(string(spec))
 	require.NotEqual(t, string(spec), changed)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "fix-sum.yaml"), []byte(changed), 0o644))
@@ -52,14 +51,21 @@ func TestReplayAfterChangedSetupDivergesAtFirstAffectedStep(t *testing.T) {
 	for _, e := range rep.Episodes {
 		require.Equal(t, Diverged, e.Status)
 		require.NotNil(t, e.First)
-		require.Equal(t, 0, e.First.Step, "step 0 runs test.sh, the first affected step")
+		require.Equal(t, 0, e.First.Step, "step 0 runs sum.sh 3, the first affected step")
 		require.Equal(t, "output", e.First.Field)
-		require.Contains(t, e.First.Diff, "- FAIL: sum.sh 3 = 3, want 6")
-		require.Contains(t, e.First.Diff, "+ FAIL: sum.sh 3 = 3, want 7")
+		require.Contains(t, e.First.Diff, "- 3\n+ 4")
 		require.True(t, e.RewardChanged, "the fixed script no longer passes the changed test")
 		require.Equal(t, 1.0, *e.RewardRecorded)
 		require.Equal(t, 0.0, *e.RewardReplayed)
 	}
+}
+
+// changeFixSum changes the fix-sum task twice: its buggy sum.sh starts
+// counting at 1 (step 0, sh sum.sh 3, prints 4 instead of 3), and its hidden
+// test expects 7 for 3 (the scripted fix no longer passes).
+func changeFixSum(spec string) string {
+	changed := strings.Replace(spec, "total=0", "total=1", 1)
+	return strings.Replace(changed, `"3 6"`, `"3 7"`, 1)
 }
 
 func TestNormalizeMasks(t *testing.T) {

@@ -138,6 +138,11 @@ type EpisodeRow struct {
 	ResponseMask     []int32   `parquet:"response_mask,list" json:"response_mask"`
 	ResponseLogprobs []float32 `parquet:"response_logprobs,list" json:"response_logprobs"`
 	TokenTurns       int32     `parquet:"token_turns" json:"token_turns"` // model turns in the token record
+
+	// Metadata is the task's free-form metadata (its metadata: section, or
+	// a Harbor task.toml's [metadata] and [task]) as a JSON object; null for
+	// a task without any. Added in schema version 2.
+	Metadata *string `parquet:"metadata,optional" json:"metadata,omitempty"`
 }
 
 // The values of EpisodeRow.TokenCut.

@@ -54,3 +54,14 @@ const (
 	// MaxNameBytes bounds one segment of a file name (Linux NAME_MAX).
 	MaxNameBytes = 255
 )
+
+// Bounds of the files a task reads from paths (files: {path: ...},
+// verify.files, a Harbor task's tests/ and solution/): a dataset records
+// its tasks, contents included, so that it can be replayed and exported
+// without the task files. Large data belongs in the image (build:).
+const (
+	// MaxFileBytes bounds one such file.
+	MaxFileBytes = 64 << 20
+	// MaxFilesBytes bounds all the files of one section together.
+	MaxFilesBytes = 256 << 20
+)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"path"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,7 +295,7 @@ func specEqual(a, b Spec) bool {
 			return false
 		}
 	}
-	if a.Verify != nil && *a.Verify != *b.Verify {
+	if a.Verify != nil && !reflect.DeepEqual(a.Verify, b.Verify) {
 		return false
 	}
 	return a.Browser == nil || *a.Browser == *b.Browser

@@ -49,41 +49,64 @@ func (e *SpecError) Error() string {
 
 func (e *SpecError) Unwrap() error { return ErrSpec }
 
-// Load reads task specs from a file or from every *.yaml / *.yml file of a
-// directory (sorted by name, not recursive). A file may hold several specs as
-// YAML documents separated by "---". Task ids must be unique across the set.
+// Load reads task specs from path: a YAML file (which may hold several
+// specs as YAML documents separated by "---"), a Harbor task folder (one
+// holding task.toml; see LoadHarbor), or a directory of them — its *.yaml
+// and *.yml files and its subdirectories that are Harbor task folders,
+// sorted by name, not recursive. Task ids must be unique across the set.
 func Load(path string) ([]Spec, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("task: %w", err)
 	}
-	files := []string{path}
-	if st.IsDir() {
-		files = nil
+	type source struct {
+		path   string
+		harbor bool
+	}
+	sources := []source{{path: path}}
+	switch {
+	case !st.IsDir() && filepath.Base(path) == "task.toml":
+		sources = []source{{path: filepath.Dir(path), harbor: true}}
+	case st.IsDir() && IsHarborFolder(path):
+		sources = []source{{path: path, harbor: true}}
+	case st.IsDir():
+		sources = nil
 		entries, err := os.ReadDir(path)
 		if err != nil {
 			return nil, fmt.Errorf("task: %w", err)
 		}
 		for _, e := range entries {
+			full := filepath.Join(path, e.Name())
 			ext := filepath.Ext(e.Name())
-			if !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
-				files = append(files, filepath.Join(path, e.Name()))
+			switch {
+			case e.IsDir() && IsHarborFolder(full):
+				sources = append(sources, source{path: full, harbor: true})
+			case !e.IsDir() && (ext == ".yaml" || ext == ".yml"):
+				sources = append(sources, source{path: full})
 			}
 		}
-		if len(files) == 0 {
-			return nil, fmt.Errorf("task: %s holds no *.yaml or *.yml files", path)
+		if len(sources) == 0 {
+			return nil, fmt.Errorf("task: %s holds no *.yaml or *.yml files and no Harbor task folders (subdirectories with a task.toml)", path)
 		}
 	}
 	var out []Spec
 	seen := map[string]string{}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("task: %w", err)
-		}
-		specs, err := Parse(f, data)
-		if err != nil {
-			return nil, err
+	for _, src := range sources {
+		var specs []Spec
+		if src.harbor {
+			s, err := LoadHarbor(src.path)
+			if err != nil {
+				return nil, err
+			}
+			specs = []Spec{s}
+		} else {
+			data, err := os.ReadFile(src.path)
+			if err != nil {
+				return nil, fmt.Errorf("task: %w", err)
+			}
+			if specs, err = Parse(src.path, data); err != nil {
+				return nil, err
+			}
 		}
 		for _, s := range specs {
 			if prev, dup := seen[s.ID]; dup {
@@ -116,7 +139,7 @@ func Parse(name string, data []byte) ([]Spec, error) {
 		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
 			continue
 		}
-		p := parser{file: name}
+		p := parser{file: name, dir: filepath.Dir(name)}
 		s, err := p.spec(doc.Content[0])
 		if err != nil {
 			return nil, err
@@ -141,7 +164,9 @@ func syntaxError(name string, err error) error {
 	return e
 }
 
-type parser struct{ file string }
+// parser reads one YAML task file; dir is the directory paths in it
+// (files: {path: ...}, build.context) are relative to.
+type parser struct{ file, dir string }
 
 func (p parser) errAt(n *yaml.Node, field, format string, args ...any) error {
 	return &SpecError{File: p.file, Line: n.Line, Col: n.Column, Field: field, Msg: fmt.Sprintf(format, args...)}
@@ -358,11 +383,12 @@ func (p parser) intRange(n *yaml.Node, field string, v, lo, hi int64, unit strin
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-var specFields = []string{"id", "instruction", "image", "files", "env", "setup", "start", "verify", "limits", "solution", "browser"}
+var specFields = []string{"id", "instruction", "image", "build", "files", "env", "network", "setup", "start", "verify", "limits", "solution", "browser", "metadata"}
 
 func (p parser) spec(n *yaml.Node) (Spec, error) {
 	s := Spec{Source: fmt.Sprintf("%s:%d", p.file, n.Line)}
 	var actions []actionNodes // to place errors found after the whole spec is read
+	var imageNode *yaml.Node  // build:, for the image-or-build check
 	err := p.fields(n, "", specFields, func(key string, v *yaml.Node) error {
 		switch key {
 		case "id":
@@ -383,10 +409,17 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 				return p.errAt(v, key, "is empty (leave image out for the provider's default)")
 			}
 			return p.noNUL(v, key, s.Image)
+		case "build":
+			imageNode = v
+			return p.build(v, &s)
 		case "files":
 			return p.files(v, &s)
 		case "env":
 			return p.env(v, &s)
+		case "network":
+			return p.network(v, &s)
+		case "metadata":
+			return p.metadata(v, &s)
 		case "setup":
 			return p.strList(v, key, &s.Setup)
 		case "start":
@@ -413,6 +446,9 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 	if strings.TrimSpace(s.Instruction) == "" {
 		return Spec{}, p.errAt(n, "instruction", "missing (tell the agent what to do)")
 	}
+	if s.Build != nil && s.Image != "" {
+		return Spec{}, p.errAt(imageNode, "build", "a task gives image or build, not both (build makes the image)")
+	}
 	// The browser section may come after the solution, so clicks are
 	// checked against the viewport once both are read.
 	if err := p.clicks(&s, actions); err != nil {
@@ -429,56 +465,148 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 // accepted name is the one path it makes, and two names never make the same
 // file; a name that is a file cannot also be a directory of another.
 func (p parser) files(v *yaml.Node, s *Spec) error {
+	fs, err := p.fileSet(v, "files")
+	if err != nil {
+		return err
+	}
+	s.Files, s.BinaryFiles = fs.text, fs.binary
+	return nil
+}
+
+// fileSet is what a files section holds: text contents, binary contents
+// (read from paths), and the names whose source file is executable.
+type fileSet struct {
+	text       map[string]string
+	binary     map[string][]byte
+	executable []string
+}
+
+// fileSet reads a section of files (files:, verify.files): name: content,
+// or name: {path: FILE} with FILE relative to the task file, read now (any
+// bytes; text when it is UTF-8). A name is a slash-separated path relative
+// to the directory the files go to, whose every segment names a file or
+// directory: no absolute paths, no empty, "." or ".." segments (a..b.txt
+// is a fine name), no backslashes (a task written on Windows would
+// otherwise get one file literally named dir\file.txt), at most
+// MaxNameBytes per segment. So every accepted name is the one path it
+// makes, and two names never make the same file; a name that is a file
+// cannot also be a directory of another.
+func (p parser) fileSet(v *yaml.Node, section string) (fileSet, error) {
 	if v.Kind != yaml.MappingNode {
-		return p.errAt(v, "files", "must be a mapping of path: content, not %s", kindName(v))
+		return fileSet{}, p.errAt(v, section, "must be a mapping of path: content, not %s", kindName(v))
 	}
 	type origin struct {
 		name string
 		line int
 	}
-	s.Files = map[string]string{}
+	out := fileSet{text: map[string]string{}}
+	total := 0
 	first := map[string]*yaml.Node{}
 	dirs := map[string]origin{} // directory → the first file name that makes it
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, c := v.Content[i], v.Content[i+1]
-		name, err := p.key(k, "files")
+		name, err := p.key(k, section)
 		if err != nil {
-			return err
+			return fileSet{}, err
 		}
-		field := "files." + name
+		field := section + "." + name
 		if name == "" {
-			field = "files"
+			field = section
 		}
 		if err := p.once(first, k, field); err != nil {
-			return err
+			return fileSet{}, err
 		}
 		if !utf8.ValidString(name) {
-			return p.errAt(k, field, errNotUTF8)
+			return fileSet{}, p.errAt(k, field, errNotUTF8)
 		}
 		if err := p.noNUL(k, field, name); err != nil {
-			return err
+			return fileSet{}, err
 		}
 		if msg := checkFileName(name); msg != "" {
-			return p.errAt(k, field, "%s", msg)
+			return fileSet{}, p.errAt(k, field, "%s", msg)
 		}
 		if d, ok := dirs[name]; ok {
-			return p.errAt(k, field, "is a directory already (files.%s, line %d), so it cannot be a file too", d.name, d.line)
+			return fileSet{}, p.errAt(k, field, "is a directory already (%s.%s, line %d), so it cannot be a file too", section, d.name, d.line)
 		}
 		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
 			if f, ok := first[dir]; ok {
-				return p.errAt(k, field, "needs %s to be a directory, but files.%s (line %d) makes it a file", dir, dir, f.Line)
+				return fileSet{}, p.errAt(k, field, "needs %s to be a directory, but %s.%s (line %d) makes it a file", dir, section, dir, f.Line)
 			}
 			if _, ok := dirs[dir]; !ok {
 				dirs[dir] = origin{name, k.Line}
 			}
 		}
+		if c.Kind == yaml.MappingNode {
+			data, exe, err := p.fileRef(c, field)
+			if err != nil {
+				return fileSet{}, err
+			}
+			if total += len(data); total > MaxFilesBytes {
+				return fileSet{}, p.errAt(c, field, "the files of %s add up to more than %d bytes; build them into the image instead (build:)", section, MaxFilesBytes)
+			}
+			if utf8.Valid(data) {
+				out.text[name] = string(data)
+			} else {
+				if out.binary == nil {
+					out.binary = map[string][]byte{}
+				}
+				out.binary[name] = data
+			}
+			if exe {
+				out.executable = append(out.executable, name)
+			}
+			continue
+		}
 		var content string
 		if err := p.str(c, field, &content); err != nil {
-			return err
+			return fileSet{}, err
 		}
-		s.Files[name] = content
+		total += len(content)
+		out.text[name] = content
 	}
-	return nil
+	sort.Strings(out.executable)
+	return out, nil
+}
+
+// fileRef reads {path: FILE}: FILE relative to the task file's directory,
+// a regular file (a symlink to one is followed) of at most MaxFileBytes.
+// exe reports that it is executable by its owner.
+func (p parser) fileRef(n *yaml.Node, field string) (data []byte, exe bool, err error) {
+	var rel string
+	var at *yaml.Node
+	err = p.fields(n, field, []string{"path"}, func(_ string, v *yaml.Node) error {
+		at = v
+		return p.str(v, field+".path", &rel)
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if at == nil {
+		return nil, false, p.errAt(n, field+".path", "missing: {path: FILE} names a file relative to %s", p.file)
+	}
+	if err := p.noNUL(at, field+".path", rel); err != nil {
+		return nil, false, err
+	}
+	if rel == "" || filepath.IsAbs(rel) {
+		return nil, false, p.errAt(at, field+".path", "%q must be a path relative to the task file's directory", rel)
+	}
+	full := filepath.Join(p.dir, filepath.FromSlash(rel))
+	st, err := os.Stat(full)
+	switch {
+	case err != nil:
+		return nil, false, p.errAt(at, field+".path", "%v", err)
+	case st.IsDir():
+		return nil, false, p.errAt(at, field+".path", "%s is a directory; name each of its files", full)
+	case !st.Mode().IsRegular():
+		return nil, false, p.errAt(at, field+".path", "%s is not a regular file", full)
+	case st.Size() > MaxFileBytes:
+		return nil, false, p.errAt(at, field+".path", "%s is %d bytes; at most %d (a dataset records its tasks): build large files into the image (build:)", full, st.Size(), MaxFileBytes)
+	}
+	data, err = os.ReadFile(full)
+	if err != nil {
+		return nil, false, p.errAt(at, field+".path", "%v", err)
+	}
+	return data, st.Mode()&0o100 != 0, nil
 }
 
 // checkFileName says what is wrong with a name of the files section, or ""
@@ -569,7 +697,7 @@ func (p parser) verify(v *yaml.Node, s *Spec) error {
 			return err
 		}
 	} else {
-		err := p.fields(v, "verify", []string{"cmd", "reward", "timeout"}, func(key string, n *yaml.Node) error {
+		err := p.fields(v, "verify", []string{"cmd", "reward", "timeout", "files"}, func(key string, n *yaml.Node) error {
 			switch key {
 			case "cmd":
 				cmdNode = n
@@ -578,9 +706,15 @@ func (p parser) verify(v *yaml.Node, s *Spec) error {
 				if err := p.str(n, "verify.reward", &ver.Reward); err != nil {
 					return err
 				}
-				if ver.Reward != "exit" && ver.Reward != "number" {
+				if ver.Reward != RewardExit && ver.Reward != RewardNumber {
 					return p.errAt(n, "verify.reward", "%q is not a reward rule (known: exit, number)", ver.Reward)
 				}
+			case "files":
+				fs, err := p.fileSet(n, "verify.files")
+				if err != nil {
+					return err
+				}
+				ver.Files, ver.BinaryFiles, ver.Executable = fs.text, fs.binary, fs.executable
 			case "timeout":
 				var d Duration
 				if err := p.duration(n, "verify.timeout", &d); err != nil {
@@ -904,4 +1038,235 @@ func checkStartPage(start string) string {
 		}
 	}
 	return ""
+}
+
+// build reads build: {context, dockerfile, args, target, timeout}: the
+// context is a directory relative to the task file; the Dockerfile a path
+// inside it. The context is digested now, so that its content is part of
+// the spec's hash.
+func (p parser) build(v *yaml.Node, s *Spec) error {
+	b := &Build{}
+	var ctxNode, dfNode *yaml.Node
+	known := []string{"context", "dockerfile", "args", "target", "timeout"}
+	err := p.fields(v, "build", known, func(key string, n *yaml.Node) error {
+		field := "build." + key
+		switch key {
+		case "context":
+			ctxNode = n
+			return p.str(n, field, &b.Context)
+		case "dockerfile":
+			dfNode = n
+			return p.str(n, field, &b.Dockerfile)
+		case "target":
+			if err := p.str(n, field, &b.Target); err != nil {
+				return err
+			}
+			return p.noNUL(n, field, b.Target)
+		case "timeout":
+			return p.duration(n, field, &b.Timeout)
+		case "args":
+			if n.Kind != yaml.MappingNode {
+				return p.errAt(n, field, "must be a mapping of NAME: value, not %s", kindName(n))
+			}
+			b.Args = map[string]string{}
+			first := map[string]*yaml.Node{}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, val := n.Content[i], n.Content[i+1]
+				name, err := p.key(k, field)
+				if err != nil {
+					return err
+				}
+				if err := p.once(first, k, field+"."+name); err != nil {
+					return err
+				}
+				if !argNameRE.MatchString(name) {
+					return p.errAt(k, field+"."+name, "%q is not a build argument name (letters, digits, _; not starting with a digit)", name)
+				}
+				var value string
+				if err := p.str(val, field+"."+name, &value); err != nil {
+					return err
+				}
+				if err := p.noNUL(val, field+"."+name, value); err != nil {
+					return err
+				}
+				b.Args[name] = value
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if ctxNode == nil {
+		return p.errAt(v, "build.context", "missing: the directory the image is built from, relative to %s", p.file)
+	}
+	if err := p.resolveBuild(b, ctxNode, dfNode); err != nil {
+		return err
+	}
+	s.Build = b
+	return nil
+}
+
+var argNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// resolveBuild makes b.Context absolute, checks that the Dockerfile is a
+// file inside it and digests the context. dfNode may be nil.
+func (p parser) resolveBuild(b *Build, ctxNode, dfNode *yaml.Node) error {
+	if err := p.noNUL(ctxNode, "build.context", b.Context); err != nil {
+		return err
+	}
+	dir := b.Context
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(p.dir, filepath.FromSlash(dir))
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return p.errAt(ctxNode, "build.context", "%v", err)
+	}
+	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+		return p.errAt(ctxNode, "build.context", "%s is not a directory", abs)
+	}
+	b.Context = abs
+	at, field := ctxNode, "build.context"
+	if dfNode != nil {
+		at, field = dfNode, "build.dockerfile"
+	}
+	if msg := checkDockerfile(abs, b.Dockerfile); msg != "" {
+		return p.errAt(at, field, "%s", msg)
+	}
+	if b.Dockerfile == DefaultDockerfile {
+		b.Dockerfile = "" // one spelling, one hash
+	}
+	if b.ContextDigest, err = DigestTree(abs); err != nil {
+		return p.errAt(ctxNode, "build.context", "%s", strings.TrimPrefix(err.Error(), "task: "))
+	}
+	return nil
+}
+
+// checkDockerfile says what is wrong with a build's Dockerfile, or "".
+func checkDockerfile(context, dockerfile string) string {
+	name := dockerfile
+	if name == "" {
+		name = DefaultDockerfile
+	}
+	if msg := checkFileName(name); msg != "" {
+		return fmt.Sprintf("the Dockerfile %q: %s (it is a path inside the build context)", name, msg)
+	}
+	full := filepath.Join(context, filepath.FromSlash(name))
+	st, err := os.Stat(full)
+	if err != nil || !st.Mode().IsRegular() {
+		return fmt.Sprintf("%s is not a file (the Dockerfile is a path inside the build context)", full)
+	}
+	if _, err := os.Stat(filepath.Join(context, ".dockerignore")); err == nil {
+		// The engine's legacy builder takes the context as sent; it is the
+		// client that applies .dockerignore, and forkline does not yet.
+		return fmt.Sprintf("%s has a .dockerignore, which forkline does not apply: the whole context would reach the build; remove it (or move the files it excludes out of the context)", context)
+	}
+	return ""
+}
+
+var networkRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*(?::[A-Za-z0-9][A-Za-z0-9_.-]*)?$`)
+
+// network reads network: MODE (the episodes' and the setup's) or
+// network: {episode: MODE, setup: MODE}. A mode is a provider's network
+// mode name (none, host, bridge, a network's name on docker); the
+// provider refuses one it does not have before anything runs.
+func (p parser) network(v *yaml.Node, s *Spec) error {
+	n := &Network{}
+	check := func(node *yaml.Node, field string, dst *string) error {
+		if err := p.str(node, field, dst); err != nil {
+			return err
+		}
+		if !networkRE.MatchString(*dst) {
+			return p.errAt(node, field, "%q is not a network mode name (none, host, bridge, or a network's name)", *dst)
+		}
+		return nil
+	}
+	if v.Kind == yaml.ScalarNode {
+		if err := check(v, "network", &n.Episode); err != nil {
+			return err
+		}
+		s.Network = n
+		return nil
+	}
+	err := p.fields(v, "network", []string{"episode", "setup"}, func(key string, node *yaml.Node) error {
+		if key == "episode" {
+			return check(node, "network.episode", &n.Episode)
+		}
+		return check(node, "network.setup", &n.Setup)
+	})
+	if err != nil {
+		return err
+	}
+	if n.Episode == "" {
+		n.Episode = NetworkNone
+	}
+	if n.Setup == n.Episode {
+		n.Setup = "" // one spelling, one hash
+	}
+	s.Network = n
+	return nil
+}
+
+// metadata reads the free-form metadata: a mapping with string keys, kept
+// as canonical JSON (keys sorted), so it hashes stably and reads back from
+// a manifest unchanged.
+func (p parser) metadata(v *yaml.Node, s *Spec) error {
+	if v.Kind != yaml.MappingNode {
+		return p.errAt(v, "metadata", "must be a mapping, not %s", kindName(v))
+	}
+	var m any
+	if err := p.decode(v, "metadata", &m); err != nil {
+		return err
+	}
+	raw, err := CanonicalMetadata(m)
+	if err != nil {
+		return p.errAt(v, "metadata", "%s", strings.TrimPrefix(err.Error(), "task: "))
+	}
+	s.Metadata = raw
+	return nil
+}
+
+// CanonicalMetadata is m as compact JSON with sorted keys: an object,
+// every key a string, every number finite. A dataset keeps it verbatim.
+func CanonicalMetadata(m any) (json.RawMessage, error) {
+	if _, ok := m.(map[string]any); !ok {
+		return nil, fmt.Errorf("task: metadata must be a mapping with string keys")
+	}
+	if err := checkMetadataValue(m, "metadata"); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("task: metadata: %w", err)
+	}
+	return b, nil
+}
+
+func checkMetadataValue(v any, at string) error {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if err := checkMetadataValue(x[k], at+"."+k); err != nil {
+				return err
+			}
+		}
+	case map[any]any:
+		return fmt.Errorf("task: %s: keys must be strings", at)
+	case []any:
+		for i, e := range x {
+			if err := checkMetadataValue(e, fmt.Sprintf("%s[%d]", at, i)); err != nil {
+				return err
+			}
+		}
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Errorf("task: %s: %v has no JSON form", at, x)
+		}
+	case string:
+		if !utf8.ValidString(x) {
+			return fmt.Errorf("task: %s: %s", at, errNotUTF8)
+		}
+	}
+	return nil
 }

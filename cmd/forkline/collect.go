@@ -60,7 +60,7 @@ ends partial and the command that finishes it is printed. A second signal exits 
 			{Code: cli.ExitFailed, Meaning: "failed or partial for another reason (the dataset could not be written, episodes missing); the printed command finishes it once the cause is fixed"},
 			{Code: cli.ExitBadInput, Meaning: "bad input: flags, task files, unknown names, an output directory holding another run, a -resume that does not match the run; nothing was changed"},
 			{Code: cli.ExitLosses, Meaning: "every episode of the complete run is a scaffold loss, or -max-loss stopped the run (partial)"},
-			{Code: cli.ExitUnavailable, Meaning: "a service the episodes depend on (the Docker engine, the model server) was unavailable; the run is partial and the printed command finishes it once the service is back"},
+			{Code: cli.ExitUnavailable, Meaning: "a service the episodes depend on (the Docker engine, the model server) was unavailable; the run is partial and the printed command finishes it once the service is back (found before the first episode: nothing was collected, and the same command runs once it is back)"},
 			{Code: cli.ExitInterrupted, Meaning: "interrupted by SIGINT/SIGTERM: running episodes were kept as cancelled, the run is partial, and the printed command finishes it"},
 		},
 		Setup: setupCollect,

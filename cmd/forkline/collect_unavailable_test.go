@@ -139,27 +139,30 @@ func collectOpenAI(t *testing.T, srv *modelServer, out string, repeats string) (
 	return exitCode(err), rep, stderr.String()
 }
 
-// A model URL where nothing listens is the run's failure, not the
-// episodes': none is kept as policy_error, the run is partial and exits 4,
-// and the printed command finishes it once the server is up.
-func TestModelServerNotListeningThenResume(t *testing.T) {
+// A model URL where nothing listens when the run starts is found before
+// anything is spent: the service is unavailable (exit 4), one message says
+// so, and no run is left behind; once the server is up, the same command
+// collects the run.
+func TestModelServerNotListeningAtStart(t *testing.T) {
 	srv := newModelServer(t)
 	out := filepath.Join(t.TempDir(), "run")
-	code, rep, printed := collectOpenAI(t, srv, out, "4")
-	require.Equal(t, cli.ExitUnavailable, code, printed)
-	require.Contains(t, printed, "the model server cannot be reached")
-	require.Equal(t, "partial", rep.Status)
-	require.LessOrEqual(t, rep.NotRun, 2, "scheduling stopped: only the episodes in flight (2 replicas) tried")
-	require.Zero(t, rep.Episodes)
-	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
-	kept, _ := keptIDs(t, out)
-	require.Empty(t, kept, "no episode is recorded as finished")
+	cmd := collectProcess("-tasks", actTasks(t), "-out", out, "-workdir", t.TempDir(), "-replicas", "2",
+		"-repeats", "4", "-policy", "openai", "-base-url", srv.URL(), "-model", "m", "-quiet")
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
+	printed, err := cmd.CombinedOutput()
+	require.Equal(t, cli.ExitUnavailable, exitCode(err), "%s", printed)
+	require.Contains(t, string(printed), "no model server answers at "+srv.URL())
+	require.Contains(t, string(printed), "nothing was collected")
+	require.Equal(t, 1, strings.Count(string(printed), "no model server answers"), "one message: %s", printed)
+	_, statErr := os.Stat(filepath.Join(out, shard.ManifestFile))
+	require.True(t, os.IsNotExist(statErr), "no run is left behind")
+	require.Zero(t, srv.requests.Load(), "nothing listened, nothing was asked")
 
 	srv.start()
-	code, resumed := runShell(t, finishCommand(t, printed))
-	require.Equal(t, cli.ExitOK, code, resumed)
-	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
-	kept, _ = keptIDs(t, out)
+	code, rep, printedAgain := collectOpenAI(t, srv, out, "4")
+	require.Equal(t, cli.ExitOK, code, printedAgain)
+	require.Equal(t, "complete", rep.Status)
+	kept, _ := keptIDs(t, out)
 	require.Equal(t, actIDs(t, out, 4), kept)
 }
 

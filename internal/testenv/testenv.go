@@ -11,6 +11,9 @@
 //	docker           a Docker engine with forkline's images (bash .ci/docker-up.sh)
 //	chromium         Debian's Chromium (bash .ci/chromium-up.sh)
 //	docker-chromium  the forkline/chromium image (make images-browser)
+//	docker-debian    the forkline/debian image (make images-debian): Harbor tasks need bash
+//	registry         two container registries on loopback, one open and one behind
+//	                 htpasswd (bash .ci/registry-up.sh)
 //	templates        the test oracle's real chat templates and tokenizers: Node.js with
 //	                 internal/oracle/js/node_modules, and /usr/bin/python3 with Debian's
 //	                 python3-jinja2 (bash .ci/oracle-up.sh)

@@ -148,3 +148,24 @@ func TestDockerEngineGone(t *testing.T) {
 	_, err = prov.Checkpoint(ctx, golden, "again")
 	require.ErrorIs(t, err, runtime.ErrUnavailable, "Checkpoint through the decorator")
 }
+
+// A browser task on docker is checked before anything is spent: its image
+// must hold the Chromium its sessions run inside the sandbox.
+func TestPrepareChecksChromiumInTheImage(t *testing.T) {
+	needDockerChromium(t)
+	inner, err := docker.New(t.Context(), providers.Options{RunID: "browser-prepare-test"})
+	require.NoError(t, err)
+	defer inner.Close(context.Background())
+	prov := browser.Provider(inner, browser.DefaultConfig())
+	prep, ok := providers.As[providers.Preparer](prov)
+	require.True(t, ok, "the decorator prepares, then checks")
+	gui := &providers.GUI{Screenshots: true}
+
+	err = prep.Prepare(t.Context(), []providers.Spec{{Image: docker.ImageBusybox, GUI: gui}, {Image: docker.ImageBusybox}}, nil)
+	require.ErrorIs(t, err, providers.ErrCannotPrepare)
+	require.ErrorContains(t, err, "forkline/busybox has none at /usr/bin/chromium")
+	require.ErrorContains(t, err, "forkline/chromium")
+
+	require.NoError(t, prep.Prepare(t.Context(), []providers.Spec{{Image: chromiumImage, GUI: gui}, {Image: docker.ImageBusybox}}, nil),
+		"a shell task's image needs no Chromium")
+}

@@ -2,11 +2,15 @@ package browser
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"sync"
 
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/runtime"
 )
 
 // ConfigFor is base with what a sandbox's GUI request says: viewport, start
@@ -186,3 +190,76 @@ func (p *provider) Leftovers(ctx context.Context) ([]string, error) {
 
 // Unwrap returns the provider underneath.
 func (p *provider) Unwrap() providers.Provider { return p.Provider }
+
+// Prepare implements providers.Preparer for the decorated provider: inner
+// prepares the specs (without their GUI, which is this decorator's), when
+// it can; then every distinct sandbox a GUI spec makes is checked for the
+// Chromium its sessions will run — inside the sandbox for one that pipes
+// processes (docker: the image must have it), else on the host — so a
+// browser task whose image lacks Chromium fails before anything is spent,
+// not in its first episode. The check costs one sandbox per distinct
+// image.
+func (p *provider) Prepare(ctx context.Context, specs []providers.Spec, progress io.Writer) error {
+	inner := make([]providers.Spec, len(specs))
+	for i, s := range specs {
+		s.GUI = nil
+		inner[i] = s
+	}
+	if prep, ok := providers.As[providers.Preparer](p.Provider); ok {
+		if err := prep.Prepare(ctx, inner, progress); err != nil {
+			return err
+		}
+	}
+	seen := map[string]bool{}
+	var errs []error
+	for i, s := range specs {
+		if s.GUI == nil {
+			continue
+		}
+		key := s.Image
+		if s.Build != nil {
+			key = fmt.Sprintf("build %s %s %v %s", s.Build.Context, s.Build.Dockerfile, s.Build.Args, s.Build.Target)
+		}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if err := p.checkChromium(ctx, inner[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkChromium makes a sandbox of spec and checks that the Chromium a
+// session would start there is an executable.
+func (p *provider) checkChromium(ctx context.Context, spec providers.Spec) error {
+	spec.Files = nil
+	exec := p.base.exec()
+	sb, err := p.Provider.Create(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("browser: checking for Chromium: %w", err)
+	}
+	defer sb.Close(context.WithoutCancel(ctx))
+	image := spec.Image
+	if spec.Build != nil {
+		image = "the image built from " + spec.Build.Context
+	}
+	if _, pipes := sb.(Piper); !pipes {
+		if st, err := os.Stat(exec); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("%w: browser tasks need Chromium at %s on this host (apt-get install chromium, or set %s)", providers.ErrCannotPrepare, exec, ExecEnv)
+		}
+		return nil
+	}
+	obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: "test -x " + shellQuote(exec), TimeoutMS: 30_000})
+	if err != nil {
+		return fmt.Errorf("browser: checking for Chromium in %s: %w", image, err)
+	}
+	if obs.ExitCode != 0 {
+		if image == "" {
+			image = "the provider's default image"
+		}
+		return fmt.Errorf("%w: browser tasks run Chromium inside their sandbox, and %s has none at %s: use an image with Debian's chromium (-provider-opt image=forkline/chromium, built with make images-browser)", providers.ErrCannotPrepare, image, exec)
+	}
+	return nil
+}

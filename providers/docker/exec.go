@@ -217,7 +217,7 @@ type runResult struct {
 // or the engine failed, never the command.
 func (s *sandbox) run(ctx context.Context, cmd, env []string, stdout, stderr io.Writer, limit time.Duration) (runResult, error) {
 	ec, err := s.p.cli.ExecCreate(ctx, s.id, client.ExecCreateOptions{
-		Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true, WorkingDir: WorkspaceDir,
+		Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true, WorkingDir: s.spec.workdir,
 	})
 	if err != nil {
 		return runResult{}, s.infraError(ctx, "exec create", err)

@@ -52,7 +52,8 @@ type resolvedPath struct {
 // errUnresolved come from the engine.
 func (s *sandbox) resolve(ctx context.Context, rel string) (resolvedPath, error) {
 	comps := splitRel(rel)
-	root := resolvedPath{path: WorkspaceDir, stat: container.PathStat{Mode: fs.ModeDir | 0o755}}
+	ws := s.spec.workdir
+	root := resolvedPath{path: ws, stat: container.PathStat{Mode: fs.ModeDir | 0o755}}
 	cur := root
 	hops := 0
 walk:
@@ -81,14 +82,14 @@ walk:
 			if hops > maxSymlinkHops {
 				return resolvedPath{}, errUnresolved
 			}
-			if target != WorkspaceDir && !strings.HasPrefix(target, WorkspaceDir+"/") {
+			if target != ws && !strings.HasPrefix(target, strings.TrimSuffix(ws, "/")+"/") {
 				return resolvedPath{}, errEscapes
 			}
 			// The target is fully evaluated already; walk it again from the
 			// workspace (it has no symlinks left where it exists) followed by
 			// the components still to go.
-			comps = append(splitRel(strings.TrimPrefix(target, WorkspaceDir+"/")), comps[i+1:]...)
-			if target == WorkspaceDir {
+			comps = append(splitRel(strings.TrimPrefix(target, ws+"/")), comps[i+1:]...)
+			if target == ws {
 				comps = comps[1:]
 			}
 			cur = root
@@ -139,7 +140,7 @@ func resolveFailure(kind runtime.ActionKind, p string, err error) *runtime.Obser
 // stream.
 func (s *sandbox) readFile(ctx context.Context, p string) (runtime.Observation, error) {
 	const kind = runtime.ActReadFile
-	rel, err := providers.ResolvePath(p)
+	rel, err := providers.ResolvePathUnder(s.spec.workdir, p)
 	if err != nil {
 		return pathFailure(kind, p, err), nil
 	}
@@ -190,7 +191,7 @@ func (s *sandbox) readFile(ctx context.Context, p string) (runtime.Observation, 
 // ones get 0644, new directories 0755.
 func (s *sandbox) writeFile(ctx context.Context, p, content string) (runtime.Observation, error) {
 	const kind = runtime.ActWriteFile
-	rel, err := providers.ResolvePath(p)
+	rel, err := providers.ResolvePathUnder(s.spec.workdir, p)
 	if err != nil {
 		return pathFailure(kind, p, err), nil
 	}
@@ -318,4 +319,91 @@ func filesTar(files map[string][]byte) (io.Reader, error) {
 		return nil, err
 	}
 	return &b, nil
+}
+
+var _ providers.Uploader = (*sandbox)(nil)
+
+// Upload places files under dir (providers.Uploader): an absolute path in
+// the container, or "" (or a relative path) for the workspace. dir is made
+// first (mkdir -p, an exec); the files then go in as one tar stream with
+// their modes, parents 0755, extracted by the engine inside the container's
+// root, so a symlink the episode left can lead a file astray only within
+// the container.
+func (s *sandbox) Upload(ctx context.Context, dir string, files []providers.File) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	wctx, stop := s.p.watch(ctx)
+	defer stop()
+	err := s.upload(wctx, dir, files)
+	return cause(wctx, err)
+}
+
+func (s *sandbox) upload(ctx context.Context, dir string, files []providers.File) error {
+	dest := s.spec.workdir
+	switch {
+	case dir == "":
+	case path.IsAbs(dir):
+		dest = path.Clean(dir)
+	default:
+		rel, err := providers.ResolvePathUnder(s.spec.workdir, dir)
+		if err != nil {
+			return fmt.Errorf("docker: upload to %q: %w", dir, err)
+		}
+		dest = path.Join(s.spec.workdir, rel)
+	}
+	if err := s.checkAlive(ctx); err != nil {
+		return err
+	}
+	if dest != s.spec.workdir {
+		var out bytes.Buffer
+		res, err := s.run(ctx, []string{"mkdir", "-p", "--", dest}, nil, &out, &out, execBackstop)
+		if err != nil {
+			return err
+		}
+		if res.exitCode != 0 {
+			return fmt.Errorf("docker: upload: mkdir -p %s in %s failed (exit %d): %s", dest, s.short(), res.exitCode, strings.TrimSpace(out.String()))
+		}
+	}
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	now := time.Now()
+	dirs := map[string]bool{}
+	sorted := append([]providers.File(nil), files...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
+	for _, f := range sorted {
+		name := path.Clean(f.Path)
+		if name == "." || path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return fmt.Errorf("docker: upload: %q is not a path below %s", f.Path, dest)
+		}
+		var parents []string
+		for d := path.Dir(name); d != "."; d = path.Dir(d) {
+			parents = append(parents, d)
+		}
+		for i := len(parents) - 1; i >= 0; i-- {
+			if d := parents[i]; !dirs[d] {
+				dirs[d] = true
+				if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: now, Format: tar.FormatPAX}); err != nil {
+					return err
+				}
+			}
+		}
+		mode := int64(f.Mode.Perm())
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(f.Data)), ModTime: now, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(f.Data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if _, err := s.p.cli.CopyToContainer(ctx, s.id, client.CopyToContainerOptions{DestinationPath: dest, Content: &b}); err != nil {
+		return s.infraError(ctx, "upload", err)
+	}
+	return nil
 }

@@ -21,7 +21,7 @@ func (s *sandbox) Pipe(ctx context.Context, argv []string) (io.ReadWriteCloser, 
 		return nil, err
 	}
 	ec, err := s.p.cli.ExecCreate(ctx, s.id, client.ExecCreateOptions{
-		Cmd: argv, AttachStdin: true, AttachStdout: true, AttachStderr: true, WorkingDir: WorkspaceDir,
+		Cmd: argv, AttachStdin: true, AttachStdout: true, AttachStderr: true, WorkingDir: s.spec.workdir,
 	})
 	if err != nil {
 		return nil, s.infraError(ctx, "pipe", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -120,6 +121,11 @@ type Provider struct {
 	probeEvery, probeTimeout time.Duration
 	out                      *outputFIFOs
 
+	pull         string // ParamPull
+	pullAttempts int
+	pullBackoff  time.Duration
+	imgs         images
+
 	initMu     sync.Mutex
 	useInit    bool
 	initBinary string
@@ -145,8 +151,12 @@ type sandboxSpec struct {
 	env       []string
 	outputCap int
 	res       providers.Resources
-	network   string
+	network   string            // the network of the sandbox's forks (Resources.Network, else the default)
 	labels    map[string]string // Spec.Labels
+	// workdir is the workspace: the working directory of commands and the
+	// root of file actions — the image's WORKDIR, or WorkspaceDir when the
+	// image sets none (or sets /).
+	workdir string
 }
 
 // New opens a docker provider on the engine named by the environment (see
@@ -158,8 +168,16 @@ type sandboxSpec struct {
 // most pingTimeout); New removes nothing: call Sweep for that.
 func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamInit, ParamSweep,
-		ParamPids, ParamMemoryMB, ParamCPUs, ParamOutput); err != nil {
+		ParamPids, ParamMemoryMB, ParamCPUs, ParamOutput, ParamPull); err != nil {
 		return nil, err
+	}
+	pull := opts.Params[ParamPull]
+	switch pull {
+	case "":
+		pull = PullMissing
+	case PullMissing, PullAlways, PullNever:
+	default:
+		return nil, fmt.Errorf("docker: param %s=%q (known: %s, %s, %s)", ParamPull, pull, PullAlways, PullMissing, PullNever)
 	}
 	out, err := newOutputFIFOs(opts.Params[ParamOutput], opts.Dir)
 	if err != nil {
@@ -179,6 +197,10 @@ func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 		probeTimeout: defaultProbeTimeout,
 		sandboxes:    map[string]*sandbox{},
 		checkpoints:  map[string]*checkpoint{},
+		pull:         pull,
+		pullAttempts: defaultPullAttempts,
+		pullBackoff:  defaultPullBackoff,
+		imgs:         images{entries: map[string]*imageEntry{}},
 	}
 	if v := opts.Params[ParamImage]; v != "" {
 		p.image = v
@@ -302,9 +324,13 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 	if err != nil {
 		return nil, err
 	}
-	image := spec.Image
-	if image == "" {
-		image = p.image
+	img, err := p.imageOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	entry, err := p.ensure(ctx, img, nil)
+	if err != nil {
+		return nil, err
 	}
 	ss := sandboxSpec{
 		env:       append([]string(nil), spec.Env...),
@@ -312,6 +338,7 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 		res:       spec.Resources,
 		network:   spec.Resources.Network,
 		labels:    copyLabels(spec.Labels),
+		workdir:   workspaceOf(entry.workdir),
 	}
 	if ss.network == "" {
 		ss.network = p.network
@@ -319,13 +346,20 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 	if ss.outputCap <= 0 {
 		ss.outputCap = providers.DefaultOutputCap
 	}
-	sb, err := p.startSandbox(ctx, image, ss, OriginCreate, "")
+	// The sandbox Create makes runs on the setup's network; its forks get
+	// ss.network (it is what the checkpoint passes on).
+	own := ss
+	if spec.SetupNetwork != "" {
+		own.network = spec.SetupNetwork
+	}
+	sb, err := p.startSandbox(ctx, entry.ref, own, OriginCreate, "")
 	if err != nil {
 		return nil, err
 	}
+	sb.spec.network = ss.network
 	if files != nil {
 		if _, err := p.cli.CopyToContainer(ctx, sb.id, client.CopyToContainerOptions{
-			DestinationPath: WorkspaceDir, Content: files,
+			DestinationPath: ss.workdir, Content: files,
 		}); err != nil {
 			_ = sb.Close(ctx)
 			if gerr := p.gone(ctx, "copying spec files into "+sb.short(), err); gerr != nil {
@@ -422,7 +456,13 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 	if !useInit {
 		cmd = []string{"sh", "-c", reaperKeeper}
 	}
-	env := append([]string{"LANG=C.UTF-8", "HOME=" + WorkspaceDir, "FORKLINE_WORKSPACE=" + WorkspaceDir}, ss.env...)
+	env := []string{"LANG=C.UTF-8", "FORKLINE_WORKSPACE=" + ss.workdir}
+	if ss.workdir == WorkspaceDir {
+		// forkline's own workspace is also HOME, as on the local provider;
+		// an image with a WORKDIR of its own keeps its own HOME.
+		env = append(env, "HOME="+WorkspaceDir)
+	}
+	env = append(env, ss.env...)
 	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(ss.network),
 		Init:        &useInit,
@@ -438,7 +478,7 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 			Image:      image,
 			Cmd:        cmd,
 			Entrypoint: []string{},
-			WorkingDir: WorkspaceDir,
+			WorkingDir: ss.workdir,
 			Env:        env,
 			Labels:     labels,
 		},
@@ -463,8 +503,18 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 	return created.ID, nil
 }
 
-// ErrImageMissing is wrapped by the error of Create when its image is not on
-// the engine.
+// workspaceOf is the workspace of a sandbox of an image whose WORKDIR is
+// workdir: that directory, or WorkspaceDir when the image sets none (or /,
+// where a workspace of its own is safer for file actions).
+func workspaceOf(workdir string) string {
+	if workdir == "" || workdir == "/" || !strings.HasPrefix(workdir, "/") {
+		return WorkspaceDir
+	}
+	return path.Clean(workdir)
+}
+
+// ErrImageMissing is wrapped by the error of Create (and Prepare) when its
+// image is not on the engine and cannot be pulled.
 var ErrImageMissing = errors.New("image not on the engine")
 
 func missingImage(image string, err error) error {
@@ -479,7 +529,7 @@ func missingImage(image string, err error) error {
 	default:
 		how = "pull, load or import it; forkline's own images are built with forkline images"
 	}
-	return fmt.Errorf("docker: %w: %q: %s (engine said: %v)", ErrImageMissing, image, how, err)
+	return fmt.Errorf("docker: %w: %w: %q: %s (engine said: %v)", providers.ErrCannotPrepare, ErrImageMissing, image, how, err)
 }
 
 // Checkpoint commits sb to an image tagged forkline/checkpoint:RUN-N and

@@ -49,7 +49,7 @@ func (s *sandbox) short() string { return shortID(s.id) }
 // path inside the container.
 func (s *sandbox) Info() providers.SandboxInfo {
 	return providers.SandboxInfo{
-		ID: s.id, Provider: Name, Origin: s.origin, Checkpoint: s.cpID, Workspace: WorkspaceDir,
+		ID: s.id, Provider: Name, Origin: s.origin, Checkpoint: s.cpID, Workspace: s.spec.workdir,
 	}
 }
 

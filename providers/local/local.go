@@ -315,6 +315,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if spec.GUI != nil {
 		return nil, fmt.Errorf("local: %w", providers.ErrNoGUI)
 	}
+	if spec.Build != nil {
+		return nil, fmt.Errorf("local: %w: the local provider has no images, so it cannot build one from %s (use -provider docker)", providers.ErrNotSupported, spec.Build.Context)
+	}
 	files, err := specFiles(spec.Files)
 	if err != nil {
 		return nil, err

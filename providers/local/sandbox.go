@@ -315,6 +315,44 @@ func (s *sandbox) writeFile(rel string, data []byte) error {
 	return s.root.WriteFile(rel, data, 0o644)
 }
 
+// Upload writes files into the workspace (providers.Uploader): dir must be
+// "" or relative to the workspace, since a local sandbox's absolute paths
+// are the host's. Paths go through the workspace's os.Root, so no symlink
+// the episode left can lead a file outside.
+func (s *sandbox) Upload(ctx context.Context, dir string, files []providers.File) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	base := "."
+	if dir != "" {
+		rel, err := providers.ResolvePath(dir)
+		if err != nil || path.IsAbs(dir) {
+			return fmt.Errorf("local: upload to %q: %w (a local sandbox has no filesystem of its own)", dir, providers.ErrPathEscapes)
+		}
+		base = rel
+	}
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := providers.ResolvePath(path.Join(base, f.Path))
+		if err != nil {
+			return fmt.Errorf("local: upload: %w", err)
+		}
+		mode := f.Mode.Perm()
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := s.writeFile(rel, f.Data); err != nil {
+			return fmt.Errorf("local: upload of %s: %w", rel, unwrapPath(err))
+		}
+		if err := s.root.Chmod(rel, mode); err != nil {
+			return fmt.Errorf("local: upload of %s: %w", rel, unwrapPath(err))
+		}
+	}
+	return nil
+}
+
 // pathFailure turns the error of a file action into its observation.
 func pathFailure(kind runtime.ActionKind, p string, err error) runtime.Observation {
 	switch {
