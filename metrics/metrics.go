@@ -252,6 +252,9 @@ type Server struct {
 	srv  *http.Server
 	addr string
 	done chan error
+
+	once     sync.Once
+	closeErr error
 }
 
 // Serve listens on addr (HOST:PORT; port 0 picks a free one) and serves
@@ -283,12 +286,15 @@ func Serve(addr string, m *Metrics) (*Server, error) {
 func (s *Server) Addr() string { return s.addr }
 
 // Close stops serving, letting a scrape in progress finish (at most 5s).
+// It is idempotent.
 func (s *Server) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := s.srv.Shutdown(ctx)
-	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	return err
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.closeErr = s.srv.Shutdown(ctx)
+		if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && s.closeErr == nil {
+			s.closeErr = serr
+		}
+	})
+	return s.closeErr
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/progress"
 )
 
 type exportOptions struct {
@@ -80,6 +81,7 @@ func setupExport(f *cli.FlagSet) cli.Runner {
 	f.String(&e.rows, "rows", "episode|step", "hf, hf-disk: one row per episode or per step")
 	f.String(&e.toolArgs, "tool-args", "string|object", "chat-jsonl: tool-call arguments as a JSON string (OpenAI) or an object (templates that apply tojson)")
 
+	f.Logging()
 	f.Group("output", "")
 	f.Bool(&o.Force, "force", "replace an -out that an earlier export wrote and nothing changed since (anything else is refused)")
 	return func(ctx context.Context, inv *cli.Invocation) int { return runExport(ctx, inv, e) }
@@ -90,7 +92,28 @@ func runExport(ctx context.Context, inv *cli.Invocation, e *exportOptions) int {
 	if err != nil {
 		return inv.Fail(cli.ExitBadInput, err)
 	}
+	var meter *progress.Meter
+	if !inv.Quiet {
+		opts := progress.Options{Command: "export", TTY: isTerminal(inv.Stderr)}
+		if inv.LogJSON() {
+			opts.Logger = inv.Logger()
+		}
+		meter = progress.New(inv.Stderr, opts)
+		begun := false
+		o.Progress = func(read, total int64) {
+			if !begun {
+				begun = true
+				meter.Begin(total)
+			}
+			if read > 0 {
+				meter.Advance(1)
+			}
+		}
+	}
 	rep, err := export.Run(ctx, o)
+	if meter != nil {
+		meter.Close() // its last line before the report
+	}
 	if rep != nil {
 		report(inv, o, rep, err == nil)
 		if inv.JSON && err == nil {
