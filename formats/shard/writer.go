@@ -41,7 +41,7 @@ type Writer struct {
 	closed    bool
 	closeErr  error
 
-	removed []string // what Resume deleted; immutable after Resume
+	removed []string               // what Resume deleted; immutable after Resume
 	onRoll  func(GenerationClosed) // OnGeneration; set before the first Commit
 
 	stopOnce sync.Once
