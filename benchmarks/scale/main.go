@@ -31,6 +31,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +49,7 @@ func main() {
 	steps := flag.Int("steps", 5, "steps per episode (the last is done)")
 	rounds := flag.Int("rounds", 3, "episodes per replica in each measurement")
 	jsonOut := flag.String("json", "", "also write the results to `FILE`")
+	cpuProfile := flag.String("cpuprofile", "", "child: write a CPU profile of the collection to `FILE`")
 	flag.Parse()
 
 	switch {
@@ -55,9 +57,16 @@ func main() {
 		serveModel(*serve, *latency, *steps)
 		return
 	case *child > 0:
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			check(err)
+			check(pprof.StartCPUProfile(f))
+			defer pprof.StopCPUProfile()
+		}
 		r, err := collectOnce(*child, *rounds, *base)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
+			pprof.StopCPUProfile()
 			os.Exit(1)
 		}
 		json.NewEncoder(os.Stdout).Encode(r)
