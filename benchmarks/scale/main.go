@@ -13,7 +13,8 @@
 // per step (getrusage RUSAGE_SELF of the collecting process: its
 // goroutines, the HTTP client, the Parquet writer — not the commands the
 // sandboxes run, which are its children, nor the model server, which is
-// another process), the machine's CPU use during the run (from
+// another process), the CPU of those commands per step (RUSAGE_CHILDREN),
+// the machine's CPU use during the run (from
 // /proc/stat), and the collector's peak RSS (VmHWM) overall and per
 // replica. Each measurement runs in a fresh process (this program run
 // again with -child), so a peak RSS is that run's own.
@@ -90,7 +91,7 @@ func main() {
 	fmt.Printf("model: loopback OpenAI-compatible server (its own process), answers after %s; %d steps per episode (%d exec + done); %d episodes per replica; local provider\n",
 		*latency, *steps, *steps-1, *rounds)
 	fmt.Printf("load average before: %s\n\n", load0)
-	fmt.Printf("%-9s %-9s %9s %12s %10s %8s %14s %12s %13s %12s\n", "replicas", "episodes", "wall s", "episodes/s", "ideal", "of ideal", "CPU s/step", "machine CPU", "peak RSS MB", "RSS/replica")
+	fmt.Printf("%-9s %-9s %9s %12s %10s %8s %14s %15s %12s %13s %12s\n", "replicas", "episodes", "wall s", "episodes/s", "ideal", "of ideal", "CPU s/step", "commands s/step", "machine CPU", "peak RSS MB", "RSS/replica")
 	var all []result
 	for _, f := range strings.Split(*replicas, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -106,8 +107,8 @@ func main() {
 		r.Ideal = float64(n) / (float64(*steps) * latency.Seconds())
 		r.OfIdeal = r.EpisodesPerSec / r.Ideal
 		r.MachineCPU = cpu1.busyFraction(cpu0)
-		fmt.Printf("%-9d %-9d %9.1f %12.2f %10.2f %7.1f%% %14.6f %11.0f%% %13.1f %12.2f\n", n, r.Episodes, r.WallSec, r.EpisodesPerSec, r.Ideal, 100*r.OfIdeal,
-			r.CPUPerStep, 100*r.MachineCPU, r.PeakRSSMB, r.PeakRSSMB/float64(n))
+		fmt.Printf("%-9d %-9d %9.1f %12.2f %10.2f %7.1f%% %14.6f %15.6f %11.0f%% %13.1f %12.2f\n", n, r.Episodes, r.WallSec, r.EpisodesPerSec, r.Ideal, 100*r.OfIdeal,
+			r.CPUPerStep, r.CommandsCPUPerStep, 100*r.MachineCPU, r.PeakRSSMB, r.PeakRSSMB/float64(n))
 		all = append(all, r)
 	}
 	fmt.Printf("\nload average after: %s\n", loadavg())
@@ -127,9 +128,12 @@ type result struct {
 	OfIdeal        float64 `json:"of_ideal"`
 	CPUSec         float64 `json:"collector_cpu_s"`
 	CPUPerStep     float64 `json:"collector_cpu_s_per_step"`
-	MachineCPU     float64 `json:"machine_cpu_busy"`
-	PeakRSSMB      float64 `json:"peak_rss_mb"`
-	Losses         int     `json:"scaffold_losses"`
+	CommandsCPUSec float64 `json:"commands_cpu_s"`
+	// CommandsCPUPerStep is the sandboxes' commands' CPU per step.
+	CommandsCPUPerStep float64 `json:"commands_cpu_s_per_step"`
+	MachineCPU         float64 `json:"machine_cpu_busy"`
+	PeakRSSMB          float64 `json:"peak_rss_mb"`
+	Losses             int     `json:"scaffold_losses"`
 }
 
 // collectOnce runs one collection in this process and measures it.
@@ -143,8 +147,9 @@ func collectOnce(replicas, rounds int, baseURL string) (result, error) {
 	if err := os.WriteFile(spec, []byte("id: scale\ninstruction: run the commands the model asks for\n"), 0o644); err != nil {
 		return result{}, err
 	}
-	var ru0 syscall.Rusage
+	var ru0, kids0 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids0)
 	sum, err := collect.Run(context.Background(), collect.Config{
 		Tasks: spec, Out: filepath.Join(tmp, "run"), WorkDir: tmp, Replicas: replicas, Repeats: replicas * rounds,
 		Policy: "openai", PolicyOptions: map[string]string{"base_url": baseURL, "model": "scale", "timeout": "60s"},
@@ -152,14 +157,20 @@ func collectOnce(replicas, rounds int, baseURL string) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	var ru1 syscall.Rusage
+	var ru1, kids1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids1)
 	rep := sum.Report()
 	cpu := tv(ru1.Utime) + tv(ru1.Stime) - tv(ru0.Utime) - tv(ru0.Stime)
+	// The commands the sandboxes ran are this process's children (waited
+	// for, so counted): what the steps cost the machine besides the
+	// collector itself.
+	kids := tv(kids1.Utime) + tv(kids1.Stime) - tv(kids0.Utime) - tv(kids0.Stime)
 	r := result{Replicas: replicas, Episodes: rep.Ran, Steps: rep.RanSteps, WallSec: rep.WallSec, EpisodesPerSec: rep.EpisodesPerSec,
-		CPUSec: cpu, PeakRSSMB: vmHWM() / 1024, Losses: rep.Losses}
+		CPUSec: cpu, CommandsCPUSec: kids, PeakRSSMB: vmHWM() / 1024, Losses: rep.Losses}
 	if rep.RanSteps > 0 {
 		r.CPUPerStep = cpu / float64(rep.RanSteps)
+		r.CommandsCPUPerStep = kids / float64(rep.RanSteps)
 	}
 	if rep.Losses > 0 {
 		return r, fmt.Errorf("scale: %d scaffold losses: %v", rep.Losses, rep.Errors)

@@ -139,25 +139,7 @@ const maxBody = 256 << 20
 
 // defaultHTTP is shared by every policy without its own client, so episodes
 // reuse connections. Attempts are bounded by contexts, not by the client.
-//
-// Its transport keeps up to maxIdlePerHost idle connections to the model
-// server instead of net/http's default of 2: with N replicas waiting on one
-// server, the default closed N-2 connections after every answer and dialed
-// them again for the next request (benchmarks/scale measures the
-// difference at 256 replicas).
-var defaultHTTP = &http.Client{Transport: pooledTransport()}
-
-// maxIdlePerHost bounds the idle connections kept to one model server: more
-// replicas than this each waiting on it at once still work, with the
-// surplus connections closed after use.
-const maxIdlePerHost = 1024
-
-func pooledTransport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 0 // no bound over all hosts; per host below
-	t.MaxIdleConnsPerHost = maxIdlePerHost
-	return t
-}
+var defaultHTTP = &http.Client{}
 
 // client sends chat completion requests with retries.
 type client struct {
