@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/forkline/forkline/metrics"
 	"github.com/forkline/forkline/metrics/metricstest"
 	"github.com/forkline/forkline/observe"
+	"github.com/forkline/forkline/replay"
 )
 
 // metricsTasks are a task whose steps take a while (so a scrape lands in
@@ -211,4 +213,51 @@ func TestMetricsAtTheEndEqualTheSummary(t *testing.T) {
 	n, _ := s.Value("forkline_action_seconds_count", map[string]string{"kind": "exec"})
 	require.Equal(t, float64(execs), n)
 	require.Equal(t, 8.0, n, "slow's two execs, four times")
+}
+
+// A replay's scrape at the end says what its report says: verdicts by
+// status, the steps it re-ran, one reset per replayed episode, and the
+// run's command.
+func TestReplayMetricsAtTheEndEqualTheReport(t *testing.T) {
+	dir := t.TempDir()
+	for name, spec := range map[string]string{
+		"slow.yaml":  "id: slow\ninstruction: wait\nverify: {cmd: test -f done.txt, reward: exit}\nsolution:\n  - {kind: exec, cmd: sleep 0.1}\n  - {kind: write_file, path: done.txt, content: ok}\n  - {kind: done}\n",
+		"wrong.yaml": "id: wrong\ninstruction: fail\nverify: {cmd: 'false', reward: exit}\nsolution:\n  - {kind: read_file, path: nothing.txt}\n  - {kind: done}\n",
+	} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(spec), 0o644))
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	_, err := collect.Run(context.Background(), collect.Config{Tasks: dir, Out: out, Repeats: 3, Replicas: 2, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+
+	m := metrics.New()
+	srv, err := metrics.Serve("127.0.0.1:0", m)
+	require.NoError(t, err)
+	defer srv.Close()
+	rep, err := replay.Run(context.Background(), replay.Config{In: out, Mode: replay.Normalized, Replicas: 2, WorkDir: t.TempDir(),
+		Log: io.Discard, Observer: observe.Multi{m}})
+	require.NoError(t, err)
+	s, err := metricstest.Get("http://" + srv.Addr() + "/metrics")
+	require.NoError(t, err)
+
+	require.Equal(t, 6, rep.Identical, "a deterministic run replays identically: %+v", rep)
+	byStatus := s.By("forkline_replay_episodes_total", "status")
+	want := map[string]float64{}
+	for status, n := range map[string]int{"identical": rep.Identical, "diverged": rep.Diverged, "error": rep.Errored} {
+		if n > 0 {
+			want[status] = float64(n)
+		}
+	}
+	require.Equal(t, want, byStatus, "verdicts by status equal the report's")
+	require.Equal(t, map[string]float64{"slow": 3, "wrong": 3}, s.By("forkline_replay_episodes_total", "task"))
+	steps, _ := s.Value("forkline_steps_total", nil)
+	matched := 0
+	for _, ep := range rep.Episodes {
+		matched += ep.Matched
+	}
+	require.Equal(t, float64(matched), steps, "every re-run step is counted")
+	resets, _ := s.Value("forkline_reset_seconds_count", nil)
+	require.Equal(t, 6.0, resets, "one reset per replayed episode")
+	info := s.By("forkline_run_info", "command")
+	require.Equal(t, map[string]float64{"replay": 1}, info)
 }
