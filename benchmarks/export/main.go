@@ -1,6 +1,6 @@
 // Command export measures forkline export on large datasets against DuckDB
 // copying the same native shards to Parquet, in the same run: it collects
-// datasets of -small and -large episodes with a fast scripted policy
+// datasets of -episodes sizes with a fast scripted policy
 // (each once, kept in -data for the next run), exports each to jsonl, hf
 // and verl-sft with the forkline binary, and runs the DuckDB baseline
 // (benchmarks/export/duckdb, a module of its own: forkline's module never
@@ -9,7 +9,7 @@
 // export's time to DuckDB's.
 //
 //	go run ./benchmarks/export                        # 10,000 and 100,000 episodes
-//	go run ./benchmarks/export -small 1000 -large 10000 -data /tmp/exportbench
+//	go run ./benchmarks/export -episodes 1000,10000 -data /tmp/exportbench
 package main
 
 import (
@@ -44,15 +44,20 @@ type run struct {
 	What      string  `json:"what"`
 	Episodes  int     `json:"episodes"`
 	Rows      int64   `json:"rows"`
+	StepRows  int64   `json:"step_rows,omitempty"`
 	WallSec   float64 `json:"wall_s"`
 	RowsPerS  float64 `json:"rows_per_s"`
+	CPUSec    float64 `json:"cpu_s"`
 	PeakRSSMB float64 `json:"peak_rss_mb"`
 	OfDuckDB  float64 `json:"time_over_duckdb"`
+	// CPUOfDuckDB is the ratio of CPU seconds (user + system): on a
+	// machine other work shares, the wall times depend on the share each
+	// process got, its CPU much less.
+	CPUOfDuckDB float64 `json:"cpu_over_duckdb"`
 }
 
 func main() {
-	small := flag.Int("small", 10000, "episodes of the small dataset")
-	large := flag.Int("large", 100000, "episodes of the large dataset")
+	sizes := flag.String("episodes", "10000,100000", "the datasets' sizes, in episodes")
 	data := flag.String("data", filepath.Join(os.TempDir(), "forkline-export-bench"), "where the datasets are kept between runs")
 	targets := flag.String("to", "jsonl,hf,verl-sft", "export targets")
 	jsonOut := flag.String("json", "", "also write the results to `FILE`")
@@ -71,18 +76,21 @@ func main() {
 	fmt.Printf("forkline export benchmark — %s, %d cores, %s, %s\n", kernel(), runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02"))
 	fmt.Printf("load average before: %s\n", loadavg())
 	var all []run
-	for _, n := range []int{*small, *large} {
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		check(err)
 		ds := dataset(bin, *data, n)
 		fmt.Printf("\n%d episodes (%s)\n", n, ds)
-		fmt.Printf("  %-28s %10s %9s %12s %13s %14s\n", "what", "rows", "wall s", "rows/s", "peak RSS MB", "time / DuckDB")
+		fmt.Printf("  %-28s %10s %9s %12s %8s %13s %14s %13s\n", "what", "rows", "wall s", "rows/s", "CPU s", "peak RSS MB", "time / DuckDB", "CPU / DuckDB")
 		d := duckdb(duck, ds, filepath.Join(tmp, "duck"))
 		d.Episodes = n
-		fmt.Printf("  %-28s %10d %9.2f %12.0f %13.1f %14s\n", d.What, d.Rows, d.WallSec, d.RowsPerS, d.PeakRSSMB, "1.00")
+		fmt.Printf("  %-28s %10d %9.2f %12.0f %8.2f %13.1f %14s %13s\n", d.What, d.Rows, d.WallSec, d.RowsPerS, d.CPUSec, d.PeakRSSMB, "1.00", "1.00")
 		all = append(all, d)
 		for _, to := range strings.Split(*targets, ",") {
 			r := export(bin, ds, to, filepath.Join(tmp, "out-"+to), n)
 			r.OfDuckDB = r.WallSec / d.WallSec
-			fmt.Printf("  %-28s %10d %9.2f %12.0f %13.1f %14.2f\n", r.What, r.Rows, r.WallSec, r.RowsPerS, r.PeakRSSMB, r.OfDuckDB)
+			r.CPUOfDuckDB = r.CPUSec / d.CPUSec
+			fmt.Printf("  %-28s %10d %9.2f %12.0f %8.2f %13.1f %14.2f %13.2f\n", r.What, r.Rows, r.WallSec, r.RowsPerS, r.CPUSec, r.PeakRSSMB, r.OfDuckDB, r.CPUOfDuckDB)
 			all = append(all, r)
 		}
 	}
@@ -122,35 +130,38 @@ func export(bin, ds, to, out string, episodes int) run {
 		dest = filepath.Join(out, "episodes.jsonl")
 	}
 	cmd := exec.Command(bin, "export", "-in", ds, "-to", to, "-out", dest, "-quiet", "-json")
-	wall, rss, stdout := measure(cmd)
+	wall, cpu, rss, stdout := measure(cmd)
 	var rep struct {
 		Written map[string]int64 `json:"written"`
 	}
+	check(json.Unmarshal(stdout, &rep))
 	var rows int64
-	if to != "jsonl" {
-		check(json.Unmarshal(stdout, &rep))
-		for _, n := range rep.Written {
-			rows += n
-		}
-	} else {
-		rows = int64(episodes)
+	for _, n := range rep.Written {
+		rows += n
 	}
-	return run{What: "forkline export -to " + to, Episodes: episodes, Rows: rows, WallSec: wall, RowsPerS: float64(rows) / wall, PeakRSSMB: rss}
+	if rows != int64(episodes) {
+		fatal("export -to %s wrote %d rows of %d episodes", to, rows, episodes)
+	}
+	return run{What: "forkline export -to " + to, Episodes: episodes, Rows: rows, WallSec: wall, CPUSec: cpu, RowsPerS: float64(rows) / wall, PeakRSSMB: rss}
 }
 
 func duckdb(bin, ds, out string) run {
 	os.RemoveAll(out)
-	wall, rss, stdout := measure(exec.Command(bin, "-in", ds, "-out", out))
+	wall, cpu, rss, stdout := measure(exec.Command(bin, "-in", ds, "-out", out))
 	var rep struct {
 		Rows map[string]int64 `json:"rows"`
 	}
 	check(json.Unmarshal(stdout, &rep))
-	return run{What: "duckdb COPY episodes+steps", Rows: rep.Rows["episodes"], WallSec: wall, RowsPerS: float64(rep.Rows["episodes"]) / wall, PeakRSSMB: rss}
+	// Its rows are the episodes table's, the unit every export writes
+	// (one row per episode); it copies the steps table as well, which is
+	// the work an export does too (an episode's messages are its steps).
+	return run{What: "duckdb COPY episodes+steps", Rows: rep.Rows["episodes"], StepRows: rep.Rows["steps"], WallSec: wall,
+		CPUSec: cpu, RowsPerS: float64(rep.Rows["episodes"]) / wall, PeakRSSMB: rss}
 }
 
 // measure runs cmd and returns its wall time, its peak RSS in MB (its own
-// rusage) and its stdout.
-func measure(cmd *exec.Cmd) (wall, rssMB float64, stdout []byte) {
+// rusage), its CPU seconds and its stdout.
+func measure(cmd *exec.Cmd) (wall, cpu, rssMB float64, stdout []byte) {
 	cmd.Stderr = os.Stderr
 	began := time.Now()
 	out, err := cmd.Output()
@@ -160,9 +171,12 @@ func measure(cmd *exec.Cmd) (wall, rssMB float64, stdout []byte) {
 	}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		rssMB = float64(ru.Maxrss) / 1024
+		cpu = tv(ru.Utime) + tv(ru.Stime)
 	}
-	return wall, rssMB, out
+	return wall, cpu, rssMB, out
 }
+
+func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
 func build(cmd *exec.Cmd) {
 	if out, err := cmd.CombinedOutput(); err != nil {
