@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
@@ -83,11 +85,21 @@ type Config struct {
 	WorkDir string
 
 	// Progress, when set, receives a live progress line (TTY) or periodic
-	// progress lines, and the summary is not printed by Run.
+	// plain progress lines (package progress); Run never prints the
+	// summary.
 	Progress    io.Writer
 	ProgressTTY bool
-	// Log receives warnings (fallbacks, replaced replicas).
-	Log io.Writer
+	// Logger receives the run's log records, each with the run id and an
+	// episode's with its task and episode id: warnings (fallbacks,
+	// replaced replicas, the first episode of each distinct error), the
+	// run's start, golden builds and end at info, every episode's end at
+	// debug. When nil, Log gets them as text; when both are nil, nothing
+	// is logged.
+	Logger *slog.Logger
+	Log    io.Writer
+	// Observer, when set, is told of the run as it goes (package observe):
+	// metrics and progress are observers.
+	Observer observe.Observer
 }
 
 // ErrOutputExists is returned when Out holds another run and neither Resume
@@ -163,6 +175,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	if done, err := inv.checkResume(ctx); done != nil || err != nil {
+		if done != nil {
+			done.RunID = inv.runID
+			inv.log.Info("nothing to do: the run is complete", "episodes", done.Episodes, "planned", done.Planned, "out", cfg.Out)
+		}
 		return done, err
 	}
 	if err := inv.checkPolicy(ctx); err != nil {
@@ -188,7 +204,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 // invocation is one call of Run: the plan, and what it runs on and writes.
 type invocation struct {
 	cfg       Config
-	logf      func(format string, args ...any)
+	logf      func(format string, args ...any) // a warning of the run
+	log       *slog.Logger                     // the run's logger: its records carry the run id
+	obs       observe.Observer
 	specs     []task.Spec
 	plan      []planned // this part's episodes
 	total     int       // the episodes of every part
@@ -198,6 +216,9 @@ type invocation struct {
 	policy    policy.Record
 	runID     string
 	prior     *priorRun // the run being resumed, if any
+	// closeProgress prints the progress meter's last line, once the
+	// manifest is closed.
+	closeProgress func()
 }
 
 // planRun checks cfg, loads the tasks, refuses a policy that cannot run
@@ -211,12 +232,9 @@ func planRun(cfg Config) (*invocation, error) {
 	if err != nil {
 		return nil, badInput(err)
 	}
-	inv := &invocation{cfg: cfg, runID: newRunID(), templates: map[string]*pool.Template{}}
-	inv.logf = func(format string, args ...any) {
-		if cfg.Log != nil {
-			fmt.Fprintf(cfg.Log, "collect: "+format+"\n", args...)
-		}
-	}
+	inv := &invocation{cfg: cfg, runID: newRunID(), templates: map[string]*pool.Template{}, obs: observe.Or(cfg.Observer)}
+	inv.setLogger()
+	inv.obs, inv.closeProgress = inv.observers()
 	for i := range specs {
 		specs[i] = specs[i].WithDefaults()
 		if inv.templates[specs[i].ID], err = episode.Template(&specs[i]); err != nil {
@@ -309,7 +327,7 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 	}
 	env.prov = wired
 	env.pool, err = pool.New(pool.Config{Provider: env.prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf,
-		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates})
+		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates, OnGolden: onGolden(inv.obs, inv.log)})
 	if err != nil {
 		env.close()
 		return nil, badInput(err)
@@ -414,7 +432,7 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 		return nil, badInput(err)
 	}
 	if cfg.Resume {
-		if err := redoCancelled(ctx, w, inv.logf); err != nil {
+		if err := redoCancelledLogged(ctx, w, inv.log); err != nil {
 			w.Close(shard.StatusPartial)
 			return nil, err
 		}
@@ -427,6 +445,14 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 		out.sum.Planned, out.sum.Skipped = len(inv.plan), out.sum.Episodes
 	}
 	out.rec = newRecorder(w, out.sum)
+	w.OnGeneration(func(g shard.GenerationClosed) {
+		ev := observe.Generation{Number: g.Number}
+		for _, info := range g.Shards {
+			ev.Bytes += info.Bytes
+			ev.Rows += info.Rows
+		}
+		inv.obs.Observe(ev)
+	})
 	if cfg.Capture.Pixels == capture.PixelsHash {
 		if err := out.rec.loadBlobs(cfg.Out); err != nil {
 			w.Close(shard.StatusPartial)
@@ -459,13 +485,16 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	defer stopGrace()
 
 	todo := inv.expectStandbys(runCtx, env.pool, out.committed)
-	stopProgress := startProgress(cfg, out.sum)
+	live := &liveCounter{todo: todo}
+	inv.obs.Observe(observe.RunStarted{Command: "collect", RunID: inv.runID, Planned: len(inv.plan), KeptBefore: len(out.committed),
+		Todo: todo, Replicas: cfg.Replicas, Live: live.live(env.pool)})
+	inv.log.Info("run started", "planned", len(inv.plan), "kept_before", len(out.committed), "todo", todo,
+		"part", cfg.Part.String(), "provider", env.prov.Name(), "policy", cfg.Policy, "replicas", cfg.Replicas, "out", cfg.Out)
 	began := time.Now()
 	runner := episodeRunner{cfg: cfg, runner: episode.Runner{RunID: inv.runID, Provider: env.prov.Name(), Capture: cfg.Capture},
-		rec: out.rec, policies: inv.policies, log: inv.logf, halt: halt, todo: todo}
+		rec: out.rec, policies: inv.policies, log: inv.logf, logger: inv.log, obs: inv.obs, live: live, halt: halt, todo: todo}
 	env.pool.Run(runCtx, inv.feedJobs(sched, out.committed), runner.run)
 	out.sum.finish(time.Since(began), env.pool.Stats())
-	stopProgress()
 	logErrorCounts(out.sum, inv.logf)
 	return halt
 }
@@ -545,14 +574,27 @@ func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) 
 // with status.
 func (inv *invocation) closeDataset(out *dataset, status shard.Status, runErr error) (*Summary, error) {
 	sum := out.sum
-	sum.Status = string(status)
+	sum.Status, sum.RunID = string(status), inv.runID
 	sumJSON, _ := json.Marshal(sum.Report())
 	out.w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
-	if err := out.w.Close(status); err != nil {
+	err := out.w.Close(status)
+	if err != nil {
 		sum.Status = string(shard.StatusPartial)
-		return sum, errors.Join(runErr, err)
+		err = errors.Join(runErr, err)
+	} else {
+		err = runErr
 	}
-	return sum, runErr
+	inv.obs.Observe(observe.RunEnded{Status: sum.Status, Err: err})
+	inv.closeProgress()
+	rep := sum.Report()
+	attrs := []any{"status", sum.Status, "episodes", rep.Episodes, "planned", rep.Planned, "ran", rep.Ran,
+		"steps", rep.Steps, "scaffold_losses", rep.Losses, "wall_s", rep.WallSec}
+	if err != nil {
+		inv.log.Warn("run ended", append(attrs, "err", err)...)
+	} else {
+		inv.log.Info("run ended", attrs...)
+	}
+	return sum, err
 }
 
 // logErrorCounts logs, once each, the distinct errors this invocation met,
@@ -721,4 +763,9 @@ func redoCancelled(ctx context.Context, w *shard.Writer, logf func(string, ...an
 	}
 	logf("resume: %d episodes kept as cancelled run again (their partial rows are replaced)", n)
 	return nil
+}
+
+// redoCancelledLogged is redoCancelled logging at info.
+func redoCancelledLogged(ctx context.Context, w *shard.Writer, log *slog.Logger) error {
+	return redoCancelled(ctx, w, func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) })
 }

@@ -294,8 +294,8 @@ func TestEveryEpisodeLostIsReportedOnceWithACount(t *testing.T) {
 	require.Equal(t, "env_error", rep.Errors[0].ExitReason)
 	require.Contains(t, rep.Errors[0].String(), "6 episodes: env_error: golden build failed: pool: golden for broken@")
 	logged := log.String()
-	require.Equal(t, 1, strings.Count(logged, "episode "), "the error is logged once, not per episode:\n%s", logged)
-	require.Contains(t, logged, "collect: 6 episodes: env_error: ")
+	require.Equal(t, 1, strings.Count(logged, "msg=\"episode "), "the error is logged once, not per episode:\n%s", logged)
+	require.Contains(t, logged, "msg=\"6 episodes: env_error: ")
 	var printed bytes.Buffer
 	rep.Print(&printed, "")
 	require.Contains(t, printed.String(), "6 episodes: env_error: golden build failed")

@@ -30,9 +30,10 @@ import (
 type Summary struct {
 	mu sync.Mutex
 
-	Planned  int // planned episodes of this part
-	Skipped  int // kept before this invocation (resume)
-	Episodes int // kept in the dataset
+	RunID    string // set when the run's manifest is closed
+	Planned  int    // planned episodes of this part
+	Skipped  int    // kept before this invocation (resume)
+	Episodes int    // kept in the dataset
 	Steps    int64
 	ByExit   map[string]int
 	// Ran and RanSteps are what this invocation committed; ranLosses its
@@ -253,6 +254,7 @@ func oneLine(s string, max int) string {
 // marked "this invocation" measure only what the last invocation did; the
 // others cover the whole dataset.
 type Report struct {
+	RunID       string         `json:"run_id,omitempty"`
 	Status      string         `json:"status,omitempty"`
 	NothingToDo bool           `json:"nothing_to_do,omitempty"`
 	Planned     int            `json:"planned"`
@@ -296,7 +298,7 @@ type Latency struct {
 func (s *Summary) Report() Report {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := Report{Status: s.Status, NothingToDo: s.NothingToDo, Planned: s.Planned, Skipped: s.Skipped, Episodes: s.Episodes,
+	r := Report{RunID: s.RunID, Status: s.Status, NothingToDo: s.NothingToDo, Planned: s.Planned, Skipped: s.Skipped, Episodes: s.Episodes,
 		Ran: s.Ran, NotRun: s.NotRun, Steps: s.Steps, RanSteps: s.RanSteps,
 		ByExit: map[string]int{}, ResetMS: map[string]Latency{}, GoldenBuildMS: map[string]float64{},
 		Errors: s.errs.report(), OtherErrors: s.errs.other, Unavailable: s.unavailable.report(),
@@ -454,55 +456,4 @@ func (r *reservoir) quantile(q float64) float64 {
 	sort.Float64s(s)
 	i := int(q*float64(len(s)-1) + 0.5)
 	return s[i]
-}
-
-// startProgress prints progress until the returned function is called.
-func startProgress(cfg Config, s *Summary) func() {
-	if cfg.Progress == nil {
-		return func() {}
-	}
-	every := 5 * time.Second
-	if cfg.ProgressTTY {
-		every = 200 * time.Millisecond
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	began := time.Now()
-	todo := s.Planned - s.Skipped
-	draw := func(final bool) {
-		s.mu.Lock()
-		n, steps, losses := s.Ran, s.RanSteps, s.ranLosses
-		s.mu.Unlock()
-		el := time.Since(began).Seconds()
-		if cfg.ProgressTTY {
-			width := 30
-			fill := 0
-			if todo > 0 {
-				fill = n * width / todo
-			}
-			fmt.Fprintf(cfg.Progress, "\r[%s%s] %d/%d episodes  %d steps  %.1f steps/s  losses %d ",
-				strings.Repeat("#", fill), strings.Repeat(".", width-fill), n, todo, steps, float64(steps)/max(el, 1e-9), losses)
-			if final {
-				fmt.Fprintln(cfg.Progress)
-			}
-		} else if !final {
-			fmt.Fprintf(cfg.Progress, "collect: %d/%d episodes, %d steps, %.0fs\n", n, todo, steps, el)
-		}
-	}
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				draw(true)
-				return
-			case <-t.C:
-				draw(false)
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
 }

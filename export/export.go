@@ -112,6 +112,11 @@ type Options struct {
 	License        string
 	TaskCategories []string
 	Languages      []string
+
+	// Progress, when set, is called once before the first episode with
+	// read 0 and the inputs' episodes in total, then after each episode
+	// read, from the goroutine that runs the export (it must not block).
+	Progress func(read, total int64)
 }
 
 // Pairs says which preference pairs a group gives (-pairs).
@@ -357,6 +362,15 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 	if err != nil {
 		return err
 	}
+	progress := o.Progress
+	if progress == nil {
+		progress = func(int64, int64) {}
+	}
+	var total int64
+	for _, in := range inputs {
+		total += in.m.Counts[schemas.TableEpisodes]
+	}
+	progress(0, total)
 	for _, in := range inputs {
 		err = in.ds.EachEpisode(func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
 			if err := ctx.Err(); err != nil {
@@ -364,6 +378,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 			}
 			in.read++
 			rep.Read++
+			progress(rep.Read, total)
 			ep := &model.Episode{Row: row, Steps: steps, Rewards: rewards, RewardName: o.Reward, Conversation: in.conversation}
 			if !selected(o, ep) {
 				rep.Filtered++

@@ -125,6 +125,36 @@ type Config struct {
 	MaxCreates int
 	// Log receives one line per notable event (fallbacks, replacements).
 	Log func(format string, args ...any)
+	// OnGolden, when set, is told how each golden build goes as it goes —
+	// its start, each setup command as it begins, the checkpoint, the end —
+	// so that a run can show what it is waiting for while a long setup
+	// runs. It is called from the building goroutine and must not block.
+	OnGolden func(GoldenProgress)
+}
+
+// GoldenPhase is where a golden build is.
+type GoldenPhase string
+
+// The phases of a golden build, in order; a build ends in GoldenBuilt or
+// GoldenFailed.
+const (
+	GoldenCreate     GoldenPhase = "create"     // creating the builder sandbox
+	GoldenSetup      GoldenPhase = "setup"      // running a setup command (Command, Index)
+	GoldenCheckpoint GoldenPhase = "checkpoint" // checkpointing the set-up sandbox
+	GoldenBuilt      GoldenPhase = "built"
+	GoldenFailed     GoldenPhase = "failed"
+)
+
+// GoldenProgress is one step of a golden build.
+type GoldenProgress struct {
+	Template string // the template's Key
+	Phase    GoldenPhase
+	Command  string // the setup command running (GoldenSetup)
+	Index    int    // its index in Template.Setup
+	Commands int    // len(Template.Setup)
+	Began    time.Time
+	Took     time.Duration // since Began, at GoldenBuilt and GoldenFailed
+	Err      error         // at GoldenFailed
 }
 
 // Pool runs jobs over replicas. Build one per run.
@@ -139,6 +169,28 @@ type Pool struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+	busy    int // slots running a job: resetting a replica or in its episode
+}
+
+// Occupancy is what the pool's replicas are doing right now.
+type Occupancy struct {
+	Replicas int // the pool's size (Config.Replicas)
+	Busy     int // slots resetting a replica or running an episode
+	Standby  int // replicas prepared ahead, ready for a hand-off
+}
+
+// Occupancy returns what the replicas are doing now; safe to call from any
+// goroutine (a metrics scrape, a progress line).
+func (p *Pool) Occupancy() Occupancy {
+	p.statsMu.Lock()
+	o := Occupancy{Replicas: p.cfg.Replicas, Busy: p.busy}
+	p.statsMu.Unlock()
+	p.mu.Lock()
+	for _, sb := range p.standbys {
+		o.Standby += len(sb.ready)
+	}
+	p.mu.Unlock()
+	return o
 }
 
 type goldenEntry struct {
@@ -256,7 +308,11 @@ func (p *Pool) Run(ctx context.Context, jobs <-chan Job, fn EpisodeFunc) {
 		}
 		wp.Go(func() {
 			slot := <-slots
-			defer func() { slots <- slot }()
+			p.addBusy(1)
+			defer func() {
+				p.addBusy(-1)
+				slots <- slot
+			}()
 			p.runJob(ctx, job, slot, fn)
 		})
 	}
@@ -297,6 +353,12 @@ func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
 		return
 	}
 	fn(ctx, job, Replica{Slot: slot, Attempt: p.cfg.MaxAttempts}, lastErr)
+}
+
+func (p *Pool) addBusy(n int) {
+	p.statsMu.Lock()
+	p.busy += n
+	p.statsMu.Unlock()
 }
 
 func (p *Pool) count(f func(*Stats)) {
@@ -413,16 +475,32 @@ func (p *Pool) Golden(ctx context.Context, t *Template) (*Golden, error) {
 	return e.golden, e.err
 }
 
-func (p *Pool) buildGolden(ctx context.Context, t *Template) (*Golden, error) {
+func (p *Pool) buildGolden(ctx context.Context, t *Template) (g *Golden, err error) {
 	began := time.Now()
+	tell := func(gp GoldenProgress) {
+		if p.cfg.OnGolden != nil {
+			gp.Template, gp.Began, gp.Commands = t.Key, began, len(t.Setup)
+			p.cfg.OnGolden(gp)
+		}
+	}
+	tell(GoldenProgress{Phase: GoldenCreate})
+	defer func() {
+		if err != nil {
+			tell(GoldenProgress{Phase: GoldenFailed, Took: time.Since(began), Err: err})
+		} else {
+			tell(GoldenProgress{Phase: GoldenBuilt, Took: g.BuildTime})
+		}
+	}()
 	sb, err := p.cfg.Provider.Create(ctx, t.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("pool: golden for %s: create: %w", t.Key, err)
 	}
 	defer sb.Close(context.WithoutCancel(ctx))
-	if err := runCommands(ctx, sb, "setup", t.Setup, t.CommandTimeout); err != nil {
+	onCommand := func(i int, cmd string) { tell(GoldenProgress{Phase: GoldenSetup, Command: cmd, Index: i}) }
+	if err := runCommandsTold(ctx, sb, "setup", t.Setup, t.CommandTimeout, onCommand); err != nil {
 		return nil, fmt.Errorf("pool: golden for %s: %w", t.Key, err)
 	}
+	tell(GoldenProgress{Phase: GoldenCheckpoint})
 	cp, err := p.cfg.Provider.Checkpoint(ctx, sb, t.Key)
 	if err != nil {
 		return nil, fmt.Errorf("pool: golden for %s: checkpoint: %w", t.Key, err)
@@ -433,10 +511,19 @@ func (p *Pool) buildGolden(ctx context.Context, t *Template) (*Golden, error) {
 // runCommands runs setup or start commands in order and fails on the first
 // that does not exit 0, naming it with its exit code and output tail.
 func runCommands(ctx context.Context, sb providers.Sandbox, phase string, cmds []string, timeout time.Duration) error {
+	return runCommandsTold(ctx, sb, phase, cmds, timeout, nil)
+}
+
+// runCommandsTold is runCommands telling onCommand, when set, of each
+// command as it begins.
+func runCommandsTold(ctx context.Context, sb providers.Sandbox, phase string, cmds []string, timeout time.Duration, onCommand func(int, string)) error {
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
 	}
 	for i, c := range cmds {
+		if onCommand != nil {
+			onCommand(i, c)
+		}
 		obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: c, TimeoutMS: timeout.Milliseconds()})
 		if err != nil {
 			return fmt.Errorf("%w: %s[%d] %q: %w", ErrSetup, phase, i, c, err)

@@ -35,7 +35,9 @@ func (rp *replayer) episode(ctx context.Context, j *recorded, r pool.Replica, ac
 	lim := j.spec.Limits.Runtime()
 	lim.MaxSteps = len(actions) + 1
 	// An unavailable backend ends the rollout as env_error, reported below.
-	err = ep.Rollout(ctx, script.New(actions), runtime.History{Instruction: j.spec.Instruction}, lim, cmp)
+	watch := episode.ChainSinks(cmp, episode.StepObserver(rp.obs, j.ep.TaskID, j.ep.EpisodeID))
+	err = ep.Rollout(ctx, script.New(actions), runtime.History{Instruction: j.spec.Instruction}, lim, watch)
+	er.exit = ep.Row.ExitReason
 	if err != nil && !errors.Is(err, runtime.ErrUnavailable) {
 		er.Status, er.Error = Errored, err.Error()
 		return er, pool.Broken

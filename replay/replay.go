@@ -14,10 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"regexp"
 	"sort"
 	"strings"
 
+	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -70,7 +72,13 @@ type Config struct {
 	Masks      []Mask // Normalized mode; nil means DefaultMasks
 	Replicas   int
 	WorkDir    string
-	Log        io.Writer
+	// Logger receives the replay's records (each with run_id, the
+	// replay's own, and replayed_run_id); when nil, Log gets them as text.
+	Logger *slog.Logger
+	Log    io.Writer
+	// Observer, when set, is told of the replay as it goes (package
+	// observe): metrics and progress are observers.
+	Observer observe.Observer
 	// PixelTolerance, when above 0, lets screenshots whose hashes differ
 	// still match when at most this fraction of their pixels differ (same
 	// size required); 0 compares screenshots by hash.
@@ -116,6 +124,8 @@ type EpisodeReport struct {
 	RewardReplayed *float64  `json:"reward_replayed"`
 	RewardChanged  bool      `json:"reward_changed"`
 	Error          string    `json:"error,omitempty"`
+
+	exit string // how the replayed rollout ended, for the observers
 }
 
 // Report is the whole replay.

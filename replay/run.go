@@ -6,16 +6,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -108,8 +112,12 @@ type replayer struct {
 	// sides of a comparison keep the same view of every observation (a
 	// capped recording against the same cap); screenshots are compared by
 	// their hash, which is always kept.
-	compare capture.Policy
-	rec     *recording // nil unless Config.Record
+	compare  capture.Policy
+	rec      *recording // nil unless Config.Record
+	obs      observe.Observer
+	log      *slog.Logger
+	replayed string       // the run id of the dataset replayed
+	ended    atomic.Int64 // episodes replayed so far, for the queue depth
 }
 
 // newReplayer opens the provider (by default the one the dataset was
@@ -128,7 +136,7 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 		json.Unmarshal(m.Provider, &rec)
 		cfg.Provider = cmp.Or(rec.Name, "local")
 	}
-	rp := &replayer{cfg: cfg, specs: specs, blob: ds.Blob, templates: map[string]*pool.Template{}, compare: recorded}
+	rp := &replayer{cfg: cfg, specs: specs, blob: ds.Blob, templates: map[string]*pool.Template{}, compare: recorded, replayed: m.RunID}
 	rp.compare.Pixels = capture.PixelsNone
 	list := make([]task.Spec, 0, len(specs))
 	for _, id := range sortedKeys(specs) {
@@ -141,11 +149,9 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 			return nil, fmt.Errorf("replay: task %s: %w", id, err)
 		}
 	}
-	logf := func(format string, args ...any) {
-		if cfg.Log != nil {
-			fmt.Fprintf(cfg.Log, "replay: "+format+"\n", args...)
-		}
-	}
+	rp.obs = observe.Or(cfg.Observer)
+	rp.log = replayLogger(cfg, m.RunID)
+	logf := func(format string, args ...any) { rp.log.Warn(fmt.Sprintf(format, args...)) }
 	prov, err := providers.Open(ctx, cfg.Provider, providers.Options{RunID: "replay-" + m.RunID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
 	if err != nil {
 		return nil, err
@@ -166,7 +172,7 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 		prov.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if rp.pool, err = pool.New(pool.Config{Provider: rp.prov, Replicas: cfg.Replicas, Log: logf}); err != nil {
+	if rp.pool, err = pool.New(pool.Config{Provider: rp.prov, Replicas: cfg.Replicas, Log: logf, OnGolden: rp.onGolden}); err != nil {
 		rp.prov.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -181,6 +187,7 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 			return nil, err
 		}
 		rp.runner.RunID = rp.rec.runID
+		rp.log = rp.log.With("run_id", rp.rec.runID)
 	}
 	return rp, nil
 }
@@ -208,6 +215,20 @@ func (rp *replayer) replayAll(ctx context.Context, src episodeSource) (*Report, 
 			rep.Masks = append(rep.Masks, mk.Name+": "+mk.Pattern.String())
 		}
 	}
+	todo, err := rp.countSelected(src)
+	if err != nil {
+		return nil, err
+	}
+	runID := "replay-" + rp.replayed
+	if rp.rec != nil {
+		runID = rp.rec.runID
+	}
+	rp.obs.Observe(observe.RunStarted{Command: "replay", RunID: runID, Planned: todo, Todo: todo, Replicas: rp.cfg.Replicas,
+		Live: func() observe.Live {
+			o := rp.pool.Occupancy()
+			return observe.Live{Replicas: o.Replicas, Busy: o.Busy, Standby: o.Standby, Queued: max(todo-int(rp.ended.Load())-o.Busy, 0)}
+		}})
+	rp.log.Info("replay started", "episodes", todo, "provider", rp.prov.Name(), "compare", string(rp.cfg.Mode), "in", rp.cfg.In)
 	jobs := make(chan pool.Job)
 	fed := make(chan error, 1)
 	go func() {
@@ -216,7 +237,13 @@ func (rp *replayer) replayAll(ctx context.Context, src episodeSource) (*Report, 
 	}()
 	var mu sync.Mutex
 	rp.pool.Run(ctx, jobs, func(ctx context.Context, job pool.Job, r pool.Replica, acqErr error) pool.Outcome {
-		er, out := rp.episode(ctx, job.Payload.(*recorded), r, acqErr)
+		j := job.Payload.(*recorded)
+		if acqErr == nil {
+			rp.obs.Observe(observe.Reset{Task: j.ep.TaskID, Strategy: episode.ResetName(r), Method: r.Origin, Took: r.Reset})
+		}
+		er, out := rp.episode(ctx, j, r, acqErr)
+		rp.ended.Add(1)
+		rp.observeEnded(er)
 		mu.Lock()
 		rep.Episodes = append(rep.Episodes, er)
 		mu.Unlock()
@@ -228,6 +255,12 @@ func (rp *replayer) replayAll(ctx context.Context, src episodeSource) (*Report, 
 	// races on the result.
 	feedErr := <-fed
 	rep.tally()
+	status := "complete"
+	if feedErr != nil || ctx.Err() != nil {
+		status = "partial"
+	}
+	rp.obs.Observe(observe.RunEnded{Status: status, Err: cmp.Or(feedErr, ctx.Err())})
+	rp.log.Info("replay ended", "identical", rep.Identical, "diverged", rep.Diverged, "errored", rep.Errored)
 	if rp.rec != nil {
 		if err := rp.rec.close(rep, feedErr == nil && ctx.Err() == nil); err != nil {
 			return nil, err
@@ -294,4 +327,72 @@ func (rep *Report) tally() {
 			rep.Errored++
 		}
 	}
+}
+
+// replayLogger is the replay's logger: Config.Logger (or Config.Log as
+// text), every record with the id of the run replayed.
+func replayLogger(cfg Config, replayed string) *slog.Logger {
+	l := cfg.Logger
+	if l == nil && cfg.Log != nil {
+		l = slog.New(slog.NewTextHandler(cfg.Log, nil))
+	}
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	id := "replay-" + replayed
+	if cfg.Record != "" {
+		id = "" // the recording's own, added once it exists (onRecording)
+	}
+	if id != "" {
+		l = l.With("run_id", id)
+	}
+	return l.With("replayed_run_id", replayed)
+}
+
+// onGolden tells the observers of a golden build and logs its end.
+func (rp *replayer) onGolden(g pool.GoldenProgress) {
+	task, _, _ := strings.Cut(g.Template, "@")
+	rp.obs.Observe(observe.Golden{Task: task, Phase: observe.GoldenPhase(g.Phase), Command: g.Command, Index: g.Index,
+		Commands: g.Commands, Began: g.Began, Took: g.Took, Err: g.Err})
+	switch g.Phase {
+	case pool.GoldenBuilt:
+		rp.log.Info("golden checkpoint built", "task", task, "setup_commands", g.Commands, "took", g.Took.Round(1e6).String())
+	case pool.GoldenFailed:
+		rp.log.Warn("golden checkpoint failed", "task", task, "err", g.Err)
+	}
+}
+
+// observeEnded tells the observers of a replayed episode's verdict.
+func (rp *replayer) observeEnded(er EpisodeReport) {
+	exit := er.exit
+	if exit == "" {
+		exit = string(runtime.ExitEnvError) // no replica, or no rollout
+	}
+	rp.obs.Observe(observe.EpisodeEnded{Task: er.TaskID, EpisodeID: er.EpisodeID, Exit: exit,
+		ScaffoldLoss: runtime.ParseExitReason(exit).ScaffoldLoss(), Steps: er.Matched, Kept: true,
+		Reward: er.RewardReplayed, Status: string(er.Status)})
+	if er.Status != Identical {
+		rp.log.Warn("episode "+string(er.Status), "task", er.TaskID, "episode_id", er.EpisodeID, "steps_matched", er.Matched, "error", er.Error)
+	} else {
+		rp.log.Debug("episode identical", "task", er.TaskID, "episode_id", er.EpisodeID)
+	}
+}
+
+// countSelected counts the episodes the replay will run (the progress's
+// total), from the episode rows only.
+func (rp *replayer) countSelected(src episodeSource) (int, error) {
+	ds, ok := src.(*shard.Dataset)
+	if !ok {
+		return 0, nil
+	}
+	n := 0
+	for ep, err := range ds.Episodes() {
+		if err != nil {
+			return 0, err
+		}
+		if selected(rp.cfg, ep) {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -30,6 +30,7 @@ type collectOptions struct {
 	rollEvery   time.Duration
 	shard       string
 	shardCount  int
+	metricsAddr string
 	llm         []llmFlag
 }
 
@@ -127,6 +128,10 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.String(&o.maxLoss, "max-loss", "N|F%", "stop scheduling once this invocation's scaffold losses pass N, or F % of the episodes it runs; the run ends partial (exit 3)")
 	f.Duration(&c.Grace, "grace", "D", "after the first SIGINT/SIGTERM, how long episodes in flight may finish before they are cancelled")
 
+	f.Group("monitoring", "-metrics-addr :9464 -log-format json")
+	f.String(&o.metricsAddr, "metrics-addr", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics while the run goes (docs/metrics.md)")
+	f.Logging()
+
 	f.Renamed("merge", "merging is the subcommand forkline merge now: forkline merge -out DIR PART...")
 	f.Renamed("tasks-from", "-tasks-from is replay's old name of -tasks")
 	return func(ctx context.Context, inv *cli.Invocation) int { return runCollect(ctx, inv, o) }
@@ -137,8 +142,13 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 	if err := o.parse(inv); err != nil {
 		return inv.Fail(cli.ExitBadInput, err)
 	}
-	cfg.Log = inv.Stderr
-	if !inv.Quiet {
+	cfg.Logger = inv.Logger()
+	stopMetrics, err := watchRun(inv, o.metricsAddr, &cfg.Observer, "collect")
+	if err != nil {
+		return inv.Fail(cli.ExitBadInput, err)
+	}
+	defer stopMetrics()
+	if !inv.Quiet && !inv.LogJSON() {
 		cfg.Progress = inv.Stderr
 		cfg.ProgressTTY = isTerminal(inv.Stderr)
 	}
@@ -177,7 +187,7 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 	case errors.Is(err, collect.ErrMaxLoss), errors.Is(err, collect.ErrAllLost):
 		code, how = cli.ExitLosses, "Continue it (this invocation's losses only count against -max-loss) with:"
 	}
-	fmt.Fprintln(inv.Stderr, err)
+	inv.PrintError(err)
 	if partial {
 		inv.Errorf("the run is partial. %s\n  %s", how, finish)
 	}

@@ -185,8 +185,8 @@ func TestEveryEpisodeLostExitsThree(t *testing.T) {
 	require.Equal(t, cli.ExitLosses, exitCode(cmd.Run()), stderr.String())
 	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
 	require.Contains(t, stdout.String(), "6 episodes: env_error: golden build failed: pool: golden for broken@")
-	require.Equal(t, 1, strings.Count(stderr.String(), "collect: episode "), "logged once, not per episode:\n%s", stderr.String())
-	require.Contains(t, stderr.String(), "collect: 6 episodes: env_error: ")
+	require.Equal(t, 1, strings.Count(stderr.String(), `msg="episode `), "logged once, not per episode:\n%s", stderr.String())
+	require.Contains(t, stderr.String(), `msg="6 episodes: env_error: `)
 	require.Contains(t, stderr.String(), "every episode is a scaffold loss")
 	require.NotContains(t, stderr.String(), "with:\n", "a complete run has nothing to finish")
 }

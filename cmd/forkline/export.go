@@ -13,6 +13,7 @@ import (
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/progress"
 )
 
 type exportOptions struct {
@@ -110,6 +111,7 @@ func setupExport(f *cli.FlagSet) cli.Runner {
 	f.List(&e.o.TaskCategories, "task-category", "NAME,...", "hf, sft-tokens: the card's task_categories")
 	f.List(&e.o.Languages, "language", "CODE,...", "hf, sft-tokens: the card's language")
 
+	f.Logging()
 	f.Group("output", "")
 	f.Bool(&o.Force, "force", "replace an -out that an earlier export wrote and nothing changed since (anything else is refused)")
 	return func(ctx context.Context, inv *cli.Invocation) int { return runExport(ctx, inv, e) }
@@ -120,7 +122,28 @@ func runExport(ctx context.Context, inv *cli.Invocation, e *exportOptions) int {
 	if err != nil {
 		return inv.Fail(cli.ExitBadInput, err)
 	}
+	var meter *progress.Meter
+	if !inv.Quiet {
+		opts := progress.Options{Command: "export", TTY: isTerminal(inv.Stderr)}
+		if inv.LogJSON() {
+			opts.Logger = inv.Logger()
+		}
+		meter = progress.New(inv.Stderr, opts)
+		begun := false
+		o.Progress = func(read, total int64) {
+			if !begun {
+				begun = true
+				meter.Begin(total)
+			}
+			if read > 0 {
+				meter.Advance(1)
+			}
+		}
+	}
 	rep, err := export.Run(ctx, o)
+	if meter != nil {
+		meter.Close() // its last line before the report
+	}
 	if rep != nil {
 		report(inv, o, rep, err == nil)
 		if inv.JSON && err == nil {

@@ -53,8 +53,12 @@ func TestWritten(t *testing.T) {
 	r := exportArgs(t, t.Context(), "-in", run, "-to", "jsonl", "-out", "-")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	assert.Equal(t, 2, bytes.Count([]byte(r.stdout), []byte("\n")))
+	// A stderr that is not a terminal gets plain progress lines, the last
+	// one when the export ends, then the report.
+	progressLine, rest, _ := strings.Cut(r.stderr, "\n")
+	assert.Regexp(t, `^export: 2/2 episodes \([0-9.]+/s\), \d+s elapsed$`, progressLine)
 	assert.Equal(t, "export: -in "+run+" (run r, complete): 2 episodes read, 2 selected\n"+
-		"export: 2 episodes written to - (train 2), 0 filtered out\n", r.stderr)
+		"export: 2 episodes written to - (train 2), 0 filtered out\n", rest)
 
 	out := filepath.Join(t.TempDir(), "out")
 	r = exportArgs(t, t.Context(), "-in", run, "-to", "chat-jsonl", "-out", out, "-split", "train=0.5,test=0.5", "-where", "episode_id=a", "-json")

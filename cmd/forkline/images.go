@@ -44,6 +44,7 @@ mirror, FORKLINE_DEBIAN_MIRROR to choose one). An image already on the engine is
 			f.Group("images", "-image forkline/busybox,forkline/chromium -force")
 			f.List(&o.names, "image", "NAME,...", "the images to build: "+strings.Join(docker.KnownImages(), ", ")).ShowDefault(docker.ImageBusybox)
 			f.Bool(&o.force, "force", "rebuild images that are already on the engine (replacing the tag)")
+			f.Logging()
 			return func(ctx context.Context, inv *cli.Invocation) int { return runImages(ctx, inv, o) }
 		},
 	}

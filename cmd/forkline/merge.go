@@ -41,6 +41,7 @@ parts, unless every part is there and complete.`,
 			f.String(&o.out, "out", "DIR", "the merged dataset's directory (missing or empty)").Require()
 			f.Group("input", "-in runs/part-0 -in runs/part-1")
 			f.Strings(&o.in, "in", "PART", "a part's dataset directory")
+			f.Logging()
 			return func(ctx context.Context, inv *cli.Invocation) int { return runMerge(ctx, inv, o) }
 		},
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/observe"
+	"github.com/forkline/forkline/progress"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/docker"
 	"github.com/forkline/forkline/replay"
@@ -20,10 +22,11 @@ import (
 )
 
 type replayOptions struct {
-	cfg    replay.Config
-	mode   string
-	masks  []string
-	report string
+	cfg         replay.Config
+	mode        string
+	masks       []string
+	report      string
+	metricsAddr string
 }
 
 func replayCommand() *cli.Command {
@@ -84,6 +87,10 @@ func setupReplay(f *cli.FlagSet) cli.Runner {
 	f.String(&o.report, "report", "FILE", "also write the report: FILE.json as JSON, FILE.html as one self-contained page with screenshots side by side")
 	f.String(&c.Record, "out", "DIR", "write the replayed episodes as a new dataset (same episode ids, replayed observations and rewards)")
 
+	f.Group("monitoring", "-metrics-addr :9464 -log-format json")
+	f.String(&o.metricsAddr, "metrics-addr", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics while the replay goes (docs/metrics.md)")
+	f.Logging()
+
 	f.Renamed("tasks-from", "-tasks-from is now -tasks (task specs); select tasks by id with -task ID,...")
 	f.Renamed("episodes", "-episodes is now -episode PREFIX,...")
 	f.Renamed("record", "-record is now -out DIR")
@@ -122,7 +129,17 @@ func runReplay(ctx context.Context, inv *cli.Invocation, o *replayOptions) int {
 		}
 		cfg.Masks = append(cfg.Masks, replay.Mask{Name: name, Pattern: re, Replace: "<" + strings.ToUpper(name) + ">"})
 	}
-	cfg.Log = inv.Notes()
+	cfg.Logger = inv.Logger()
+	stopMetrics, err := watchRun(inv, o.metricsAddr, &cfg.Observer, "replay")
+	if err != nil {
+		return inv.Fail(cli.ExitBadInput, err)
+	}
+	defer stopMetrics()
+	if !inv.Quiet && !inv.LogJSON() {
+		m := progress.New(inv.Stderr, progress.Options{Command: "replay", TTY: isTerminal(inv.Stderr)})
+		defer m.Close()
+		cfg.Observer = observe.Multi{cfg.Observer, m}
+	}
 
 	rep, err := replay.Run(ctx, cfg)
 	switch {

@@ -41,7 +41,8 @@ type Writer struct {
 	closed    bool
 	closeErr  error
 
-	removed []string // what Resume deleted; immutable after Resume
+	removed []string               // what Resume deleted; immutable after Resume
+	onRoll  func(GenerationClosed) // OnGeneration; set before the first Commit
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -572,7 +573,28 @@ func (w *Writer) roll() error {
 		w.exits[id] = exit
 	}
 	w.gen = nil
+	if w.onRoll != nil {
+		w.onRoll(GenerationClosed{Number: g.num, Episodes: len(g.episodes), Shards: infos})
+	}
 	return nil
+}
+
+// GenerationClosed is a generation made part of the dataset: its number
+// and the shards now listed in the manifest.
+type GenerationClosed struct {
+	Number   int
+	Episodes int
+	Shards   []ShardInfo
+}
+
+// OnGeneration sets fn to be told of every generation that closes (its
+// manifest written), for metrics. It is called with the writer's lock held,
+// from the goroutine that closed the generation, and must not call the
+// Writer. Set it before the first Commit.
+func (w *Writer) OnGeneration(fn func(GenerationClosed)) {
+	w.acquire(context.Background())
+	defer w.release()
+	w.onRoll = fn
 }
 
 // Close closes the open generation and writes the final manifest with

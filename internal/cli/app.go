@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 )
 
@@ -61,8 +62,10 @@ type Invocation struct {
 	// JSON and Quiet are the common flags -json and -quiet.
 	JSON, Quiet bool
 
-	flags *FlagSet
-	sig   *signals
+	flags   *FlagSet
+	sig     *signals
+	logger  *slog.Logger
+	logJSON bool
 }
 
 // Given reports whether the flag name was on the command line.
@@ -74,13 +77,28 @@ func (inv *Invocation) Prefix() string { return inv.App + " " + inv.Command }
 // Errorf prints a message of the command's own (not a library error, which
 // names its package already) on stderr: "forkline collect: ...".
 func (inv *Invocation) Errorf(format string, args ...any) {
+	if inv.logJSON {
+		inv.logger.Error(fmt.Sprintf(inv.Prefix()+": "+format, args...))
+		return
+	}
 	fmt.Fprintf(inv.Stderr, inv.Prefix()+": "+format+"\n", args...)
 }
 
-// Fail prints err on stderr and returns code.
+// Fail prints err on stderr (an error record with JSON logs) and returns
+// code.
 func (inv *Invocation) Fail(code int, err error) int {
-	fmt.Fprintln(inv.Stderr, err)
+	inv.PrintError(err)
 	return code
+}
+
+// PrintError prints err on stderr, or logs it as an error record with JSON
+// logs.
+func (inv *Invocation) PrintError(err error) {
+	if inv.logJSON {
+		inv.logger.Error(err.Error())
+		return
+	}
+	fmt.Fprintln(inv.Stderr, err)
 }
 
 // Notef prints a note on stderr unless -quiet.
@@ -206,6 +224,12 @@ func (a *App) run(ctx context.Context, sig *signals, args []string, stdout, stde
 	}
 	inv := &Invocation{App: a.Name, Command: c.Name, Args: positional, Stdout: stdout, Stderr: stderr,
 		JSON: f.json, Quiet: f.quiet, flags: f, sig: sig}
+	if f.logging {
+		if err := inv.setupLogging(f.logFormat, f.logLevel, f.quiet); err != nil {
+			fmt.Fprintln(stderr, err)
+			return ExitBadInput
+		}
+	}
 	return runner(ctx, inv)
 }
 

@@ -52,6 +52,10 @@ type FlagSet struct {
 	given   map[string]bool
 	json    bool
 	quiet   bool
+	// logging: the subcommand logs (Logging); its -log-format and
+	// -log-level.
+	logging             bool
+	logFormat, logLevel string
 }
 
 func newFlagSet(cmd string) *FlagSet {
@@ -209,6 +213,9 @@ func (f *FlagSet) addCommon() {
 	f.Group(CommonGroup, "")
 	f.Bool(&f.json, "json", "print the result as one JSON document on stdout")
 	f.Bool(&f.quiet, "quiet", "no progress or notes on stderr (errors are still printed)")
+	if f.logging {
+		f.addLogging()
+	}
 }
 
 // errHelp is returned by parse for -h, -help and --help.

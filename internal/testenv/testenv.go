@@ -17,6 +17,8 @@
 //	templates        the test oracle's real chat templates and tokenizers: Node.js with
 //	                 internal/oracle/js/node_modules, and /usr/bin/python3 with Debian's
 //	                 python3-jinja2 (bash .ci/oracle-up.sh)
+//	slurm            Debian's slurm-wlm and munge, run as root: each test starts its own
+//	                 one-node cluster on 127.0.0.1 (internal/slurmtest; bash .ci/slurm-up.sh)
 package testenv
 
 import (

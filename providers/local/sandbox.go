@@ -402,7 +402,11 @@ func (s *sandbox) destroy() error {
 	s.mu.Unlock()
 	close(s.done)
 	errs := killGroups(groups)
-	killMarked(s.mark, true)
+	if !s.limit.holdsEveryProcess() {
+		// Without a cgroup, the marked environment is how the processes
+		// that left their group (setsid) are found: a scan of /proc.
+		killMarked(s.mark, true)
+	}
 	errs = append(errs, s.limit.killAll())
 	s.acts.Wait()
 	errs = append(errs, s.root.Close())

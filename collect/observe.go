@@ -1,0 +1,123 @@
+package collect
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/observe"
+	"github.com/forkline/forkline/pool"
+	"github.com/forkline/forkline/progress"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+)
+
+// setLogger makes the run's logger from Config.Logger (or Config.Log as
+// text): every record carries the run id, read when the record is made, so
+// that a resume's records carry the id of the run it resumes. logf is the
+// printf form of a warning, for the pieces (pool, policy) that log so.
+func (inv *invocation) setLogger() {
+	base := inv.cfg.Logger
+	if base == nil && inv.cfg.Log != nil {
+		base = slog.New(slog.NewTextHandler(inv.cfg.Log, nil))
+	}
+	if base == nil {
+		base = slog.New(slog.DiscardHandler)
+	}
+	inv.log = slog.New(runIDHandler{Handler: base.Handler(), runID: &inv.runID})
+	inv.logf = func(format string, args ...any) { inv.log.Warn(fmt.Sprintf(format, args...)) }
+}
+
+// runIDHandler adds run_id, as it is when the record is made, to every
+// record. The run id is set before any episode starts and never changes
+// after, so reading it unguarded is safe.
+type runIDHandler struct {
+	slog.Handler
+	runID *string
+}
+
+func (h runIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	r.AddAttrs(slog.String("run_id", *h.runID))
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h runIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return runIDHandler{Handler: h.Handler.WithAttrs(as), runID: h.runID}
+}
+
+func (h runIDHandler) WithGroup(name string) slog.Handler {
+	return runIDHandler{Handler: h.Handler.WithGroup(name), runID: h.runID}
+}
+
+// observers are what is told of the run: Config.Observer, and the progress
+// meter when Config.Progress is set. The meter's Close prints its last
+// line.
+func (inv *invocation) observers() (observe.Observer, func()) {
+	cfg := inv.cfg
+	if cfg.Progress == nil {
+		return inv.obs, func() {}
+	}
+	m := progress.New(cfg.Progress, progress.Options{Command: "collect", TTY: cfg.ProgressTTY})
+	return observe.Multi{inv.obs, m}, m.Close
+}
+
+// taskOfTemplate is the task id a pool template key names ("id@hash").
+func taskOfTemplate(key string) string {
+	id, _, _ := strings.Cut(key, "@")
+	return id
+}
+
+// onGolden reports a golden build's progress to the observers, and logs
+// its end.
+func onGolden(obs observe.Observer, log *slog.Logger) func(pool.GoldenProgress) {
+	return func(g pool.GoldenProgress) {
+		task := taskOfTemplate(g.Template)
+		obs.Observe(observe.Golden{Task: task, Phase: observe.GoldenPhase(g.Phase), Command: g.Command, Index: g.Index,
+			Commands: g.Commands, Began: g.Began, Took: g.Took, Err: g.Err})
+		switch g.Phase {
+		case pool.GoldenBuilt:
+			log.Info("golden checkpoint built", "task", task, "setup_commands", g.Commands, "took", g.Took.Round(1e6).String())
+		case pool.GoldenFailed:
+			log.Warn("golden checkpoint failed", "task", task, "took", g.Took.Round(1e6).String(), "err", g.Err)
+		}
+	}
+}
+
+// liveCounter knows how many episodes of this invocation ended, for the
+// queue depth (episodes not yet begun).
+type liveCounter struct {
+	todo  int
+	ended atomic.Int64
+}
+
+func (l *liveCounter) live(pl *pool.Pool) func() observe.Live {
+	return func() observe.Live {
+		o := pl.Occupancy()
+		queued := l.todo - int(l.ended.Load()) - o.Busy
+		return observe.Live{Replicas: o.Replicas, Busy: o.Busy, Standby: o.Standby, Queued: max(queued, 0)}
+	}
+}
+
+// episodeEnded is the observe event of a committed episode's rows.
+func episodeEnded(ep schemas.EpisodeRow, rewards []schemas.RewardRow, kept bool) observe.EpisodeEnded {
+	e := observe.EpisodeEnded{Task: ep.TaskID, EpisodeID: ep.EpisodeID, Exit: ep.ExitReason,
+		ScaffoldLoss: runtime.ParseExitReason(ep.ExitReason).ScaffoldLoss(), Steps: int(ep.Steps), Kept: kept,
+		Took: msDuration(ep.DurationMS)}
+	for _, r := range rewards {
+		if r.StepIndex == nil && r.Name == "verify" {
+			e.Reward, e.RewardMissing = r.Value, r.Value == nil
+		}
+	}
+	return e
+}
+
+// resetEvent is the observe event of a replica handed to an episode.
+func resetEvent(task string, rep pool.Replica) observe.Reset {
+	return observe.Reset{Task: task, Strategy: episode.ResetName(rep), Method: rep.Origin, Took: rep.Reset}
+}
+
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }

@@ -1,0 +1,131 @@
+package progress
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/observe"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// clock is a fake time the meter reads.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newMeter(w *syncBuf, o Options) (*Meter, *clock) {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m := New(w, o)
+	m.now = c.now
+	return m, c
+}
+
+// While a golden builds, the line says which task, which setup command
+// and for how long; the step counter moves with each step, before any
+// episode ends; the ETA comes once one has ended, from its rate.
+func TestTheLineTellsWhatTheRunIsDoing(t *testing.T) {
+	var w syncBuf
+	m, c := newMeter(&w, Options{Command: "collect", TTY: true, Every: time.Hour})
+	live := observe.Live{Replicas: 4, Busy: 4}
+	m.Observe(observe.RunStarted{Command: "collect", RunID: "r", Planned: 12, KeptBefore: 2, Todo: 10, Replicas: 4, Live: func() observe.Live { return live }})
+	began := c.now()
+	m.Observe(observe.Golden{Task: "web", Phase: observe.GoldenCreate, Began: began})
+	m.Observe(observe.Golden{Task: "web", Phase: observe.GoldenSetup, Command: "npm ci  --offline", Index: 1, Commands: 3, Began: began})
+	c.add(75 * time.Second)
+	line := m.Line()
+	assert.Contains(t, line, "golden web: setup 2/3 npm ci --offline (1m15s)")
+	assert.Contains(t, line, "0/10 episodes (+2 kept before)")
+	assert.NotContains(t, line, "ETA", "no ETA before an episode ended")
+
+	m.Observe(observe.Golden{Task: "web", Phase: observe.GoldenBuilt, Began: began, Took: 75 * time.Second})
+	m.Observe(observe.Reset{Task: "web"})
+	for i := range 3 {
+		m.Observe(observe.Step{Task: "web", Index: i})
+	}
+	line = m.Line()
+	assert.NotContains(t, line, "golden")
+	assert.Contains(t, line, "0/10 episodes (+2 kept before), 3 steps", "steps count as they happen")
+	assert.Contains(t, line, "replicas 4 busy 0 idle")
+
+	c.add(10 * time.Second)
+	m.Observe(observe.EpisodeEnded{Task: "web", Exit: "done", Kept: true})
+	m.Observe(observe.EpisodeEnded{Task: "web", Exit: "env_error", ScaffoldLoss: true, Kept: true})
+	line = m.Line()
+	assert.Contains(t, line, "2/10 episodes")
+	assert.Contains(t, line, "losses 1")
+	assert.Contains(t, line, "ETA 40s", "8 left at 5s each since the first reset")
+	assert.True(t, strings.HasPrefix(line, "[####"), line)
+	m.Close()
+	assert.True(t, strings.HasSuffix(w.String(), "\n"), "the last terminal line ends the line")
+}
+
+// Elsewhere than on a terminal: a plain line per tick, and each setup
+// command as it starts; no carriage returns.
+func TestPlainLinesWhenNotATerminal(t *testing.T) {
+	var w syncBuf
+	m, _ := newMeter(&w, Options{Command: "collect", Every: 20 * time.Millisecond})
+	m.Observe(observe.RunStarted{Command: "collect", RunID: "r", Planned: 2, Todo: 2, Replicas: 1})
+	m.Observe(observe.Golden{Task: "t", Phase: observe.GoldenSetup, Command: "make all", Commands: 1})
+	m.Observe(observe.Step{})
+	time.Sleep(100 * time.Millisecond)
+	m.Observe(observe.RunEnded{Status: "complete"})
+	out := w.String()
+	require.NotContains(t, out, "\r")
+	assert.Contains(t, out, "collect: golden t: setup 1/1: make all\n")
+	lines := strings.Count(out, "collect: 0/2 episodes, 1 steps")
+	assert.GreaterOrEqual(t, lines, 2, "periodic lines:\n%s", out)
+}
+
+// With a logger (JSON logs), the lines are records with the counts and
+// the run id.
+func TestProgressAsRecords(t *testing.T) {
+	var w syncBuf
+	log := slog.New(slog.NewJSONHandler(&w, nil))
+	m, _ := newMeter(nil, Options{Command: "replay", Logger: log, Every: time.Hour})
+	m.Observe(observe.RunStarted{Command: "replay", RunID: "run-7", Todo: 3})
+	m.Observe(observe.EpisodeEnded{Kept: true})
+	m.Close()
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(w.String())), &rec), w.String())
+	assert.Equal(t, "progress", rec["msg"])
+	assert.Equal(t, "run-7", rec["run_id"])
+	assert.EqualValues(t, 1, rec["done"])
+	assert.EqualValues(t, 3, rec["total"])
+	assert.Equal(t, true, rec["final"])
+}
+
+// Begin and Advance count a command without episodes (export).
+func TestBeginAndAdvance(t *testing.T) {
+	var w syncBuf
+	m, c := newMeter(&w, Options{Command: "export", Every: time.Hour})
+	m.Begin(100)
+	c.add(2 * time.Second)
+	m.Advance(40)
+	assert.Contains(t, m.Line(), "40/100 episodes (20/s)")
+	assert.Contains(t, m.Line(), "ETA 3s")
+	m.Close()
+	assert.Contains(t, w.String(), "export: 40/100 episodes")
+}
