@@ -39,7 +39,8 @@ func openRecorder(cfg Config, runID string, specs []task.Spec, providerRec json.
 	if err != nil {
 		return nil, err
 	}
-	polRec, err := json.Marshal(policy.Record{Name: PolicyName, Options: map[string]string{"protocol": "openenv", "server": "forkline serve"}})
+	noScript := ""
+	polRec, err := json.Marshal(policy.Record{Name: PolicyName, ScriptSHA256: &noScript, Options: map[string]string{"protocol": "openenv", "server": "forkline serve"}})
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,9 @@ func str(desc string) map[string]any { return map[string]any{"type": "string", "
 func integer(desc string) map[string]any {
 	return map[string]any{"type": "integer", "description": desc}
 }
-func boolean(desc string) map[string]any { return map[string]any{"type": "boolean", "description": desc} }
+func boolean(desc string) map[string]any {
+	return map[string]any{"type": "boolean", "description": desc}
+}
 
 // observationSchema is OpenEnv's Observation (done, reward, metadata) with
 // forkline's fields. On the wire done and reward sit beside the
