@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/serve"
+	"github.com/forkline/forkline/serve/openenvtest"
 )
 
 // The HTTP endpoints answer as OpenEnv's server does: /health, /metadata
@@ -19,12 +20,12 @@ func TestHTTPEndpointsAndStatelessOneShots(t *testing.T) {
 	ts := startServer(t, serve.Config{Out: out})
 	sch := fetchSchemas(t, ts.base)
 
-	status, body, err := httpJSON("GET", ts.base+"/health", nil)
+	status, body, err := openenvtest.HTTPJSON("GET", ts.base+"/health", nil)
 	require.NoError(t, err)
 	require.Equal(t, 200, status)
 	require.Equal(t, "healthy", body["status"])
 
-	status, body, err = httpJSON("GET", ts.base+"/metadata", nil)
+	status, body, err = openenvtest.HTTPJSON("GET", ts.base+"/metadata", nil)
 	require.NoError(t, err)
 	require.Equal(t, 200, status)
 	for _, k := range []string{"name", "description", "readme_content", "version", "author", "documentation_url"} {
@@ -33,7 +34,7 @@ func TestHTTPEndpointsAndStatelessOneShots(t *testing.T) {
 	require.Len(t, body, 6, "EnvironmentMetadata forbids other keys")
 	require.Contains(t, body["description"], "fix-sum")
 
-	status, body, err = httpJSON("GET", ts.base+"/state", nil)
+	status, body, err = openenvtest.HTTPJSON("GET", ts.base+"/state", nil)
 	require.NoError(t, err)
 	require.Equal(t, 200, status)
 	require.NoError(t, sch.state.Validate(body))
@@ -44,7 +45,7 @@ func TestHTTPEndpointsAndStatelessOneShots(t *testing.T) {
 	// deterministically (tasks in id order: config-migrate, error-report,
 	// fix-sum).
 	for seed, want := range map[int]string{0: "config-migrate", 2: "fix-sum", 4: "error-report"} {
-		status, body, err = httpJSON("POST", ts.base+"/reset", map[string]any{"seed": seed})
+		status, body, err = openenvtest.HTTPJSON("POST", ts.base+"/reset", map[string]any{"seed": seed})
 		require.NoError(t, err)
 		require.Equal(t, 200, status, "%v", body)
 		require.Len(t, body, 3)
@@ -54,29 +55,29 @@ func TestHTTPEndpointsAndStatelessOneShots(t *testing.T) {
 		require.NoError(t, sch.observation.Validate(obs))
 		require.Equal(t, want, obs["task_id"], "seed %d", seed)
 	}
-	status, _, err = httpJSON("POST", ts.base+"/reset", map[string]any{"seed": 1, "colour": "blue"})
+	status, _, err = openenvtest.HTTPJSON("POST", ts.base+"/reset", map[string]any{"seed": 1, "colour": "blue"})
 	require.NoError(t, err)
 	require.Equal(t, 422, status, "an unknown key is refused by name")
 
 	// /step: a fresh environment each time — a write in one is not seen by
 	// the next; a done action is verified.
-	status, body, err = httpJSON("POST", ts.base+"/step", map[string]any{"task_id": "fix-sum",
+	status, body, err = openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{"task_id": "fix-sum",
 		"action": map[string]any{"kind": "write_file", "path": "mark", "content": "x"}, "request_id": "req-1"})
 	require.NoError(t, err)
 	require.Equal(t, 200, status, "%v", body)
 	require.Equal(t, false, body["done"])
-	status, body, err = httpJSON("POST", ts.base+"/step", map[string]any{"task_id": "fix-sum",
+	status, body, err = openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{"task_id": "fix-sum",
 		"action": map[string]any{"kind": "exec", "cmd": "test -e mark"}, "timeout_s": 5})
 	require.NoError(t, err)
 	require.Equal(t, 200, status, "%v", body)
 	require.Equal(t, 1.0, body["observation"].(map[string]any)["exit_code"], "the second one-shot ran in a fresh fork")
-	status, body, err = httpJSON("POST", ts.base+"/step", map[string]any{"task_id": "fix-sum", "episode_id": "one-shot-done",
+	status, body, err = openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{"task_id": "fix-sum", "episode_id": "one-shot-done",
 		"action": map[string]any{"kind": "done"}})
 	require.NoError(t, err)
 	require.Equal(t, 200, status, "%v", body)
 	require.Equal(t, true, body["done"])
 	require.Equal(t, 0.0, body["reward"], "fix-sum's tests fail on the untouched golden")
-	status, body, err = httpJSON("POST", ts.base+"/step", map[string]any{"action": map[string]any{"kind": "exec"}})
+	status, body, err = openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{"action": map[string]any{"kind": "exec"}})
 	require.NoError(t, err)
 	require.Equal(t, 422, status)
 	require.Equal(t, "VALIDATION_ERROR", body["code"])
@@ -96,13 +97,13 @@ func TestStandbyMakesAResetAHandOff(t *testing.T) {
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask), Out: out, Standby: 2})
 	require.Eventually(t, func() bool { return sandboxes(t, ts.work) == 2 }, 30e9, 10e6, "the standby forks are made ahead")
 	for i := range 4 {
-		c, err := dial(ts.base)
+		c, err := openenvtest.Dial(ts.base)
 		require.NoError(t, err)
-		_, err = c.reset(map[string]any{"episode_id": string(rune('a' + i))})
+		_, err = c.Reset(map[string]any{"episode_id": string(rune('a' + i))})
 		require.NoError(t, err)
-		_, err = c.step(map[string]any{"kind": "exec", "cmd": "true"})
+		_, err = c.Step(map[string]any{"kind": "exec", "cmd": "true"})
 		require.NoError(t, err)
-		c.disconnect()
+		c.Disconnect()
 		require.Eventually(t, func() bool { return sandboxes(t, ts.work) == 2 }, 30e9, 10e6, "the standby refills")
 	}
 	sum := ts.stop(t)

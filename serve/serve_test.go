@@ -23,6 +23,7 @@ import (
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/serve"
+	"github.com/forkline/forkline/serve/openenvtest"
 	"github.com/forkline/forkline/task"
 )
 
@@ -166,7 +167,7 @@ type schemaSet struct{ action, observation, state *jsonschema.Schema }
 
 func fetchSchemas(t *testing.T, base string) schemaSet {
 	t.Helper()
-	status, body, err := httpJSON("GET", base+"/schema", nil)
+	status, body, err := openenvtest.HTTPJSON("GET", base+"/schema", nil)
 	require.NoError(t, err)
 	require.Equal(t, 200, status)
 	c := jsonschema.NewCompiler()
@@ -193,9 +194,9 @@ type transcript struct {
 // playSolution resets c into task t with episode id id and steps the
 // task's scripted solution, checking each answer as OpenEnv's protocol
 // defines it and against the published schemas.
-func playSolution(c *envClient, sch schemaSet, t task.Spec, id string, actionOf func(runtime.Action) map[string]any) (transcript, error) {
+func playSolution(c *openenvtest.Client, sch schemaSet, t task.Spec, id string, actionOf func(runtime.Action) map[string]any) (transcript, error) {
 	tr := transcript{episodeID: id, taskID: t.ID}
-	r, err := c.reset(map[string]any{"task_id": t.ID, "episode_id": id})
+	r, err := c.Reset(map[string]any{"task_id": t.ID, "episode_id": id})
 	if err != nil {
 		return tr, fmt.Errorf("reset: %w", err)
 	}
@@ -211,7 +212,7 @@ func playSolution(c *envClient, sch schemaSet, t task.Spec, id string, actionOf 
 		if err := sch.action.Validate(am); err != nil {
 			return tr, fmt.Errorf("the solution's action %d breaks the action schema: %v", i, err)
 		}
-		r, err := c.step(am)
+		r, err := c.Step(am)
 		if err != nil {
 			return tr, fmt.Errorf("step %d: %w", i, err)
 		}
@@ -235,7 +236,7 @@ func playSolution(c *envClient, sch schemaSet, t task.Spec, id string, actionOf 
 			tr.exit, _ = r.Observation["exit_reason"].(string)
 		}
 	}
-	st, err := c.state()
+	st, err := c.State()
 	if err != nil {
 		return tr, fmt.Errorf("state: %w", err)
 	}
@@ -278,12 +279,12 @@ func TestConcurrentSessionsEarnTheScriptedRewardsAndAreRecorded(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := dial(ts.base)
+			c, err := openenvtest.Dial(ts.base)
 			if err != nil {
 				errs[i] = err
 				return
 			}
-			defer c.disconnect()
+			defer c.Disconnect()
 			for k := range specs {
 				sp := specs[(i+k)%len(specs)]
 				tr, err := playSolution(c, sch, sp, fmt.Sprintf("trainer-%02d-%s", i, sp.ID), func(a runtime.Action) map[string]any {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/serve"
+	"github.com/forkline/forkline/serve/openenvtest"
 )
 
 // recorded reads a stopped server's dataset: its episodes by id, and the
@@ -48,14 +49,14 @@ func writeTask(t *testing.T, spec string) string {
 func TestIdleSessionIsReapedAndItsSandboxDestroyed(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "served")
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask), Out: out, IdleTimeout: 300 * time.Millisecond})
-	c, err := dial(ts.base)
+	c, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	_, err = c.reset(map[string]any{"episode_id": "idle-1"})
+	_, err = c.Reset(map[string]any{"episode_id": "idle-1"})
 	require.NoError(t, err)
-	_, err = c.step(map[string]any{"kind": "exec", "cmd": "cat f.txt"})
+	_, err = c.Step(map[string]any{"kind": "exec", "cmd": "cat f.txt"})
 	require.NoError(t, err)
 	require.Equal(t, 1, sandboxes(t, ts.work), "the session's fork is alive")
-	code, text, err := c.waitClosed(30 * time.Second)
+	code, text, err := c.WaitClosed(30 * time.Second)
 	require.NoError(t, err)
 	require.Equal(t, websocket.ClosePolicyViolation, code)
 	require.Contains(t, text, "idle")
@@ -70,23 +71,23 @@ func TestIdleSessionIsReapedAndItsSandboxDestroyed(t *testing.T) {
 func TestDroppedConnectionDestroysItsSandboxAndKeepsItsSteps(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "served")
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask), Out: out})
-	c, err := dial(ts.base)
+	c, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	_, err = c.reset(map[string]any{"episode_id": "dropped-1"})
+	_, err = c.Reset(map[string]any{"episode_id": "dropped-1"})
 	require.NoError(t, err)
-	_, err = c.step(map[string]any{"kind": "write_file", "path": "g.txt", "content": "x"})
+	_, err = c.Step(map[string]any{"kind": "write_file", "path": "g.txt", "content": "x"})
 	require.NoError(t, err)
 	require.Equal(t, 1, sandboxes(t, ts.work))
-	c.drop()
+	c.Drop()
 	requireNoSandboxes(t, ts.work)
 
 	// A client that closes properly mid-episode, as EnvClient.disconnect
 	// does, ends its episode the same way.
-	c2, err := dial(ts.base)
+	c2, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	_, err = c2.reset(map[string]any{"episode_id": "closed-1"})
+	_, err = c2.Reset(map[string]any{"episode_id": "closed-1"})
 	require.NoError(t, err)
-	c2.disconnect()
+	c2.Disconnect()
 	requireNoSandboxes(t, ts.work)
 
 	sum := ts.stop(t)
@@ -102,24 +103,24 @@ func TestDroppedConnectionDestroysItsSandboxAndKeepsItsSteps(t *testing.T) {
 
 func TestCapacityIsRefusedAsOpenEnvDoes(t *testing.T) {
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask), MaxSessions: 1})
-	c, err := dial(ts.base)
+	c, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	defer c.disconnect()
-	_, err = c.reset(nil)
+	defer c.Disconnect()
+	_, err = c.Reset(nil)
 	require.NoError(t, err)
-	c2, err := dial(ts.base)
+	c2, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	_, err = c2.receive()
-	var se *serverError
+	_, err = c2.Receive()
+	var se *openenvtest.ServerError
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, "CAPACITY_REACHED", se.Code)
 	require.Equal(t, 1.0, se.Data["active_sessions"])
 	require.Equal(t, 1.0, se.Data["max_sessions"])
-	code, _, err := c2.waitClosed(10 * time.Second)
+	code, _, err := c2.WaitClosed(10 * time.Second)
 	require.NoError(t, err)
 	require.Equal(t, websocket.CloseTryAgainLater, code)
 
-	status, body, err := httpJSON("POST", ts.base+"/reset", map[string]any{})
+	status, body, err := openenvtest.HTTPJSON("POST", ts.base+"/reset", map[string]any{})
 	require.NoError(t, err)
 	require.Equal(t, 503, status, "a one-shot request takes a session slot too: %v", body)
 	require.Equal(t, "CAPACITY_REACHED", body["code"])
@@ -129,14 +130,14 @@ func TestCapacityIsRefusedAsOpenEnvDoes(t *testing.T) {
 // the episode goes on as it was.
 func TestBadMessagesAreRefusedAndChangeNothing(t *testing.T) {
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask)})
-	c, err := dial(ts.base)
+	c, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	defer c.disconnect()
+	defer c.Disconnect()
 
-	_, err = c.step(map[string]any{"kind": "exec", "cmd": "true"})
+	_, err = c.Step(map[string]any{"kind": "exec", "cmd": "true"})
 	requireCode(t, err, "EXECUTION_ERROR", "no episode")
 
-	_, err = c.reset(map[string]any{"episode_id": "bad-1"})
+	_, err = c.Reset(map[string]any{"episode_id": "bad-1"})
 	require.NoError(t, err)
 	for _, bad := range []struct {
 		name, raw, code, says string
@@ -155,14 +156,14 @@ func TestBadMessagesAreRefusedAndChangeNothing(t *testing.T) {
 		{"negative seed", `{"type": "reset", "data": {"seed": -1}}`, "VALIDATION_ERROR", "seed"},
 		{"taken episode id", `{"type": "reset", "data": {"episode_id": "bad-1"}}`, "VALIDATION_ERROR", "taken"},
 	} {
-		_, err := c.sendRaw([]byte(bad.raw))
+		_, err := c.SendRaw([]byte(bad.raw))
 		requireCode(t, err, bad.code, bad.says)
 	}
-	st, err := c.state()
+	st, err := c.State()
 	require.NoError(t, err)
 	require.Equal(t, "bad-1", st["episode_id"], "the refused messages left the episode as it was")
 	require.Equal(t, 0.0, st["step_count"])
-	r, err := c.step(map[string]any{"kind": "read_file", "path": "f.txt"})
+	r, err := c.Step(map[string]any{"kind": "read_file", "path": "f.txt"})
 	require.NoError(t, err)
 	require.Equal(t, "hello", r.Observation["output"])
 	require.Equal(t, 1.0, r.Observation["step"])
@@ -170,7 +171,7 @@ func TestBadMessagesAreRefusedAndChangeNothing(t *testing.T) {
 
 func requireCode(t *testing.T, err error, code, says string) {
 	t.Helper()
-	var se *serverError
+	var se *openenvtest.ServerError
 	require.True(t, errors.As(err, &se), "want a %s error, got %v", code, err)
 	require.Equal(t, code, se.Code, se.Message)
 	require.Contains(t, se.Message, says)
@@ -181,13 +182,13 @@ func requireCode(t *testing.T, err error, code, says string) {
 func TestLimitsEndTheEpisodeAsInCollect(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "served")
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask), Out: out})
-	c, err := dial(ts.base)
+	c, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	defer c.disconnect()
-	_, err = c.reset(map[string]any{"episode_id": "limited"})
+	defer c.Disconnect()
+	_, err = c.Reset(map[string]any{"episode_id": "limited"})
 	require.NoError(t, err)
 	for i := range 3 {
-		r, err := c.step(map[string]any{"kind": "exec", "cmd": "echo step"})
+		r, err := c.Step(map[string]any{"kind": "exec", "cmd": "echo step"})
 		require.NoError(t, err)
 		require.Equal(t, i == 2, r.Done)
 		if r.Done {
@@ -196,16 +197,16 @@ func TestLimitsEndTheEpisodeAsInCollect(t *testing.T) {
 			require.Equal(t, 1.0, *r.Reward, "the verifier ran")
 		}
 	}
-	_, err = c.step(map[string]any{"kind": "exec", "cmd": "echo more"})
+	_, err = c.Step(map[string]any{"kind": "exec", "cmd": "echo more"})
 	requireCode(t, err, "EXECUTION_ERROR", "has ended (max_steps)")
 	requireNoSandboxes(t, ts.work)
 
 	// A reset while an episode runs ends it as cancelled and starts the next.
-	_, err = c.reset(map[string]any{"episode_id": "first"})
+	_, err = c.Reset(map[string]any{"episode_id": "first"})
 	require.NoError(t, err)
-	_, err = c.step(map[string]any{"kind": "exec", "cmd": "true"})
+	_, err = c.Step(map[string]any{"kind": "exec", "cmd": "true"})
 	require.NoError(t, err)
-	r, err := c.reset(map[string]any{"episode_id": "second"})
+	r, err := c.Reset(map[string]any{"episode_id": "second"})
 	require.NoError(t, err)
 	require.Equal(t, "second", r.Observation["episode_id"])
 	ts.stop(t)
@@ -224,13 +225,13 @@ verify: {cmd: "true"}
 // time counts: the step that comes too late is answered done, not taken.
 func TestEpisodeTimeoutWhileTheClientThinks(t *testing.T) {
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, slowTimeoutTask)})
-	c, err := dial(ts.base)
+	c, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	defer c.disconnect()
-	_, err = c.reset(nil)
+	defer c.Disconnect()
+	_, err = c.Reset(nil)
 	require.NoError(t, err)
 	time.Sleep(600 * time.Millisecond)
-	r, err := c.step(map[string]any{"kind": "exec", "cmd": "touch late"})
+	r, err := c.Step(map[string]any{"kind": "exec", "cmd": "touch late"})
 	require.NoError(t, err)
 	require.True(t, r.Done)
 	require.Equal(t, "timeout", r.Observation["exit_reason"])
@@ -244,21 +245,21 @@ func TestEpisodeTimeoutWhileTheClientThinks(t *testing.T) {
 func TestTokenIDsInMetadataKeepATokenExactRecord(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "served")
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask), Out: out})
-	c, err := dial(ts.base)
+	c, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
-	_, err = c.reset(map[string]any{"episode_id": "tokens"})
+	_, err = c.Reset(map[string]any{"episode_id": "tokens"})
 	require.NoError(t, err)
-	_, err = c.step(map[string]any{"kind": "exec", "cmd": "cat f.txt", "metadata": map[string]any{
+	_, err = c.Step(map[string]any{"kind": "exec", "cmd": "cat f.txt", "metadata": map[string]any{
 		"model": "Qwen/Qwen3-8B", "text": "<tool_call>cat</tool_call>", "prompt_ids": []int{10, 11, 12}, "response_ids": []int{13, 14},
 		"logprobs": []float64{-0.25, -1.5}, "finish_reason": "tool_calls"}})
 	require.NoError(t, err)
 	// The second prompt extends the first: prompt, response, then the
 	// environment's tokens (the tool result as the template rendered it).
-	r, err := c.step(map[string]any{"kind": "done", "answer": "hello", "metadata": map[string]any{
+	r, err := c.Step(map[string]any{"kind": "done", "answer": "hello", "metadata": map[string]any{
 		"prompt_ids": []int{10, 11, 12, 13, 14, 20, 21}, "response_ids": []int{15}, "logprobs": []float64{-0.5}}})
 	require.NoError(t, err)
 	require.True(t, r.Done)
-	c.disconnect()
+	c.Disconnect()
 	ts.stop(t)
 
 	ds, err := shard.Open(out)

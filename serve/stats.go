@@ -169,6 +169,9 @@ func (sum *Summary) Print(w io.Writer) {
 	for _, n := range sum.Episodes {
 		total += n
 	}
+	if len(exits) == 0 {
+		exits = []string{"none"}
+	}
 	fmt.Fprintf(w, "  episodes: %d ended (%s)", total, strings.Join(exits, " "))
 	if sum.Dataset != "" {
 		fmt.Fprintf(w, ", %d recorded", sum.Kept)

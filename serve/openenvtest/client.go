@@ -1,4 +1,11 @@
-package serve_test
+// Package openenvtest is an OpenEnv client written from OpenEnv's wire
+// protocol as its code has it (openenv.core.env_client.EnvClient and
+// GenericEnvClient, env_server/types.py and http_server.py), not from
+// forkline's server, for the tests and benchmarks that drive forkline
+// serve: it speaks to ws://HOST/ws with another WebSocket implementation
+// than the server's (gorilla's) and reads every answer as untyped JSON.
+// It knows nothing of package serve.
+package openenvtest
 
 import (
 	"bytes"
@@ -12,11 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// envClient is an OpenEnv client written for these tests from OpenEnv's
-// protocol as its code has it (openenv.core.env_client.EnvClient and
-// GenericEnvClient, env_server/types.py), not from forkline's server: it
-// speaks to ws://HOST/ws with another WebSocket implementation (gorilla's)
-// and reads every answer as untyped JSON.
+// Client is one session, as EnvClient is:
 //
 //	reset(**kwargs) → send {"type": "reset", "data": kwargs}
 //	step(action)    → send {"type": "step", "data": action}
@@ -27,57 +30,57 @@ import (
 // data.message and data.code; any other answer's data is parsed as
 // StepResult(observation=data["observation"], reward=data.get("reward"),
 // done=data.get("done", False)).
-type envClient struct {
+type Client struct {
 	conn    *websocket.Conn
 	timeout time.Duration // EnvClient's message_timeout_s
 }
 
-// stepResult is OpenEnv's StepResult.
-type stepResult struct {
+// StepResult is OpenEnv's StepResult.
+type StepResult struct {
 	Observation map[string]any
 	Reward      *float64
 	Done        bool
 }
 
-// serverError is what EnvClient raises for an error answer.
-type serverError struct {
+// ServerError is what EnvClient raises for an error answer.
+type ServerError struct {
 	Message string
 	Code    string
 	Data    map[string]any
 }
 
-func (e *serverError) Error() string {
+func (e *ServerError) Error() string {
 	return fmt.Sprintf("Server error: %s (code: %s)", e.Message, e.Code)
 }
 
-// dial converts base (http://...) to ws://.../ws as EnvClient does.
-func dial(base string) (*envClient, error) {
+// Dial converts base (http://...) to ws://.../ws as EnvClient does.
+func Dial(base string) (*Client, error) {
 	url := "ws" + strings.TrimPrefix(base, "http") + "/ws"
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
 	conn, _, err := d.Dial(url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("Failed to connect to %s: %w", url, err)
 	}
-	return &envClient{conn: conn, timeout: 60 * time.Second}, nil
+	return &Client{conn: conn, timeout: 60 * time.Second}, nil
 }
 
-func (c *envClient) sendAndReceive(msg map[string]any) (map[string]any, error) {
+func (c *Client) SendAndReceive(msg map[string]any) (map[string]any, error) {
 	b, err := json.Marshal(msg)
 	if err != nil {
 		return nil, err
 	}
-	return c.sendRaw(b)
+	return c.SendRaw(b)
 }
 
-// sendRaw sends bytes as they are (to test what a broken client sends).
-func (c *envClient) sendRaw(b []byte) (map[string]any, error) {
+// SendRaw sends bytes as they are (to test what a broken client sends).
+func (c *Client) SendRaw(b []byte) (map[string]any, error) {
 	if err := c.conn.WriteMessage(websocket.TextMessage, b); err != nil {
 		return nil, err
 	}
-	return c.receive()
+	return c.Receive()
 }
 
-func (c *envClient) receive() (map[string]any, error) {
+func (c *Client) Receive() (map[string]any, error) {
 	c.conn.SetReadDeadline(time.Now().Add(c.timeout))
 	_, raw, err := c.conn.ReadMessage()
 	if err != nil {
@@ -91,14 +94,14 @@ func (c *envClient) receive() (map[string]any, error) {
 		data, _ := resp["data"].(map[string]any)
 		msg, _ := data["message"].(string)
 		code, _ := data["code"].(string)
-		return resp, &serverError{Message: msg, Code: code, Data: data}
+		return resp, &ServerError{Message: msg, Code: code, Data: data}
 	}
 	return resp, nil
 }
 
-func parseResult(resp map[string]any) stepResult {
+func parseResult(resp map[string]any) StepResult {
 	data, _ := resp["data"].(map[string]any)
-	r := stepResult{}
+	r := StepResult{}
 	r.Observation, _ = data["observation"].(map[string]any)
 	if v, ok := data["reward"].(float64); ok {
 		r.Reward = &v
@@ -107,33 +110,33 @@ func parseResult(resp map[string]any) stepResult {
 	return r
 }
 
-func (c *envClient) reset(kwargs map[string]any) (stepResult, error) {
+func (c *Client) Reset(kwargs map[string]any) (StepResult, error) {
 	if kwargs == nil {
 		kwargs = map[string]any{}
 	}
-	resp, err := c.sendAndReceive(map[string]any{"type": "reset", "data": kwargs})
+	resp, err := c.SendAndReceive(map[string]any{"type": "reset", "data": kwargs})
 	if err != nil {
-		return stepResult{}, err
+		return StepResult{}, err
 	}
 	if resp["type"] != "observation" {
-		return stepResult{}, fmt.Errorf("reset answered %v", resp["type"])
+		return StepResult{}, fmt.Errorf("reset answered %v", resp["type"])
 	}
 	return parseResult(resp), nil
 }
 
-func (c *envClient) step(action map[string]any) (stepResult, error) {
-	resp, err := c.sendAndReceive(map[string]any{"type": "step", "data": action})
+func (c *Client) Step(action map[string]any) (StepResult, error) {
+	resp, err := c.SendAndReceive(map[string]any{"type": "step", "data": action})
 	if err != nil {
-		return stepResult{}, err
+		return StepResult{}, err
 	}
 	if resp["type"] != "observation" {
-		return stepResult{}, fmt.Errorf("step answered %v", resp["type"])
+		return StepResult{}, fmt.Errorf("step answered %v", resp["type"])
 	}
 	return parseResult(resp), nil
 }
 
-func (c *envClient) state() (map[string]any, error) {
-	resp, err := c.sendAndReceive(map[string]any{"type": "state"})
+func (c *Client) State() (map[string]any, error) {
+	resp, err := c.SendAndReceive(map[string]any{"type": "state"})
 	if err != nil {
 		return nil, err
 	}
@@ -144,22 +147,22 @@ func (c *envClient) state() (map[string]any, error) {
 	return data, nil
 }
 
-// disconnect is EnvClient.disconnect: a close message, then the socket's
+// Disconnect is EnvClient.disconnect: a close message, then the socket's
 // close handshake.
-func (c *envClient) disconnect() {
+func (c *Client) Disconnect() {
 	b, _ := json.Marshal(map[string]any{"type": "close"})
 	c.conn.WriteMessage(websocket.TextMessage, b)
 	c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	c.conn.Close()
 }
 
-// drop closes the TCP connection with no close message or frame: a
+// Drop closes the TCP connection with no close message or frame: a
 // trainer process that died.
-func (c *envClient) drop() { c.conn.UnderlyingConn().Close() }
+func (c *Client) Drop() { c.conn.UnderlyingConn().Close() }
 
-// waitClosed reads until the server closes the connection and returns the
+// WaitClosed reads until the server closes the connection and returns the
 // close frame's code and text (-1 when the connection ended without one).
-func (c *envClient) waitClosed(within time.Duration) (int, string, error) {
+func (c *Client) WaitClosed(within time.Duration) (int, string, error) {
 	c.conn.SetReadDeadline(time.Now().Add(within))
 	for {
 		_, _, err := c.conn.ReadMessage()
@@ -176,9 +179,9 @@ func (c *envClient) waitClosed(within time.Duration) (int, string, error) {
 	}
 }
 
-// httpJSON is a one-shot HTTP call: method, path, body (nil for none);
+// HTTPJSON is a one-shot HTTP call: method, path, body (nil for none);
 // the status and the decoded answer.
-func httpJSON(method, url string, body any) (int, map[string]any, error) {
+func HTTPJSON(method, url string, body any) (int, map[string]any, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
