@@ -151,8 +151,16 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 	if s.prov, err = episode.Environment(prov, list); err != nil {
 		return fail(badInput(err))
 	}
-	s.pool, err = pool.New(pool.Config{Provider: s.prov, Replicas: cfg.MaxSessions, Strategy: cfg.Reset, Standby: cfg.Standby,
-		MaxCreates: cfg.MaxCreates, Log: func(format string, args ...any) { cfg.Log.Warn("serve: pool: " + fmt.Sprintf(format, args...)) }})
+	// The pool's workers hold a replica from its hand-off until its sandbox
+	// is destroyed, which runs after the episode ended: twice as many
+	// workers as sessions, so that a session's next reset never waits for
+	// its last sandbox's teardown. Sessions themselves are bounded by slots.
+	maxCreates := cfg.MaxCreates
+	if maxCreates == 0 {
+		maxCreates = 2 * cfg.MaxSessions
+	}
+	s.pool, err = pool.New(pool.Config{Provider: s.prov, Replicas: 2 * cfg.MaxSessions, Strategy: cfg.Reset, Standby: cfg.Standby,
+		MaxCreates: maxCreates, Log: func(format string, args ...any) { cfg.Log.Warn("serve: pool: " + fmt.Sprintf(format, args...)) }})
 	if err != nil {
 		return fail(badInput(err))
 	}
