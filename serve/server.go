@@ -265,7 +265,12 @@ func (s *Server) drain() {
 		ss.stop("the server stopped")
 		<-ss.done
 	}
-	close(s.jobs)
+	// Every session has ended and every one-shot returned (or overran
+	// its grace): the pool stops taking jobs, once its workers have the
+	// last replicas back. A reset still waiting (a one-shot past the
+	// shutdown's bound) is answered that the server is stopping; the jobs
+	// channel is never closed, so a late send cannot panic.
+	s.cancelRun()
 	<-s.poolDone
 }
 

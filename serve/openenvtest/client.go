@@ -50,7 +50,7 @@ type ServerError struct {
 }
 
 func (e *ServerError) Error() string {
-	return fmt.Sprintf("Server error: %s (code: %s)", e.Message, e.Code)
+	return fmt.Sprintf("openenvtest: server error: %s (code: %s)", e.Message, e.Code)
 }
 
 // Dial converts base (http://...) to ws://.../ws as EnvClient does.
@@ -59,7 +59,7 @@ func Dial(base string) (*Client, error) {
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
 	conn, _, err := d.Dial(url, nil)
 	if err != nil {
-		return nil, fmt.Errorf("Failed to connect to %s: %w", url, err)
+		return nil, fmt.Errorf("openenvtest: failed to connect to %s: %w", url, err)
 	}
 	return &Client{conn: conn, timeout: 60 * time.Second}, nil
 }
@@ -88,7 +88,7 @@ func (c *Client) Receive() (map[string]any, error) {
 	}
 	var resp map[string]any
 	if err := json.Unmarshal(raw, &resp); err != nil {
-		return nil, fmt.Errorf("answer is not JSON: %w: %s", err, raw)
+		return nil, fmt.Errorf("openenvtest: answer is not JSON: %w: %s", err, raw)
 	}
 	if resp["type"] == "error" {
 		data, _ := resp["data"].(map[string]any)
@@ -119,7 +119,7 @@ func (c *Client) Reset(kwargs map[string]any) (StepResult, error) {
 		return StepResult{}, err
 	}
 	if resp["type"] != "observation" {
-		return StepResult{}, fmt.Errorf("reset answered %v", resp["type"])
+		return StepResult{}, fmt.Errorf("openenvtest: reset answered %v", resp["type"])
 	}
 	return parseResult(resp), nil
 }
@@ -130,7 +130,7 @@ func (c *Client) Step(action map[string]any) (StepResult, error) {
 		return StepResult{}, err
 	}
 	if resp["type"] != "observation" {
-		return StepResult{}, fmt.Errorf("step answered %v", resp["type"])
+		return StepResult{}, fmt.Errorf("openenvtest: step answered %v", resp["type"])
 	}
 	return parseResult(resp), nil
 }
@@ -141,7 +141,7 @@ func (c *Client) State() (map[string]any, error) {
 		return nil, err
 	}
 	if resp["type"] != "state" {
-		return nil, fmt.Errorf("state answered %v", resp["type"])
+		return nil, fmt.Errorf("openenvtest: state answered %v", resp["type"])
 	}
 	data, _ := resp["data"].(map[string]any)
 	return data, nil
@@ -206,7 +206,7 @@ func HTTPJSON(method, url string, body any) (int, map[string]any, error) {
 	}
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return resp.StatusCode, nil, fmt.Errorf("answer is not a JSON object: %w: %s", err, raw)
+		return resp.StatusCode, nil, fmt.Errorf("openenvtest: answer is not a JSON object: %w: %s", err, raw)
 	}
 	return resp.StatusCode, out, nil
 }
