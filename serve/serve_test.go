@@ -111,17 +111,25 @@ func canonical(a runtime.Action) map[string]any {
 }
 
 var (
-	offlineOnce    sync.Once
-	offlineRewards map[string]*float64
-	offlineErr     error
+	offlineMu      sync.Mutex
+	offlineByTasks = map[string]map[string]*float64{}
 )
 
 // scriptedRewards are the rewards each example task's scripted solution
 // earns when forkline collect runs it offline: what the served episodes
 // driven with the same actions must earn.
-func scriptedRewards(t *testing.T) map[string]*float64 {
+func scriptedRewards(t *testing.T) map[string]*float64 { return scriptedRewardsOf(t, exampleTasks) }
+
+func scriptedRewardsOf(t *testing.T, tasks string) map[string]*float64 {
 	t.Helper()
-	offlineOnce.Do(func() {
+	offlineMu.Lock()
+	defer offlineMu.Unlock()
+	if r, ok := offlineByTasks[tasks]; ok {
+		return r
+	}
+	var offlineRewards map[string]*float64
+	var offlineErr error
+	func() {
 		dir, err := os.MkdirTemp("", "serve-offline-")
 		if err != nil {
 			offlineErr = err
@@ -129,7 +137,7 @@ func scriptedRewards(t *testing.T) map[string]*float64 {
 		}
 		defer os.RemoveAll(dir)
 		out := filepath.Join(dir, "run")
-		if _, err := collect.Run(context.Background(), collect.Config{Tasks: exampleTasks, Out: out, WorkDir: dir, Replicas: 2}); err != nil {
+		if _, err := collect.Run(context.Background(), collect.Config{Tasks: tasks, Out: out, WorkDir: dir, Replicas: 2}); err != nil {
 			offlineErr = err
 			return
 		}
@@ -154,8 +162,9 @@ func scriptedRewards(t *testing.T) map[string]*float64 {
 			}
 			offlineRewards[byEpisode[r.EpisodeID]] = r.Value
 		}
-	})
+	}()
 	require.NoError(t, offlineErr)
+	offlineByTasks[tasks] = offlineRewards
 	return offlineRewards
 }
 
