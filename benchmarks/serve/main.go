@@ -79,7 +79,7 @@ type measure struct {
 	// TripP50 and TripP95 are a state message's round trip in the same
 	// sessions: the protocol's floor under every reset.
 	TripP50, TripP95 float64
-	Took  time.Duration
+	Took             time.Duration
 }
 
 func main() {
