@@ -288,3 +288,55 @@ func TestTokenIDsInMetadataKeepATokenExactRecord(t *testing.T) {
 		require.Equal(t, []float32{-0.25, -1.5, 0, 0, -0.5}, ep.ResponseLogprobs)
 	}
 }
+
+const brokenTask = `id: broken
+instruction: never starts
+setup: ["echo no such tool >&2; exit 3"]
+`
+
+// A reset the pool cannot serve (the golden's setup fails) is OpenEnv's
+// FACTORY_ERROR; no episode began, so the client may retry with its id.
+func TestFailedResetIsAFactoryErrorAndFreesItsID(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "served")
+	ts := startServer(t, serve.Config{Tasks: writeTask(t, brokenTask), Out: out})
+	c, err := openenvtest.Dial(ts.base)
+	require.NoError(t, err)
+	defer c.Disconnect()
+	for range 2 {
+		_, err = c.Reset(map[string]any{"episode_id": "retry-me"})
+		requireCode(t, err, "FACTORY_ERROR", "no such tool")
+	}
+	requireNoSandboxes(t, ts.work)
+	sum := ts.stop(t)
+	require.Equal(t, 2, sum.ResetFailures)
+	exits, _ := recorded(t, out)
+	require.Empty(t, exits)
+}
+
+// The drain's grace bounds a step in flight: past it the action is
+// interrupted, answered, and the episode kept as cancelled.
+func TestGraceInterruptsAStepThatOverrunsIt(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "served")
+	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask), Out: out, Grace: 300 * time.Millisecond})
+	c, err := openenvtest.Dial(ts.base)
+	require.NoError(t, err)
+	_, err = c.Reset(map[string]any{"episode_id": "overrun"})
+	require.NoError(t, err)
+	mark := filepath.Join(t.TempDir(), "started")
+	answer := make(chan openenvtest.StepResult, 1)
+	go func() {
+		r, _ := c.Step(map[string]any{"kind": "exec", "cmd": "touch " + mark + "; sleep 30"})
+		answer <- r
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(mark); return err == nil }, time.Minute, 5*time.Millisecond)
+	sum := ts.stop(t)
+	r := <-answer
+	require.True(t, r.Done)
+	require.Equal(t, "cancelled", r.Observation["exit_reason"])
+	require.Equal(t, "interrupted", r.Observation["error_kind"], "the sleep was cut short, not waited for")
+	require.Equal(t, 1, sum.Episodes["cancelled"])
+	requireNoSandboxes(t, ts.work)
+	exits, steps := recorded(t, out)
+	require.Contains(t, exits["overrun"], "cancelled")
+	require.Equal(t, 1, steps["overrun"])
+}
