@@ -3,9 +3,10 @@
 // beside the sandbox for a task with a browser section), and the episode
 // runner in named pieces — begin an episode on the replica the pool handed
 // over, run a rollout into its capture sink, verify it, build its rows. The
-// collector, the replayer and (to come) the environment server run episodes
-// through these pieces; a server that steps a sandbox on a trainer's command,
-// or a branch that continues a parent's history, calls them in its own order.
+// collector, the replayer and the environment server run episodes through
+// these pieces; the server, which steps a sandbox on a trainer's command,
+// drives the same Rollout through Driver, with the client as its policy; a
+// branch that continues a parent's history calls them in its own order.
 //
 // It knows tasks, the pool, providers (and the browser decorator in
 // providers/browser), capture, and the dataset's row types. It does not

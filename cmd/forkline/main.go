@@ -42,6 +42,7 @@ func app() *cli.App {
 			verifyCommand(),
 			exportCommand(),
 			replayCommand(),
+			serveCommand(),
 			imagesCommand(),
 			versionCommand(),
 		},

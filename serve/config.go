@@ -1,0 +1,147 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/pool"
+)
+
+// Config is everything a server needs. forkline serve fills it from flags.
+type Config struct {
+	Tasks          string            // a task file or a directory of them
+	Provider       string            // registry name; default "local"
+	ProviderParams map[string]string // backend settings
+	Reset          pool.Strategy     // default auto
+	// Standby keeps this many ready replicas per task prepared in the
+	// background, so that a reset is a hand-off (pool.Config.Standby).
+	Standby int
+	// MaxCreates caps concurrent sandbox creations and forks; 0 means
+	// 2 × MaxSessions.
+	MaxCreates int
+	WorkDir    string // where sandboxes live on the host
+
+	// Addr is the address to listen on; default DefaultAddr (loopback).
+	Addr string
+	// MaxSessions bounds the sessions open at once (WebSocket sessions and
+	// one-shot HTTP requests); default DefaultMaxSessions.
+	MaxSessions int
+	// IdleTimeout closes a session that sent nothing for this long,
+	// destroying its sandbox; 0 never does.
+	IdleTimeout time.Duration
+	// Grace is how long, once the server is stopping, the steps in flight
+	// may run before they are interrupted.
+	Grace time.Duration
+
+	// Out is the dataset every served episode is recorded into; "" records
+	// nothing.
+	Out     string
+	Resume  bool // add to the dataset in Out (it must have been served with the same tasks and provider)
+	Force   bool // replace the dataset in Out
+	Capture capture.Policy
+	Shards  shard.Config
+	// ToolVersion is written into the manifest and /metadata.
+	ToolVersion string
+
+	// Log receives the server's events; nil discards them.
+	Log *slog.Logger
+	// Ready, when set, is called once with the address the server listens
+	// on, before it accepts the first connection.
+	Ready func(addr net.Addr)
+}
+
+// Defaults.
+const (
+	DefaultAddr        = "127.0.0.1:8000"
+	DefaultMaxSessions = 64
+	DefaultIdleTimeout = 15 * time.Minute
+	DefaultGrace       = 30 * time.Second
+	// MaxMessageBytes bounds one WebSocket message from a client (an
+	// action writing a large file is one message).
+	MaxMessageBytes = 64 << 20
+)
+
+// ErrConfig is wrapped by every error that comes from bad input — the
+// configuration, task files, names of providers, the output directory, an
+// address that cannot be listened on — as opposed to a failure while
+// serving. forkline serve maps it to exit code 2.
+var ErrConfig = errors.New("serve: bad input")
+
+type configError struct{ err error }
+
+func (e configError) Error() string   { return e.err.Error() }
+func (e configError) Unwrap() []error { return []error{e.err, ErrConfig} }
+
+func badInput(err error) error {
+	if err == nil {
+		return nil
+	}
+	return configError{err}
+}
+
+// withDefaults fills in defaults and refuses values out of range, naming
+// the field and its flag.
+func (cfg *Config) withDefaults() error {
+	if cfg.Tasks == "" {
+		return errors.New("serve: no tasks given (-tasks DIR|FILE)")
+	}
+	for _, c := range []struct {
+		field, flag string
+		v           int64
+	}{
+		{"Standby", "-standby", int64(cfg.Standby)},
+		{"MaxCreates", "-max-creates", int64(cfg.MaxCreates)},
+		{"MaxSessions", "-max-sessions", int64(cfg.MaxSessions)},
+		{"IdleTimeout", "-idle-timeout", int64(cfg.IdleTimeout)},
+		{"Grace", "-grace", int64(cfg.Grace)},
+	} {
+		if c.v < 0 {
+			return fmt.Errorf("serve: %s (%s) is negative: %d", c.field, c.flag, c.v)
+		}
+	}
+	if cfg.Resume && cfg.Force {
+		return errors.New("serve: -resume and -force contradict each other")
+	}
+	if (cfg.Resume || cfg.Force) && cfg.Out == "" {
+		return errors.New("serve: -resume and -force need -out DIR")
+	}
+	if cfg.Provider == "" {
+		cfg.Provider = "local"
+	}
+	if cfg.Reset == "" {
+		cfg.Reset = pool.Auto
+	}
+	if _, err := pool.ParseStrategy(string(cfg.Reset)); err != nil {
+		return err
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.Capture == (capture.Policy{}) {
+		cfg.Capture = capture.DefaultPolicy()
+	}
+	if err := cfg.Capture.Validate(); err != nil {
+		return err
+	}
+	if cfg.Shards == (shard.Config{}) {
+		cfg.Shards = shard.DefaultConfig()
+	}
+	if err := cfg.Shards.Validate(); err != nil {
+		return err
+	}
+	if cfg.ToolVersion == "" {
+		cfg.ToolVersion = "dev"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

@@ -1,0 +1,21 @@
+// Package serve is forkline's environment server: it serves the episodes of
+// task specs to a trainer that drives them online, over the OpenEnv wire
+// protocol (/ws sessions with reset, step, state and close; /health,
+// /metadata, /schema, /state and the one-shot HTTP /reset and /step), where
+// every reset hands the session a fork of the task's golden checkpoint —
+// from the pool's warm standby when one is ready, so a reset is a hand-off
+// — and every step is one canonical action. The client is the episode's
+// policy: each session runs its episode through episode.Driver, so limits,
+// capture, verification, exit reasons and rows are exactly collect's, and
+// every served episode can be recorded into a forkline dataset (the same
+// shards and manifest; the policy entry says an external client acted).
+//
+// It owns sessions (capacity, idle reaping, what a closed or dropped
+// connection does), the mapping of OpenEnv's messages and its stateless
+// HTTP forms onto forks, the JSON Schemas it publishes, and the graceful
+// drain. It does not know how a sandbox is made (pool, providers), how a
+// step is captured or verified (episode, capture, task), or how rows are
+// written (formats/shard): it calls them. Branching over the wire (a session
+// asking to checkpoint its sandbox and open sessions forked from it) is to
+// come: see docs/serve.md.
+package serve

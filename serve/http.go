@@ -1,0 +1,244 @@
+package serve
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/forkline/forkline/runtime"
+)
+
+// maxRequestBytes bounds a one-shot HTTP request's body.
+const maxRequestBytes = MaxMessageBytes
+
+func writeHTTP(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// httpError answers err as FastAPI answers OpenEnv's errors: a status and
+// {"detail": ...}, with the OpenEnv error code beside it.
+func httpError(w http.ResponseWriter, err error) {
+	we := wireErrorOf(err)
+	status := http.StatusInternalServerError
+	var ce *capacityError
+	switch {
+	case errors.As(err, &ce):
+		we = wireError{Message: ce.Error(), Code: codeCapacityReached, ActiveSessions: &ce.active, MaxSessions: &ce.max}
+		status = http.StatusServiceUnavailable
+	case we.Code == codeValidation || we.Code == codeInvalidJSON:
+		status = http.StatusUnprocessableEntity
+	case we.Code == codeSession:
+		status = http.StatusServiceUnavailable
+	}
+	writeHTTP(w, status, map[string]any{"detail": we.Message, "code": we.Code, "active_sessions": we.ActiveSessions, "max_sessions": we.MaxSessions})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	if s.isDraining() {
+		writeHTTP(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy"})
+		return
+	}
+	writeHTTP(w, http.StatusOK, map[string]string{"status": "healthy"})
+}
+
+// metadata is OpenEnv's EnvironmentMetadata.
+type metadata struct {
+	Name             string  `json:"name"`
+	Description      string  `json:"description"`
+	ReadmeContent    *string `json:"readme_content"`
+	Version          *string `json:"version"`
+	Author           *string `json:"author"`
+	DocumentationURL *string `json:"documentation_url"`
+}
+
+func (s *Server) handleMetadata(w http.ResponseWriter, _ *http.Request) {
+	v := s.cfg.ToolVersion
+	desc := fmt.Sprintf("forkline serve: %d tasks (%s) on %s, every reset a fork of the task's golden checkpoint (reset %s); actions are forkline's canonical actions (see /schema, /tasks)",
+		len(s.specs), strings.Join(s.taskIDs(), ", "), s.prov.Name(), s.pool.Strategy())
+	writeHTTP(w, http.StatusOK, metadata{Name: "forkline", Description: desc, Version: &v})
+}
+
+func (s *Server) handleSchema(w http.ResponseWriter, _ *http.Request) {
+	writeHTTP(w, http.StatusOK, wireSchemas())
+}
+
+// handleState is OpenEnv's GET /state: the state of a fresh environment,
+// as its server builds one per request. Sessions' state is the /ws state
+// message.
+func (s *Server) handleState(w http.ResponseWriter, _ *http.Request) {
+	writeHTTP(w, http.StatusOK, State{})
+}
+
+// TaskInfo is one task as /tasks lists it (a forkline extension).
+type TaskInfo struct {
+	ID             string `json:"id"`
+	Hash           string `json:"hash"`
+	Instruction    string `json:"instruction"`
+	MaxSteps       int    `json:"max_steps"`
+	ActionTimeout  string `json:"action_timeout"`
+	EpisodeTimeout string `json:"episode_timeout"`
+	Browser        bool   `json:"browser"`
+	Verifier       bool   `json:"verifier"`
+}
+
+func (s *Server) handleTasks(w http.ResponseWriter, _ *http.Request) {
+	out := make([]TaskInfo, 0, len(s.specs))
+	for _, sp := range s.specs {
+		out = append(out, TaskInfo{ID: sp.ID, Hash: s.tasks[sp.ID].hash, Instruction: sp.Instruction, MaxSteps: sp.Limits.MaxSteps,
+			ActionTimeout: time.Duration(sp.Limits.ActionTimeout).String(), EpisodeTimeout: time.Duration(sp.Limits.EpisodeTimeout).String(),
+			Browser: sp.Browser != nil, Verifier: sp.Verify != nil})
+	}
+	writeHTTP(w, http.StatusOK, out)
+}
+
+// readBody reads a one-shot request's JSON object.
+func readBody(r *http.Request) ([]byte, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxRequestBytes))
+	if err != nil {
+		return nil, refuse(codeValidation, "serve: request body: %v", err)
+	}
+	return data, nil
+}
+
+// handleReset is OpenEnv's stateless POST /reset: its server builds an
+// environment, resets it, answers and closes it. Here: a fork of the
+// task's golden (a standby hand-off when ready), the first observation,
+// and the fork destroyed; no episode is recorded (it took no step).
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	data, err := readBody(r)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	req, err := parseReset(data)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := s.takeSlot(); err != nil {
+		httpError(w, err)
+		return
+	}
+	defer s.releaseSlot()
+	l, res, err := s.begin(r.Context(), req, func() {})
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if l.final == nil {
+		s.finish(l, runtime.ExitCancelled, "one-shot HTTP /reset: its environment is closed once it answers")
+	}
+	writeHTTP(w, http.StatusOK, res)
+}
+
+// stepRequest is OpenEnv's StepRequest (action, timeout_s, request_id)
+// with a reset's keys, which pick the environment the one step runs in.
+type stepRequest struct {
+	Action    json.RawMessage `json:"action"`
+	TimeoutS  *float64        `json:"timeout_s"`
+	RequestID *string         `json:"request_id"`
+	resetRequest
+}
+
+var stepKeys = []string{"action", "episode_id", "request_id", "seed", "task_id", "timeout_s"}
+
+// handleStep is OpenEnv's stateless POST /step: its server builds a fresh
+// environment, steps it once (no reset) and closes it. Here the fresh
+// environment is a fork of the task's golden checkpoint — what a reset
+// would hand out — so the one step is a one-step episode: the action runs
+// (timeout_s caps its time, at most the task's action timeout), a done
+// action is verified and answered with its reward, and the fork is
+// destroyed. The episode is recorded (as done, or as cancelled after its
+// one step), with episode_id, else request_id, as its id.
+func (s *Server) handleStep(w http.ResponseWriter, r *http.Request) {
+	data, err := readBody(r)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	req, dec, err := parseStepRequest(data)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if err := s.takeSlot(); err != nil {
+		httpError(w, err)
+		return
+	}
+	defer s.releaseSlot()
+	l, _, err := s.begin(r.Context(), req.resetRequest, func() {})
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if l.final != nil {
+		writeHTTP(w, http.StatusOK, *l.final)
+		return
+	}
+	if req.TimeoutS != nil {
+		limit := time.Duration(*req.TimeoutS * float64(time.Second))
+		if dec.Action.Kind == runtime.ActExec && (dec.Action.TimeoutMS == 0 || time.Duration(dec.Action.TimeoutMS)*time.Millisecond > limit) {
+			dec.Action.TimeoutMS = max(limit.Milliseconds(), 1)
+		}
+	}
+	res, err := s.step(r.Context(), l, dec)
+	if err != nil {
+		s.finish(l, runtime.ExitCancelled, "one-shot HTTP /step: the client went away before its action was taken")
+		httpError(w, err)
+		return
+	}
+	if l.final == nil {
+		s.finish(l, runtime.ExitCancelled, "one-shot HTTP /step: its environment is closed after its one step")
+	}
+	writeHTTP(w, http.StatusOK, res)
+}
+
+// parseStepRequest reads a one-shot step: the action, and the reset's
+// keys; request_id names the episode unless episode_id does.
+func parseStepRequest(data []byte) (stepRequest, runtime.Decision, error) {
+	var req stepRequest
+	fields, err := objectFields(data, "step request")
+	if err != nil {
+		return req, runtime.Decision{}, err
+	}
+	if err := onlyKeys(fields, stepKeys, "step request"); err != nil {
+		return req, runtime.Decision{}, err
+	}
+	action, ok := fields["action"]
+	if !ok {
+		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: no action")
+	}
+	delete(fields, "action")
+	if v, ok := fields["timeout_s"]; ok {
+		if err := json.Unmarshal(v, &req.TimeoutS); err != nil {
+			return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: timeout_s: %v", err)
+		}
+		delete(fields, "timeout_s")
+	}
+	if v, ok := fields["request_id"]; ok {
+		if err := json.Unmarshal(v, &req.RequestID); err != nil {
+			return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: request_id: %v", err)
+		}
+		delete(fields, "request_id")
+	}
+	if req.TimeoutS != nil && !(*req.TimeoutS > 0) {
+		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: timeout_s %v: want a number > 0", *req.TimeoutS)
+	}
+	if err := decodeFields(fields, &req.resetRequest); err != nil {
+		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: %v", err)
+	}
+	if req.EpisodeID == nil && req.RequestID != nil {
+		req.EpisodeID = req.RequestID
+	}
+	if err := checkReset(req.resetRequest); err != nil {
+		return req, runtime.Decision{}, err
+	}
+	dec, err := parseAction(action)
+	return req, dec, err
+}

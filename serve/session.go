@@ -1,0 +1,309 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/runtime"
+)
+
+// writeTimeout bounds sending one message to a client: a client that reads
+// nothing for this long is gone.
+const writeTimeout = 30 * time.Second
+
+// session is one /ws connection: OpenEnv's one connection, one session,
+// one environment. It holds at most one episode at a time; a reset ends
+// the one before. Its messages are handled in order, one at a time, by the
+// goroutine that runs it.
+type session struct {
+	srv  *Server
+	conn *websocket.Conn
+	// connCtx ends when the connection does (the reader saw it fail or
+	// close): a reset waiting for its replica stops waiting.
+	connCtx    context.Context
+	cancelConn context.CancelFunc
+	stopCh     chan string   // the server stops it, with why
+	done       chan struct{} // closed when run returned
+	live       *liveEpisode  // the current or last episode, nil before the first reset
+}
+
+// liveEpisode is a session's episode: its runner pieces, the driver the
+// client steps, and the pool's worker holding its replica.
+type liveEpisode struct {
+	t   *served
+	ep  *episode.Episode
+	drv *episode.Driver
+	h   *handoff
+	// final is the episode's last reply, once it ended and was recorded:
+	// the sandbox is gone and steps are refused.
+	final *StepResult
+}
+
+func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	conn, err := websocket.Accept(w, r, nil) // same-origin only, by default: no browser page elsewhere drives a sandbox
+	if err != nil {
+		return // Accept answered the request
+	}
+	conn.SetReadLimit(MaxMessageBytes)
+	if err := s.takeSlot(); err != nil {
+		refuseConn(conn, err)
+		return
+	}
+	defer s.releaseSlot()
+	ss := &session{srv: s, conn: conn, stopCh: make(chan string, 1), done: make(chan struct{})}
+	ss.connCtx, ss.cancelConn = context.WithCancel(context.Background())
+	if !s.addSession(ss) {
+		refuseConn(conn, errStopping)
+		return
+	}
+	defer s.removeSession(ss)
+	s.stats.sessionOpened()
+	ss.run()
+}
+
+// refuseConn tells a client why its session cannot open, as OpenEnv does
+// (an error message, then the close), and closes the connection.
+func refuseConn(conn *websocket.Conn, err error) {
+	we := wireErrorOf(err)
+	status := websocket.StatusGoingAway
+	var ce *capacityError
+	if errors.As(err, &ce) {
+		we = wireError{Message: ce.Error(), Code: codeCapacityReached, ActiveSessions: &ce.active, MaxSessions: &ce.max}
+		status = websocket.StatusTryAgainLater
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	writeJSON(ctx, conn, serverMessage{Type: msgError, Data: we})
+	conn.Close(status, closeReason(we.Message))
+}
+
+// stop asks the session to end once the message in hand is handled.
+func (ss *session) stop(reason string) {
+	select {
+	case ss.stopCh <- reason:
+	default:
+	}
+}
+
+// run reads and handles the session's messages until the client closes
+// it, the connection drops, it idles past IdleTimeout, or the server stops
+// it; then its episode ends, is recorded, and its sandbox is destroyed.
+func (ss *session) run() {
+	defer close(ss.done)
+	defer ss.cancelConn()
+	msgs := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			_, data, err := ss.conn.Read(ss.connCtx)
+			if err != nil {
+				readErr <- err
+				ss.cancelConn()
+				return
+			}
+			select {
+			case msgs <- data:
+			case <-ss.connCtx.Done():
+				return
+			}
+		}
+	}()
+	idle := newIdleTimer(ss.srv.cfg.IdleTimeout)
+	defer idle.Stop()
+	for {
+		// A stop wins over a message that waits: the server is stopping.
+		select {
+		case reason := <-ss.stopCh:
+			ss.endEpisode(reason)
+			ss.conn.Close(websocket.StatusGoingAway, closeReason("forkline serve: "+reason))
+			return
+		default:
+		}
+		select {
+		case reason := <-ss.stopCh:
+			ss.endEpisode(reason)
+			ss.conn.Close(websocket.StatusGoingAway, closeReason("forkline serve: "+reason))
+			return
+		case <-idle.C():
+			why := fmt.Sprintf("idle for %s: the session was reaped (-idle-timeout)", ss.srv.cfg.IdleTimeout)
+			ss.srv.stats.reaped()
+			ss.endEpisode(why)
+			ss.conn.Close(websocket.StatusPolicyViolation, closeReason("forkline serve: "+why))
+			return
+		case err := <-readErr:
+			why := "the connection dropped: " + err.Error()
+			if st := websocket.CloseStatus(err); st == websocket.StatusNormalClosure || st == websocket.StatusGoingAway {
+				why = "the client closed the connection"
+			} else {
+				ss.srv.stats.dropped()
+			}
+			ss.endEpisode(why)
+			ss.conn.CloseNow()
+			return
+		case data := <-msgs:
+			closing, err := ss.handle(data)
+			if err != nil { // the reply could not be sent: the client is gone
+				ss.srv.stats.dropped()
+				ss.endEpisode("the connection dropped: " + err.Error())
+				ss.conn.CloseNow()
+				return
+			}
+			if closing {
+				ss.endEpisode("the client closed the session")
+				ss.conn.Close(websocket.StatusNormalClosure, "")
+				return
+			}
+			idle.Reset()
+		}
+	}
+}
+
+// handle answers one message. closing is set for a close message; the
+// error is a reply that could not be sent.
+func (ss *session) handle(data []byte) (closing bool, err error) {
+	m, perr := parseClientMessage(data)
+	if perr == nil {
+		var reply any
+		switch m.Type {
+		case msgClose:
+			return true, nil
+		case msgState:
+			return false, ss.send(msgState, ss.state())
+		case msgReset:
+			reply, perr = ss.reset(m.Data)
+		case msgStep:
+			reply, perr = ss.step(m.Data)
+		}
+		if perr == nil {
+			return false, ss.send(msgObservation, reply)
+		}
+	}
+	return false, ss.send(msgError, wireErrorOf(perr))
+}
+
+func (ss *session) send(typ string, data any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	return writeJSON(ctx, ss.conn, serverMessage{Type: typ, Data: data})
+}
+
+func writeJSON(ctx context.Context, conn *websocket.Conn, m serverMessage) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return conn.Write(ctx, websocket.MessageText, b)
+}
+
+// reset ends the session's episode, if one is running, and begins a new
+// one on a fork of the chosen task's golden checkpoint. Bad parameters
+// leave the running episode as it was.
+func (ss *session) reset(data []byte) (any, error) {
+	req, err := parseReset(data)
+	if err != nil {
+		return nil, err
+	}
+	if ss.srv.isDraining() {
+		return nil, errStopping
+	}
+	l, res, err := ss.srv.begin(ss.connCtx, req, func() {
+		if ss.live != nil && ss.live.final == nil {
+			ss.srv.finish(ss.live, runtime.ExitCancelled, fmt.Sprintf("the client reset the session after %d steps", ss.live.drv.Steps()))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	ss.live = l
+	return res, nil
+}
+
+// step takes one action in the session's episode.
+func (ss *session) step(data []byte) (any, error) {
+	l := ss.live
+	if l == nil {
+		return nil, refuse(codeExecution, "serve: step: this session has no episode: send reset first")
+	}
+	if l.final != nil {
+		return nil, refuse(codeExecution, "serve: step: episode %s has ended (%s); send reset to start another", l.ep.Row.EpisodeID, l.ep.Row.ExitReason)
+	}
+	dec, err := parseAction(data)
+	if err != nil {
+		return nil, err
+	}
+	return ss.srv.step(ss.connCtx, l, dec)
+}
+
+// state is the session's State.
+func (ss *session) state() State {
+	l := ss.live
+	if l == nil {
+		return State{}
+	}
+	id := l.ep.Row.EpisodeID
+	st := State{EpisodeID: &id, StepCount: l.drv.Steps(), TaskID: l.t.spec.ID}
+	if l.final != nil {
+		st.Done, st.ExitReason, st.Reward = true, l.ep.Row.ExitReason, l.final.Reward
+	}
+	return st
+}
+
+// endEpisode ends the session's running episode, if any, as cancelled
+// with why, and records it.
+func (ss *session) endEpisode(why string) {
+	if l := ss.live; l != nil && l.final == nil {
+		ss.srv.finish(l, runtime.ExitCancelled, why)
+	}
+}
+
+// closeReason cuts a close reason to the 123 bytes a close frame holds.
+func closeReason(s string) string {
+	if len(s) <= 123 {
+		return s
+	}
+	cut := 120
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// idleTimer is a resettable timer; a zero timeout never fires.
+type idleTimer struct {
+	d time.Duration
+	t *time.Timer
+}
+
+func newIdleTimer(d time.Duration) *idleTimer {
+	it := &idleTimer{d: d}
+	if d > 0 {
+		it.t = time.NewTimer(d)
+	}
+	return it
+}
+
+func (it *idleTimer) C() <-chan time.Time {
+	if it.t == nil {
+		return nil
+	}
+	return it.t.C
+}
+
+func (it *idleTimer) Reset() {
+	if it.t != nil {
+		it.t.Reset(it.d)
+	}
+}
+
+func (it *idleTimer) Stop() {
+	if it.t != nil {
+		it.t.Stop()
+	}
+}
