@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/internal/oracle/vllmsim"
@@ -46,8 +47,8 @@ func TestCheckFailures(t *testing.T) {
 	const key = "sk-check-test-7e1b2c"
 	t.Setenv("FORKLINE_CHECK_KEY", key)
 	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		require.Equal(t, "/v1/models", r.URL.Path)
-		require.Equal(t, "Bearer "+key, r.Header.Get("Authorization"), "the key is sent")
+		assert.Equal(t, "/v1/models", r.URL.Path)
+		assert.Equal(t, "Bearer "+key, r.Header.Get("Authorization"), "the key is sent")
 		http.Error(w, `{"error":"bad key"}`, http.StatusUnauthorized)
 	}))
 	defer refuse.Close()
