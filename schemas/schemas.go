@@ -19,7 +19,11 @@ import (
 
 // Version is the native schema version. It is bumped whenever a column is
 // added, removed or changes meaning; readers refuse versions they do not know.
-const Version = 1
+//
+// Version 2 added the episodes table's lineage columns (parent_episode_id,
+// branch_step, branch_index, group_id) and let a branch episode's step
+// indexes start at its branch_step.
+const Version = 2
 
 // Parquet key/value metadata keys written into every shard.
 const (
@@ -119,6 +123,42 @@ type EpisodeRow struct {
 	ResponseMask     []int32   `parquet:"response_mask,list" json:"response_mask"`
 	ResponseLogprobs []float32 `parquet:"response_logprobs,list" json:"response_logprobs"`
 	TokenTurns       int32     `parquet:"token_turns" json:"token_turns"` // model turns in the token record
+
+	// Lineage. A root episode starts from its task's golden checkpoint:
+	// ParentEpisodeID, BranchStep and BranchIndex are null. A branch
+	// episode starts from a checkpoint of its parent taken after the
+	// parent's last step: its own steps are numbered from BranchStep on,
+	// and steps 0..BranchStep-1 are the prefix, stored once, in its
+	// ancestors (formats/shard's EachTrajectory joins them). Its id derives
+	// from the parent's id, BranchStep and BranchIndex.
+	ParentEpisodeID *string `parquet:"parent_episode_id,optional" json:"parent_episode_id,omitempty"`
+	BranchStep      *int32  `parquet:"branch_step,optional" json:"branch_step,omitempty"`   // steps inherited from the parent
+	BranchIndex     *int32  `parquet:"branch_index,optional" json:"branch_index,omitempty"` // 0..width-1 among its siblings
+	// GroupID names the episodes that share a prefix and differ after it:
+	// siblings of one branch point share their group (derived from the
+	// parent's id and the branch step); root episodes share theirs with
+	// every episode of the same task spec started from its golden (derived
+	// from task id and task hash). Null in rows that predate it.
+	GroupID *string `parquet:"group_id,optional" json:"group_id,omitempty"`
+}
+
+// Branched reports whether the episode is a branch of another (it has a
+// parent), and at which step it starts.
+func (r *EpisodeRow) Branched() (parent string, step int, ok bool) {
+	if r.ParentEpisodeID == nil || *r.ParentEpisodeID == "" {
+		return "", 0, false
+	}
+	if r.BranchStep != nil {
+		step = int(*r.BranchStep)
+	}
+	return *r.ParentEpisodeID, step, true
+}
+
+// FirstStep is the step index the episode's own steps start at: its
+// branch step for a branch episode, 0 for a root.
+func (r *EpisodeRow) FirstStep() int {
+	_, step, _ := r.Branched()
+	return step
 }
 
 // RewardRow is one row of the rewards table: a reward attached out-of-band to
