@@ -20,7 +20,8 @@ const CommandTimeout = 5 * time.Minute
 // Template is how a task becomes a pool template: its sandbox (image,
 // files, environment, limits, and a GUI when the task has a browser
 // section), its setup commands (run once, into the golden checkpoint) and
-// its start commands (run in every replica).
+// its start commands (run in every replica), and its branch_start commands
+// (run in every branch instead).
 func Template(s *task.Spec) (*pool.Template, error) {
 	gui, err := GUI(s.Browser)
 	if err != nil {
@@ -48,6 +49,7 @@ func Template(s *task.Spec) (*pool.Template, error) {
 		},
 		Setup:          s.Setup,
 		Start:          s.Start,
+		BranchStart:    s.BranchStart,
 		CommandTimeout: CommandTimeout,
 	}, nil
 }

@@ -358,7 +358,7 @@ func (p parser) intRange(n *yaml.Node, field string, v, lo, hi int64, unit strin
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-var specFields = []string{"id", "instruction", "image", "files", "env", "setup", "start", "verify", "limits", "solution", "browser"}
+var specFields = []string{"id", "instruction", "image", "files", "env", "setup", "start", "branch_start", "verify", "limits", "solution", "browser"}
 
 func (p parser) spec(n *yaml.Node) (Spec, error) {
 	s := Spec{Source: fmt.Sprintf("%s:%d", p.file, n.Line)}
@@ -391,6 +391,8 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 			return p.strList(v, key, &s.Setup)
 		case "start":
 			return p.strList(v, key, &s.Start)
+		case "branch_start":
+			return p.strList(v, key, &s.BranchStart)
 		case "verify":
 			return p.verify(v, &s)
 		case "limits":

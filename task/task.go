@@ -32,6 +32,11 @@ type Spec struct {
 	Env         map[string]string `json:"env,omitempty"`
 	Setup       []string          `json:"setup,omitempty"` // run once, into the golden checkpoint
 	Start       []string          `json:"start,omitempty"` // run in every fork after it starts
+	// BranchStart is run in every branch (a fork of a checkpoint taken in
+	// the middle of an episode, collect -branch) after it starts, instead
+	// of Start: a branch carries the parent's files, not its processes, and
+	// Start was written for the golden's state. Empty runs nothing.
+	BranchStart []string `json:"branch_start,omitempty"`
 	Verify      *Verify           `json:"verify,omitempty"`
 	Limits      Limits            `json:"limits"`
 	Solution    []runtime.Action  `json:"solution,omitempty"` // scripted actions for policy/script
