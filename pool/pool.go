@@ -154,7 +154,7 @@ type Pool struct {
 	goldens  map[string]*goldenEntry
 	standbys map[string]*standby
 	branches map[*Branch]struct{} // live branch points
-	creates  chan struct{} // semaphore of MaxCreates
+	creates  chan struct{}        // semaphore of MaxCreates
 
 	statsMu sync.Mutex
 	stats   Stats

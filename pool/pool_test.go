@@ -86,7 +86,7 @@ func (f *fakeProvider) Release(ctx context.Context, cp providers.Checkpoint) err
 	f.mu.Unlock()
 	return nil
 }
-func (f *fakeProvider) Close(ctx context.Context) error                            { return nil }
+func (f *fakeProvider) Close(ctx context.Context) error { return nil }
 func (f *fakeProvider) openCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

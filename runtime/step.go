@@ -120,7 +120,7 @@ const (
 	// episode). Its steps are the prefix its branches share; it was not
 	// verified, and it is not a trajectory of its own.
 	ExitBranched ExitReason = "branched"
-	ExitUnknown         ExitReason = "unknown"          // anything else; counts as a loss
+	ExitUnknown  ExitReason = "unknown" // anything else; counts as a loss
 )
 
 // ExitReasons lists every exit reason in a stable order.

@@ -36,10 +36,10 @@ type Spec struct {
 	// the middle of an episode, collect -branch) after it starts, instead
 	// of Start: a branch carries the parent's files, not its processes, and
 	// Start was written for the golden's state. Empty runs nothing.
-	BranchStart []string `json:"branch_start,omitempty"`
-	Verify      *Verify           `json:"verify,omitempty"`
-	Limits      Limits            `json:"limits"`
-	Solution    []runtime.Action  `json:"solution,omitempty"` // scripted actions for policy/script
+	BranchStart []string         `json:"branch_start,omitempty"`
+	Verify      *Verify          `json:"verify,omitempty"`
+	Limits      Limits           `json:"limits"`
+	Solution    []runtime.Action `json:"solution,omitempty"` // scripted actions for policy/script
 	// Browser, when set, gives every sandbox of the task a headless browser
 	// beside it (package browser): GUI actions go to the browser, the rest
 	// to the sandbox. Nil for shell-only tasks, and then absent from the
