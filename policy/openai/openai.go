@@ -62,6 +62,10 @@ type Policy struct {
 	started  bool
 	observed int              // history steps whose result is in msgs
 	answered map[int]turnMeta // step index → how this policy answered it
+	// rebuilt are the assistant messages Continue rebuilt from a record
+	// for steps of the history it was started on, by step index; catchUp
+	// shows them before the steps' results.
+	rebuilt map[int]chatMessage
 }
 
 // turnMeta remembers how an action was asked for, to answer it the same way.
@@ -186,7 +190,9 @@ func (p *Policy) catchUp(steps []runtime.Step) {
 	for i := p.observed; i < len(steps); i++ {
 		s := steps[i]
 		meta, ours := p.answered[i]
-		if !ours {
+		if reply, ok := p.rebuilt[i]; ok {
+			p.msgs = append(p.msgs, reply)
+		} else if !ours {
 			p.msgs = append(p.msgs, chatMessage{Role: "assistant", Content: str(textCall(s.Action))})
 		}
 		obs := aci.ObservationText(s, p.cfg.ObservationCap)
