@@ -3,6 +3,7 @@ package collect
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
@@ -15,25 +16,41 @@ import (
 // collector's policy around episode's pieces — which failures are the run's
 // (not kept, scheduling stops) and which the episode's (kept, counted).
 type episodeRunner struct {
-	cfg      Config
-	runner   episode.Runner
-	rec      *recorder
-	policies policy.Source
-	log      func(format string, args ...any)
-	halt     *halter
-	todo     int // episodes this invocation runs (for -max-loss percentages)
+	cfg       Config
+	runner    episode.Runner
+	rec       *recorder
+	policies  policy.Source
+	log       func(format string, args ...any)
+	halt      *halter
+	todo      int // episodes this invocation runs (for -max-loss percentages)
+	pool      *pool.Pool
+	queue     *branchQueue // where a branching root's branches go
+	templates map[string]*pool.Template
 }
 
 func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
 	p := job.Payload.(*planned)
+	if p.branch == nil {
+		// A root or a remake: the feed waits for it, as it may branch.
+		defer er.queue.ended()
+	}
+	if p.remake != nil {
+		er.remake(ctx, p, rep, acquireErr)
+		return pool.Done
+	}
 	if er.halt.stopped() {
 		// Scheduling stopped (a signal, an unavailable service, a write
 		// error, -max-loss) after the pool took this job but before it
 		// began: it never started, and a resume does it.
 		return pool.Done
 	}
-	ep := er.runner.Begin(episode.Identity{EpisodeID: p.id, TaskHash: p.hash, Repeat: p.repeat, Seed: er.cfg.Seed}, p.task, rep)
-	if exit, err := er.play(ctx, ep, p, acquireErr); err != nil {
+	ep := er.runner.Begin(er.identity(p), p.task, rep)
+	play := er.play
+	if p.branch != nil {
+		play = er.playBranch
+	}
+	exit, branched, err := play(ctx, ep, p, acquireErr)
+	if err != nil {
 		// The golden build, the fork, the engine or the model server went
 		// away under the episode: the run's failure, not the episode's.
 		// Its steps so far are not kept, and a resume runs it whole once
@@ -45,46 +62,175 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 	if !keep {
 		return ep.Outcome()
 	}
-	er.commit(ctx, p, batch)
+	if !er.commit(ctx, p, batch) {
+		if branched != nil {
+			branched.release(ctx, er.log)
+		}
+		return ep.Outcome()
+	}
+	if branched != nil {
+		// The parent is kept before its branches run: a branch is never in
+		// the dataset without the prefix it continues.
+		er.rec.sum.addPlanned(er.cfg.Branch.Width)
+		er.queue.push(branched.jobs...)
+	}
 	return ep.Outcome()
+}
+
+// identity is the episode's identity: a root's, or a branch's with its
+// lineage and group.
+func (er episodeRunner) identity(p *planned) episode.Identity {
+	id := episode.Identity{EpisodeID: p.id, TaskHash: p.hash, Repeat: p.repeat, Seed: er.cfg.Seed}
+	if b := p.branch; b != nil {
+		id.GroupID = episode.BranchGroupID(b.parentID, b.step)
+		id.Branch = &episode.Lineage{ParentID: b.parentID, Step: b.step, Index: b.index}
+	} else {
+		id.GroupID = episode.RootGroupID(p.task.ID, p.hash)
+	}
+	return id
+}
+
+// branchPoint is a root that branched: its checkpoint and the jobs of its
+// branches, pushed once the root is kept.
+type branchPoint struct {
+	b    *pool.Branch
+	jobs []pool.Job
+}
+
+// release gives the checkpoint back when the branches will not run.
+func (bp *branchPoint) release(ctx context.Context, log func(string, ...any)) {
+	if err := bp.b.Release(context.WithoutCancel(ctx)); err != nil {
+		log("%v", err)
+	}
 }
 
 // play runs the episode's pieces: no replica, no policy, or the rollout and
 // its verification. It returns an error, wrapping runtime.ErrUnavailable,
 // only for an episode that is not to be kept, with the exit reason it ended
 // with.
-func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, error) {
+//
+// With a branching plan, a root still running after the plan's step is
+// stopped there and checkpointed (branched, not verified); the branch
+// point is returned with its branches' jobs. A checkpoint that fails is the
+// run's failure (the episode is not kept, and a resume runs it whole): a
+// branched root without its branch point would be a tree with no
+// branches.
+func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, *branchPoint, error) {
 	if acquireErr != nil {
 		if errors.Is(acquireErr, runtime.ErrUnavailable) {
-			return runtime.ExitEnvError, acquireErr
+			return runtime.ExitEnvError, nil, acquireErr
 		}
 		ep.NoReplica(ctx, acquireErr)
-		return "", nil
+		return "", nil, nil
 	}
 	pol, err := er.policies.NewPolicy(policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed))
 	if err != nil {
 		ep.PolicyFailed(err)
-		return "", nil
+		return "", nil, nil
+	}
+	lim := p.task.Limits.Runtime()
+	at := er.cfg.Branch.branchAt(lim)
+	var prefix *prefixSink
+	var watch runtime.StepSink
+	if at > 0 {
+		lim.MaxSteps, prefix = at, &prefixSink{}
+		watch = prefix
 	}
 	// A failing sink is kept as unknown (Rollout recorded it so); only an
 	// unavailable service is not kept.
-	if err := ep.Rollout(ctx, pol, runtime.History{Instruction: p.task.Instruction}, p.task.Limits.Runtime(), nil); errors.Is(err, runtime.ErrUnavailable) {
-		return ep.Result.Exit, err
+	h := runtime.History{Instruction: p.task.Instruction}
+	if err := ep.Rollout(ctx, pol, h, lim, watch); errors.Is(err, runtime.ErrUnavailable) {
+		return ep.Result.Exit, nil, err
+	}
+	if at > 0 && ep.Result.Exit == runtime.ExitMaxSteps && len(prefix.steps) == at && ctx.Err() == nil {
+		b, err := ep.Branch(ctx, er.pool, er.cfg.Branch.Width)
+		if err != nil {
+			return runtime.ExitEnvError, nil, fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
+		}
+		h.Steps = prefix.steps
+		indexes := make([]int, er.cfg.Branch.Width)
+		for i := range indexes {
+			indexes[i] = i
+		}
+		return "", &branchPoint{b: b, jobs: branchJobs(p, b, er.templates[p.task.ID], at, indexes, h, pol, ep.Row.DurationMS)}, nil
 	}
 	if _, err := ep.Verify(ctx); errors.Is(err, runtime.ErrUnavailable) {
-		return runtime.ExitEnvError, err
+		return runtime.ExitEnvError, nil, err
 	}
-	return "", nil
+	return "", nil, nil
+}
+
+// playBranch runs a branch episode on a replica forked from its parent's
+// branch point: its policy continues the parent's history, within what
+// the task's limits leave after the prefix, and it is verified like any
+// trajectory.
+func (er episodeRunner) playBranch(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, *branchPoint, error) {
+	if acquireErr != nil {
+		if errors.Is(acquireErr, runtime.ErrUnavailable) {
+			return runtime.ExitEnvError, nil, acquireErr
+		}
+		ep.NoReplica(ctx, acquireErr)
+		return "", nil, nil
+	}
+	b := p.branch
+	pol, err := episode.BranchPolicy(ctx, er.policies, policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed), b.history, b.parentPolicy)
+	if err != nil {
+		ep.PolicyFailed(err)
+		return "", nil, nil
+	}
+	lim, ok := episode.BranchLimits(p.task.Limits.Runtime(), b.step, b.prefixMS)
+	if !ok {
+		ep.Row.ExitReason, ep.Row.Detail = string(runtime.ExitTimeout), "the prefix used up the episode's time limit"
+		return "", nil, nil
+	}
+	if err := ep.Rollout(ctx, pol, b.history, lim, nil); errors.Is(err, runtime.ErrUnavailable) {
+		return ep.Result.Exit, nil, err
+	}
+	if _, err := ep.Verify(ctx); errors.Is(err, runtime.ErrUnavailable) {
+		return runtime.ExitEnvError, nil, err
+	}
+	return "", nil, nil
+}
+
+// remake makes a kept root's branch point again (a resumed run): its
+// recorded steps re-executed in a fresh fork of the golden, each
+// observation checked against the record, then checkpointed for the
+// branches not kept. Nothing of the re-execution is kept; a prefix that
+// does not reproduce, or a checkpoint that fails, leaves those branches
+// missing and the run partial, with the reason.
+func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica, acquireErr error) {
+	if er.halt.stopped() {
+		return
+	}
+	fail := func(err error) {
+		er.notKept(p, runtime.ExitEnvError, fmt.Errorf("%w: remaking the branch point of %s: %w", runtime.ErrUnavailable, p.id[:12], err))
+	}
+	if acquireErr != nil {
+		fail(acquireErr)
+		return
+	}
+	ep := er.runner.Begin(er.identity(p), p.task, rep)
+	h, err := ep.Reproduce(ctx, p.task.Instruction, p.remake.steps, er.cfg.Capture, p.task.Limits.Runtime())
+	if err != nil {
+		fail(err)
+		return
+	}
+	b, err := ep.Branch(ctx, er.pool, len(p.remake.missing))
+	if err != nil {
+		fail(err)
+		return
+	}
+	er.queue.push(branchJobs(p, b, er.templates[p.task.ID], er.cfg.Branch.At, p.remake.missing, h, nil, p.remake.prefixMS)...)
 }
 
 // commit writes the episode, counts it, logs its error when it is the
 // first of its kind, and checks -max-loss.
-func (er episodeRunner) commit(ctx context.Context, p *planned, batch shard.EpisodeBatch) {
+func (er episodeRunner) commit(ctx context.Context, p *planned, batch shard.EpisodeBatch) (ok bool) {
 	firstError, err := er.rec.commit(context.WithoutCancel(ctx), batch)
 	if err != nil {
 		er.log("episode %s of %s could not be written: %v", p.id[:12], p.task.ID, err)
 		er.halt.writeFailed(err)
-		return
+		return false
 	}
 	if firstError {
 		// Each distinct error is logged once; the summary counts them.
@@ -96,6 +242,7 @@ func (er episodeRunner) commit(ctx context.Context, p *planned, batch shard.Epis
 			er.halt.lossLimitPassed(limit, losses, er.todo)
 		}
 	}
+	return true
 }
 
 // notKept records an episode ended by an unavailable service: counted, its

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/policy"
@@ -224,3 +225,6 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// msDuration is a row's milliseconds as a duration.
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
