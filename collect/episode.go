@@ -142,8 +142,14 @@ func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planne
 	if err := ep.Rollout(ctx, pol, h, lim, watch); errors.Is(err, runtime.ErrUnavailable) {
 		return ep.Result.Exit, nil, err
 	}
-	if at > 0 && ep.Result.Exit == runtime.ExitMaxSteps && len(prefix.steps) == at && ctx.Err() == nil {
+	if at > 0 && ep.Result.Exit == runtime.ExitMaxSteps && len(prefix.steps) == at {
 		b, err := ep.Branch(ctx, er.pool, er.cfg.Branch.Width)
+		if err != nil && ctx.Err() != nil {
+			// Stopped at the branch point: kept as cancelled, so a resume
+			// runs the root again rather than taking it for a trajectory.
+			ep.Row.ExitReason, ep.Row.Detail = string(runtime.ExitCancelled), "stopped at the branch point: "+err.Error()
+			return "", nil, nil
+		}
 		if err != nil {
 			return runtime.ExitEnvError, nil, fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
 		}
