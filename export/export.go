@@ -249,7 +249,20 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		return err
 	}
 	for _, in := range inputs {
-		err = in.ds.EachEpisode(func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+		// Trainer targets get trajectories: a branch episode with its
+		// prefix (its full steps from step 0, and a token record that
+		// already opens with the prefix's turns), the episodes that
+		// branched left out as their branches carry them. The lossless
+		// jsonl view gives the rows as stored.
+		each := in.ds.EachTrajectory
+		var groups map[string]int
+		if spec.file {
+			each = in.ds.EachEpisode
+		} else if groups, err = groupSizes(ctx, in.ds); err != nil {
+			s.Close()
+			return corruptInput(in.path, err)
+		}
+		err = each(func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -261,7 +274,12 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 				return nil
 			}
 			in.selected++
-			ep.Split = assignSplit(o.Split, row.EpisodeID)
+			ep.Group = groupKey(row)
+			ep.GroupSize = groups[ep.Group]
+			if row.BranchStep != nil {
+				ep.PrefixSteps = int(*row.BranchStep)
+			}
+			ep.Split = assignSplit(o.Split, splitKey(row))
 			if t, ok := in.tasks[row.TaskID]; ok {
 				ep.Instruction = t.Instruction
 				if t.Verify != nil {
@@ -327,4 +345,47 @@ func checkWritten(o Options, rep *Report) error {
 		return bad("export: -to %s refused every one of the %d selected episodes (%s); nothing written", o.Target, refused, rep.RefusedText())
 	}
 	return bad("export: no episode to write: %d read, %d filtered out; nothing written", rep.Read, rep.Filtered)
+}
+
+// splitKey is what an episode's split is drawn from: a branch's parent, so
+// that the branches of one prefix (a GRPO group, the two sides of a
+// preference pair) never straddle train and test; an episode's own id
+// otherwise, as before branching existed.
+func splitKey(row schemas.EpisodeRow) string {
+	if row.ParentEpisodeID != nil {
+		return *row.ParentEpisodeID
+	}
+	return row.EpisodeID
+}
+
+// groupKey is an episode's group: its group_id, or for a row written
+// before lineage columns existed, its task spec (what collect's root group
+// is derived from).
+func groupKey(row schemas.EpisodeRow) string {
+	if row.GroupID != nil {
+		return *row.GroupID
+	}
+	return "task:" + row.TaskID + "/" + row.TaskHash
+}
+
+// groupSizes counts the trajectories of each group, from the episodes
+// table alone.
+func groupSizes(ctx context.Context, ds *shard.Dataset) (map[string]int, error) {
+	tree, err := ds.Tree()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for e, err := range ds.Episodes() {
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if n := tree[e.EpisodeID]; !n.Branched && n.Children == 0 {
+			out[groupKey(e)]++
+		}
+	}
+	return out, nil
 }

@@ -86,6 +86,14 @@ var targets = map[string]targetSpec{
 			return hf.NewDiskWriter(dir, c.splits, hf.Options{Rows: c.o.Rows, Provenance: c.provenance})
 		},
 	},
+	"dpo-jsonl": {
+		summary:  "TRL preference pairs (prompt, chosen, rejected): siblings of one group whose rewards differ, the shared prefix as the prompt (-tool-args)",
+		layout:   "DIR/<split>.jsonl",
+		toolArgs: true,
+		open: func(dir string, c *openContext) (sink, error) {
+			return chat.NewPreferenceWriter(dir, c.splits, c.o.ToolArgs)
+		},
+	},
 	"chat-jsonl": {
 		summary:  "OpenAI/TRL chat fine-tuning lines: messages, tools, tool_calls (-tool-args)",
 		layout:   "DIR/<split>.jsonl",

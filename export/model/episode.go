@@ -73,6 +73,15 @@ type Episode struct {
 	RewardName string
 	// Split is the split the episode was assigned to ("train", "test", ...).
 	Split string
+	// Group is the episode's group: the trajectories that share a prefix
+	// and differ after it (the row's group_id; for a row without one, the
+	// episodes of its task spec). GroupSize is how many trajectories of
+	// the input are in it, so a target that pairs or groups siblings knows
+	// when it has seen them all. PrefixSteps is how many of Steps are the
+	// shared prefix (the row's branch_step, 0 for a root).
+	Group       string
+	GroupSize   int
+	PrefixSteps int
 	// Blob returns a blob's bytes by hex sha256 (screenshots stored by
 	// hash); nil when the source has none.
 	Blob func(sha256 string) ([]byte, error)

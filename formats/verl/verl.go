@@ -111,6 +111,11 @@ var AgentFeatures = append(slices.Clone(PromptFeatures),
 		{Name: "episode_id", Type: str},
 		{Name: "run_id", Type: str},
 		{Name: "token_turns", Type: i32},
+		// group_id is the GRPO group key: the trajectories that share a
+		// prefix (branches of one branch point, or the episodes of one task
+		// spec). verl draws a fresh uid per row; a loop that returns
+		// extra_fields puts it beside uid, for a trainer to group by.
+		{Name: "group_id", Type: str},
 	}},
 )
 
@@ -301,7 +306,7 @@ func (w *AgentWriter) Write(ep *model.Episode) error {
 	row["num_turns"] = 2 * e.TokenTurns
 	row["extra_fields"] = map[string]any{
 		"traj_exit_reason": e.ExitReason, "task_id": e.TaskID, "episode_id": e.EpisodeID,
-		"run_id": e.RunID, "token_turns": e.TokenTurns,
+		"run_id": e.RunID, "token_turns": e.TokenTurns, "group_id": ep.Group,
 	}
 	return w.s.append(f, row)
 }
