@@ -42,6 +42,7 @@ func ExampleTargets() {
 	}
 	// Output:
 	// chat-jsonl -> DIR/<split>.jsonl
+	// dpo-jsonl -> DIR/<split>.jsonl
 	// hf -> DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet
 	// hf-disk -> DIR/dataset_dict.json, DIR/<split>/{data-NNNNN-of-MMMMM.arrow,state.json,dataset_info.json}
 	// jsonl -> FILE (or - for stdout); one split only

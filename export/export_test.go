@@ -599,9 +599,9 @@ func TestValidate(t *testing.T) {
 	}{
 		{"no input", Options{Target: "hf", Out: out}, "-in, -to and -out are required"},
 		{"no out", Options{Inputs: in, Target: "hf"}, "-in, -to and -out are required"},
-		{"unknown target", Options{Inputs: in, Target: "parquet", Out: out}, `unknown target "parquet" (known: chat-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
+		{"unknown target", Options{Inputs: in, Target: "parquet", Out: out}, `unknown target "parquet" (known: chat-jsonl, dpo-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
 		{"rows for verl", Options{Inputs: in, Target: "verl-rl", Out: out, Rows: hf.RowsStep}, "-rows is for hf and hf-disk, not verl-rl"},
-		{"tool args for hf", Options{Inputs: in, Target: "hf", Out: out, ToolArgs: chat.ArgsObject}, "-tool-args is for chat-jsonl, not hf"},
+		{"tool args for hf", Options{Inputs: in, Target: "hf", Out: out, ToolArgs: chat.ArgsObject}, "-tool-args is for chat-jsonl and dpo-jsonl, not hf"},
 		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `rows "turn"`},
 		{"unknown tool args", Options{Inputs: in, Target: "chat-jsonl", Out: out, ToolArgs: "yaml"}, `tool args "yaml"`},
 		{"unknown column", Options{Inputs: in, Target: "hf", Out: out, Where: []Where{{Column: "color", Values: []string{"red"}}}}, `-where "color=red": unknown column "color"`},
