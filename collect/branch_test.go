@@ -286,3 +286,42 @@ func TestParseBranchPlan(t *testing.T) {
 	require.ErrorIs(t, err, ErrBranchUnsupported)
 	require.True(t, slices.Equal(branchKeys, []string{"at", "width"}))
 }
+
+// A kept root whose prefix no longer reproduces cannot have its branch
+// point remade: the resume says so, runs everything else, and ends partial
+// with those branches missing rather than branching from another state.
+func TestBranchResumeOfAPrefixThatDoesNotReproduce(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "clock.yaml")
+	started := filepath.Join(dir, "started")
+	clock := strings.Join([]string{"id: clock", "instruction: read the clock, then wait", "solution:",
+		"  - {kind: exec, cmd: 'date +%s%N'}", "  - {kind: exec, cmd: sleep 0.2}",
+		"  - {kind: exec, cmd: 'touch " + started + "; sleep 0.3'}", "  - {kind: exec, cmd: sleep 0.3}", "  - {kind: done}", ""}, "\n")
+	require.NoError(t, os.WriteFile(spec, []byte(clock), 0o644))
+	cfg := baseConfig(t, spec)
+	cfg.Replicas, cfg.Repeats = 1, 1
+	cfg.Branch = BranchPlan{At: 2, Width: 3}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			if _, err := os.Stat(started); err == nil {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	_, err := Run(ctx, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+
+	var log syncBuffer
+	cfg.Resume, cfg.Log = true, &log
+	sum, err := Run(context.Background(), cfg)
+	require.ErrorContains(t, err, "planned episodes are missing")
+	require.Equal(t, "partial", sum.Report().Status)
+	require.Contains(t, log.String(), "the recorded prefix did not reproduce: step 0")
+	eps, _, _ := readAll(t, cfg.Out)
+	for _, e := range eps {
+		require.NotEqual(t, string(runtime.ExitDone), e.ExitReason, "no branch ran from another state than its parent's")
+	}
+}

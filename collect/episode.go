@@ -209,7 +209,15 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 		return
 	}
 	fail := func(err error) {
-		er.notKept(p, runtime.ExitEnvError, fmt.Errorf("%w: remaking the branch point of %s: %w", runtime.ErrUnavailable, p.id[:12], err))
+		err = fmt.Errorf("collect: remaking the branch point of %s (%s): %w", p.id[:12], p.task.ID, err)
+		if errors.Is(err, runtime.ErrUnavailable) {
+			er.notKept(p, runtime.ExitEnvError, err)
+			return
+		}
+		// A prefix that does not reproduce is this tree's problem, not the
+		// run's: the other episodes go on, and the run ends partial with
+		// these branches missing.
+		er.log("%v; its %d missing branches are not run", err, len(p.remake.missing))
 	}
 	if acquireErr != nil {
 		fail(acquireErr)
