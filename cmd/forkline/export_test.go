@@ -103,7 +103,7 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"-to", "hf", "-out", out}, "-in, -to and -out are required (see -h)"},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "extra"}, `unexpected arguments ["extra"]`},
-		{[]string{"-in", in, "-to", "parquet", "-out", out}, `unknown target "parquet" (known: chat-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
+		{[]string{"-in", in, "-to", "parquet", "-out", out}, `unknown target "parquet" (known: chat-jsonl, dpo-jsonl, hf, hf-disk, jsonl, verl-agent, verl-rl, verl-sft)`},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "-split", "train=0.5"}, "sum to 0.5"},
 		{[]string{"-in", in, "-to", "verl-rl", "-out", out, "-rows", "episode"}, "-rows is for hf and hf-disk"},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "-tool-args", "string"}, "-tool-args is for chat-jsonl"},

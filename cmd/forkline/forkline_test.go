@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -92,7 +93,7 @@ func TestTopLevelAndHelp(t *testing.T) {
 func TestVersion(t *testing.T) {
 	r := execute(t.Context(), "version")
 	assert.Equal(t, cli.ExitOK, r.code)
-	assert.Regexp(t, `^forkline `+regexp.QuoteMeta(collect.Version)+` \(dataset schema 1, (commit [0-9a-f]{12}( with local changes)?, )?go\S+ \S+/\S+\)\n$`, r.stdout)
+	assert.Regexp(t, `^forkline `+regexp.QuoteMeta(collect.Version)+` \(dataset schema `+strconv.Itoa(schemas.Version)+`, (commit [0-9a-f]{12}( with local changes)?, )?go\S+ \S+/\S+\)\n$`, r.stdout)
 	assert.Equal(t, r, execute(t.Context(), "--version"))
 	assert.Equal(t, r, execute(t.Context(), "-version"))
 
