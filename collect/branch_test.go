@@ -100,7 +100,11 @@ func checkBranchTree(t *testing.T, out string, plan BranchPlan, roots []string) 
 		}
 		parent := *ep.ParentEpisodeID
 		require.Len(t, full, plan.At+int(ep.Steps))
-		require.Equal(t, steps[parent], full[:plan.At], "the rebuilt episode opens with the parent's prefix")
+		prefix := slices.Clone(steps[parent])
+		for i := range prefix {
+			prefix[i].EpisodeID = ep.EpisodeID // the joined rows are the trajectory's
+		}
+		require.Equal(t, prefix, full[:plan.At], "the rebuilt episode opens with the parent's prefix")
 		require.Equal(t, steps[ep.EpisodeID], full[plan.At:], "and goes on with its own steps")
 		return nil
 	}))

@@ -107,7 +107,8 @@ func (d *Dataset) readLineage() (*lineage, error) {
 // branch episode's are the prefix its ancestors hold (root first) and then
 // its own (so len(steps) is the row's branch_step + steps). Episodes that
 // branched are not handed out: they are prefixes, and their branches carry
-// them. The row is the stored one, lineage columns included.
+// them. The row is the stored one, lineage columns included; every step
+// row handed out carries the trajectory's episode_id, the prefix's too.
 //
 // It reads the episodes table once to learn the tree, then the episodes
 // with their steps as EachEpisode does, generation by generation, holding
@@ -194,6 +195,9 @@ func (j *joiner) trajectory(h heldEpisode) error {
 	}
 	full = append(full, h.steps...)
 	for i := range full {
+		// The joined rows are the trajectory's: a step-level reader (the
+		// hf step rows) must not label a branch's prefix as its parent's.
+		full[i].EpisodeID = h.ep.EpisodeID
 		if int(full[i].StepIndex) != i {
 			return fmt.Errorf("%w: episode %q: joined step %d has step_index %d", ErrCorrupt, h.ep.EpisodeID, i, full[i].StepIndex)
 		}

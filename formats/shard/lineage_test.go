@@ -77,6 +77,9 @@ func TestEachTrajectoryJoinsPrefixes(t *testing.T) {
 			err = ds.EachTrajectory(func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
 				require.NotContains(t, got, ep.EpisodeID, "each trajectory once")
 				got[ep.EpisodeID] = outputs(steps)
+				for _, s := range steps {
+					require.Equal(t, ep.EpisodeID, s.EpisodeID, "the joined rows are the trajectory's")
+				}
 				for _, r := range rewards {
 					require.Equal(t, ep.EpisodeID, r.EpisodeID, "only its own rewards")
 				}
