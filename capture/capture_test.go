@@ -251,3 +251,41 @@ func TestSinkCutsTheRecordAtAModelTurnWithoutIDs(t *testing.T) {
 	require.Nil(t, rows[1].TokenPath)
 	require.Nil(t, rows[3].TokenEndpoints)
 }
+
+// Step undoes Row as far as a row keeps a step, so a branch re-made from a
+// dataset continues from the steps the model saw.
+func TestStepUndoesRow(t *testing.T) {
+	in := runtime.Step{Index: 3, Action: runtime.Action{Kind: runtime.ActExec, Cmd: "ls"},
+		Observation: runtime.Observation{Output: []byte{0xff, 'a'}, OutputBytes: 2, ExitCode: 1, Error: true, ErrorKind: runtime.ErrExitStatus,
+			Screenshot: &runtime.Screenshot{PNG: []byte("png"), Width: 4, Height: 2}, AXTree: `{"role":"x"}`},
+		Model: &runtime.ModelEvent{Model: "m", RawText: "t", Reasoning: "r", FinishReason: "tool_calls", PromptIDs: []int32{1, 2},
+			ResponseIDs: []int32{3}, ResponseMask: []int8{1}, Logprobs: []float32{-0.5}, Usage: runtime.Usage{PromptTokens: 2, CompletionTokens: 1}}}
+	p := DefaultPolicy()
+	p.Pixels = PixelsFull
+	row, _ := p.Row("e", "t", in, nil)
+	out, err := Step(row)
+	require.NoError(t, err)
+	require.Equal(t, in.Index, out.Index)
+	require.Equal(t, in.Action, out.Action)
+	require.Equal(t, in.Observation.Output, out.Observation.Output, "the exact bytes, not the UTF-8 form")
+	require.Equal(t, in.Observation.Screenshot, out.Observation.Screenshot)
+	require.Equal(t, in.Observation.AXTree, out.Observation.AXTree)
+	require.Equal(t, []runtime.Action{in.Action}, out.Model.Actions)
+	out.Model.Actions = nil
+	require.Equal(t, in.Model, out.Model)
+	_, err = Step(schemas.StepRow{StepIndex: 2, ActionJSON: `{"kind":"nope"}`})
+	require.ErrorContains(t, err, "step 2")
+
+	// A sink told of a prefix starts its token record with the prefix's turns.
+	sink := NewSink(DefaultPolicy(), "child", "t")
+	sink.Prefix([]runtime.Step{in})
+	next := in
+	next.Index, next.Model = 4, &runtime.ModelEvent{PromptIDs: []int32{1, 2, 3, 9}, ResponseIDs: []int32{5}, Logprobs: []float32{-1}}
+	require.NoError(t, sink.WriteStep(t.Context(), next))
+	require.Len(t, sink.Steps(), 1, "the prefix's rows are its ancestors'")
+	var ep schemas.EpisodeRow
+	require.NoError(t, sink.TokenRecord(&ep))
+	require.Equal(t, []int32{1, 2}, ep.PromptIDs)
+	require.Equal(t, []int32{3, 9, 5}, ep.ResponseIDs)
+	require.Equal(t, []int32{1, 0, 1}, ep.ResponseMask)
+}

@@ -42,6 +42,19 @@ func (b *Sink) WriteStep(_ context.Context, s runtime.Step) error {
 	return nil
 }
 
+// Prefix tells the sink that its episode is a branch continuing from
+// steps, its ancestors' (the shared prefix, stored once, in them): their
+// model turns open the episode's token record, so that a branch's record
+// covers its whole trajectory and starts with its parent's exactly; no row
+// is kept for them. Call it before the first WriteStep.
+func (b *Sink) Prefix(steps []runtime.Step) {
+	for _, s := range steps {
+		if m := s.Model; m != nil && b.policy.Tokens == TokensKeep && (len(m.PromptIDs) > 0 || len(m.ResponseIDs) > 0) {
+			b.turns = append(b.turns, tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs})
+		}
+	}
+}
+
 // Steps are the rows captured so far, in step order.
 func (b *Sink) Steps() []schemas.StepRow { return b.rows }
 

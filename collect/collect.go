@@ -80,6 +80,8 @@ type Config struct {
 	// MaxLoss stops scheduling once this invocation's scaffold losses pass
 	// it (ErrMaxLoss); the zero value is no limit.
 	MaxLoss LossLimit
+	// Branch is the branching plan (-branch); the zero value is none.
+	Branch  BranchPlan
 	Resume  bool // finish the run in Out, skipping kept episodes
 	Force   bool // replace the run in Out
 	WorkDir string
@@ -147,6 +149,11 @@ type planned struct {
 	task   *task.Spec
 	hash   string
 	repeat int
+	// branch is set for a branch episode (its id is episode.BranchID of
+	// its parent's), remake for a kept branched root whose branch point a
+	// resume makes again; both nil for a root to run.
+	branch *branchJob
+	remake *remakeJob
 }
 
 type planRecord struct {
@@ -157,6 +164,8 @@ type planRecord struct {
 	Episodes int    `json:"episodes"` // planned in this part
 	Part     Part   `json:"part"`
 	Total    int    `json:"episodes_all_parts"`
+	// Branch is the branching plan (BranchPlan.String), absent for none.
+	Branch string `json:"branch,omitempty"`
 }
 
 // Run collects a dataset. It returns the summary and an error; on
@@ -277,9 +286,9 @@ func (inv *invocation) checkResume(ctx context.Context) (nothingToDo *Summary, e
 		return nil, badInput(err)
 	}
 	inv.prior, inv.runID = prior, prior.manifest.RunID
-	if prior.nothingToDo(inv.plan) {
+	if prior.nothingToDo(inv.plan, inv.cfg.Branch) {
 		sum := prior.tally
-		sum.Planned, sum.Skipped = len(inv.plan), sum.Episodes
+		sum.Planned, sum.Skipped = inv.plannedWith(prior.branched), sum.Episodes
 		sum.Status, sum.NothingToDo = string(shard.StatusComplete), true
 		return sum, nil
 	}
@@ -331,6 +340,10 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 	if err != nil {
 		env.close()
 		return nil, badInput(err)
+	}
+	if cfg.Branch.IsSet() && env.pool.Strategy() != pool.Fork {
+		env.close()
+		return nil, badInput(fmt.Errorf("collect: -branch %s: %w (provider %s, reset %s)", cfg.Branch, pool.ErrCannotBranch, env.prov.Name(), env.pool.Strategy()))
 	}
 	env.rec, _ = json.Marshal(map[string]any{"name": env.prov.Name(), "capabilities": env.prov.Capabilities(),
 		"params": cfg.ProviderParams, "reset": env.pool.Strategy()})
@@ -421,6 +434,8 @@ type dataset struct {
 	rec       *recorder
 	sum       *Summary
 	committed map[string]bool // episodes kept before this invocation
+	// remakes are the branch points a resume makes again, by root id.
+	remakes map[string]*remakeJob
 }
 
 // openDataset creates, resumes or replaces the dataset, reruns a resumed
@@ -442,7 +457,11 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 		// The summary covers the whole dataset: the episodes kept before,
 		// as tallied from their rows, and what this invocation adds.
 		out.sum = inv.prior.tally
-		out.sum.Planned, out.sum.Skipped = len(inv.plan), out.sum.Episodes
+		out.sum.Planned, out.sum.Skipped = inv.plannedWith(inv.prior.branched), out.sum.Episodes
+	}
+	if out.remakes, err = inv.loadRemakes(ctx, out.committed); err != nil {
+		w.Close(shard.StatusPartial)
+		return nil, err
 	}
 	out.rec = newRecorder(w, out.sum)
 	w.OnGeneration(func(g shard.GenerationClosed) {
@@ -491,36 +510,83 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	inv.log.Info("run started", "planned", len(inv.plan), "kept_before", len(out.committed), "todo", todo,
 		"part", cfg.Part.String(), "provider", env.prov.Name(), "policy", cfg.Policy, "replicas", cfg.Replicas, "out", cfg.Out)
 	began := time.Now()
+	queue := newBranchQueue()
 	runner := episodeRunner{cfg: cfg, runner: episode.Runner{RunID: inv.runID, Provider: env.prov.Name(), Capture: cfg.Capture},
-		rec: out.rec, policies: inv.policies, log: inv.logf, logger: inv.log, obs: inv.obs, live: live, halt: halt, todo: todo}
-	env.pool.Run(runCtx, inv.feedJobs(sched, out.committed), runner.run)
+		rec: out.rec, policies: inv.policies, log: inv.logf, logger: inv.log, obs: inv.obs, live: live, halt: halt, todo: todo,
+		pool: env.pool, queue: queue, templates: inv.templates}
+	env.pool.Run(runCtx, inv.feedJobs(sched, out.committed, out.remakes, queue), runner.run)
 	out.sum.finish(time.Since(began), env.pool.Stats())
 	logErrorCounts(out.sum, inv.logf)
 	return halt
 }
 
 // feedJobs sends the planned episodes not yet kept, in plan order, until
-// they are all sent or sched is done.
-func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool) <-chan pool.Job {
+// they are all sent or sched is done. With a branching plan, the branches
+// the episodes make (queue) go first, before the next root, and the feed
+// ends once no episode that may still branch is running; a kept root whose
+// branches a resume still needs goes as its remake.
+func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool, remakes map[string]*remakeJob, queue *branchQueue) <-chan pool.Job {
 	jobs := make(chan pool.Job)
+	send := func(j pool.Job) bool {
+		select {
+		case jobs <- j:
+			return true
+		case <-sched.Done():
+			return false
+		}
+	}
 	go func() {
 		defer close(jobs)
-		for i := range inv.plan {
-			p := &inv.plan[i]
-			if committed[p.id] {
+		next := 0
+		for sched.Err() == nil {
+			if j, ok := queue.pop(); ok {
+				if !send(j) {
+					return
+				}
 				continue
 			}
-			if sched.Err() != nil {
+			if next < len(inv.plan) {
+				p := &inv.plan[next]
+				next++
+				if committed[p.id] {
+					r := remakes[p.id]
+					if r == nil {
+						continue
+					}
+					p = &planned{id: p.id, task: p.task, hash: p.hash, repeat: p.repeat, remake: r}
+				}
+				queue.started()
+				if !send(pool.Job{Template: inv.templates[p.task.ID], Payload: p}) {
+					return
+				}
+				continue
+			}
+			if queue.idle() {
 				return
 			}
 			select {
-			case jobs <- pool.Job{Template: inv.templates[p.task.ID], Payload: p}:
+			case <-queue.wake:
 			case <-sched.Done():
 				return
 			}
 		}
 	}()
 	return jobs
+}
+
+// plannedWith is the number of planned episodes once the roots in
+// branched have branched: the roots, and the plan's width per branch
+// point.
+func (inv *invocation) plannedWith(branched map[string]bool) int {
+	n := len(inv.plan)
+	if inv.cfg.Branch.IsSet() {
+		for i := range inv.plan {
+			if branched[inv.plan[i].id] {
+				n += inv.cfg.Branch.Width
+			}
+		}
+	}
+	return n
 }
 
 // expectStandbys tells the pool, with cfg.Standby, how many episodes of
@@ -546,7 +612,7 @@ func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, commit
 // every planned episode is kept, whatever its outcome — even if a stop came
 // during the grace period.
 func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) (shard.Status, error) {
-	sum, plan := out.sum, len(inv.plan)
+	sum, plan := out.sum, out.sum.planned()
 	kept := len(out.committed) + sum.Done()
 	unavailable, writeErr, maxLoss := halt.state()
 	switch rep := sum.Report(); {
@@ -692,7 +758,7 @@ func newRunID() string {
 // A resume was checked read-only (inspectResume) before it gets here.
 func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, providerRec, policyRec json.RawMessage) (*shard.Writer, error) {
 	planRec, _ := json.Marshal(planRecord{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
-		Episodes: episodes, Part: cfg.Part, Total: total})
+		Episodes: episodes, Part: cfg.Part, Total: total, Branch: cfg.Branch.String()})
 	tasksRec, err := task.EncodeRecords(specs)
 	if err != nil {
 		return nil, err

@@ -18,20 +18,31 @@ import (
 // collector's policy around episode's pieces — which failures are the run's
 // (not kept, scheduling stops) and which the episode's (kept, counted).
 type episodeRunner struct {
-	cfg      Config
-	runner   episode.Runner
-	rec      *recorder
-	policies policy.Source
-	log      func(format string, args ...any)
-	logger   *slog.Logger
-	obs      observe.Observer
-	live     *liveCounter
-	halt     *halter
-	todo     int // episodes this invocation runs (for -max-loss percentages)
+	cfg       Config
+	runner    episode.Runner
+	rec       *recorder
+	policies  policy.Source
+	log       func(format string, args ...any)
+	logger    *slog.Logger
+	obs       observe.Observer
+	live      *liveCounter
+	halt      *halter
+	todo      int // episodes this invocation runs (for -max-loss percentages)
+	pool      *pool.Pool
+	queue     *branchQueue // where a branching root's branches go
+	templates map[string]*pool.Template
 }
 
 func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
 	p := job.Payload.(*planned)
+	if p.branch == nil {
+		// A root or a remake: the feed waits for it, as it may branch.
+		defer er.queue.ended()
+	}
+	if p.remake != nil {
+		er.remake(ctx, p, rep, acquireErr)
+		return pool.Done
+	}
 	if er.halt.stopped() {
 		// Scheduling stopped (a signal, an unavailable service, a write
 		// error, -max-loss) after the pool took this job but before it
@@ -42,8 +53,13 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 	if acquireErr == nil {
 		er.obs.Observe(resetEvent(p.task.ID, rep))
 	}
-	ep := er.runner.Begin(episode.Identity{EpisodeID: p.id, TaskHash: p.hash, Repeat: p.repeat, Seed: er.cfg.Seed}, p.task, rep)
-	if exit, err := er.play(ctx, ep, p, acquireErr); err != nil {
+	ep := er.runner.Begin(er.identity(p), p.task, rep)
+	play := er.play
+	if p.branch != nil {
+		play = er.playBranch
+	}
+	exit, branched, err := play(ctx, ep, p, acquireErr)
+	if err != nil {
 		// The golden build, the fork, the engine or the model server went
 		// away under the episode: the run's failure, not the episode's.
 		// Its steps so far are not kept, and a resume runs it whole once
@@ -58,47 +74,189 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		er.obs.Observe(observe.EpisodeEnded{Task: p.task.ID, EpisodeID: p.id, Exit: ep.Row.ExitReason, Kept: false})
 		return ep.Outcome()
 	}
-	if er.commit(ctx, p, batch) {
-		er.obs.Observe(episodeEnded(batch.Episode, batch.Rewards, true))
-		er.logger.Debug("episode kept", "task", p.task.ID, "episode_id", p.id, "exit_reason", batch.Episode.ExitReason,
-			"steps", batch.Episode.Steps, "duration_ms", batch.Episode.DurationMS)
+	if !er.commit(ctx, p, batch) {
+		if branched != nil {
+			branched.release(ctx, er.log)
+		}
+		return ep.Outcome()
+	}
+	er.obs.Observe(episodeEnded(batch.Episode, batch.Rewards, true))
+	er.logger.Debug("episode kept", "task", p.task.ID, "episode_id", p.id, "exit_reason", batch.Episode.ExitReason,
+		"steps", batch.Episode.Steps, "duration_ms", batch.Episode.DurationMS)
+	if branched != nil {
+		// The parent is kept before its branches run: a branch is never in
+		// the dataset without the prefix it continues.
+		er.rec.sum.addPlanned(er.cfg.Branch.Width)
+		er.queue.push(branched.jobs...)
 	}
 	return ep.Outcome()
+}
+
+// identity is the episode's identity: a root's, or a branch's with its
+// lineage and group.
+func (er episodeRunner) identity(p *planned) episode.Identity {
+	id := episode.Identity{EpisodeID: p.id, TaskHash: p.hash, Repeat: p.repeat, Seed: er.cfg.Seed}
+	if b := p.branch; b != nil {
+		id.GroupID = episode.BranchGroupID(b.parentID, b.step)
+		id.Branch = &episode.Lineage{ParentID: b.parentID, Step: b.step, Index: b.index}
+	} else {
+		id.GroupID = episode.RootGroupID(p.task.ID, p.hash)
+	}
+	return id
+}
+
+// branchPoint is a root that branched: its checkpoint and the jobs of its
+// branches, pushed once the root is kept.
+type branchPoint struct {
+	b    *pool.Branch
+	jobs []pool.Job
+}
+
+// release gives the checkpoint back when the branches will not run.
+func (bp *branchPoint) release(ctx context.Context, log func(string, ...any)) {
+	if err := bp.b.Release(context.WithoutCancel(ctx)); err != nil {
+		log("%v", err)
+	}
 }
 
 // play runs the episode's pieces: no replica, no policy, or the rollout and
 // its verification. It returns an error, wrapping runtime.ErrUnavailable,
 // only for an episode that is not to be kept, with the exit reason it ended
 // with.
-func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, error) {
+//
+// With a branching plan, a root still running after the plan's step is
+// stopped there and checkpointed (branched, not verified); the branch
+// point is returned with its branches' jobs. A checkpoint that fails is the
+// run's failure (the episode is not kept, and a resume runs it whole): a
+// branched root without its branch point would be a tree with no
+// branches.
+func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, *branchPoint, error) {
 	if acquireErr != nil {
 		if errors.Is(acquireErr, runtime.ErrUnavailable) {
-			return runtime.ExitEnvError, acquireErr
+			return runtime.ExitEnvError, nil, acquireErr
 		}
 		ep.NoReplica(ctx, acquireErr)
-		return "", nil
+		return "", nil, nil
 	}
 	pol, err := er.policies.NewPolicy(policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed))
 	if err != nil {
 		ep.PolicyFailed(err)
-		return "", nil
+		return "", nil, nil
+	}
+	lim := p.task.Limits.Runtime()
+	at := er.cfg.Branch.branchAt(lim)
+	var prefix *prefixSink
+	var watch runtime.StepSink
+	if at > 0 {
+		lim.MaxSteps, prefix = at, &prefixSink{}
+		watch = prefix
 	}
 	// A failing sink is kept as unknown (Rollout recorded it so); only an
 	// unavailable service is not kept.
-	watch := episode.StepObserver(er.obs, p.task.ID, p.id)
-	if err := ep.Rollout(ctx, pol, runtime.History{Instruction: p.task.Instruction}, p.task.Limits.Runtime(), watch); errors.Is(err, runtime.ErrUnavailable) {
-		return ep.Result.Exit, err
+	h := runtime.History{Instruction: p.task.Instruction}
+	watch = teeSinks(episode.StepObserver(er.obs, p.task.ID, p.id), watch)
+	if err := ep.Rollout(ctx, pol, h, lim, watch); errors.Is(err, runtime.ErrUnavailable) {
+		return ep.Result.Exit, nil, err
+	}
+	if at > 0 && ep.Result.Exit == runtime.ExitMaxSteps && len(prefix.steps) == at {
+		b, err := ep.Branch(ctx, er.pool, er.cfg.Branch.Width)
+		if err != nil && ctx.Err() != nil {
+			// Stopped at the branch point: kept as cancelled, so a resume
+			// runs the root again rather than taking it for a trajectory.
+			ep.Row.ExitReason, ep.Row.Detail = string(runtime.ExitCancelled), "stopped at the branch point: "+err.Error()
+			return "", nil, nil
+		}
+		if err != nil {
+			return runtime.ExitEnvError, nil, fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
+		}
+		h.Steps = prefix.steps
+		indexes := make([]int, er.cfg.Branch.Width)
+		for i := range indexes {
+			indexes[i] = i
+		}
+		return "", &branchPoint{b: b, jobs: branchJobs(p, b, er.templates[p.task.ID], at, indexes, h, pol, ep.Row.DurationMS)}, nil
 	}
 	if _, err := ep.Verify(ctx); errors.Is(err, runtime.ErrUnavailable) {
-		return runtime.ExitEnvError, err
+		return runtime.ExitEnvError, nil, err
 	}
-	return "", nil
+	return "", nil, nil
+}
+
+// playBranch runs a branch episode on a replica forked from its parent's
+// branch point: its policy continues the parent's history, within what
+// the task's limits leave after the prefix, and it is verified like any
+// trajectory.
+func (er episodeRunner) playBranch(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, *branchPoint, error) {
+	if acquireErr != nil {
+		if errors.Is(acquireErr, runtime.ErrUnavailable) {
+			return runtime.ExitEnvError, nil, acquireErr
+		}
+		ep.NoReplica(ctx, acquireErr)
+		return "", nil, nil
+	}
+	b := p.branch
+	pol, err := episode.BranchPolicy(ctx, er.policies, policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed), b.history, b.parentPolicy)
+	if err != nil {
+		ep.PolicyFailed(err)
+		return "", nil, nil
+	}
+	lim, ok := episode.BranchLimits(p.task.Limits.Runtime(), b.step, b.prefixMS)
+	if !ok {
+		ep.Row.ExitReason, ep.Row.Detail = string(runtime.ExitTimeout), "the prefix used up the episode's time limit"
+		return "", nil, nil
+	}
+	watch := episode.StepObserver(er.obs, p.task.ID, p.id)
+	if err := ep.Rollout(ctx, pol, b.history, lim, watch); errors.Is(err, runtime.ErrUnavailable) {
+		return ep.Result.Exit, nil, err
+	}
+	if _, err := ep.Verify(ctx); errors.Is(err, runtime.ErrUnavailable) {
+		return runtime.ExitEnvError, nil, err
+	}
+	return "", nil, nil
+}
+
+// remake makes a kept root's branch point again (a resumed run): its
+// recorded steps re-executed in a fresh fork of the golden, each
+// observation checked against the record, then checkpointed for the
+// branches not kept. Nothing of the re-execution is kept; a prefix that
+// does not reproduce, or a checkpoint that fails, leaves those branches
+// missing and the run partial, with the reason.
+func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica, acquireErr error) {
+	if er.halt.stopped() {
+		return
+	}
+	fail := func(err error) {
+		err = fmt.Errorf("collect: remaking the branch point of %s (%s): %w", p.id[:12], p.task.ID, err)
+		if errors.Is(err, runtime.ErrUnavailable) {
+			er.notKept(p, runtime.ExitEnvError, err)
+			return
+		}
+		// A prefix that does not reproduce is this tree's problem, not the
+		// run's: the other episodes go on, and the run ends partial with
+		// these branches missing.
+		er.log("%v; its %d missing branches are not run", err, len(p.remake.missing))
+	}
+	if acquireErr != nil {
+		fail(acquireErr)
+		return
+	}
+	ep := er.runner.Begin(er.identity(p), p.task, rep)
+	h, err := ep.Reproduce(ctx, p.task.Instruction, p.remake.steps, er.cfg.Capture, p.task.Limits.Runtime())
+	if err != nil {
+		fail(err)
+		return
+	}
+	b, err := ep.Branch(ctx, er.pool, len(p.remake.missing))
+	if err != nil {
+		fail(err)
+		return
+	}
+	er.queue.push(branchJobs(p, b, er.templates[p.task.ID], er.cfg.Branch.At, p.remake.missing, h, nil, p.remake.prefixMS)...)
 }
 
 // commit writes the episode, counts it, logs its error when it is the
-// first of its kind, and checks -max-loss. It reports whether the episode
-// was written.
-func (er episodeRunner) commit(ctx context.Context, p *planned, batch shard.EpisodeBatch) bool {
+// first of its kind, and checks -max-loss.
+func (er episodeRunner) commit(ctx context.Context, p *planned, batch shard.EpisodeBatch) (ok bool) {
 	firstError, err := er.rec.commit(context.WithoutCancel(ctx), batch)
 	if err != nil {
 		er.logger.Warn(fmt.Sprintf("episode %s of %s could not be written: %v", p.id[:12], p.task.ID, err),
@@ -128,4 +286,20 @@ func (er episodeRunner) notKept(p *planned, exit runtime.ExitReason, err error) 
 			"task", p.task.ID, "episode_id", p.id, "exit_reason", string(exit))
 	}
 	er.halt.serviceUnavailable(err)
+}
+
+// teeSinks writes each step to every sink that is not nil, in order,
+// stopping at the first error.
+func teeSinks(sinks ...runtime.StepSink) runtime.StepSink {
+	return runtime.StepSinkFunc(func(ctx context.Context, st runtime.Step) error {
+		for _, s := range sinks {
+			if s == nil {
+				continue
+			}
+			if err := s.WriteStep(ctx, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -32,6 +32,9 @@ type priorRun struct {
 	// cancelled are the ones kept as cancelled, which it runs again.
 	kept      map[string]bool
 	cancelled map[string]bool
+	// branched are the kept roots that branched (their branch points are
+	// gone with the process that made them).
+	branched map[string]bool
 	// tally is the summary of the kept episodes (their rows and rewards),
 	// so the resumed run's summary covers the whole dataset.
 	tally *Summary
@@ -52,7 +55,7 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 	if err := compatible(m, specs, cfg, pol); err != nil {
 		return nil, err
 	}
-	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, tally: newSummary(0, 0)}
+	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tally: newSummary(0, 0)}
 	for e, err := range ds.Episodes() {
 		if err != nil {
 			return nil, fmt.Errorf("collect: --resume: reading the kept episodes: %w", err)
@@ -65,6 +68,9 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 			continue
 		}
 		p.kept[e.EpisodeID] = true
+		if e.ExitReason == string(runtime.ExitBranched) {
+			p.branched[e.EpisodeID] = true
+		}
 		p.tally.addKept(e, false)
 	}
 	for r, err := range ds.Rewards() {
@@ -81,12 +87,15 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 // nothingToDo reports whether the run is complete as it stands: every
 // planned episode kept, none to run again, and the manifest says complete.
 // Resuming it changes nothing.
-func (p *priorRun) nothingToDo(plan []planned) bool {
+func (p *priorRun) nothingToDo(plan []planned, branch BranchPlan) bool {
 	if p.manifest.Status != shard.StatusComplete || len(p.cancelled) > 0 {
 		return false
 	}
 	for i := range plan {
 		if !p.kept[plan[i].id] {
+			return false
+		}
+		if p.branched[plan[i].id] && len(missingBranches(plan[i].id, branch, p.kept)) > 0 {
 			return false
 		}
 	}
@@ -255,6 +264,9 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 		}
 		if plan.Part != cfg.Part {
 			differ("-shard: the run collected part %s, this command collects part %s", plan.Part, cfg.Part)
+		}
+		if now := cfg.Branch.String(); plan.Branch != now {
+			differ("-branch: the run used %q, this command gives %q", plan.Branch, now)
 		}
 	}
 

@@ -155,6 +155,21 @@ func (s *Summary) finish(wall time.Duration, ps pool.Stats) {
 	s.Wall, s.Pool = wall, ps
 }
 
+// planned returns Planned, which grows as roots branch.
+func (s *Summary) planned() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Planned
+}
+
+// addPlanned counts n more planned episodes: the branches of a root that
+// has just branched.
+func (s *Summary) addPlanned(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Planned += n
+}
+
 // Done returns how many episodes this invocation has committed so far.
 func (s *Summary) Done() int {
 	s.mu.Lock()

@@ -32,6 +32,20 @@ type Identity struct {
 	TaskHash  string
 	Repeat    int
 	Seed      int64 // the run seed
+	// GroupID is the row's group_id: the episodes sharing a prefix (see
+	// RootGroupID and BranchGroupID); "" leaves it null.
+	GroupID string
+	// Branch is set for a branch episode: where it comes from.
+	Branch *Lineage
+}
+
+// Lineage is where a branch episode comes from: its parent, the step it
+// starts at (the number of steps it inherits), its index among the
+// parent's branches at that step.
+type Lineage struct {
+	ParentID string
+	Step     int
+	Index    int
 }
 
 // Episode is one run of a task on a pool replica, from the moment the pool
@@ -78,6 +92,13 @@ func (r Runner) Begin(id Identity, t *task.Spec, rep pool.Replica) *Episode {
 		row.GoldenBuildMS = schemas.Millis(rep.Golden.BuildTime)
 		row.GoldenBytes = rep.Golden.Checkpoint.Bytes
 	}
+	if id.GroupID != "" {
+		row.GroupID = &id.GroupID
+	}
+	if b := id.Branch; b != nil {
+		parent, step, index := b.ParentID, int32(b.Step), int32(b.Index)
+		row.ParentEpisodeID, row.BranchStep, row.BranchIndex = &parent, &step, &index
+	}
 	return &Episode{Task: t, Replica: rep, Row: row, Capture: capture.NewSink(r.Capture, id.EpisodeID, t.ID)}
 }
 
@@ -108,8 +129,12 @@ func (e *Episode) PolicyFailed(err error) {
 }
 
 // Rollout runs pol on the replica's sandbox, from history h under lim.
-// Every step goes to the capture sink and then, when watch is not nil, to
-// watch (a replay compares there; a server could stream there). The outcome
+// The steps h holds are the episode's prefix (a branch's: its ancestors'
+// steps, which its replica's files already reflect): they are not
+// captured again, but their model turns open the token record, and the
+// episode's own steps are numbered after them. Every step goes to the
+// capture sink and then, when watch is not nil, to watch (a replay compares
+// there; a server could stream there). The outcome
 // — exit reason, detail, answer, timings — goes into Row and Result, and a
 // sandbox that failed under the episode marks it Broken.
 //
@@ -127,6 +152,9 @@ func (e *Episode) Rollout(ctx context.Context, pol runtime.Policy, h runtime.His
 			}
 			return watch.WriteStep(ctx, s)
 		})
+	}
+	if len(h.Steps) > 0 {
+		e.Capture.Prefix(h.Steps)
 	}
 	began := time.Now()
 	res, err := runtime.Rollout(ctx, e.Replica.Sandbox, pol, h, lim, sink)

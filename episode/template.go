@@ -21,9 +21,10 @@ const CommandTimeout = 5 * time.Minute
 // Template is how a task becomes a pool template: its sandbox (image or
 // the build that makes it, files, environment, network, limits, and a GUI
 // when the task has a browser section), its setup commands (run once, into
-// the golden checkpoint) and its start commands (run in every replica).
-// Environment values that reference forkline's environment (${NAME}) are
-// resolved here, into the template only: the task keeps the reference.
+// the golden checkpoint), its start commands (run in every replica) and its
+// branch_start commands (run in every branch instead). Environment values
+// that reference forkline's environment (${NAME}) are resolved here, into
+// the template only: the task keeps the reference.
 func Template(s *task.Spec) (*pool.Template, error) {
 	gui, err := GUI(s.Browser)
 	if err != nil {
@@ -74,6 +75,7 @@ func Template(s *task.Spec) (*pool.Template, error) {
 		},
 		Setup:          s.Setup,
 		Start:          s.Start,
+		BranchStart:    s.BranchStart,
 		CommandTimeout: CommandTimeout,
 	}, nil
 }

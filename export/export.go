@@ -372,7 +372,16 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 	}
 	progress(0, total)
 	for _, in := range inputs {
-		err = in.ds.EachEpisode(func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+		// Trainer targets get trajectories: a branch episode with its
+		// prefix (its full steps from step 0, and a token record that
+		// already opens with the prefix's turns), the episodes that
+		// branched left out as their branches carry them. The lossless
+		// jsonl view gives the rows as stored.
+		each := in.ds.EachTrajectory
+		if spec.file {
+			each = in.ds.EachEpisode
+		}
+		err = each(func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -385,7 +394,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 				return nil
 			}
 			in.selected++
-			ep.Split = assignSplit(o.Split, row.EpisodeID)
+			ep.Split = assignSplit(o.Split, splitKey(row))
 			if err := in.describe(ep, !spec.file); err != nil {
 				return err
 			}
@@ -481,4 +490,15 @@ func checkWritten(o Options, rep *Report) error {
 		return bad("export: -to %s refused every one of the %d selected episodes (%s); nothing written", o.Target, refused, rep.RefusedText())
 	}
 	return bad("export: no episode to write: %d read, %d filtered out; nothing written", rep.Read, rep.Filtered)
+}
+
+// splitKey is what an episode's split is drawn from: a branch's parent, so
+// that the branches of one prefix (a GRPO group, the two sides of a
+// preference pair) never straddle train and test; an episode's own id
+// otherwise, as before branching existed.
+func splitKey(row schemas.EpisodeRow) string {
+	if row.ParentEpisodeID != nil {
+		return *row.ParentEpisodeID
+	}
+	return row.EpisodeID
 }

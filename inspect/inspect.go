@@ -111,6 +111,9 @@ type Plan struct {
 	PartIndex     int    `json:"part_index"`
 	PartCount     int    `json:"part_count"`
 	EpisodesTotal int    `json:"episodes_all_parts"`
+	// Branch is the branching plan (-branch at=K,width=N), "" for none;
+	// Episodes counts the roots.
+	Branch string `json:"branch,omitempty"`
 }
 
 // Provider is the provider the run used.
@@ -379,13 +382,14 @@ func (s *Summary) readManifest(m shard.Manifest) map[string]task.Spec {
 				Index int `json:"index"`
 				Count int `json:"count"`
 			} `json:"part"`
-			Total int `json:"episodes_all_parts"`
+			Total  int    `json:"episodes_all_parts"`
+			Branch string `json:"branch"`
 		}
 		if err := json.Unmarshal(m.Plan, &p); err != nil {
 			problem("plan", err)
 		} else {
 			s.Plan = &Plan{Repeats: p.Repeats, Seed: p.Seed, Replicas: p.Replicas, Reset: p.Reset, Episodes: p.Episodes,
-				PartIndex: p.Part.Index, PartCount: max(p.Part.Count, 1), EpisodesTotal: p.Total}
+				PartIndex: p.Part.Index, PartCount: max(p.Part.Count, 1), EpisodesTotal: p.Total, Branch: p.Branch}
 		}
 	}
 	if len(m.Provider) > 0 {

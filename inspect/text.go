@@ -21,8 +21,12 @@ func (s *Summary) WriteText(w io.Writer) {
 		if p.PartCount > 1 {
 			part = fmt.Sprintf(", part %d/%d of %d episodes in all", p.PartIndex, p.PartCount, p.EpisodesTotal)
 		}
-		fmt.Fprintf(w, "  plan      %s (%s × %s%s), seed %d; %s, reset %s\n",
-			plural(p.Episodes, "episode"), plural(len(s.Tasks), "task"), plural(p.Repeats, "repeat"), part, p.Seed, plural(p.Replicas, "replica"), p.Reset)
+		branch := ""
+		if p.Branch != "" {
+			branch = "; roots branched by -branch " + p.Branch
+		}
+		fmt.Fprintf(w, "  plan      %s (%s × %s%s), seed %d; %s, reset %s%s\n",
+			plural(p.Episodes, "episode"), plural(len(s.Tasks), "task"), plural(p.Repeats, "repeat"), part, p.Seed, plural(p.Replicas, "replica"), p.Reset, branch)
 	}
 	if p := s.Provider; p != nil {
 		extra := ""
@@ -224,6 +228,10 @@ func (t *Transcript) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n[user: the task's instruction]\n")
 	writeBlock(w, "  ", orNone(t.Instruction, "(not recorded)"))
+	if t.Parent != "" {
+		fmt.Fprintf(w, "\n[steps 0-%d: the prefix, stored once in its parent %s (inspect DIR -episode %s shows them)]\n",
+			t.BranchStep-1, t.Parent, t.Parent[:min(12, len(t.Parent))])
+	}
 	for _, s := range t.Steps {
 		fmt.Fprintf(w, "\n[step %d]", s.Index)
 		if s.FinishReason != "" {
@@ -293,6 +301,9 @@ func (t *Transcript) WriteText(w io.Writer) {
 		if r.Detail != "" {
 			writeBlock(w, "    ", r.Detail)
 		}
+	}
+	if t.Tree != nil {
+		writeTree(w, t.Tree, t.EpisodeID)
 	}
 }
 

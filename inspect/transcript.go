@@ -46,6 +46,14 @@ type Transcript struct {
 
 	Steps   []Step   `json:"steps"`
 	Rewards []Reward `json:"rewards"`
+
+	// Lineage, for a branch episode: its parent and the step it starts
+	// at (Steps are its own, numbered from there; the prefix is the
+	// parent's). Tree is the branching tree the episode belongs to, from
+	// its root, with rewards per branch; nil outside a tree.
+	Parent     string    `json:"parent_episode_id,omitempty"`
+	BranchStep int       `json:"branch_step,omitempty"`
+	Tree       *TreeNode `json:"tree,omitempty"`
 }
 
 // Step is one step of a transcript.
@@ -197,6 +205,13 @@ func Transcripts(ctx context.Context, dir string, prefixes []string, o Transcrip
 			return nil, fmt.Errorf("%w: %s: episode %s has no rows", ErrDamaged, dir, id)
 		}
 	}
+	tr, err := trees(ds, ids)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
+	}
+	for i, id := range ids {
+		out[i].Tree = tr[id]
+	}
 	return out, nil
 }
 
@@ -275,6 +290,9 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 		Provider: ep.Provider, ResetMS: ep.ResetMS, DurationMS: ep.DurationMS, ExitReason: ep.ExitReason,
 		Detail: ep.Detail, Answer: ep.Answer, TokenRecord: len(ep.ResponseIDs) > 0 || len(ep.PromptIDs) > 0,
 		TokenDrift: ep.TokenDrift, System: conv.system, ObservationCap: conv.obsCap, Steps: []Step{}, Rewards: []Reward{}}
+	if ep.ParentEpisodeID != nil && ep.BranchStep != nil {
+		t.Parent, t.BranchStep = *ep.ParentEpisodeID, int(*ep.BranchStep)
+	}
 	t.Reset = ep.ResetStrategy
 	if ep.ResetOrigin != "" {
 		t.Reset += "/" + ep.ResetOrigin

@@ -5,6 +5,11 @@
 // parallel. A replica whose sandbox breaks is discarded and replaced; the
 // run goes on.
 //
+// It also makes branch points: checkpoints of a replica in the middle of its
+// episode (Checkpoint), which replicas are forked from like from a golden
+// (ForkBranch, or a Job whose Branch is set), bounded in number and
+// released when the jobs that fork them have ended (see Branch).
+//
 // It knows providers and runtime sessions. It does not know task files,
 // policies, rewards or datasets: a Template carries the commands, and the
 // caller's episode function does the rest.
@@ -54,6 +59,10 @@ type Template struct {
 	Spec  providers.Spec // sandbox to create
 	Setup []string       // run once, into the golden checkpoint (or per episode when recreating)
 	Start []string       // run in every replica before its episode
+	// BranchStart is run instead of Start in every replica forked from a
+	// branch point (a Branch): it carries the parent's files, not its
+	// processes, and Start was written for the golden's state.
+	BranchStart []string
 	// CommandTimeout bounds each setup and start command.
 	CommandTimeout time.Duration
 }
@@ -61,6 +70,10 @@ type Template struct {
 // Job is one episode to run.
 type Job struct {
 	Template *Template
+	// Branch, when set, is the branch point the job's replica is forked
+	// from (with Template's BranchStart commands) instead of the
+	// template's golden; the job counts as one of its uses.
+	Branch *Branch
 	// Payload is the caller's own data for the episode, passed back untouched.
 	Payload any
 }
@@ -80,6 +93,8 @@ type Replica struct {
 	// background; Prepared is what preparing it took.
 	Standby  bool
 	Prepared time.Duration
+
+	template *Template // what it was made from, for Checkpoint
 }
 
 // Golden is a built golden checkpoint.
@@ -123,6 +138,9 @@ type Config struct {
 	// have start-rate limits; on Docker, parallel starts are CPU-bound);
 	// 0 means 2 × Replicas.
 	MaxCreates int
+	// MaxBranches bounds the branch points live at once (Checkpoint);
+	// 0 means 2 × Replicas.
+	MaxBranches int
 	// Log receives one line per notable event (fallbacks, replacements).
 	Log func(format string, args ...any)
 	// OnGolden, when set, is told how each golden build goes as it goes —
@@ -165,7 +183,8 @@ type Pool struct {
 	mu       sync.Mutex
 	goldens  map[string]*goldenEntry
 	standbys map[string]*standby
-	creates  chan struct{} // semaphore of MaxCreates
+	branches map[*Branch]struct{} // live branch points
+	creates  chan struct{}        // semaphore of MaxCreates
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -204,6 +223,7 @@ type Stats struct {
 	GoldenBuilds int
 	Resets       int
 	Replacements int
+	BranchForks  int // replicas forked from branch points (counted in Resets too)
 }
 
 // ErrSetup wraps a failed setup or start command.
@@ -250,8 +270,11 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.MaxCreates <= 0 {
 		cfg.MaxCreates = 2 * cfg.Replicas
 	}
+	if cfg.MaxBranches <= 0 {
+		cfg.MaxBranches = defaultMaxBranches(cfg.Replicas)
+	}
 	return &Pool{cfg: cfg, strategy: strategy, goldens: map[string]*goldenEntry{},
-		standbys: map[string]*standby{}, creates: make(chan struct{}, cfg.MaxCreates)}, nil
+		standbys: map[string]*standby{}, branches: map[*Branch]struct{}{}, creates: make(chan struct{}, cfg.MaxCreates)}, nil
 }
 
 // Strategy returns the strategy really in use (Auto resolved).
@@ -325,7 +348,13 @@ func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
 		if ctx.Err() != nil {
 			return // never started: the caller will find it missing and may resume it
 		}
-		r, err := p.replica(ctx, job.Template, attempt)
+		var r Replica
+		var err error
+		if job.Branch != nil {
+			r, err = p.ForkBranch(ctx, job.Branch)
+		} else {
+			r, err = p.replica(ctx, job.Template, attempt)
+		}
 		r.Slot, r.Attempt = slot, attempt
 		if err != nil {
 			if ctx.Err() != nil {
@@ -350,9 +379,24 @@ func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
 			p.count(func(s *Stats) { s.Replacements++ })
 			p.cfg.Log("replica %d broke during an episode of %s; replaced", slot, job.Template.Key)
 		}
+		if job.Branch != nil {
+			job.Branch.ended(ctx)
+		}
 		return
 	}
-	fn(ctx, job, Replica{Slot: slot, Attempt: p.cfg.MaxAttempts}, lastErr)
+	fn(ctx, job, Replica{Slot: slot, Attempt: p.cfg.MaxAttempts, Strategy: branchStrategy(job)}, lastErr)
+	if job.Branch != nil {
+		job.Branch.ended(ctx)
+	}
+}
+
+// branchStrategy is Branched for a job that forks a branch point, so that
+// a branch the pool could not fork still says what it was; "" otherwise.
+func branchStrategy(job Job) Strategy {
+	if job.Branch != nil {
+		return Branched
+	}
+	return ""
 }
 
 func (p *Pool) addBusy(n int) {
@@ -406,7 +450,7 @@ func (p *Pool) createSlot(ctx context.Context) (func(), error) {
 // first use) or recreated, with start commands run.
 func (p *Pool) acquire(ctx context.Context, t *Template) (Replica, error) {
 	began := time.Now()
-	r := Replica{Strategy: p.strategy}
+	r := Replica{Strategy: p.strategy, template: t}
 	var sb providers.Sandbox
 	if p.strategy == Fork {
 		g, gerr := p.Golden(ctx, t)
@@ -551,7 +595,7 @@ func outputTail(s string, n int) string {
 }
 
 // Close stops the standby fillers, closes the replicas nobody took, and
-// releases every golden checkpoint.
+// releases every branch point still live and then every golden checkpoint.
 func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Lock()
 	sbs := p.standbys
@@ -560,9 +604,9 @@ func (p *Pool) Close(ctx context.Context) error {
 	for _, sb := range sbs {
 		sb.stop(ctx)
 	}
+	errs := []error{p.releaseBranches(ctx)}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var errs []error
 	for k, e := range p.goldens {
 		if e.golden != nil {
 			if err := p.cfg.Provider.Release(ctx, e.golden.Checkpoint); err != nil {

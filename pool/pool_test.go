@@ -28,6 +28,7 @@ type fakeProvider struct {
 	forkHook func(ctx context.Context) error
 	mu       sync.Mutex
 	open     map[*fakeSandbox]bool
+	released []string // checkpoint ids, in Release order
 }
 
 type fakeSandbox struct {
@@ -79,8 +80,13 @@ func (f *fakeProvider) Fork(ctx context.Context, cp providers.Checkpoint) (provi
 	}
 	return f.track(s), nil
 }
-func (f *fakeProvider) Release(ctx context.Context, cp providers.Checkpoint) error { return nil }
-func (f *fakeProvider) Close(ctx context.Context) error                            { return nil }
+func (f *fakeProvider) Release(ctx context.Context, cp providers.Checkpoint) error {
+	f.mu.Lock()
+	f.released = append(f.released, cp.ID)
+	f.mu.Unlock()
+	return nil
+}
+func (f *fakeProvider) Close(ctx context.Context) error { return nil }
 func (f *fakeProvider) openCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

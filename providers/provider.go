@@ -41,7 +41,11 @@ type Provider interface {
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 	// Checkpoint freezes the current filesystem state of sb under label.
 	// sb stays usable and later changes to it do not reach the checkpoint.
-	// Returns ErrNotSupported when Capabilities().Checkpoint is false.
+	// sb may be any live sandbox: one made by Create (a golden), or a fork
+	// in the middle of an episode, whose checkpoint forks start from the
+	// fork's state at that moment (branching). Memory state — processes
+	// sb runs — is not part of it. Returns ErrNotSupported when
+	// Capabilities().Checkpoint is false.
 	Checkpoint(ctx context.Context, sb Sandbox, label string) (Checkpoint, error)
 	// Fork makes a new sandbox whose filesystem starts equal to cp. Writes in
 	// a fork are invisible to cp and to every other fork.
@@ -85,11 +89,18 @@ type Checkpoint struct {
 	ID       string
 	Label    string
 	Provider string
-	// Bytes is the size of the frozen state when the provider knows it
-	// (local: the workspace; docker: the committed diff).
+	// Bytes is the size of what the checkpoint froze when the provider
+	// knows it (local: the workspace copied, or the layer of changes
+	// frozen; docker: the committed diff).
 	Bytes int64
 	// Took is how long the checkpoint took to make.
 	Took time.Duration
+	// Method says how the provider froze the state, so reports can say
+	// which path ran: local "tree" (a copy of the workspace), "layer" (the
+	// fork's own changes frozen in place, stacked on its checkpoint),
+	// "layer-copy" (those changes copied, when the fork was busy);
+	// docker "commit".
+	Method string
 }
 
 // Capabilities lists what a provider can do.

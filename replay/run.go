@@ -39,7 +39,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer rp.close(context.WithoutCancel(ctx))
-	return rp.replayAll(ctx, ds)
+	return rp.replayAll(ctx, trajectories{ds})
+}
+
+// trajectories yields a dataset's trajectories rather than its rows: a
+// branch episode with its prefix (its ancestors' steps, then its own, from
+// step 0), so replay re-executes the prefix in a fork of the golden and
+// then the branch's own steps; an episode that branched is left out, as its
+// branches carry it (shard.Dataset.EachTrajectory).
+type trajectories struct{ ds *shard.Dataset }
+
+func (t trajectories) EachEpisode(fn func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error) error {
+	return t.ds.EachTrajectory(fn)
 }
 
 // withDefaults fills in the defaults and refuses settings out of range.

@@ -154,13 +154,18 @@ const (
 	ExitPolicyError     ExitReason = "policy_error"     // the policy failed (server down after retries)
 	ExitEnvError        ExitReason = "env_error"        // the sandbox failed (infrastructure, not a command)
 	ExitCancelled       ExitReason = "cancelled"        // the run was stopped
-	ExitUnknown         ExitReason = "unknown"          // anything else; counts as a loss
+	// ExitBranched: the episode was checkpointed after its last step and
+	// continued in branches (forks of that checkpoint, each its own
+	// episode). Its steps are the prefix its branches share; it was not
+	// verified, and it is not a trajectory of its own.
+	ExitBranched ExitReason = "branched"
+	ExitUnknown  ExitReason = "unknown" // anything else; counts as a loss
 )
 
 // ExitReasons lists every exit reason in a stable order.
 func ExitReasons() []ExitReason {
 	return []ExitReason{ExitDone, ExitMaxSteps, ExitTimeout, ExitNoAction, ExitUnparsedAction,
-		ExitOutputTruncated, ExitPolicyError, ExitEnvError, ExitCancelled, ExitUnknown}
+		ExitOutputTruncated, ExitPolicyError, ExitEnvError, ExitCancelled, ExitBranched, ExitUnknown}
 }
 
 // ParseExitReason maps a string to an ExitReason; anything unrecognised is
@@ -182,7 +187,7 @@ func (r ExitReason) Completed() bool { return r == ExitDone }
 // terms. Unknown reasons count as losses.
 func (r ExitReason) ScaffoldLoss() bool {
 	switch r {
-	case ExitDone, ExitMaxSteps, ExitTimeout, ExitCancelled:
+	case ExitDone, ExitMaxSteps, ExitTimeout, ExitCancelled, ExitBranched:
 		return false
 	}
 	return true

@@ -19,6 +19,13 @@ import (
 
 // Version is the native schema version. It is bumped whenever a column is
 // added, removed or changes meaning; readers refuse versions they do not know.
+//
+// Version 2 added the steps table's tool_calls and token provenance
+// (token_path, token_endpoints, chat_template_sha256), the episodes table's
+// token_cut, metadata and lineage columns (parent_episode_id, branch_step,
+// branch_index, group_id), let a branch episode's step indexes start at its
+// branch_step, and let the rewards table's name hold a verifier's metric
+// names.
 const Version = 2
 
 // Parquet key/value metadata keys written into every shard.
@@ -96,14 +103,9 @@ type EpisodeRow struct {
 	TaskID    string `parquet:"task_id" json:"task_id"`
 	TaskHash  string `parquet:"task_hash" json:"task_hash"` // sha256 of the canonical task spec
 	Repeat    int32  `parquet:"repeat" json:"repeat"`
-	// GroupID names the episodes that started from the same state with the
-	// same prompt (GRPO/RLOO groups, preference pairs): set by collectors
-	// that branch episodes; null otherwise, and exports then derive it from
-	// the task id, task hash, golden id and prompt.
-	GroupID *string `parquet:"group_id,optional" json:"group_id,omitempty"`
-	Seed    int64   `parquet:"seed" json:"seed"`
-	Replica int32   `parquet:"replica" json:"replica"` // worker slot that ran it
-	Attempt int32   `parquet:"attempt" json:"attempt"` // 1 + number of replaced replicas before this one
+	Seed      int64  `parquet:"seed" json:"seed"`
+	Replica   int32  `parquet:"replica" json:"replica"` // worker slot that ran it
+	Attempt   int32  `parquet:"attempt" json:"attempt"` // 1 + number of replaced replicas before this one
 
 	Provider      string  `parquet:"provider" json:"provider"`
 	GoldenID      string  `parquet:"golden_id" json:"golden_id"`           // checkpoint id; "" for recreate
@@ -143,6 +145,41 @@ type EpisodeRow struct {
 	// a Harbor task.toml's [metadata] and [task]) as a JSON object; null for
 	// a task without any. Added in schema version 2.
 	Metadata *string `parquet:"metadata,optional" json:"metadata,omitempty"`
+	// Lineage. A root episode starts from its task's golden checkpoint:
+	// ParentEpisodeID, BranchStep and BranchIndex are null. A branch
+	// episode starts from a checkpoint of its parent taken after the
+	// parent's last step: its own steps are numbered from BranchStep on,
+	// and steps 0..BranchStep-1 are the prefix, stored once, in its
+	// ancestors (formats/shard's EachTrajectory joins them). Its id derives
+	// from the parent's id, BranchStep and BranchIndex.
+	ParentEpisodeID *string `parquet:"parent_episode_id,optional" json:"parent_episode_id,omitempty"`
+	BranchStep      *int32  `parquet:"branch_step,optional" json:"branch_step,omitempty"`   // steps inherited from the parent
+	BranchIndex     *int32  `parquet:"branch_index,optional" json:"branch_index,omitempty"` // 0..width-1 among its siblings
+	// GroupID names the episodes that share a prefix and differ after it:
+	// siblings of one branch point share their group (derived from the
+	// parent's id and the branch step); root episodes share theirs with
+	// every episode of the same task spec started from its golden (derived
+	// from task id and task hash). Null in rows that predate it.
+	GroupID *string `parquet:"group_id,optional" json:"group_id,omitempty"`
+}
+
+// Branched reports whether the episode is a branch of another (it has a
+// parent), and at which step it starts.
+func (r *EpisodeRow) Branched() (parent string, step int, ok bool) {
+	if r.ParentEpisodeID == nil || *r.ParentEpisodeID == "" {
+		return "", 0, false
+	}
+	if r.BranchStep != nil {
+		step = int(*r.BranchStep)
+	}
+	return *r.ParentEpisodeID, step, true
+}
+
+// FirstStep is the step index the episode's own steps start at: its
+// branch step for a branch episode, 0 for a root.
+func (r *EpisodeRow) FirstStep() int {
+	_, step, _ := r.Branched()
+	return step
 }
 
 // The values of EpisodeRow.TokenCut.

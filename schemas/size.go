@@ -37,7 +37,7 @@ func (r *StepRow) Size() int64 {
 func (r *EpisodeRow) Size() int64 {
 	n := episodeFixed + len(r.EpisodeID) + len(r.RunID) + len(r.TaskID) + len(r.TaskHash) +
 		len(r.Provider) + len(r.GoldenID) + len(r.ResetStrategy) + len(r.ResetOrigin) +
-		len(r.ExitReason) + len(r.Detail) + len(r.Answer) + optLen(r.GroupID) + optLen(r.TokenCut) + optLen(r.Metadata) +
+		len(r.ExitReason) + len(r.Detail) + len(r.Answer) + optLen(r.ParentEpisodeID) + optLen(r.GroupID) + optLen(r.TokenCut) + optLen(r.Metadata) +
 		tokenBytes*(len(r.PromptIDs)+len(r.ResponseIDs)+len(r.ResponseMask)+len(r.ResponseLogprobs))
 	return int64(n)
 }

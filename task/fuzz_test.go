@@ -344,6 +344,9 @@ func renderSpec(t *testing.T, s Spec) *yaml.Node {
 	if s.Start != nil {
 		add("start", s.Start)
 	}
+	if s.BranchStart != nil {
+		add("branch_start", s.BranchStart)
+	}
 	if v := s.Verify; v != nil {
 		vm := map[string]any{"cmd": v.Cmd}
 		if v.Reward != "" {

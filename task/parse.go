@@ -383,7 +383,7 @@ func (p parser) intRange(n *yaml.Node, field string, v, lo, hi int64, unit strin
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-var specFields = []string{"id", "instruction", "image", "build", "files", "env", "network", "setup", "start", "verify", "limits", "solution", "browser", "metadata"}
+var specFields = []string{"id", "instruction", "image", "build", "files", "env", "network", "setup", "start", "branch_start", "verify", "limits", "solution", "browser", "metadata"}
 
 func (p parser) spec(n *yaml.Node) (Spec, error) {
 	s := Spec{Source: fmt.Sprintf("%s:%d", p.file, n.Line)}
@@ -424,6 +424,8 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 			return p.strList(v, key, &s.Setup)
 		case "start":
 			return p.strList(v, key, &s.Start)
+		case "branch_start":
+			return p.strList(v, key, &s.BranchStart)
 		case "verify":
 			return p.verify(v, &s)
 		case "limits":

@@ -58,7 +58,7 @@ func TestParseErrorsNameFileLineField(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown top-level field", "id: a\ninstruction: x\nsetpu: [ls]\n", []string{"bad.yaml:3:1", "field setpu", "unknown field", "known: browser, build, env, files"}},
+		{"unknown top-level field", "id: a\ninstruction: x\nsetpu: [ls]\n", []string{"bad.yaml:3:1", "field setpu", "unknown field", "known: branch_start, browser, build, env, files"}},
 		{"unknown limits field", "id: a\ninstruction: x\nlimits:\n  max_step: 3\n", []string{"bad.yaml:4:3", "limits.max_step", "known: action_timeout"}},
 		{"wrong type", "id: a\ninstruction: x\nlimits:\n  max_steps: many\n", []string{"bad.yaml:4:14", "limits.max_steps", "many"}},
 		{"bad duration", "id: a\ninstruction: x\nlimits:\n  action_timeout: 3 seconds\n", []string{"bad.yaml:4", "limits.action_timeout", "positive duration"}},

@@ -49,12 +49,17 @@ type Spec struct {
 	Env         map[string]string `json:"env,omitempty"`
 	// Network is where the task's sandboxes may connect; nil is the
 	// provider's default (none: no network at all).
-	Network  *Network         `json:"network,omitempty"`
-	Setup    []string         `json:"setup,omitempty"` // run once, into the golden checkpoint
-	Start    []string         `json:"start,omitempty"` // run in every fork after it starts
-	Verify   *Verify          `json:"verify,omitempty"`
-	Limits   Limits           `json:"limits"`
-	Solution []runtime.Action `json:"solution,omitempty"` // scripted actions for policy/script
+	Network *Network `json:"network,omitempty"`
+	Setup   []string `json:"setup,omitempty"` // run once, into the golden checkpoint
+	Start   []string `json:"start,omitempty"` // run in every fork after it starts
+	// BranchStart is run in every branch (a fork of a checkpoint taken in
+	// the middle of an episode, collect -branch) after it starts, instead
+	// of Start: a branch carries the parent's files, not its processes, and
+	// Start was written for the golden's state. Empty runs nothing.
+	BranchStart []string         `json:"branch_start,omitempty"`
+	Verify      *Verify          `json:"verify,omitempty"`
+	Limits      Limits           `json:"limits"`
+	Solution    []runtime.Action `json:"solution,omitempty"` // scripted actions for policy/script
 	// Browser, when set, gives every sandbox of the task a headless browser
 	// beside it (package browser): GUI actions go to the browser, the rest
 	// to the sandbox. Nil for shell-only tasks, and then absent from the

@@ -32,6 +32,8 @@ type collectOptions struct {
 	shardCount  int
 	metricsAddr string
 	llm         []llmFlag
+	branch      string
+	from        string
 }
 
 // llmFlag is a shorthand for a -policy-opt key of -policy openai.
@@ -83,6 +85,10 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.Int64(&c.Seed, "seed", "S", "run seed; part of every episode id")
 	f.String(&o.shard, "shard", "i/n", "collect only part i of n of the plan (disjoint parts, one per machine; join them with forkline merge)")
 	f.Int(&o.shardCount, "shard-count", "n", "collect part JOB_COMPLETION_INDEX (Kubernetes) or SLURM_ARRAY_TASK_ID (Slurm) of n parts")
+
+	f.Group("branching", "-branch at=2,width=4")
+	f.String(&o.branch, "branch", "at=K,width=N", "checkpoint every root episode still running after step K and continue it N times from there (docs/branching.md); the provider must checkpoint")
+	f.String(&o.from, "from", "DATASET", "branch from a stored dataset's episodes instead of running roots: not carried out by this version, refused")
 
 	f.Group("provider", "-provider docker -provider-opt image=forkline/chromium -replicas 8 -standby 2")
 	f.String(&c.Provider, "provider", "NAME", "sandbox provider: "+strings.Join(providers.Names(), ", ")+" (docs/providers.md)")
@@ -217,6 +223,12 @@ func (o *collectOptions) parse(inv *cli.Invocation) error {
 		if cfg.Part, err = collect.PartFromEnv(o.shardCount, os.Getenv); err != nil {
 			return err
 		}
+	}
+	if o.from != "" {
+		return fmt.Errorf("%s: -from %s: branching from a stored dataset is not carried out by this version; collect with -branch at=K,width=N instead (docs/branching.md)", inv.Prefix(), o.from)
+	}
+	if cfg.Branch, err = collect.ParseBranchPlan(o.branch); err != nil {
+		return err
 	}
 	if err := o.applyLLM(inv); err != nil {
 		return err

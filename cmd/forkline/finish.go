@@ -44,6 +44,9 @@ func resumeCommand(cfg collect.Config, quiet, asJSON bool) string {
 	if cfg.Part.Count > 1 {
 		args = append(args, "-shard", cfg.Part.String())
 	}
+	if cfg.Branch.IsSet() {
+		args = append(args, "-branch", cfg.Branch.String())
+	}
 	if cfg.Standby > 0 {
 		args = append(args, "-standby", strconv.Itoa(cfg.Standby))
 	}

@@ -271,9 +271,10 @@ func (d *Dataset) eachEpisodeOf(gen int, withSteps bool, fn func(schemas.Episode
 			return fmt.Errorf("%w: generation %d: episode %q has steps = %d but %d step rows follow the episodes' order",
 				ErrCorrupt, gen, ep.EpisodeID, ep.Steps, len(st))
 		}
+		first := ep.FirstStep()
 		for i := range st {
-			if int(st[i].StepIndex) != i {
-				return fmt.Errorf("%w: generation %d: episode %q: step row %d has step_index %d", ErrCorrupt, gen, ep.EpisodeID, i, st[i].StepIndex)
+			if int(st[i].StepIndex) != first+i {
+				return fmt.Errorf("%w: generation %d: episode %q: step row %d has step_index %d, want %d", ErrCorrupt, gen, ep.EpisodeID, i, st[i].StepIndex, first+i)
 			}
 		}
 		if err := fn(ep, st, rw); err != nil {

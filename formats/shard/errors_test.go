@@ -43,7 +43,7 @@ func TestInvalidBatchRefused(t *testing.T) {
 		{"mask length", func(b *EpisodeBatch) { b.Steps[1].ResponseMask = b.Steps[1].ResponseMask[:1] }, "step 1: len(response_mask) = 1, len(response_ids) = 2"},
 		{"logprobs length", func(b *EpisodeBatch) { b.Steps[0].ResponseLogprobs = []float32{-1} }, "step 0: len(response_logprobs) = 1, len(response_ids) = 2"},
 		{"reward of another episode", func(b *EpisodeBatch) { b.Rewards[0].EpisodeID = "y" }, `reward 0 ("verify"): episode_id "y"`},
-		{"reward step out of range", func(b *EpisodeBatch) { b.Rewards[0].StepIndex = ptr(int32(3)) }, "step_index 3, but the episode has 3 steps"},
+		{"reward step out of range", func(b *EpisodeBatch) { b.Rewards[0].StepIndex = ptr(int32(3)) }, "step_index 3, but the episode's own steps are 0..2"},
 		{"reward without name", func(b *EpisodeBatch) { b.Rewards[0].Name = "" }, "reward 0: name is empty"},
 		{"blob hash", func(b *EpisodeBatch) { b.Blobs[0].Data = []byte("changed") }, "blob 0: sha256"},
 	} {

@@ -49,8 +49,8 @@ func FuzzDecodeManifest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(written)
-	f.Add([]byte(`{"schema_version":1,"run_id":"r","status":"running","shards":[],"counts":{}}`))
-	f.Add([]byte(`{"schema_version":1,"run_id":"r","status":"complete","shards":[{"file":"steps/part-00000.parquet","table":"steps","generation":0,"rows":1,"bytes":9,"sha256":"` + strings.Repeat("a", 64) + `"}],"counts":{"steps":1}}`))
+	f.Add([]byte(`{"schema_version":2,"run_id":"r","status":"running","shards":[],"counts":{}}`))
+	f.Add([]byte(`{"schema_version":2,"run_id":"r","status":"complete","shards":[{"file":"steps/part-00000.parquet","table":"steps","generation":0,"rows":1,"bytes":9,"sha256":"` + strings.Repeat("a", 64) + `"}],"counts":{"steps":1}}`))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := decodeManifest("fuzz/manifest.json", data)

@@ -49,7 +49,10 @@ func (r Report) OK() bool { return len(r.Problems) == 0 }
 //     (or only a blobs shard), episode ids are unique across the dataset,
 //     every episode row carries the manifest's run id, every step and
 //     reward row belongs to an episode of its own generation, and each
-//     episode's steps count equals its step rows.
+//     episode's steps count equals its step rows;
+//   - the lineage: every branch episode's parent is in the dataset, the
+//     branch starts where its parent ends, and no episode is its own
+//     ancestor.
 //
 // The error is for a dataset that cannot be checked at all (no manifest,
 // an undecodable manifest, an unknown schema version, a manifest whose own
@@ -122,6 +125,11 @@ func Verify(dir string) (Report, error) {
 	seen := map[string]int{} // episode id → generation
 	for _, gen := range m.Generations() {
 		verifyGeneration(ds, m, gen, failed, seen, problem)
+	}
+	if len(failed) == 0 {
+		if _, err := ds.readLineage(); err != nil {
+			problem("%v", err)
+		}
 	}
 
 	entries, err := scanDataset(dir, &m)

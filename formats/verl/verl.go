@@ -119,6 +119,11 @@ var AgentFeatures = append(slices.Clone(PromptFeatures),
 		{Name: "run_id", Type: str},
 		{Name: "token_turns", Type: i32},
 		{Name: "turn", Type: i32},
+		// group_id is the GRPO group key: the trajectories that share a
+		// prefix (branches of one branch point, or the episodes of one task
+		// spec). verl draws a fresh uid per row; a loop that returns
+		// extra_fields puts it beside uid, for a trainer to group by.
+		{Name: "group_id", Type: str},
 	}},
 )
 
@@ -518,7 +523,7 @@ func (w *AgentWriter) fill(row model.Row, ep *model.Episode, reward float64, pro
 	row["num_turns"] = numTurns
 	row["extra_fields"] = map[string]any{
 		"traj_exit_reason": e.ExitReason, "task_id": e.TaskID, "episode_id": e.EpisodeID,
-		"run_id": e.RunID, "token_turns": tokenTurns, "turn": turn,
+		"run_id": e.RunID, "token_turns": tokenTurns, "turn": turn, "group_id": ep.GroupID(),
 	}
 }
 

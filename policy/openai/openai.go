@@ -89,6 +89,11 @@ type Policy struct {
 	ids       []int32
 	lastReply *chatMessage
 	turnEnd   int32
+
+	// rebuilt are the assistant messages Continue rebuilt from a record
+	// for steps of the history it was started on, by step index; catchUp
+	// shows them before the steps' results.
+	rebuilt map[int]chatMessage
 }
 
 // turnMeta remembers how an action was asked for, to answer it the same way.
@@ -298,7 +303,9 @@ func (p *Policy) catchUp(steps []runtime.Step) {
 	for i := p.observed; i < len(steps); i++ {
 		s := steps[i]
 		meta, ours := p.answered[i]
-		if !ours {
+		if reply, ok := p.rebuilt[i]; ok {
+			p.msgs = append(p.msgs, reply)
+		} else if !ours {
 			p.msgs = append(p.msgs, chatMessage{Role: "assistant", Content: str(textCall(s.Action))})
 		}
 		obs := aci.ObservationText(s, p.cfg.ObservationCap)

@@ -44,6 +44,14 @@
 // browser state on disk. Memory state (open tabs, scroll positions) is not
 // forked, like everything else in forkline.
 //
+// A checkpoint in the middle of an episode (a branch point) does the same
+// to a browser that is running: it writes the page files, notes the page
+// shown, closes the browser gracefully and checkpoints; forks of it start
+// a browser on the parent's profile that opens the parent's page, and the
+// parent itself reopens it at its next GUI action. What lived only in the
+// page — fields typed but not submitted, scroll positions, script state —
+// is gone in both.
+//
 // The page files are how shell verifiers see what the browser did: they are
 // rewritten, when a GUI action changed something, right before the next
 // action that goes to the sandbox (an exec, a read_file, the verifier). A

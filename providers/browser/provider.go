@@ -39,11 +39,16 @@ func ConfigFor(base Config, g providers.GUI) Config {
 //   - Create of a Spec with GUI creates inner's sandbox (from the Spec
 //     without GUI, which inner need not host) and wraps it; a Spec
 //     without GUI gets inner's sandbox as it is;
-//   - Checkpoint of a Session first calls its Prepare (start the browser,
-//     open the start page, close it gracefully), so the checkpoint holds the
+//   - Checkpoint of a Session first calls its Prepare (a golden: start the
+//     browser, open the start page; an episode's: write the page files;
+//     then close the browser gracefully), so the checkpoint holds the
 //     profile, then checkpoints the sandbox underneath, and remembers the
-//     config for the checkpoint;
-//   - Fork of such a checkpoint wraps the fork with the same config;
+//     config for the checkpoint, with the page the session showed as its
+//     start page;
+//   - Fork of such a checkpoint wraps the fork with that config: a branch
+//     of an episode opens the page its parent showed, on the parent's
+//     profile (memory state — unsaved form fields, scroll positions — is
+//     not forked);
 //   - Close closes the Sessions still open (their browsers with them), then
 //     inner;
 //   - everything else is inner's.
@@ -113,15 +118,18 @@ func (p *provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label s
 	if !ok {
 		return p.Provider.Checkpoint(ctx, sb, label)
 	}
-	if err := s.Prepare(ctx); err != nil {
+	page, err := s.Prepare(ctx)
+	if err != nil {
 		return providers.Checkpoint{}, fmt.Errorf("browser: preparing the profile for the checkpoint: %w", err)
 	}
 	cp, err := p.Provider.Checkpoint(ctx, s.Sandbox(), label)
 	if err != nil {
 		return cp, err
 	}
+	cfg := s.Config()
+	cfg.Start = page
 	p.mu.Lock()
-	p.byCheckpoint[cp.ID] = s.Config()
+	p.byCheckpoint[cp.ID] = cfg
 	p.mu.Unlock()
 	return cp, nil
 }

@@ -50,6 +50,10 @@ type Session struct {
 	dirty       bool     // the page may differ from the page files
 	dialogs     chan string
 	onClose     func() // set by Provider: forget the session once it is closed
+	// reopen is the page the browser opens at its next start instead of
+	// the start page: the page it showed when Prepare stopped it in the
+	// middle of an episode.
+	reopen string
 }
 
 // GUIKinds are the action kinds a Session sends to the browser.
@@ -144,27 +148,57 @@ func (s *Session) Close(ctx context.Context) error {
 	return s.sb.Close(ctx)
 }
 
-// Prepare starts the browser, opens the start page, and closes the browser
-// gracefully, so the profile on disk is complete: what a golden checkpoint
-// should hold. The session stays usable; the next GUI action starts a new
-// browser on that profile.
-func (s *Session) Prepare(ctx context.Context) error {
+// Prepare closes the browser gracefully, so the profile on disk is
+// complete, and returns the page a browser started on that profile should
+// open. A session whose browser has not run yet (a golden being built) first
+// starts it and opens the start page, so the profile exists. A session in
+// the middle of an episode first writes the page files, and returns the page
+// it shows (workspace-relative when it is a workspace file), which this
+// session, too, reopens at its next GUI action; memory state — form fields
+// typed but not saved, scroll positions, script state — is lost. A page
+// that cannot be a start page (an error page) gives the configured start
+// page. The session stays usable; the next GUI action starts a new browser
+// on that profile.
+func (s *Session) Prepare(ctx context.Context) (page string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return providers.ErrClosed
+		return "", providers.ErrClosed
 	}
 	if s.broken != nil {
-		return s.broken
+		return "", s.broken
 	}
-	if !s.running {
-		if err := s.start(ctx); err != nil {
-			return err
+	page = s.startPage()
+	if s.running {
+		if s.dirty {
+			if err := s.writePageFiles(ctx); err != nil {
+				return "", err
+			}
 		}
+		url, _, failed, broken := s.location(ctx)
+		if broken != nil {
+			return "", broken
+		}
+		if _, refused := resolveURL(url, "/workspace"); failed == nil && url != "" && refused == "" {
+			page = url
+		}
+	} else if err := s.start(ctx); err != nil {
+		return "", err
 	}
 	s.stop(true)
 	s.notes, s.dirty = nil, false
-	return nil
+	if page != s.cfg.Start {
+		s.reopen = page
+	}
+	return page, nil
+}
+
+// startPage is the page the next browser start opens.
+func (s *Session) startPage() string {
+	if s.reopen != "" {
+		return s.reopen
+	}
+	return s.cfg.Start
 }
 
 // start launches Chromium, sets the viewport, and opens the start page.
@@ -215,8 +249,8 @@ func (s *Session) start(ctx context.Context) error {
 	if pid := s.l.pid(); pid > 0 {
 		s.sb.Act(ctx, runtime.Action{Kind: runtime.ActWriteFile, Path: Dir + "/pid", Content: strconv.Itoa(pid) + "\n"})
 	}
-	if s.cfg.Start != "about:blank" {
-		if note, _, err := s.navigate(ctx, s.cfg.Start); err != nil {
+	if start := s.startPage(); start != "about:blank" {
+		if note, _, err := s.navigate(ctx, start); err != nil {
 			return err
 		} else if note != "" {
 			s.notes = append(s.notes, "start page "+note)

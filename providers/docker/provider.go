@@ -36,6 +36,10 @@ const ForkMethod = "image"
 // OriginCreate is the SandboxInfo.Origin of a sandbox made by Create.
 const OriginCreate = "create"
 
+// MethodCommit is the Checkpoint.Method of every checkpoint: a commit of
+// the container (paused while the engine writes its diff) to an image.
+const MethodCommit = "commit"
+
 // The labels forkline puts on engine objects.
 const (
 	// LabelRun carries Options.RunID on every container and checkpoint image.
@@ -575,7 +579,7 @@ func (p *Provider) checkpoint(ctx context.Context, sb providers.Sandbox, label s
 	}
 	took := time.Since(began)
 	s.waitUnpaused(ctx)
-	cp := providers.Checkpoint{ID: res.ID, Label: label, Provider: Name, Took: took, Bytes: p.diffBytes(ctx, s.id, res.ID)}
+	cp := providers.Checkpoint{ID: res.ID, Label: label, Provider: Name, Took: took, Bytes: p.diffBytes(ctx, s.id, res.ID), Method: MethodCommit}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

@@ -54,6 +54,7 @@
 //	sb-ID/ws             a sandbox's workspace (an overlay mount point for overlay forks)
 //	sb-ID/upper, work    the overlay upper and work directories of a fork
 //	cp-ID/tree           a checkpoint: a frozen copy of a workspace, never written again
+//	cp-ID/layer          a checkpoint of an overlay fork: its frozen upper layer, over its base's
 //
 // # Actions
 //
@@ -88,12 +89,33 @@
 //
 // # Checkpoint and fork
 //
-// Checkpoint copies the sandbox's current view into cp-ID/tree (once per task,
-// so its O(size) cost is paid once); the sandbox stays usable and later writes
-// to it do not reach the checkpoint. Quiesce background jobs first: a file
-// being written during the copy is copied as it is at that moment. Forks
-// inherit the checkpointed sandbox's Env and OutputCap; processes are not
-// forked, only files.
+// Checkpoint of a sandbox made by Create (a golden) copies its current view
+// into cp-ID/tree (once per task, so its O(size) cost is paid once); the
+// sandbox stays usable and later writes to it do not reach the checkpoint.
+// Quiesce background jobs first: a file being written during the copy is
+// copied as it is at that moment. Forks inherit the checkpointed sandbox's
+// Env and OutputCap; processes are not forked, only files.
+//
+// Checkpoint of an overlay fork — in the middle of an episode, to branch it
+// — freezes only what the fork changed: its upper layer becomes cp-ID/layer,
+// stacked on the checkpoint the fork came from, and forks of it mount the
+// whole stack (layer over layer over the golden tree) as their lower
+// layers. Its cost grows with the episode's diff, not with the workspace
+// (Checkpoint.Bytes is the diff's size). When nothing holds the workspace
+// (no process the fork started has its directory or a file there) the
+// upper layer is frozen in place — unmount, rename, mount again over the new
+// stack with a fresh upper layer: Method "layer", a constant cost whatever
+// the diff; otherwise it is copied, whiteouts and overlay attributes kept
+// (Method "layer-copy"), and a file being written meanwhile is copied as it
+// is. A stack that would pass 64 layers, or whose mount options would not
+// fit in a page, is flattened: the fork's view is copied into a tree
+// (Method "tree"). A layer holds its base checkpoint until it is removed,
+// so releasing a golden never breaks the branch points made over it.
+//
+// In copy mode there are no layers: a checkpoint of a fork copies the
+// fork's whole workspace into a tree, as a golden's is, and its cost grows
+// with the workspace (on XFS or btrfs, reflinks make it grow with the number
+// of files instead).
 //
 // Fork uses one of two methods, chosen at Open by the "fork" param:
 //
@@ -199,15 +221,21 @@ type Provider struct {
 	checkpoints map[string]*checkpoint
 }
 
-// checkpoint is a frozen workspace. Its tree is never written after it is
-// made. Guarded by Provider.mu.
+// checkpoint is a frozen workspace: a tree (a copy of a workspace), or a
+// layer (what one overlay fork changed) stacked on the checkpoint that
+// fork came from. Neither is written after it is made. Guarded by
+// Provider.mu.
 type checkpoint struct {
-	info      providers.Checkpoint
-	dir, tree string
+	info providers.Checkpoint
+	dir  string
+	// layers are the directories a fork's overlay stacks, top first: the
+	// tree alone, or the layer and then its base's layers.
+	layers    []string
+	base      *checkpoint // the checkpoint a layer is stacked on; it holds one use of it
 	env       []string
 	outputCap int
 	pidsMax   int64
-	users     int  // live overlay forks using tree as their lower layer
+	users     int  // live overlay forks (and layers) stacked on it
 	released  bool // no more forks; remove when users drops to zero
 }
 
@@ -378,7 +406,9 @@ func specFiles(m map[string][]byte) ([]specFile, error) {
 	return out, nil
 }
 
-// Checkpoint copies sb's workspace into a new checkpoint tree.
+// Checkpoint freezes sb: an overlay fork's changes become a layer stacked
+// on the checkpoint it was forked from (see layer.go); any other sandbox's
+// workspace is copied into a new checkpoint tree.
 func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label string) (providers.Checkpoint, error) {
 	s, err := p.own(sb)
 	if err != nil {
@@ -387,6 +417,17 @@ func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label s
 	if err := s.checkOpen(); err != nil {
 		return providers.Checkpoint{}, err
 	}
+	if s.origin == ForkOverlay {
+		if cp, ok, err := p.checkpointLayer(ctx, s, label); ok || err != nil {
+			return cp, err
+		}
+	}
+	return p.checkpointTree(ctx, s, label, MethodTree)
+}
+
+// checkpointTree copies s's workspace, as its commands see it, into a new
+// checkpoint tree.
+func (p *Provider) checkpointTree(ctx context.Context, s *sandbox, label, method string) (providers.Checkpoint, error) {
 	began := time.Now()
 	id, dir, err := p.newDir("cp")
 	if err != nil {
@@ -403,9 +444,9 @@ func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label s
 	}
 	cp := &checkpoint{
 		info: providers.Checkpoint{
-			ID: id, Label: label, Provider: Name, Bytes: size, Took: time.Since(began),
+			ID: id, Label: label, Provider: Name, Bytes: size, Took: time.Since(began), Method: method,
 		},
-		dir: dir, tree: tree,
+		dir: dir, layers: []string{tree},
 		env:       append([]string(nil), s.spec.env...),
 		outputCap: s.spec.outputCap,
 		pidsMax:   s.spec.pidsMax,
@@ -452,10 +493,12 @@ func (p *Provider) fork(ctx context.Context, c *checkpoint, overlay bool) (*sand
 	var origin string
 	if overlay {
 		origin = ForkOverlay
-		err = mountOverlay(c.tree, dir, ws, p.overlay)
+		err = mountOverlay(c.layers, dir, ws, p.overlay)
 	} else {
 		origin = ForkCopy
-		_, err = p.copier.copyTree(ctx, c.tree, ws)
+		// A copy-mode provider only makes trees (Checkpoint stacks layers
+		// on overlay forks only), so this is the whole state.
+		_, err = p.copier.copyTree(ctx, c.layers[0], ws)
 	}
 	if err != nil {
 		_ = removeTree(dir)
@@ -500,9 +543,19 @@ func (p *Provider) Release(ctx context.Context, cp providers.Checkpoint) error {
 	}
 	p.mu.Unlock()
 	if remove {
-		return removeTree(c.dir)
+		return p.removeCheckpoint(c)
 	}
 	return nil
+}
+
+// removeCheckpoint removes c, no longer listed, and ends its use of its
+// base.
+func (p *Provider) removeCheckpoint(c *checkpoint) error {
+	err := removeTree(c.dir)
+	if c.base != nil {
+		p.dropUser(c.base)
+	}
+	return err
 }
 
 // Close closes every sandbox, removes every checkpoint and the provider's
@@ -619,7 +672,7 @@ func (p *Provider) dropUser(c *checkpoint) {
 	}
 	p.mu.Unlock()
 	if remove {
-		_ = removeTree(c.dir)
+		_ = p.removeCheckpoint(c)
 	}
 }
 

@@ -548,3 +548,72 @@ func TestSweepAfterSIGKILL(t *testing.T) {
 	require.Empty(t, entries, "Sweep removes the dead run's directory")
 	require.Empty(t, mountsUnder(t, base), "Sweep unmounts the dead run's overlays")
 }
+
+// A checkpoint of an overlay fork in the middle of an episode freezes only
+// what the fork changed: its cost is the diff, not the workspace. A quiet
+// fork's upper layer is frozen in place (layer), a busy one's copied
+// (layer-copy); either way the forks see the same files; a stack too deep
+// to grow is flattened into a tree.
+func TestMidEpisodeCheckpointFreezesTheDiff(t *testing.T) {
+	p := openLocal(t, local.ForkOverlay)
+	defer p.Close(context.Background())
+	ctx := t.Context()
+	big := strings.Repeat("x", 4<<20)
+	sb, err := p.Create(ctx, providers.Spec{Files: map[string][]byte{"big.bin": []byte(big), "small.txt": []byte("golden")}})
+	require.NoError(t, err)
+	golden, err := p.Checkpoint(ctx, sb, "golden")
+	require.NoError(t, err)
+	require.Equal(t, local.MethodTree, golden.Method)
+	require.GreaterOrEqual(t, golden.Bytes, int64(len(big)))
+	require.NoError(t, sb.Close(ctx))
+
+	ep, err := p.Fork(ctx, golden)
+	require.NoError(t, err)
+	defer ep.Close(ctx)
+	act := func(sb providers.Sandbox, cmd string) string {
+		t.Helper()
+		obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: cmd})
+		require.NoError(t, err)
+		require.False(t, obs.Error, "%s: %s", cmd, obs.Text())
+		return string(obs.Output)
+	}
+	act(ep, "echo changed > small.txt && rm big.bin")
+	quiet, err := p.Checkpoint(ctx, ep, "quiet")
+	require.NoError(t, err)
+	require.Equal(t, local.MethodLayer, quiet.Method, "nothing held the workspace: the upper layer is frozen in place")
+	require.Less(t, quiet.Bytes, int64(4096), "the checkpoint holds the diff, not the 4 MiB workspace")
+	require.Equal(t, quiet.ID, ep.Info().Checkpoint, "the fork now stands on the layer it froze")
+	require.Equal(t, "changed\n", act(ep, "cat small.txt"), "and goes on as it was")
+
+	act(ep, "echo busy > small.txt && (sleep 2 &) ; sleep 5 >/dev/null 2>&1 &")
+	busy, err := p.Checkpoint(ctx, ep, "busy")
+	require.NoError(t, err)
+	require.Equal(t, local.MethodLayerCopy, busy.Method, "a process held the workspace: the upper layer is copied")
+	for cp, want := range map[providers.Checkpoint]string{quiet: "changed\n", busy: "busy\n"} {
+		f, err := p.Fork(ctx, cp)
+		require.NoError(t, err)
+		require.Equal(t, want, act(f, "cat small.txt"), cp.Method)
+		require.Equal(t, "gone\n", act(f, "test -e big.bin || echo gone"), "a whiteout survives the %s", cp.Method)
+		require.NoError(t, f.Close(ctx))
+	}
+
+	// Branch of a branch of ..., until the stack flattens.
+	at, err := p.Fork(ctx, quiet)
+	require.NoError(t, err)
+	defer at.Close(ctx)
+	var methods []string
+	for i := range 70 {
+		act(at, fmt.Sprintf("echo %d > depth.txt", i))
+		cp, err := p.Checkpoint(ctx, at, fmt.Sprintf("depth-%d", i))
+		require.NoError(t, err)
+		methods = append(methods, cp.Method)
+		next, err := p.Fork(ctx, cp)
+		require.NoError(t, err)
+		defer next.Close(ctx)
+		require.Equal(t, fmt.Sprintf("%d\n", i), act(next, "cat depth.txt"))
+		at = next
+	}
+	require.Contains(t, methods, local.MethodTree, "a stack that cannot grow is flattened into a tree")
+	require.Equal(t, local.MethodLayer, methods[0])
+	require.Equal(t, "gone\n", act(at, "test -e big.bin || echo gone"))
+}

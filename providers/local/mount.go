@@ -52,7 +52,7 @@ func probeOverlay(root string) (string, error) {
 			return "", err
 		}
 		merged := filepath.Join(fork, "ws")
-		err := mountOverlay(lower, fork, merged, extra)
+		err := mountOverlay([]string{lower}, fork, merged, extra)
 		if err == nil {
 			err = checkOverlay(merged)
 			if uerr := unmount(merged); err == nil {
@@ -98,27 +98,28 @@ func checkOverlay(merged string) error {
 	return nil
 }
 
-// mountOverlay makes dir/upper and dir/work and mounts an overlay of lower
-// on ws, which it creates.
-func mountOverlay(lower, dir, ws, extra string) error {
+// mountOverlay makes dir/upper and dir/work and mounts an overlay of the
+// lower layers (top first) on ws, which it creates unless it exists.
+func mountOverlay(lowers []string, dir, ws, extra string) error {
 	upper := filepath.Join(dir, "upper")
 	work := filepath.Join(dir, "work")
-	for _, d := range []string{upper, work, ws} {
+	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
 		}
 	}
-	// The merged root shows the upper root's attributes: give it the lower's.
-	if st, err := os.Stat(lower); err == nil {
+	if err := os.Mkdir(ws, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	// The merged root shows the topmost layer's attributes: give the upper
+	// root the attributes of the root its commands saw so far.
+	if st, err := os.Stat(lowers[0]); err == nil {
 		_ = os.Chmod(upper, st.Mode().Perm())
 		if sys, ok := st.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 {
 			_ = os.Lchown(upper, int(sys.Uid), int(sys.Gid))
 		}
 	}
-	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
-	if extra != "" {
-		opts += "," + extra
-	}
+	opts := overlayOptions(lowers, upper, work, extra)
 	if err := unix.Mount("overlay", ws, "overlay", 0, opts); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("mount overlay on %s: %w (it needs root or a user namespace of our own)", ws, err)
@@ -127,6 +128,20 @@ func mountOverlay(lower, dir, ws, extra string) error {
 	}
 	return nil
 }
+
+// overlayOptions is the mount data of an overlay.
+func overlayOptions(lowers []string, upper, work, extra string) string {
+	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upper + ",workdir=" + work
+	if extra != "" {
+		opts += "," + extra
+	}
+	return opts
+}
+
+// maxMountData is the most bytes of mount data the kernel takes through
+// mount(2): one page. A stack of layers whose options would not fit is
+// flattened instead (see checkpointLayer).
+const maxMountData = 4096
 
 // unmount unmounts the overlay on ws, lazily if something still uses it. A
 // path that is not (or no longer) a mount point is not an error.

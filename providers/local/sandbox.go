@@ -42,6 +42,7 @@ type sandbox struct {
 	closed bool
 	groups map[int]bool   // process groups that may have members: true while their leader runs
 	acts   sync.WaitGroup // Acts in flight
+	active int            // Acts in flight, counted under mu (a freeze needs none)
 	once   sync.Once
 	err    error // of the one real Close
 }
@@ -107,8 +108,14 @@ func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 		return runtime.Observation{}, fmt.Errorf("local: sandbox %s: %w", s.id, providers.ErrClosed)
 	}
 	s.acts.Add(1)
+	s.active++
 	s.mu.Unlock()
-	defer s.acts.Done()
+	defer func() {
+		s.mu.Lock()
+		s.active--
+		s.mu.Unlock()
+		s.acts.Done()
+	}()
 	if err := ctx.Err(); err != nil {
 		return runtime.Observation{}, err
 	}

@@ -1,6 +1,7 @@
 // Package providertest is the conformance suite every provider must pass:
 // files, exec, timeouts that kill the whole process tree, output caps, binary
-// output, path confinement, checkpoint and fork isolation, cleanup,
+// output, path confinement, checkpoint and fork isolation (of goldens and of
+// checkpoints of forks in the middle of an episode: branching), cleanup,
 // concurrency, and the GUI claim (a sandbox says it has a GUI only when it
 // asked for one and GUI actions reach it; a provider that cannot host one
 // refuses the request). A backend's test calls Run with a function that
@@ -74,6 +75,8 @@ func Run(t *testing.T, open func(t *testing.T) providers.Provider) {
 	t.Run("ForkIsolation", s.testForkIsolation)
 	t.Run("GoldenImmutable", s.testGoldenImmutable)
 	t.Run("ForkDeletes", s.testForkDeletes)
+	t.Run("MidEpisodeCheckpoint", s.testMidEpisodeCheckpoint)
+	t.Run("MidEpisodeCheckpointBusy", s.testMidEpisodeCheckpointBusy)
 	t.Run("ConcurrentForks", s.testConcurrentForks)
 	t.Run("CloseIdempotent", s.testClose)
 	t.Run("ReleaseIdempotent", s.testRelease)
@@ -580,9 +583,12 @@ func (s *suite) testBadSpec(t *testing.T) {
 const guiPage = `<html><head><title>Conformance</title></head>` +
 	`<body style="margin:0;background:#fff"><div style="width:80px;height:60px;background:#c00"></div>gui</body></html>`
 
+// guiPage2 is a second page, to leave the start page for.
+const guiPage2 = `<html><head><title>Second</title></head><body>second page</body></html>`
+
 // guiSpec asks for a small GUI on guiPage.
 func guiSpec() providers.Spec {
-	return providers.Spec{Files: map[string][]byte{"page.html": []byte(guiPage)},
+	return providers.Spec{Files: map[string][]byte{"page.html": []byte(guiPage), "page2.html": []byte(guiPage2)},
 		GUI: &providers.GUI{Width: 320, Height: 240, Start: "page.html", Screenshots: true, A11y: true}}
 }
 
@@ -627,6 +633,25 @@ func (s *suite) testGUI(t *testing.T) {
 		require.True(t, f.Info().GUI, "a fork of a GUI sandbox has the GUI too")
 		requireScreenshot(t, f, "fork of a GUI sandbox")
 		require.Equal(t, "gui\n", run(t, f, "grep -o gui page.html | head -1"), "and the sandbox's files")
+	})
+	t.Run("MidEpisodeCheckpoint", func(t *testing.T) {
+		// A branch of a GUI sandbox in the middle of an episode reopens the
+		// page its parent showed, and the parent goes on showing it.
+		ep := fork(t, p, checkpoint(t, p, sb, "gui-golden"))
+		obs := act(t, ep, runtime.Action{Kind: runtime.ActNavigate, URL: "page2.html"})
+		require.Falsef(t, obs.Error, "navigate: %s", obs.Text())
+		run(t, ep, "echo typed > note.txt")
+		mid := checkpoint(t, p, ep, "gui-mid")
+		branch := fork(t, p, mid)
+		require.True(t, branch.Info().GUI, "a branch of a GUI sandbox has the GUI too")
+		obs = act(t, branch, runtime.Action{Kind: runtime.ActScreenshot})
+		require.Containsf(t, obs.Text(), "url: page2.html", "the branch reopens its parent's page: %s", obs.Text())
+		require.Equal(t, "typed\n", read(t, branch, "note.txt"), "and has its files")
+		require.Equal(t, "page2.html\n", read(t, branch, ".browser/url"), "the page files the checkpoint holds name the parent's page")
+		obs = act(t, ep, runtime.Action{Kind: runtime.ActScreenshot})
+		require.Containsf(t, obs.Text(), "url: page2.html", "the parent goes on at its page: %s", obs.Text())
+		obs = act(t, fork(t, p, checkpoint(t, p, sb, "gui-golden-2")), runtime.Action{Kind: runtime.ActScreenshot})
+		require.Containsf(t, obs.Text(), "url: page.html", "a fork of the golden still opens the start page: %s", obs.Text())
 	})
 	t.Run("ProviderCloseEndsTheGUI", func(t *testing.T) {
 		q := s.provider(t)
@@ -732,6 +757,100 @@ func (s *suite) testForkDeletes(t *testing.T) {
 
 	requireGolden(t, b, "sibling of a fork that deleted files")
 	requireGolden(t, fork(t, p, cp), "fork made after deletes in another")
+}
+
+// episodeChanges makes, in a fork of golden, the changes an episode makes:
+// a file rewritten, one added, one deleted, a directory deleted and made
+// anew with other contents, a marker added.
+func episodeChanges(t *testing.T, sb providers.Sandbox) {
+	t.Helper()
+	write(t, sb, "state.txt", "mid-episode")
+	write(t, sb, "branch.txt", "made by the episode")
+	run(t, sb, "rm keep.txt && rm -r dir && mkdir -p dir/other && echo new > dir/other/f && echo m > markers/mid && chmod 700 made")
+}
+
+// requireMidEpisode checks that sb shows exactly the state episodeChanges
+// left on the golden.
+func requireMidEpisode(t *testing.T, sb providers.Sandbox, what string) {
+	t.Helper()
+	require.Equal(t, "mid-episode", read(t, sb, "state.txt"), "%s: state.txt", what)
+	require.Equal(t, "made by the episode", read(t, sb, "branch.txt"), "%s: branch.txt", what)
+	requireMissing(t, sb, "keep.txt")
+	requireMissing(t, sb, "dir/sub/doc.txt")
+	require.Equal(t, "new\n", read(t, sb, "dir/other/f"), "%s: dir/other/f", what)
+	require.Equal(t, "other\n", run(t, sb, "ls dir"), "%s: a directory made anew shows none of the old one", what)
+	require.Equal(t, "golden\nmid\n", run(t, sb, "ls markers"), "%s: markers/", what)
+	require.Equal(t, "by-command\n", read(t, sb, "made/cmd.txt"), "%s: a golden file the episode kept", what)
+	require.Equal(t, "drwx------\n", run(t, sb, "ls -ld made | cut -c1-10"), "%s: a mode the episode changed", what)
+}
+
+// testMidEpisodeCheckpoint: a checkpoint of a fork in the middle of an
+// episode (a branch point) behaves like a golden. Its forks see the fork's
+// state at checkpoint time — writes, deletes, a directory made anew —
+// whatever the fork or any other branch does afterwards; changes in a
+// branch reach neither the fork nor its siblings; a branch can be
+// checkpointed again (a tree); and the branch point outlives the release of
+// the golden it was made over.
+func (s *suite) testMidEpisodeCheckpoint(t *testing.T) {
+	p := s.provider(t)
+	_, golden := golden(t, p)
+	ep := fork(t, p, golden)
+	episodeChanges(t, ep)
+	mid := checkpoint(t, p, ep, "mid-"+t.Name())
+	require.GreaterOrEqual(t, mid.Bytes, int64(-1), "Checkpoint.Bytes is a size or -1")
+
+	a, b := fork(t, p, mid), fork(t, p, mid)
+	require.Equal(t, mid.ID, a.Info().Checkpoint, "SandboxInfo.Checkpoint of a branch")
+	requireMidEpisode(t, a, "branch")
+	requireMidEpisode(t, b, "sibling branch")
+
+	// The episode goes on after its checkpoint: nothing reaches the branches.
+	write(t, ep, "state.txt", "after the checkpoint")
+	run(t, ep, "rm branch.txt && echo late > markers/late && mkdir -p dir/sub && echo back > dir/sub/doc.txt")
+	require.Equal(t, "after the checkpoint", read(t, ep, "state.txt"), "the checkpointed fork stays usable and sees its own writes")
+	requireMidEpisode(t, a, "branch after the parent went on")
+	requireMidEpisode(t, fork(t, p, mid), "branch made after the parent went on")
+
+	// A branch's changes reach neither its parent nor its siblings.
+	write(t, a, "state.txt", "branch a")
+	run(t, a, "rm -r dir made && echo a > markers/a")
+	requireMidEpisode(t, b, "sibling of a branch that changed files")
+	require.Equal(t, "after the checkpoint", read(t, ep, "state.txt"), "a branch's write does not reach its parent")
+	requireMidEpisode(t, fork(t, p, mid), "branch made after a sibling changed files")
+	requireGolden(t, fork(t, p, golden), "fork of the golden after branching")
+
+	// A branch checkpointed again: a tree two levels deep.
+	deeper := checkpoint(t, p, a, "deeper-"+t.Name())
+	c := fork(t, p, deeper)
+	require.Equal(t, "branch a", read(t, c, "state.txt"), "a branch of a branch")
+	requireMissing(t, c, "dir/other/f")
+	require.Equal(t, "a\ngolden\nmid\n", run(t, c, "ls markers"), "markers of the branch of a branch")
+	write(t, a, "state.txt", "a went on")
+	require.Equal(t, "branch a", read(t, c, "state.txt"), "a branch of a branch, after its parent went on")
+
+	// The branch points do not need the golden any more once made.
+	require.NoError(t, p.Release(t.Context(), golden), "Release of the golden under branch points")
+	requireMidEpisode(t, fork(t, p, mid), "branch made after the golden was released")
+	require.Equal(t, "branch a", read(t, fork(t, p, deeper), "state.txt"), "branch of a branch made after the golden was released")
+}
+
+// testMidEpisodeCheckpointBusy: a checkpoint of a fork while a process the
+// episode started still runs in its workspace freezes the files as they
+// are at that moment; what the process writes later reaches neither the
+// branches nor, through them, anyone else, and the fork goes on.
+func (s *suite) testMidEpisodeCheckpointBusy(t *testing.T) {
+	p := s.provider(t)
+	_, golden := golden(t, p)
+	ep := fork(t, p, golden)
+	write(t, ep, "before.txt", "before")
+	run(t, ep, "(sleep 3; echo late > late.txt) >/dev/null 2>&1 &")
+	mid := checkpoint(t, p, ep, "busy-"+t.Name())
+	branch := fork(t, p, mid)
+	require.Equal(t, "before", read(t, branch, "before.txt"), "the branch has the files written before the checkpoint")
+	run(t, ep, "i=0; while [ ! -f late.txt ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; cat late.txt")
+	requireMissing(t, branch, "late.txt")
+	requireMissing(t, fork(t, p, mid), "late.txt")
+	require.Equal(t, "before", read(t, ep, "before.txt"), "the fork goes on")
 }
 
 func (s *suite) testConcurrentForks(t *testing.T) {

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/policy/openai/openaitest"
+	"github.com/forkline/forkline/replay"
+	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
+)
+
+// branchTree reads a branching dataset and checks it is exactly the tree
+// at,width plans over its roots: every root that branched has its width
+// branches with their derived ids and lineage, nothing is there twice, and
+// the dataset verifies. It returns the episode rows by id.
+func branchTree(t *testing.T, out string, repeats, at, width int) map[string]schemas.EpisodeRow {
+	t.Helper()
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	hashes, err := task.RecordHashes(ds.Manifest().Tasks)
+	require.NoError(t, err)
+	eps := map[string]schemas.EpisodeRow{}
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		_, dup := eps[e.EpisodeID]
+		require.False(t, dup, "episode %s is there twice", e.EpisodeID)
+		eps[e.EpisodeID] = e
+	}
+	var want []string
+	for id, h := range hashes {
+		for r := range repeats {
+			root := collect.EpisodeID(id, h, r, 0)
+			want = append(want, root)
+			if eps[root].ExitReason != string(runtime.ExitBranched) {
+				continue
+			}
+			for i := range width {
+				b := episode.BranchID(root, at, i)
+				want = append(want, b)
+				row, ok := eps[b]
+				require.True(t, ok, "branch %d of %s is kept", i, root)
+				require.Equal(t, root, *row.ParentEpisodeID)
+				require.EqualValues(t, at, *row.BranchStep)
+				require.EqualValues(t, i, *row.BranchIndex)
+				require.Equal(t, episode.BranchGroupID(root, at), *row.GroupID)
+			}
+		}
+	}
+	got := slices.Collect(func(yield func(string) bool) {
+		for id := range eps {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	sort.Strings(want)
+	sort.Strings(got)
+	require.Equal(t, want, got, "exactly the planned tree, none twice")
+	vr, err := shard.Verify(out)
+	require.NoError(t, err)
+	require.True(t, vr.OK(), "verify: %v", vr.Problems)
+	return eps
+}
+
+func TestSIGTERMBranchingRunResumesToThePlannedTree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the collector for seconds")
+	}
+	work := t.TempDir()
+	cmd, spec, out := startCollect(t, work, "-grace", "0s", "-branch", "at=2,width=3", "-repeats", "4")
+	waitStarted(t, spec)
+	time.Sleep(600 * time.Millisecond) // past the first branch point
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))
+	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
+
+	cmd = collectProcess("-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-resume", "-branch", "at=2,width=3")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
+	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
+	eps := branchTree(t, out, 4, 2, 3)
+	require.Len(t, eps, 4*(1+3), "every root of the slow task runs past step 2")
+	left, err := os.ReadDir(work)
+	require.NoError(t, err)
+	require.Empty(t, left, "sandboxes or branch layers left in the workdir")
+
+	// A resume without the plan is refused, and says which.
+	r := execute(context.Background(), "collect", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-resume")
+	require.Equal(t, cli.ExitBadInput, r.code)
+	require.Contains(t, r.stderr, `-branch: the run used "at=2,width=3", this command gives ""`)
+}
+
+func TestCollectRefusesWhatBranchingDoesNotDoYet(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-branch", "tree=2x3x2"}, "tree plans"},
+		{[]string{"-branch", "at=2,size=3"}, `unknown key "size" (keys: at, width)`},
+		{[]string{"-from", "runs/old", "-branch", "at=2,width=2"}, "-from runs/old: branching from a stored dataset is not carried out by this version"},
+		{[]string{"-branch", "at=2,width=2", "-reset", "recreate"}, "cannot checkpoint"},
+	} {
+		r := execute(context.Background(), append([]string{"collect", "-tasks", "../../examples/tasks", "-out", out, "-workdir", t.TempDir()}, c.args...)...)
+		require.Equal(t, cli.ExitBadInput, r.code, "%v: %s", c.args, r.stderr)
+		require.Contains(t, r.stderr, c.want, "%v", c.args)
+		_, err := os.Stat(out)
+		require.True(t, os.IsNotExist(err), "%v: nothing is written", c.args)
+	}
+}
+
+// With the LLM policy, each branch's policy continues its parent's
+// conversation, and its token record opens with the parent's ids exactly.
+func TestBranchTokenRecordsShareTheParentsPrefix(t *testing.T) {
+	turns := []openaitest.Turn{
+		{ToolCalls: []openaitest.ToolCall{{ID: "c1", Name: "exec", Args: `{"cmd":"echo one > f"}`}},
+			PromptIDs: []int32{1, 2}, ResponseIDs: []int32{10}, Logprobs: []float64{-0.5}},
+		{ToolCalls: []openaitest.ToolCall{{ID: "c2", Name: "exec", Args: `{"cmd":"echo two >> f"}`}},
+			PromptIDs: []int32{1, 2, 10, 20}, ResponseIDs: []int32{11}, Logprobs: []float64{-0.25}},
+		{ToolCalls: []openaitest.ToolCall{{ID: "c3", Name: "exec", Args: `{"cmd":"cat f"}`}},
+			PromptIDs: []int32{1, 2, 10, 20, 11, 21}, ResponseIDs: []int32{12}, Logprobs: []float64{-0.125}},
+		{ToolCalls: []openaitest.ToolCall{{ID: "c4", Name: "done", Args: `{"answer":"ok"}`}},
+			PromptIDs: []int32{1, 2, 10, 20, 11, 21, 12, 22}, ResponseIDs: []int32{13}, Logprobs: []float64{-1}},
+	}
+	srv := openaitest.New(t, map[string][]openaitest.Turn{"br": turns})
+	tasks := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(tasks, "br.yaml"), []byte("id: br\ninstruction: 'scenario: br'\n"), 0o644))
+	out := filepath.Join(t.TempDir(), "run")
+	args := []string{"-tasks", tasks, "-out", out, "-workdir", t.TempDir(), "-replicas", "2",
+		"-policy", "openai", "-base-url", srv.URL, "-model", "m", "-branch", "at=2,width=3"}
+	var code int
+	printed := captureOutput(t, func() { code = collectInProcess(args) })
+	require.Equal(t, cli.ExitOK, code, "%s", printed)
+
+	eps := branchTree(t, out, 1, 2, 3)
+	require.Len(t, eps, 4)
+	var parent schemas.EpisodeRow
+	for _, e := range eps {
+		if e.ParentEpisodeID == nil {
+			parent = e
+		}
+	}
+	require.Equal(t, string(runtime.ExitBranched), parent.ExitReason)
+	require.Equal(t, []int32{10, 20, 11}, parent.ResponseIDs)
+	children := 0
+	for _, e := range eps {
+		if e.ParentEpisodeID == nil {
+			continue
+		}
+		children++
+		require.Equal(t, "done", e.ExitReason, e.Detail)
+		require.Equal(t, parent.PromptIDs, e.PromptIDs, "the same prompt")
+		require.Equal(t, parent.ResponseIDs, e.ResponseIDs[:len(parent.ResponseIDs)], "the child's record opens with the parent's ids exactly")
+		require.Equal(t, []int32{10, 20, 11, 21, 12, 22, 13}, e.ResponseIDs)
+		require.Equal(t, parent.ResponseMask, e.ResponseMask[:len(parent.ResponseMask)])
+		require.Equal(t, parent.ResponseLogprobs, e.ResponseLogprobs[:len(parent.ResponseLogprobs)])
+	}
+	require.Equal(t, 3, children)
+	// The branches asked the server for turns 2 and 3 only: the prefix was
+	// decided once, by the parent.
+	byTurn := map[int]int{}
+	for _, r := range srv.Requests("br") {
+		byTurn[r.Turn]++
+	}
+	require.Equal(t, map[int]int{0: 1, 1: 1, 2: 3, 3: 3}, byTurn)
+}
+
+func TestDockerBranchingRunLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	requireDocker(t)
+	out := filepath.Join(t.TempDir(), "run")
+	cmd := collectProcess("-provider", "docker", "-tasks", "../../examples/tasks", "-replicas", "2", "-repeats", "1",
+		"-branch", "at=2,width=2", "-out", out, "-quiet")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
+	eps := branchTree(t, out, 1, 2, 2)
+	require.Len(t, eps, 3*(1+2))
+	for _, e := range eps {
+		if e.ParentEpisodeID != nil {
+			require.Equal(t, "done", e.ExitReason, e.Detail)
+			require.Equal(t, "branch", e.ResetStrategy)
+		}
+	}
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	require.Empty(t, labelled(t, ds.Manifest().RunID), "containers or branch images of the run are left")
+
+	// Replay re-executes each branch as its prefix and then its own steps.
+	rep, err := replay.Run(context.Background(), replay.Config{In: out, Provider: "local", Mode: replay.Normalized, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	require.Equal(t, 3*2, rep.Identical, "%+v", rep.Episodes)
+	for _, e := range rep.Episodes {
+		require.Equal(t, 2+int(eps[e.EpisodeID].Steps), e.Steps, "prefix and own steps")
+	}
+}

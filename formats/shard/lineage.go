@@ -1,0 +1,241 @@
+package shard
+
+import (
+	"fmt"
+
+	"github.com/forkline/forkline/schemas"
+)
+
+// exitBranched is the exit reason of an episode that was checkpointed and
+// continued in branches (runtime.ExitBranched; this package knows rows, not
+// the runtime).
+const exitBranched = "branched"
+
+// lineageRow is the part of an episode row the tree is read from.
+type lineageRow struct {
+	EpisodeID       string  `parquet:"episode_id"`
+	ExitReason      string  `parquet:"exit_reason"`
+	Steps           int32   `parquet:"steps"`
+	ParentEpisodeID *string `parquet:"parent_episode_id,optional"`
+	BranchStep      *int32  `parquet:"branch_step,optional"`
+}
+
+func (r lineageRow) parent() string {
+	if r.ParentEpisodeID == nil {
+		return ""
+	}
+	return *r.ParentEpisodeID
+}
+
+func (r lineageRow) first() int {
+	if r.parent() == "" || r.BranchStep == nil {
+		return 0
+	}
+	return int(*r.BranchStep)
+}
+
+// lineage is the dataset's tree of episodes, read from the episodes table
+// alone: one entry per episode (about a hundred bytes each, as for
+// checkUniqueIDs in an export).
+type lineage struct {
+	nodes map[string]*lineageNode
+}
+
+type lineageNode struct {
+	parent   string
+	first    int // the step its own steps start at
+	steps    int // its own steps
+	children int
+	branched bool // its exit reason is branched
+	// trajectories is how many trajectories descend from it, itself
+	// included when it is one.
+	trajectories int
+}
+
+// trajectory reports whether the episode is handed out by EachTrajectory:
+// it did not branch. (An episode that branched but whose branches are not
+// in the dataset — a run stopped between the two — is a prefix with
+// nothing to continue it, and is left out too.)
+func (n *lineageNode) trajectory() bool { return !n.branched && n.children == 0 }
+
+// readLineage reads the tree and checks it: every parent is in the
+// dataset, a branch starts where its parent ends, and no episode is its own
+// ancestor. A tree that breaks these is ErrCorrupt.
+func (d *Dataset) readLineage() (*lineage, error) {
+	l := &lineage{nodes: map[string]*lineageNode{}}
+	for r, err := range readShards[lineageRow](d.src, d.Shards(schemas.TableEpisodes), readBatchKeys) {
+		if err != nil {
+			return nil, err
+		}
+		l.nodes[r.EpisodeID] = &lineageNode{parent: r.parent(), first: r.first(), steps: int(r.Steps), branched: r.ExitReason == exitBranched}
+	}
+	for id, n := range l.nodes {
+		if n.parent == "" {
+			continue
+		}
+		p, ok := l.nodes[n.parent]
+		if !ok {
+			return nil, fmt.Errorf("%w: episode %q branches from %q, which the dataset does not hold", ErrCorrupt, id, n.parent)
+		}
+		if end := p.first + p.steps; n.first != end {
+			return nil, fmt.Errorf("%w: episode %q branches at step %d, but its parent %q ends after step %d", ErrCorrupt, id, n.first, n.parent, end)
+		}
+		p.children++
+	}
+	for id, n := range l.nodes {
+		if !n.trajectory() {
+			continue
+		}
+		// Each trajectory counts once in itself and in every ancestor; a
+		// walk longer than the dataset is a cycle.
+		at, hops := id, 0
+		for at != "" {
+			if hops++; hops > len(l.nodes) {
+				return nil, fmt.Errorf("%w: episode %q is its own ancestor", ErrCorrupt, id)
+			}
+			node := l.nodes[at]
+			node.trajectories++
+			at = node.parent
+		}
+	}
+	return l, nil
+}
+
+// EachTrajectory calls fn for every trajectory of the dataset — every
+// episode that did not branch — with its full steps, in step order from
+// step 0, and its own rewards. A root episode's full steps are its own; a
+// branch episode's are the prefix its ancestors hold (root first) and then
+// its own (so len(steps) is the row's branch_step + steps). Episodes that
+// branched are not handed out: they are prefixes, and their branches carry
+// them. The row is the stored one, lineage columns included; every step
+// row handed out carries the trajectory's episode_id, the prefix's too.
+//
+// It reads the episodes table once to learn the tree, then the episodes
+// with their steps as EachEpisode does, generation by generation, holding
+// a prefix's steps only until the last trajectory below it is handed out.
+// A collector commits a parent before its branches, so a prefix is always
+// met before the branches that need it; a branch met before one of its
+// ancestors (a dataset rewritten in another order) is held until that
+// ancestor is read. A tree whose parents are missing, whose branches do
+// not start where their parent ends, or that loops is ErrCorrupt. It stops
+// at the first error, fn's included, and returns it.
+func (d *Dataset) EachTrajectory(fn func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error) error {
+	l, err := d.readLineage()
+	if err != nil {
+		return err
+	}
+	j := &joiner{l: l, prefixes: map[string][]schemas.StepRow{}, waiting: map[string][]heldEpisode{}, fn: fn}
+	if err := d.EachEpisode(j.episode); err != nil {
+		return err
+	}
+	for at, held := range j.waiting {
+		return fmt.Errorf("%w: episode %q waits for the steps of its ancestor %q, which were never read", ErrCorrupt, held[0].ep.EpisodeID, at)
+	}
+	return nil
+}
+
+// heldEpisode is a trajectory waiting for an ancestor's prefix.
+type heldEpisode struct {
+	ep      schemas.EpisodeRow
+	steps   []schemas.StepRow
+	rewards []schemas.RewardRow
+}
+
+// joiner joins trajectories with their prefixes as EachEpisode meets
+// episodes.
+type joiner struct {
+	l        *lineage
+	prefixes map[string][]schemas.StepRow // own steps of ancestors still needed
+	waiting  map[string][]heldEpisode     // trajectories by the ancestor they wait for
+	fn       func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error
+}
+
+func (j *joiner) episode(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+	n := j.l.nodes[ep.EpisodeID]
+	if n == nil {
+		return fmt.Errorf("%w: episode %q appeared while the dataset was read", ErrCorrupt, ep.EpisodeID)
+	}
+	if !n.trajectory() {
+		if n.trajectories > 0 {
+			j.prefixes[ep.EpisodeID] = steps
+		}
+		held := j.waiting[ep.EpisodeID]
+		delete(j.waiting, ep.EpisodeID)
+		for _, h := range held {
+			if err := j.trajectory(h); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return j.trajectory(heldEpisode{ep, steps, rewards})
+}
+
+// trajectory hands out h with its prefix, or holds it until the first
+// ancestor not read yet is.
+func (j *joiner) trajectory(h heldEpisode) error {
+	var chain []string // ancestors, parent first
+	for at := j.l.nodes[h.ep.EpisodeID].parent; at != ""; at = j.l.nodes[at].parent {
+		if _, ok := j.prefixes[at]; !ok {
+			j.waiting[at] = append(j.waiting[at], h)
+			return nil
+		}
+		chain = append(chain, at)
+	}
+	if len(chain) == 0 {
+		return j.fn(h.ep, h.steps, h.rewards)
+	}
+	total := len(h.steps)
+	for _, a := range chain {
+		total += len(j.prefixes[a])
+	}
+	full := make([]schemas.StepRow, 0, total)
+	for i := len(chain) - 1; i >= 0; i-- {
+		full = append(full, j.prefixes[chain[i]]...)
+	}
+	full = append(full, h.steps...)
+	for i := range full {
+		// The joined rows are the trajectory's: a step-level reader (the
+		// hf step rows) must not label a branch's prefix as its parent's.
+		full[i].EpisodeID = h.ep.EpisodeID
+		if int(full[i].StepIndex) != i {
+			return fmt.Errorf("%w: episode %q: joined step %d has step_index %d", ErrCorrupt, h.ep.EpisodeID, i, full[i].StepIndex)
+		}
+	}
+	if err := j.fn(h.ep, full, h.rewards); err != nil {
+		return err
+	}
+	for _, a := range chain {
+		n := j.l.nodes[a]
+		if n.trajectories--; n.trajectories == 0 {
+			delete(j.prefixes, a)
+		}
+	}
+	return nil
+}
+
+// Lineage is one episode's place in its tree, as the episodes table
+// records it.
+type Lineage struct {
+	EpisodeID string
+	Parent    string // "" for a root
+	// FirstStep is where its own steps start (its branch step; 0 for a
+	// root), Steps how many it has.
+	FirstStep, Steps int
+	Children         int  // branches of it in the dataset
+	Branched         bool // its exit reason is branched
+}
+
+// Tree returns every episode's lineage, keyed by episode id, reading the
+// episodes table only; it refuses a broken tree as EachTrajectory does.
+func (d *Dataset) Tree() (map[string]Lineage, error) {
+	l, err := d.readLineage()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Lineage, len(l.nodes))
+	for id, n := range l.nodes {
+		out[id] = Lineage{EpisodeID: id, Parent: n.parent, FirstStep: n.first, Steps: n.steps, Children: n.children, Branched: n.branched}
+	}
+	return out, nil
+}

@@ -1,0 +1,71 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/schemas"
+)
+
+// A branch episode's transcript names its parent and the prefix it does
+// not hold, and shows the tree of its root with the reward of each branch;
+// the root's transcript shows the same tree.
+func TestTranscriptOfABranchShowsItsTree(t *testing.T) {
+	exec := func(id string, i int) schemas.StepRow {
+		return schemas.StepRow{EpisodeID: id, TaskID: "shell", StepIndex: int32(i), ActionKind: "exec", ActionJSON: `{"kind":"exec","cmd":"ls"}`}
+	}
+	batches := []shard.EpisodeBatch{{
+		Episode: schemas.EpisodeRow{EpisodeID: "root-aaaaaaaaaaaa", TaskID: "shell", ExitReason: "branched", Steps: 2},
+		Steps:   []schemas.StepRow{exec("root-aaaaaaaaaaaa", 0), exec("root-aaaaaaaaaaaa", 1)},
+	}}
+	for i, v := range []float64{1, 0} {
+		id := fmt.Sprintf("kid%d-bbbbbbbbbbb", i)
+		batches = append(batches, shard.EpisodeBatch{
+			Episode: schemas.EpisodeRow{EpisodeID: id, TaskID: "shell", ExitReason: "done", Steps: 1,
+				ParentEpisodeID: ptr("root-aaaaaaaaaaaa"), BranchStep: ptr(int32(2)), BranchIndex: ptr(int32(i)), GroupID: ptr("g")},
+			Steps:   []schemas.StepRow{exec(id, 2)},
+			Rewards: []schemas.RewardRow{{EpisodeID: id, Name: "verify", Value: ptr(v)}},
+		})
+	}
+	dir := writeDataset(t, fixtureManifest(t, "run-tree", "hash"), batches, shard.Config{})
+	ts, err := Transcripts(context.Background(), dir, []string{"kid1", "root"}, TranscriptOptions{})
+	require.NoError(t, err)
+	kid, root := ts[0], ts[1]
+	require.Equal(t, "root-aaaaaaaaaaaa", kid.Parent)
+	require.Equal(t, 2, kid.BranchStep)
+	require.NotNil(t, kid.Tree)
+	require.Equal(t, kid.Tree, root.Tree, "one tree, from its root")
+	require.Equal(t, "root-aaaaaaaaaaaa", kid.Tree.EpisodeID)
+	require.Len(t, kid.Tree.Branches, 2)
+	for i, b := range kid.Tree.Branches {
+		require.Equal(t, i, b.BranchIndex)
+		require.Equal(t, map[string]float64{"verify": float64(1 - i)}, b.Rewards)
+	}
+	var text bytes.Buffer
+	kid.WriteText(&text)
+	out := text.String()
+	require.Contains(t, out, "[steps 0-1: the prefix, stored once in its parent root-aaaaaaaaaaaa")
+	require.Contains(t, out, "[branching tree of root root-aaaaaaaaaaaa]")
+	lines := strings.Split(out, "\n")
+	var treeLines []string
+	for _, l := range lines {
+		if strings.Contains(l, "branch 0 at step 2") || strings.Contains(l, "branch 1 at step 2") {
+			treeLines = append(treeLines, l)
+		}
+	}
+	require.Len(t, treeLines, 2)
+	require.Contains(t, treeLines[0], "reward verify=1")
+	require.Contains(t, treeLines[1], "reward verify=0")
+	require.Contains(t, treeLines[1], "<- this episode")
+
+	// An episode outside any tree has none.
+	plain, err := Transcripts(context.Background(), writeFixture(t), []string{"s-done-1"}, TranscriptOptions{})
+	require.NoError(t, err)
+	require.Nil(t, plain[0].Tree)
+}
