@@ -400,11 +400,12 @@ func (inv *invocation) prepare(ctx context.Context, env *environment) error {
 	if !ok {
 		return nil
 	}
-	var progress io.Writer = io.Discard
-	if inv.cfg.Log != nil {
-		progress = inv.cfg.Log
-	}
-	if err := prep.Prepare(ctx, specs, progress); err != nil {
+	// The provider's lines (pulls, build steps, the images ready) are the
+	// run's log records, at info.
+	progress := &lineLog{log: inv.log}
+	err := prep.Prepare(ctx, specs, progress)
+	progress.flush()
+	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return fmt.Errorf("collect: %w", ctx.Err())

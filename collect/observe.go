@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -121,3 +122,32 @@ func resetEvent(task string, rep pool.Replica) observe.Reset {
 }
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// lineLog is an io.Writer whose every line is a log record at info: how a
+// provider's progress lines (written for a terminal) join the run's log.
+type lineLog struct {
+	log     *slog.Logger
+	partial []byte
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if line := strings.TrimSpace(string(l.partial[:i])); line != "" {
+			l.log.Info(line)
+		}
+		l.partial = l.partial[i+1:]
+	}
+}
+
+// flush logs a last line that had no newline.
+func (l *lineLog) flush() {
+	if line := strings.TrimSpace(string(l.partial)); line != "" {
+		l.log.Info(line)
+	}
+	l.partial = nil
+}
