@@ -281,11 +281,11 @@ func (er episodeRunner) commit(ctx context.Context, p *planned, batch shard.Epis
 // notKept records an episode ended by an unavailable service: counted, its
 // error logged once, scheduling stopped; nothing is committed.
 func (er episodeRunner) notKept(p *planned, exit runtime.ExitReason, err error) {
+	er.halt.serviceUnavailable(err) // first: no new episode starts meanwhile
 	if er.rec.sum.addUnavailable(string(exit), err.Error()) {
 		er.logger.Warn(fmt.Sprintf("episode %s of %s not kept: %s: %v", p.id[:12], p.task.ID, exit, err),
 			"task", p.task.ID, "episode_id", p.id, "exit_reason", string(exit))
 	}
-	er.halt.serviceUnavailable(err)
 }
 
 // teeSinks writes each step to every sink that is not nil, in order,

@@ -137,9 +137,11 @@ func (h *halter) serviceUnavailable(err error) {
 	}
 	h.mu.Unlock()
 	if first {
+		// Stop scheduling before anything else (logging can be slow): a
+		// worker that takes the next job checks it first.
+		h.stop(ErrUnavailable)
 		h.log("a service the episodes depend on is unavailable: %v", err)
 		h.log("no new episodes are started; the episodes in flight finish; episodes it ends are not kept (-resume runs them once the service is back)")
-		h.stop(ErrUnavailable)
 	}
 }
 
@@ -151,10 +153,10 @@ func (h *halter) writeFailed(err error) {
 	}
 	h.mu.Unlock()
 	if first {
-		h.log("writing the dataset failed: %v", err)
-		h.log("no new episodes are started, and the episodes in flight are cancelled: none of them could be kept")
 		h.stop(err)
 		h.cancelRun()
+		h.log("writing the dataset failed: %v", err)
+		h.log("no new episodes are started, and the episodes in flight are cancelled: none of them could be kept")
 	}
 }
 
@@ -164,9 +166,9 @@ func (h *halter) lossLimitPassed(limit LossLimit, losses, todo int) {
 	h.maxLoss = true
 	h.mu.Unlock()
 	if first {
+		h.stop(ErrMaxLoss)
 		h.log("-max-loss %s passed: %d scaffold losses among %d episodes to run; no new episodes are started (the episodes in flight finish and are kept; -resume continues)",
 			limit, losses, todo)
-		h.stop(ErrMaxLoss)
 	}
 }
 

@@ -144,6 +144,11 @@ func TestPreferencePairsShareTheirPrefix(t *testing.T) {
 		RejectedReward    float64 `json:"rejected_reward"`
 	}](t, filepath.Join(dir, "dpo", "train.jsonl"))
 	for _, c := range chats {
+		// chat-jsonl's per-turn weight is its own (TRL's preference
+		// lines have none); the messages are otherwise the same.
+		for _, m := range c.Messages {
+			delete(m, "weight")
+		}
 		b, _ := json.Marshal(c.Messages)
 		whole[string(b)] = c.Messages
 	}
