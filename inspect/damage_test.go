@@ -61,7 +61,7 @@ func TestNotADataset(t *testing.T) {
 	m, err := os.ReadFile(filepath.Join(future, shard.ManifestFile))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(future, shard.ManifestFile),
-		[]byte(strings.Replace(string(m), `"schema_version": 2`, `"schema_version": 99`, 1)), 0o644))
+		[]byte(strings.Replace(string(m), `"schema_version": 3`, `"schema_version": 99`, 1)), 0o644))
 
 	for name, tc := range map[string]struct{ dir, names string }{
 		"missing":            {filepath.Join(root, "nope"), filepath.Join(root, "nope")},

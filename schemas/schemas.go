@@ -19,7 +19,7 @@ import (
 
 // Version is the native schema version. It is bumped whenever a column is
 // added, removed or changes meaning; readers refuse versions they do not know.
-const Version = 2
+const Version = 3
 
 // Parquet key/value metadata keys written into every shard.
 const (
@@ -87,6 +87,12 @@ type StepRow struct {
 	TokenPath          *string `parquet:"token_path,optional" json:"token_path,omitempty"`                     // "chat" or "tito"
 	TokenEndpoints     *string `parquet:"token_endpoints,optional" json:"token_endpoints,omitempty"`           // server paths, comma-separated, in call order
 	ChatTemplateSHA256 *string `parquet:"chat_template_sha256,optional" json:"chat_template_sha256,omitempty"` // when the server reports its template
+
+	// PromptImages are the hex sha256 of the screenshots the turn's prompt
+	// carried, in prompt order (runtime.ModelEvent.PromptImages): each
+	// names a step's screenshot_sha256 or the episode's
+	// start_screenshot_sha256. Empty for a text-only prompt.
+	PromptImages []string `parquet:"prompt_images,list" json:"prompt_images"`
 }
 
 // EpisodeRow is one row of the episodes table.
@@ -138,6 +144,17 @@ type EpisodeRow struct {
 	ResponseMask     []int32   `parquet:"response_mask,list" json:"response_mask"`
 	ResponseLogprobs []float32 `parquet:"response_logprobs,list" json:"response_logprobs"`
 	TokenTurns       int32     `parquet:"token_turns" json:"token_turns"` // model turns in the token record
+
+	// The first observation (runtime.History.Start): what a GUI episode's
+	// start page showed before the first action, kept under the capture
+	// policy as a step's observation is. Null for an episode whose
+	// environment shows nothing before it is acted on (a shell).
+	StartOutput     *string `parquet:"start_output,optional" json:"start_output,omitempty"`                       // url and title, as the model saw them
+	StartScreenshot []byte  `parquet:"start_screenshot,optional" json:"start_screenshot,omitempty"`               // PNG, when pixels=full
+	StartScreenHash *string `parquet:"start_screenshot_sha256,optional" json:"start_screenshot_sha256,omitempty"` // hex sha256 of the PNG
+	StartScreenW    int32   `parquet:"start_screenshot_width,optional" json:"start_screenshot_width,omitempty"`   // pixels
+	StartScreenH    int32   `parquet:"start_screenshot_height,optional" json:"start_screenshot_height,omitempty"` // pixels
+	StartAXTree     *string `parquet:"start_a11y_tree,optional" json:"start_a11y_tree,omitempty"`                 // compact JSON accessibility tree
 }
 
 // The values of EpisodeRow.TokenCut.

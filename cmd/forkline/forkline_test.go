@@ -107,7 +107,7 @@ func TestVersion(t *testing.T) {
 
 	// A build with a VCS stamp names its commit.
 	assert.Equal(t, "forkline 0.1.0 (dataset schema 2, commit 0123456789ab with local changes, go1.26.0 linux/amd64)",
-		buildInfo{Version: "0.1.0", SchemaVersion: 2, Commit: "0123456789abcdef", Modified: true, Go: "go1.26.0", Platform: "linux/amd64"}.String())
+		buildInfo{Version: "0.1.0", SchemaVersion: 3, Commit: "0123456789abcdef", Modified: true, Go: "go1.26.0", Platform: "linux/amd64"}.String())
 }
 
 // damage flips a byte in the middle of the dataset's first steps shard and
