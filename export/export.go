@@ -422,6 +422,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 func (in *input) describe(ep *model.Episode, needTask bool) error {
 	if t, ok := in.tasks[ep.Row.TaskID]; ok {
 		ep.Instruction = t.Instruction
+		ep.TaskActions = t.AllowedActions()
 		if t.Verify != nil {
 			ep.VerifyCmd = t.Verify.Cmd
 		}

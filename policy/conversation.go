@@ -65,8 +65,13 @@ type Conversation struct {
 	// native, as before it was typed.
 	ToolMode ToolMode `json:"tool_mode,omitempty"`
 	// Actions are the actions offered as tools, in order; nil offered every
-	// canonical action.
+	// canonical action, unless TaskActions is set.
 	Actions []runtime.ActionKind `json:"actions,omitempty"`
+	// TaskActions reports that each episode was offered the actions its
+	// task allows (task.Spec.AllowedActions: a shell task the shell
+	// actions, a browser task the GUI ones and the shell ones it lists),
+	// not one list for the run; Actions is then nil.
+	TaskActions bool `json:"task_actions,omitempty"`
 	// ObservationCap is the most bytes of an observation's text the model
 	// was shown (aci.ObservationText's limit); 0 showed all.
 	ObservationCap int `json:"observation_cap"`
@@ -137,7 +142,7 @@ func (c Conversation) TextToolCalls() bool { return c.ToolMode == ToolsText }
 // conversationKeys are the JSON names of Conversation's fields, in order.
 var conversationKeys = []string{"system_prompt", "tool_mode", "actions", "observation_cap", "enable_thinking",
 	"tokens", "tool_parser", "reasoning_parser", "chat_template_kwargs", "send_reasoning", "tool_key_order",
-	"observe", "max_images"}
+	"observe", "max_images", "task_actions"}
 
 // Diff returns the JSON names of the fields in which c and o differ, in
 // field order: what a resume names when a run's conversation is not this
@@ -158,6 +163,7 @@ func (c Conversation) Diff(o Conversation) []string {
 		c.ToolKeyOrder != o.ToolKeyOrder,
 		c.Shows() != o.Shows(),
 		c.MaxImages != o.MaxImages,
+		c.TaskActions != o.TaskActions,
 	}
 	for i, d := range differs {
 		if d {
@@ -258,6 +264,13 @@ func decodeConversation(fields map[string]json.RawMessage) (Conversation, error)
 		errs = append(errs, fmt.Errorf("policy: manifest policy %w", err))
 	}
 	c.Observe = aci.Observe(observe)
+	if raw, ok := fields["task_actions"]; ok && !isNull(raw) {
+		v, err := decodeBool(raw)
+		if err != nil {
+			bad("task_actions", raw, "a boolean")
+		}
+		c.TaskActions = v
+	}
 	if raw, ok := fields["max_images"]; ok && !isNull(raw) {
 		n, err := decodeNumberOrString(raw)
 		if err != nil || n < 0 {

@@ -127,6 +127,9 @@ func newPolicyWith(cfg Config, pr *prober) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Actions == nil {
+		cfg.Actions = runtime.ActionKinds()
+	}
 	tools, err := Tools(cfg.Actions)
 	if err != nil {
 		return nil, err
@@ -557,7 +560,11 @@ func str(s string) *string { return &s }
 // was shown. EnableThinking is chat_template_kwargs' enable_thinking when
 // it is a boolean there, else unknown (the server's default applied).
 func (c Config) Conversation() (policy.Conversation, error) {
-	tools, err := Tools(c.Actions)
+	kinds := c.Actions
+	if kinds == nil {
+		kinds = runtime.ActionKinds()
+	}
+	tools, err := Tools(kinds)
 	if err != nil {
 		return policy.Conversation{}, err
 	}
@@ -565,6 +572,7 @@ func (c Config) Conversation() (policy.Conversation, error) {
 		SystemPrompt:       systemPrompt(c, tools),
 		ToolMode:           c.ToolMode,
 		Actions:            slices.Clone(c.Actions),
+		TaskActions:        c.Actions == nil,
 		ObservationCap:     c.ObservationCap,
 		Observe:            c.Observe,
 		MaxImages:          c.MaxImages,

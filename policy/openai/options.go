@@ -104,8 +104,9 @@ type Config struct {
 
 	// ToolMode is ToolsNative or ToolsText.
 	ToolMode policy.ToolMode
-	// Actions are the canonical actions offered to the model; every kind
-	// by default.
+	// Actions are the canonical actions offered to the model; nil (the
+	// default) offers each episode the actions its task allows
+	// (policy.Episode.Actions), every kind when the episode does not say.
 	Actions []runtime.ActionKind
 	// ObservationCap is the most bytes of an observation's output sent back
 	// to the model; a longer one keeps its head and tail around an explicit
@@ -178,7 +179,6 @@ func DefaultConfig() Config {
 		Backoff:         DefaultBackoff,
 		BackoffMax:      DefaultBackoffMax,
 		ToolMode:        ToolsNative,
-		Actions:         runtime.ActionKinds(),
 		ObservationCap:  DefaultObservationCap,
 		Observe:         aci.ObserveText,
 		TokenIDs:        true,
@@ -257,8 +257,8 @@ var options = map[string]option{
 		c.ToolMode = policy.ToolMode(v)
 		return nil
 	}},
-	"actions": {"comma-separated canonical actions offered to the model (default all)", func(c *Config, v string) error {
-		c.Actions = nil
+	"actions": {"comma-separated canonical actions offered to the model, the same for every task (default: the actions each task allows)", func(c *Config, v string) error {
+		c.Actions = []runtime.ActionKind{}
 		for _, k := range strings.Split(v, ",") {
 			if k = strings.TrimSpace(k); k != "" {
 				c.Actions = append(c.Actions, runtime.ActionKind(k))
@@ -416,7 +416,7 @@ func (c Config) Validate() error {
 	if c.ToolMode != ToolsNative && c.ToolMode != ToolsText {
 		return bad("tool_mode %q is not known (known: %s, %s)", c.ToolMode, ToolsNative, ToolsText)
 	}
-	if len(c.Actions) == 0 {
+	if c.Actions != nil && len(c.Actions) == 0 {
 		return bad("no actions offered")
 	}
 	for _, k := range c.Actions {
