@@ -1,9 +1,9 @@
 package chat
 
 import (
-	"encoding/base64"
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
