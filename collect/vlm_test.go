@@ -25,6 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/export"
+	"github.com/forkline/forkline/export/loadertest"
+	"github.com/forkline/forkline/internal/oracle"
 	"github.com/forkline/forkline/formats/shard"
 )
 
@@ -178,6 +181,17 @@ func (s *vlmServer) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply := append(renderCall(name, args), idEnd)
+	message := map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
+		"id": fmt.Sprintf("call_%d", rec.turn), "type": "function",
+		"function": map[string]any{"name": name, "arguments": args},
+	}}}
+	finish := "tool_calls"
+	if len(req.Tools) == 0 {
+		// tool_mode=text: the model writes its call in the hermes dialect.
+		text := fmt.Sprintf("<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", name, args)
+		message = map[string]any{"role": "assistant", "content": text}
+		reply, finish = append(bytesIDs(text), idEnd), "stop"
+	}
 	logprobs := make([]map[string]any, len(reply))
 	for i := range logprobs {
 		logprobs[i] = map[string]any{"token": "t", "logprob": -0.5}
@@ -185,11 +199,8 @@ func (s *vlmServer) handle(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{
 		"model": "scripted-vlm", "prompt_token_ids": prompt,
 		"choices": []any{map[string]any{
-			"finish_reason": "tool_calls", "token_ids": reply, "logprobs": map[string]any{"content": logprobs},
-			"message": map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
-				"id": fmt.Sprintf("call_%d", rec.turn), "type": "function",
-				"function": map[string]any{"name": name, "arguments": args},
-			}}},
+			"finish_reason": finish, "token_ids": reply, "logprobs": map[string]any{"content": logprobs},
+			"message": message,
 		}},
 		"usage": map[string]any{"prompt_tokens": len(prompt), "completion_tokens": len(reply)},
 	})
@@ -199,6 +210,10 @@ func (s *vlmServer) handle(w http.ResponseWriter, r *http.Request) {
 // image_url parts; an image must be a base64 PNG data URL that decodes.
 func (s *vlmServer) content(m wireMessage) (text string, ids []int32, images []string, err error) {
 	if m.Role == "assistant" {
+		var text string
+		if json.Unmarshal(m.Content, &text) == nil && text != "" && len(m.ToolCalls) == 0 {
+			return text, bytesIDs(text), nil, nil // tool_mode=text: the call is in the text
+		}
 		if len(m.ToolCalls) != 1 {
 			return "", nil, nil, fmt.Errorf("assistant message with %d tool calls", len(m.ToolCalls))
 		}
@@ -513,4 +528,111 @@ func TestVLMBytesPerRequest(t *testing.T) {
 	}
 	require.Less(t, rows[0].sum, rows[1].sum)
 	require.Less(t, rows[1].sum, rows[2].sum)
+}
+
+// TestVLMExportsUnderGemma3: the VLM SFT exports of web episodes solved by
+// the tree-reading model (tool_mode=text, so the conversation alternates
+// user and model turns as Gemma 3's template demands; observe=both;
+// max_images=3). The hf export loads as datasets loads it, reads as TRL's
+// vision collator takes it (images decode, one per {"type": "image"}
+// part), and renders under Gemma 3's real chat template with one
+// <start_of_image> per image; the images are the stored PNGs the model was
+// last sent, in order. chat-jsonl holds the same images as image_url data
+// URLs, and -rows step rows carry the screenshot the model saw before
+// acting.
+func TestVLMExportsUnderGemma3(t *testing.T) {
+	needChromium(t)
+	oracle.Require(t)
+	s := startVLMServer(t, 3)
+	cfg := vlmRun(t, s, "../examples/tasks/web", map[string]string{"observe": "both", "max_images": "3", "tool_mode": "text",
+		// One tool list for the run: text mode lists the tools in the one
+		// system prompt the manifest records.
+		"actions": "click,done,key,navigate,screenshot,scroll,type,wait"})
+	eps, steps, rewards := readAll(t, cfg.Out)
+	for id, ep := range eps {
+		require.Equal(t, "done", ep.ExitReason, "%s: %s", ep.TaskID, ep.Detail)
+		require.Equal(t, 1.0, *rewards[id].Value)
+	}
+	ctx := context.Background()
+	out := filepath.Join(t.TempDir(), "hf")
+	_, err := export.Run(ctx, export.Options{Inputs: []string{cfg.Out}, Target: "hf", Out: out})
+	require.NoError(t, err)
+	splits, err := loadertest.LoadHF(out)
+	require.NoError(t, err)
+	rows := splits["train"]
+	require.Len(t, rows, 2)
+	for _, row := range rows {
+		id := row["episode_id"].(string)
+		ex, err := loadertest.TRLVision(row)
+		require.NoError(t, err)
+		// The images are what the last request carried: the stored PNGs
+		// named by the last step's prompt_images.
+		last := steps[id][len(steps[id])-1]
+		require.Len(t, ex.Images, len(last.PromptImages))
+		require.Len(t, ex.Images, 3, "max_images=3 of more screenshots")
+		for i, png := range ex.Images {
+			sum := sha256.Sum256(png)
+			require.Equal(t, last.PromptImages[i], hex.EncodeToString(sum[:]), "image %d", i)
+		}
+		text, err := oracle.Render(ctx, "gemma3", oracle.RenderRequest{Messages: ex.Messages})
+		require.NoError(t, err)
+		require.Equal(t, len(ex.Images), strings.Count(text, "<start_of_image>"), "one image token per image under the real template")
+		require.Contains(t, text, "[forkline: an earlier 800x600 screenshot, no longer shown (only the last 3 are kept)]")
+		// The first image of the rendered text sits in the turn that had it.
+		require.Less(t, strings.Index(text, "<start_of_image>"), strings.LastIndex(text, "<start_of_turn>model"))
+	}
+
+	jsonl := filepath.Join(t.TempDir(), "chat")
+	_, err = export.Run(ctx, export.Options{Inputs: []string{cfg.Out}, Target: "chat-jsonl", Out: jsonl})
+	require.NoError(t, err)
+	lines, err := loadertest.LoadJSONL(filepath.Join(jsonl, "train.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, lines, 2)
+	for _, l := range lines {
+		var msgs []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		require.NoError(t, json.Unmarshal(l["messages"], &msgs))
+		images := 0
+		for _, m := range msgs {
+			var parts []wirePart
+			if json.Unmarshal(m.Content, &parts) != nil {
+				continue
+			}
+			for _, p := range parts {
+				if p.Type == "image_url" {
+					require.Equal(t, "user", m.Role, "OpenAI takes images in user messages")
+					raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(p.ImageURL.URL, "data:image/png;base64,"))
+					require.NoError(t, err)
+					_, err = png.Decode(bytes.NewReader(raw))
+					require.NoError(t, err)
+					images++
+				}
+			}
+		}
+		require.Equal(t, 3, images)
+	}
+
+	stepOut := filepath.Join(t.TempDir(), "steps")
+	_, err = export.Run(ctx, export.Options{Inputs: []string{cfg.Out}, Target: "hf", Rows: "step", Out: stepOut})
+	require.NoError(t, err)
+	stepSplits, err := loadertest.LoadHF(stepOut)
+	require.NoError(t, err)
+	for _, row := range stepSplits["train"] {
+		id, i := row["episode_id"].(string), int(row["step_index"].(int64))
+		ep := eps[id]
+		require.NotEmpty(t, row["instruction"])
+		before, _ := row["screenshot_before"].(map[string]any)
+		require.NotNil(t, before, "step %d of %s", i, ep.TaskID)
+		sum := sha256.Sum256(before["bytes"].([]byte))
+		want := *ep.StartScreenHash
+		for j := i - 1; j >= 0; j-- {
+			if h := steps[id][j].ScreenHash; h != "" {
+				want = h
+				break
+			}
+		}
+		require.Equal(t, want, hex.EncodeToString(sum[:]), "step %d sees the screenshot before it", i)
+	}
 }
