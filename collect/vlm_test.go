@@ -27,8 +27,8 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/export"
 	"github.com/forkline/forkline/export/loadertest"
-	"github.com/forkline/forkline/internal/oracle"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/internal/oracle"
 )
 
 // vlmServer is a loopback stand-in for a VLM behind an OpenAI-compatible
