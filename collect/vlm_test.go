@@ -614,6 +614,21 @@ func TestVLMExportsUnderGemma3(t *testing.T) {
 		require.Equal(t, 3, images)
 	}
 
+	verlOut := filepath.Join(t.TempDir(), "verl")
+	_, err = export.Run(ctx, export.Options{Inputs: []string{cfg.Out}, Target: "verl-sft", Out: verlOut})
+	require.NoError(t, err)
+	verlRows, err := loadertest.LoadParquetFile(filepath.Join(verlOut, "train.parquet"))
+	require.NoError(t, err)
+	require.Len(t, verlRows, 2)
+	for _, row := range verlRows {
+		ex, err := loadertest.VerlSFTVision(row)
+		require.NoError(t, err)
+		require.Len(t, ex.Images, 3)
+		text, err := oracle.Render(ctx, "gemma3", oracle.RenderRequest{Messages: ex.Messages})
+		require.NoError(t, err)
+		require.Equal(t, 3, strings.Count(text, "<start_of_image>"), "verl's split placeholders render one image token each")
+	}
+
 	stepOut := filepath.Join(t.TempDir(), "steps")
 	_, err = export.Run(ctx, export.Options{Inputs: []string{cfg.Out}, Target: "hf", Rows: "step", Out: stepOut})
 	require.NoError(t, err)

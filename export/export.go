@@ -322,6 +322,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	oc := &openContext{o: &o, splits: splitNames(o.Split), provenance: provenance(o, inputs), allThinking: true}
 	for _, in := range inputs {
 		oc.allThinking = oc.allThinking && in.conversation.EnableThinking != nil
+		oc.anyImages = oc.anyImages || in.conversation.Shows().Images()
 	}
 
 	if spec.groups {

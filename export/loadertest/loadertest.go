@@ -422,3 +422,67 @@ func TRLVision(row Row) (VisionExample, error) {
 	}
 	return ex, nil
 }
+
+// VerlSFTVision reads a verl-sft row of a multimodal data set as
+// MultiTurnSFTDataset does with image_key "images" (verl
+// multiturn_sft_dataset.py, the multimodal branch): each message's string
+// content is split on "<image>" into a list of parts, {"type": "image"}
+// where a placeholder stood and {"type": "text"} between them, and the
+// placeholders must be as many as the images (the dataset asserts it);
+// each image must carry its bytes (process_image opens them; a null would
+// reach BytesIO(None)).
+func VerlSFTVision(row Row) (VisionExample, error) {
+	msgs, ok := row["messages"].([]any)
+	if !ok {
+		return VisionExample{}, fmt.Errorf("loadertest: messages is %T, not a list", row["messages"])
+	}
+	var ex VisionExample
+	out := make([]map[string]any, len(msgs))
+	for i, m := range msgs {
+		msg, ok := m.(map[string]any)
+		if !ok {
+			return VisionExample{}, fmt.Errorf("loadertest: message %d is %T, not a struct", i, m)
+		}
+		copied := map[string]any{}
+		for k, v := range msg {
+			if v != nil {
+				copied[k] = v
+			}
+		}
+		if content, ok := msg["content"].(string); ok && strings.Contains(content, "<image>") {
+			var parts []map[string]any
+			for j, piece := range strings.Split(content, "<image>") {
+				if j > 0 {
+					parts = append(parts, map[string]any{"type": "image"})
+					ex.Placeholders++
+				}
+				if piece != "" {
+					parts = append(parts, map[string]any{"type": "text", "text": piece})
+				}
+			}
+			copied["content"] = parts
+		}
+		out[i] = copied
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return VisionExample{}, err
+	}
+	ex.Messages = b
+	images, _ := row["images"].([]any)
+	for i, im := range images {
+		st, _ := im.(map[string]any)
+		data, _ := st["bytes"].([]byte)
+		if len(data) == 0 {
+			return VisionExample{}, fmt.Errorf("loadertest: images[%d] has no bytes", i)
+		}
+		if _, _, err := image.DecodeConfig(bytes.NewReader(data)); err != nil {
+			return VisionExample{}, fmt.Errorf("loadertest: images[%d] is not an image: %w", i, err)
+		}
+		ex.Images = append(ex.Images, data)
+	}
+	if ex.Placeholders != len(ex.Images) {
+		return VisionExample{}, fmt.Errorf("loadertest: %d <image> placeholders, %d images", ex.Placeholders, len(ex.Images))
+	}
+	return ex, nil
+}
