@@ -563,6 +563,18 @@ func TestVLMExportsUnderGemma3(t *testing.T) {
 	require.Len(t, rows, 2)
 	for _, row := range rows {
 		id := row["episode_id"].(string)
+		// screenshots stays one entry per step, each the step's own (the
+		// audit's bug: 7 steps gave 6 images).
+		perStep := row["screenshots"].([]any)
+		require.Len(t, perStep, len(steps[id]))
+		for i, shot := range perStep {
+			if steps[id][i].ScreenHash == "" {
+				require.Nil(t, shot, "step %d took none", i)
+				continue
+			}
+			sum := sha256.Sum256(shot.(map[string]any)["bytes"].([]byte))
+			require.Equal(t, steps[id][i].ScreenHash, hex.EncodeToString(sum[:]), "step %d", i)
+		}
 		ex, err := loadertest.TRLVision(row)
 		require.NoError(t, err)
 		// The images are what the last request carried: the stored PNGs
