@@ -112,6 +112,7 @@ func LoadHF(dir string) (map[string][]Row, error) {
 		if len(rows) == 0 {
 			// arrow_reader.make_file_instructions skips files without rows,
 			// then BaseReader.read raises.
+			//lint:ignore ST1005 the message is datasets' own, quoted as it raises it
 			return nil, fmt.Errorf("loadertest: ValueError: Instruction %q corresponds to no data!", split)
 		}
 		if ok && int64(len(rows)) != want {
@@ -132,6 +133,7 @@ func LoadParquetFile(path string) ([]Row, error) {
 		return nil, err
 	}
 	if len(rows) == 0 {
+		//lint:ignore ST1005 the message is datasets' own, quoted as it raises it
 		return nil, errors.New(`loadertest: ValueError: Instruction "train" corresponds to no data!`)
 	}
 	return rows, nil
