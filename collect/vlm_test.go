@@ -28,6 +28,7 @@ import (
 	"github.com/forkline/forkline/export"
 	"github.com/forkline/forkline/export/loadertest"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/inspect"
 	"github.com/forkline/forkline/internal/oracle"
 )
 
@@ -416,6 +417,12 @@ func TestVLMWebTasksEndToEnd(t *testing.T) {
 		for _, st := range steps[id] {
 			require.Equal(t, reqs[st.StepIndex].images, nilIfEmpty(st.PromptImages), "step %d", st.StepIndex)
 		}
+		// inspect shows the start page and the images of each prompt.
+		ts, err := inspect.Transcripts(context.Background(), cfg.Out, []string{id}, inspect.TranscriptOptions{})
+		require.NoError(t, err)
+		require.Contains(t, ts[0].Start, "url: ")
+		require.Equal(t, *ep.StartScreenHash, ts[0].StartScreenshot)
+		require.Equal(t, reqs[0].images, ts[0].Steps[0].PromptImages)
 	}
 }
 

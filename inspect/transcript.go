@@ -40,6 +40,11 @@ type Transcript struct {
 	// Instruction the task's instruction: the user message.
 	System      string `json:"system,omitempty"`
 	Instruction string `json:"instruction"`
+	// Start is what a GUI episode's start page showed before the first
+	// action (its url and title), "" for an episode without one; its
+	// screenshot's hash is StartScreenshot.
+	Start           string `json:"start,omitempty"`
+	StartScreenshot string `json:"start_screenshot_sha256,omitempty"`
 	// ObservationCap is the most bytes of an observation the policy showed
 	// the model (0: all); Observation texts are cut the same way.
 	ObservationCap int `json:"observation_cap"`
@@ -75,7 +80,10 @@ type Step struct {
 	A11yBytes   int             `json:"a11y_bytes,omitempty"`
 	// Screenshot is the step's screenshot, when one was taken.
 	Screenshot *Screenshot `json:"screenshot,omitempty"`
-	Rewards    []Reward    `json:"rewards,omitempty"` // step-level rewards
+	// PromptImages are the hashes of the screenshots the turn's prompt
+	// carried as images, in order (none for a text-only prompt).
+	PromptImages []string `json:"prompt_images,omitempty"`
+	Rewards      []Reward `json:"rewards,omitempty"` // step-level rewards
 }
 
 // Screenshot is a step's screenshot and where its pixels are.
@@ -282,13 +290,19 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 	if sp, ok := specs[ep.TaskID]; ok {
 		t.Instruction = sp.Instruction
 	}
+	if ep.StartOutput != nil {
+		t.Start = *ep.StartOutput
+	}
+	if ep.StartScreenHash != nil {
+		t.StartScreenshot = *ep.StartScreenHash
+	}
 	for i := range steps {
 		s := &steps[i]
 		st := Step{Index: int(s.StepIndex), ModelText: deref(s.ModelText), Reasoning: deref(s.Reasoning),
 			FinishReason: deref(s.FinishReason), Model: deref(s.Model), TokenPath: deref(s.TokenPath), TokenEndpoints: deref(s.TokenEndpoints),
 			ActionKind: s.ActionKind, Action: s.ActionJSON,
 			ExitCode: s.ExitCode, IsError: s.IsError, TimedOut: s.TimedOut, Truncated: s.Truncated,
-			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree)}
+			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree), PromptImages: s.PromptImages}
 		if s.ActionKind != "" {
 			args, err := model.Arguments(s.ActionJSON)
 			if err != nil {
