@@ -28,6 +28,7 @@ import (
 	"github.com/forkline/forkline/export"
 	"github.com/forkline/forkline/export/loadertest"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/inspect"
 	"github.com/forkline/forkline/internal/oracle"
 )
@@ -489,6 +490,14 @@ func TestVLMTokenRecordWithImages(t *testing.T) {
 			model += int(m)
 		}
 		require.Positive(t, model)
+	}
+	// verl-agent writes no multi_modal_data: placeholder ids without their
+	// pixels are refused by name, not exported.
+	rep, err := export.Run(context.Background(), export.Options{Inputs: []string{cfg.Out}, Target: "verl-agent", Out: filepath.Join(t.TempDir(), "agent")})
+	if err == nil {
+		require.Equal(t, int64(len(eps)), rep.Refused[verl.RefusedImages], "%+v", rep)
+	} else {
+		require.ErrorContains(t, err, "images in the prompt")
 	}
 }
 
