@@ -20,7 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/internal/oracle"
+	"github.com/forkline/forkline/internal/oracle/vllmsim"
 	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/tokens"
 )
 
 // screenshot is a small PNG of one colour.
@@ -160,4 +163,81 @@ func TestVisionOptions(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// TestImageTokenRecordUnderGemma3: against a server with Gemma 3's real
+// chat template and tokenizer whose prompts count each image as vLLM's
+// Gemma 3 processor does (256 <image_soft_token> ids), the episode's token
+// record assembles whole: every image placeholder of a later prompt is an
+// environment token (mask 0), the record is not cut as drift, and every
+// turn is in it. With max_images, an image leaving the context rewrites an
+// earlier message: the record is cut there, as it must be.
+func TestImageTokenRecordUnderGemma3(t *testing.T) {
+	call := func(name, args string) vllmsim.Reply {
+		return vllmsim.Reply{Text: "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>"}
+	}
+	run := func(t *testing.T, opts map[string]string) (tokens.Record, []*runtime.ModelEvent) {
+		s := vllmsim.Start(t, vllmsim.Config{Model: "google/gemma-3-4b-it", Template: "gemma3", Tokenizer: "gemma3", StopToken: "<end_of_turn>",
+			ContentFormat: vllmsim.ContentOpenAI, ImageTokens: 256,
+			Respond: vllmsim.Replies(call("click", `{"x": 1, "y": 2}`), call("click", `{"x": 3, "y": 4}`), call("click", `{"x": 5, "y": 6}`), call("done", `{"answer": "ok"}`))})
+		o := map[string]string{"base_url": s.URL + "/v1", "observe": "both", "tool_mode": "text", "tokens": "chat",
+			"actions": "click,done"}
+		for k, v := range opts {
+			o[k] = v
+		}
+		c, err := ParseOptions(o)
+		require.NoError(t, err)
+		p, err := New(c)
+		require.NoError(t, err)
+		start := runtime.Observation{Output: []byte("url: index.html\ntitle: A\n"), ExitCode: -1, Screenshot: screenshot(t, 1)}
+		h := runtime.History{Instruction: "Click three times, then say done.", Start: &start}
+		var turns []tokens.Turn
+		var evs []*runtime.ModelEvent
+		for i := range 4 {
+			d, err := p.Decide(context.Background(), h)
+			require.NoError(t, err)
+			require.Empty(t, d.Stop, d.Detail)
+			evs = append(evs, d.Model)
+			turns = append(turns, tokens.Turn{PromptIDs: d.Model.PromptIDs, ResponseIDs: d.Model.ResponseIDs, Logprobs: d.Model.Logprobs})
+			h.Steps = append(h.Steps, runtime.Step{Index: i, Action: d.Action,
+				Observation: runtime.Observation{Output: []byte("url: index.html\n"), ExitCode: -1, Screenshot: screenshot(t, uint8(20+i))}})
+		}
+		r, err := tokens.Assemble(turns)
+		require.NoError(t, err)
+		require.NoError(t, r.Check())
+		return r, evs
+	}
+	ctx := context.Background()
+	soft, err := oracle.TokenID(ctx, "gemma3", "<image_soft_token>")
+	require.NoError(t, err)
+	count := func(ids []int32) int {
+		n := 0
+		for _, id := range ids {
+			if id == soft {
+				n++
+			}
+		}
+		return n
+	}
+
+	t.Run("every image kept", func(t *testing.T) {
+		r, evs := run(t, nil)
+		require.False(t, r.Drift, "image placeholders must not read as drift (cut %s)", r.Cut)
+		require.Equal(t, 4, r.Turns)
+		require.Equal(t, 256, count(r.PromptIDs), "the start page's image is in the first prompt")
+		require.Equal(t, 3*256, count(r.ResponseIDs), "one image after each of the three clicks")
+		for i, id := range r.ResponseIDs {
+			if id == soft {
+				require.Zero(t, r.Mask[i], "an image placeholder is an environment token")
+			}
+		}
+		require.Len(t, evs[3].PromptImages, 4)
+	})
+	t.Run("max_images cuts at the first image that leaves", func(t *testing.T) {
+		r, evs := run(t, map[string]string{"max_images": "2"})
+		require.True(t, r.Drift)
+		require.Equal(t, "drift", r.Cut)
+		require.Equal(t, 2, r.Turns, "the third prompt no longer shows the start page's image")
+		require.Len(t, evs[3].PromptImages, 2)
+	})
 }
