@@ -69,7 +69,7 @@ type Step struct {
 	// Arguments are the action's fields as the model wrote them (the
 	// canonical JSON without "kind", HTML characters unescaped).
 	Arguments   json.RawMessage `json:"arguments,omitempty"`
-	Observation string          `json:"observation"` // aci.ObservationText of the step, as the model saw it
+	Observation string          `json:"observation"` // the step's result as the model saw it (aci.ObservationShown's text)
 	ExitCode    int32           `json:"exit_code"`
 	IsError     bool            `json:"is_error"`
 	TimedOut    bool            `json:"timed_out"`
@@ -253,6 +253,7 @@ type conversation struct {
 	system   string
 	obsCap   int
 	noPixels bool // the capture policy kept no pixels (pixels=none)
+	shown    policy.Conversation
 }
 
 // readConversation reads the system prompt and the observation cap from
@@ -271,7 +272,7 @@ func readConversation(m shard.Manifest) (conversation, error) {
 	if err != nil {
 		return c, fmt.Errorf("policy: %w", err)
 	}
-	c.system, c.obsCap = shown.SystemPrompt, shown.ObservationCap
+	c.system, c.obsCap, c.shown = shown.SystemPrompt, shown.ObservationCap, shown
 	return c, nil
 }
 
@@ -309,11 +310,13 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
 			}
 			st.Arguments = args
-			obs, err := model.ToolResult(s, conv.obsCap)
+			// As the policy showed it: the tree too under observe=a11y or
+			// both (the image is the step's screenshot, listed below).
+			obs, err := model.ShownResult(s, conv.shown)
 			if err != nil {
 				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
 			}
-			st.Observation = obs
+			st.Observation = obs.Text
 		}
 		if s.ScreenHash != "" || len(s.Screenshot) > 0 {
 			shot, err := screenshot(ds, ep.EpisodeID, s, o.Screenshots, conv.noPixels)

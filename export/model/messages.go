@@ -351,6 +351,10 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 	return out, nil
 }
 
+// ShownResult is step s's observation as the run's policy showed it
+// (aci.ObservationShown under the conversation's observe mode and cap).
+func ShownResult(s *schemas.StepRow, conv policy.Conversation) (aci.Shown, error) { return shownResult(s, conv) }
+
 // shownResult is step s's observation as the policy showed it under the
 // run's observe mode (aci.ObservationShown).
 func shownResult(s *schemas.StepRow, conv policy.Conversation) (aci.Shown, error) {
