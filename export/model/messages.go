@@ -353,7 +353,9 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 
 // ShownResult is step s's observation as the run's policy showed it
 // (aci.ObservationShown under the conversation's observe mode and cap).
-func ShownResult(s *schemas.StepRow, conv policy.Conversation) (aci.Shown, error) { return shownResult(s, conv) }
+func ShownResult(s *schemas.StepRow, conv policy.Conversation) (aci.Shown, error) {
+	return shownResult(s, conv)
+}
 
 // shownResult is step s's observation as the policy showed it under the
 // run's observe mode (aci.ObservationShown).
