@@ -92,7 +92,7 @@ func TestTopLevelAndHelp(t *testing.T) {
 func TestVersion(t *testing.T) {
 	r := execute(t.Context(), "version")
 	assert.Equal(t, cli.ExitOK, r.code)
-	assert.Regexp(t, `^forkline `+regexp.QuoteMeta(collect.Version)+` \(dataset schema 2, (commit [0-9a-f]{12}( with local changes)?, )?go\S+ \S+/\S+\)\n$`, r.stdout)
+	assert.Regexp(t, `^forkline `+regexp.QuoteMeta(collect.Version)+` \(dataset schema 3, (commit [0-9a-f]{12}( with local changes)?, )?go\S+ \S+/\S+\)\n$`, r.stdout)
 	assert.Equal(t, r, execute(t.Context(), "--version"))
 	assert.Equal(t, r, execute(t.Context(), "-version"))
 
@@ -106,7 +106,7 @@ func TestVersion(t *testing.T) {
 	assert.Equal(t, cli.ExitBadInput, r.code)
 
 	// A build with a VCS stamp names its commit.
-	assert.Equal(t, "forkline 0.1.0 (dataset schema 2, commit 0123456789ab with local changes, go1.26.0 linux/amd64)",
+	assert.Equal(t, "forkline 0.1.0 (dataset schema 3, commit 0123456789ab with local changes, go1.26.0 linux/amd64)",
 		buildInfo{Version: "0.1.0", SchemaVersion: 3, Commit: "0123456789abcdef", Modified: true, Go: "go1.26.0", Platform: "linux/amd64"}.String())
 }
 
