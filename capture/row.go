@@ -83,6 +83,7 @@ func (p Policy) Row(episodeID, taskID string, s runtime.Step, seen BlobIndex) (s
 			row.ToolCalls = &calls
 		}
 		row.FinishReason = optStr(m.FinishReason)
+		row.PromptImages = m.PromptImages
 		if m.Usage.PromptTokens > 0 || m.Usage.CompletionTokens > 0 {
 			pt, ct := int32(m.Usage.PromptTokens), int32(m.Usage.CompletionTokens)
 			row.PromptTokens, row.CompletionTokens = &pt, &ct
@@ -109,6 +110,40 @@ func (p Policy) Row(episodeID, taskID string, s runtime.Step, seen BlobIndex) (s
 		}
 	}
 	return row, blobs
+}
+
+// Start keeps an episode's first observation (runtime.History.Start) in
+// its episode row under p, as Row keeps a step's: the screenshot's bytes
+// in the row (pixels full), in a blob (pixels hash, when seen has not
+// recorded it, returned to be written) or only its hash (pixels none), the
+// tree when a11y is kept, the text capped as an output is.
+func (p Policy) Start(ep *schemas.EpisodeRow, o runtime.Observation, seen BlobIndex) []schemas.BlobRow {
+	out := o.Output
+	if p.TextCap > 0 && len(out) > p.TextCap {
+		out = headTail(out, p.TextCap)
+	}
+	text := strings.ToValidUTF8(string(out), "\uFFFD")
+	ep.StartOutput = &text
+	var blobs []schemas.BlobRow
+	if sc := o.Screenshot; sc != nil && len(sc.PNG) > 0 {
+		sum := sha256.Sum256(sc.PNG)
+		h := hex.EncodeToString(sum[:])
+		ep.StartScreenHash = &h
+		ep.StartScreenW, ep.StartScreenH = int32(sc.Width), int32(sc.Height)
+		switch p.Pixels {
+		case PixelsFull:
+			ep.StartScreenshot = sc.PNG
+		case PixelsHash:
+			if seen == nil || seen.Add(h) {
+				blobs = append(blobs, schemas.BlobRow{SHA256: h, Media: "image/png", Data: sc.PNG})
+			}
+		}
+	}
+	if p.A11y == A11yFull && o.AXTree != "" {
+		tree := o.AXTree
+		ep.StartAXTree = &tree
+	}
+	return blobs
 }
 
 func optStr(s string) *string {

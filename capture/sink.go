@@ -21,6 +21,7 @@ type Sink struct {
 	rows              []schemas.StepRow
 	blobs             []schemas.BlobRow
 	turns             []tokens.Turn
+	start             *runtime.Observation
 }
 
 // NewSink returns the sink of one episode of a task under policy p.
@@ -53,6 +54,23 @@ func (b *Sink) Prefix(steps []runtime.Step) {
 			b.turns = append(b.turns, tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs})
 		}
 	}
+}
+
+// WriteStart captures the episode's first observation (the start page of a
+// GUI episode), which StartRow puts in the episode row. It never fails.
+func (b *Sink) WriteStart(o runtime.Observation) {
+	b.start = &o
+}
+
+// StartRow keeps the first observation, when one was captured, in ep under
+// the sink's policy, and adds the blob of its screenshot to the episode's.
+// It is called once, when the episode's rows are built.
+func (b *Sink) StartRow(ep *schemas.EpisodeRow) {
+	if b.start == nil {
+		return
+	}
+	b.blobs = append(b.blobs, b.policy.Start(ep, *b.start, b.seen)...)
+	b.start = nil
 }
 
 // Steps are the rows captured so far, in step order.

@@ -210,6 +210,7 @@ func TestCollectBrowserDeath(t *testing.T) {
 	spec := `id: web-crash
 instruction: look, then watch the browser die
 browser: {viewport: 640x480, start: index.html}
+actions: [exec]
 files:
   index.html: "<html><head><title>Doomed</title></head><body><h1>Doomed</h1></body></html>"
 solution:

@@ -34,5 +34,6 @@ func openPolicy(cfg Config, specs []task.Spec, logf func(string, ...any)) (polic
 // policyEpisode is what a policy is told of an episode of t: what it needs
 // to decide, nothing of the task's files, setup or verifier.
 func policyEpisode(t *task.Spec, id string, repeat int, seed int64) policy.Episode {
-	return policy.Episode{ID: id, Repeat: repeat, Seed: seed, Instruction: t.Instruction, Solution: t.Solution}
+	return policy.Episode{ID: id, Repeat: repeat, Seed: seed, Instruction: t.Instruction, Solution: t.Solution,
+		Actions: t.AllowedActions()}
 }

@@ -163,6 +163,9 @@ var policyOptionShapes = map[string]map[string]bool{
 		"actions":     true,
 		// The cap changes what the model is shown.
 		"observation_cap": true,
+		// What the model is shown of a page, and how many images stay.
+		"observe":    true,
+		"max_images": true,
 		// Whether token ids and logprobs are requested changes what is
 		// captured (an RL record or none).
 		"token_ids": true,

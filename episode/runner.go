@@ -157,6 +157,27 @@ func (e *Episode) Rollout(ctx context.Context, pol runtime.Policy, h runtime.His
 		e.Capture.Prefix(h.Steps)
 	}
 	began := time.Now()
+	if obs, ok := e.Replica.Sandbox.(startObserver); ok && len(h.Steps) == 0 && h.Start == nil {
+		// A GUI episode starts from what its start page shows, so the
+		// model's first prompt holds the page (issue: the first request
+		// held the instruction only).
+		start, err := obs.Observe(ctx)
+		if err != nil {
+			e.Result = runtime.Result{Exit: runtime.ExitEnvError, Detail: "episode: observing the start page: " + err.Error(), Err: err}
+			if ctx.Err() != nil {
+				e.Result.Exit = runtime.ExitCancelled
+			}
+			e.Row.ExitReason, e.Row.Detail = string(e.Result.Exit), e.Result.Detail
+			e.Row.DurationMS = schemas.Millis(time.Since(began))
+			e.Broken = e.Result.Exit == runtime.ExitEnvError
+			if errors.Is(err, runtime.ErrUnavailable) {
+				return err
+			}
+			return nil
+		}
+		e.Capture.WriteStart(start)
+		h.Start = &start
+	}
 	res, err := runtime.Rollout(ctx, e.Replica.Sandbox, pol, h, lim, sink)
 	if err != nil {
 		res.Exit, res.Detail = runtime.ExitUnknown, err.Error()
@@ -176,6 +197,12 @@ func (e *Episode) Rollout(ctx context.Context, pol runtime.Policy, h runtime.His
 		return res.Err
 	}
 	return nil
+}
+
+// startObserver is a session that shows something before it is acted on:
+// the browser session's start page (browser.Session.Observe).
+type startObserver interface {
+	Observe(ctx context.Context) (runtime.Observation, error)
 }
 
 // Verify runs the task's verifier in the sandbox and records its reward
@@ -296,6 +323,7 @@ func (e *Episode) Rows() (b shard.EpisodeBatch, keep bool) {
 	}
 	ep := e.Row
 	ep.Steps = int32(len(steps))
+	e.Capture.StartRow(&ep)
 	if err := e.Capture.TokenRecord(&ep); err != nil {
 		ep.Detail = strings.TrimSpace(ep.Detail + "; token record refused: " + err.Error())
 	}

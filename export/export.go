@@ -327,6 +327,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	oc := &openContext{o: &o, splits: splitNames(o.Split), provenance: provenance(o, inputs), allThinking: true}
 	for _, in := range inputs {
 		oc.allThinking = oc.allThinking && in.conversation.EnableThinking != nil
+		oc.anyImages = oc.anyImages || in.conversation.Shows().Images()
 	}
 
 	if spec.groups {
@@ -446,6 +447,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 func (in *input) describe(ep *model.Episode, needTask bool) error {
 	if t, ok := in.tasks[ep.Row.TaskID]; ok {
 		ep.Instruction = t.Instruction
+		ep.TaskActions = t.AllowedActions()
 		if t.Verify != nil {
 			ep.VerifyCmd = t.Verify.Cmd
 		}

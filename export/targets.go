@@ -53,6 +53,7 @@ type openContext struct {
 	splits      []string
 	provenance  []string
 	allThinking bool      // every input records enable_thinking
+	anyImages   bool      // an input's model saw images (policy.Conversation.Observe)
 	stream      io.Writer // file targets: where to write
 	groups      *groups   // targets with groups set
 }
@@ -90,11 +91,11 @@ var targets = map[string]targetSpec{
 		},
 	},
 	"verl-sft": {
-		summary: "verl MultiTurnSFTDataset parquet: messages, tools, enable_thinking (with docs/verl_sft_dataset.py)",
+		summary: "verl MultiTurnSFTDataset parquet: messages, tools, enable_thinking, images with <image> placeholders when the model saw screenshots (with docs/verl_sft_dataset.py)",
 		layout:  "DIR/<split>.parquet",
 		options: conversationOptions,
 		open: func(dir string, c *openContext) (sink, error) {
-			return verl.NewSFTWriter(dir, c.splits, c.allThinking, c.o.conversation()), nil
+			return verl.NewSFTWriter(dir, c.splits, c.allThinking, c.anyImages, c.o.conversation()), nil
 		},
 	},
 	"hf": {

@@ -228,6 +228,13 @@ func (t *Transcript) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n[user: the task's instruction]\n")
 	writeBlock(w, "  ", orNone(t.Instruction, "(not recorded)"))
+	if t.Start != "" {
+		fmt.Fprintf(w, "\n[the start page, before any action]\n")
+		writeBlock(w, "  ", t.Start)
+		if t.StartScreenshot != "" {
+			fmt.Fprintf(w, "  screenshot %s\n", t.StartScreenshot)
+		}
+	}
 	if t.Parent != "" {
 		fmt.Fprintf(w, "\n[steps 0-%d: the prefix, stored once in its parent %s (inspect DIR -episode %s shows them)]\n",
 			t.BranchStep-1, t.Parent, t.Parent[:min(12, len(t.Parent))])
@@ -240,6 +247,9 @@ func (t *Transcript) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  (policy %.1f ms, environment %.1f ms)\n", s.PolicyMS, s.EnvMS)
 		if s.TokenPath != "" {
 			fmt.Fprintf(w, "  tokens: %s via %s (%s)\n", s.TokenPath, orNone(s.TokenEndpoints, "?"), orNone(s.Model, "model not reported"))
+		}
+		if len(s.PromptImages) > 0 {
+			fmt.Fprintf(w, "  images in the prompt: %d\n", len(s.PromptImages))
 		}
 		if s.Reasoning != "" {
 			fmt.Fprintf(w, "  reasoning:\n")

@@ -40,6 +40,11 @@ type Transcript struct {
 	// Instruction the task's instruction: the user message.
 	System      string `json:"system,omitempty"`
 	Instruction string `json:"instruction"`
+	// Start is what a GUI episode's start page showed before the first
+	// action (its url and title), "" for an episode without one; its
+	// screenshot's hash is StartScreenshot.
+	Start           string `json:"start,omitempty"`
+	StartScreenshot string `json:"start_screenshot_sha256,omitempty"`
 	// ObservationCap is the most bytes of an observation the policy showed
 	// the model (0: all); Observation texts are cut the same way.
 	ObservationCap int `json:"observation_cap"`
@@ -72,7 +77,7 @@ type Step struct {
 	// Arguments are the action's fields as the model wrote them (the
 	// canonical JSON without "kind", HTML characters unescaped).
 	Arguments   json.RawMessage `json:"arguments,omitempty"`
-	Observation string          `json:"observation"` // aci.ObservationText of the step, as the model saw it
+	Observation string          `json:"observation"` // the step's result as the model saw it (aci.ObservationShown's text)
 	ExitCode    int32           `json:"exit_code"`
 	IsError     bool            `json:"is_error"`
 	TimedOut    bool            `json:"timed_out"`
@@ -83,7 +88,10 @@ type Step struct {
 	A11yBytes   int             `json:"a11y_bytes,omitempty"`
 	// Screenshot is the step's screenshot, when one was taken.
 	Screenshot *Screenshot `json:"screenshot,omitempty"`
-	Rewards    []Reward    `json:"rewards,omitempty"` // step-level rewards
+	// PromptImages are the hashes of the screenshots the turn's prompt
+	// carried as images, in order (none for a text-only prompt).
+	PromptImages []string `json:"prompt_images,omitempty"`
+	Rewards      []Reward `json:"rewards,omitempty"` // step-level rewards
 }
 
 // Screenshot is a step's screenshot and where its pixels are.
@@ -260,6 +268,7 @@ type conversation struct {
 	system   string
 	obsCap   int
 	noPixels bool // the capture policy kept no pixels (pixels=none)
+	shown    policy.Conversation
 }
 
 // readConversation reads the system prompt and the observation cap from
@@ -278,7 +287,7 @@ func readConversation(m shard.Manifest) (conversation, error) {
 	if err != nil {
 		return c, fmt.Errorf("policy: %w", err)
 	}
-	c.system, c.obsCap = shown.SystemPrompt, shown.ObservationCap
+	c.system, c.obsCap, c.shown = shown.SystemPrompt, shown.ObservationCap, shown
 	return c, nil
 }
 
@@ -300,24 +309,32 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 	if sp, ok := specs[ep.TaskID]; ok {
 		t.Instruction = sp.Instruction
 	}
+	if ep.StartOutput != nil {
+		t.Start = *ep.StartOutput
+	}
+	if ep.StartScreenHash != nil {
+		t.StartScreenshot = *ep.StartScreenHash
+	}
 	for i := range steps {
 		s := &steps[i]
 		st := Step{Index: int(s.StepIndex), ModelText: deref(s.ModelText), Reasoning: deref(s.Reasoning),
 			FinishReason: deref(s.FinishReason), Model: deref(s.Model), TokenPath: deref(s.TokenPath), TokenEndpoints: deref(s.TokenEndpoints),
 			ActionKind: s.ActionKind, Action: s.ActionJSON,
 			ExitCode: s.ExitCode, IsError: s.IsError, TimedOut: s.TimedOut, Truncated: s.Truncated,
-			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree)}
+			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree), PromptImages: s.PromptImages}
 		if s.ActionKind != "" {
 			args, err := model.Arguments(s.ActionJSON)
 			if err != nil {
 				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
 			}
 			st.Arguments = args
-			obs, err := model.ToolResult(s, conv.obsCap)
+			// As the policy showed it: the tree too under observe=a11y or
+			// both (the image is the step's screenshot, listed below).
+			obs, err := model.ShownResult(s, conv.shown)
 			if err != nil {
 				return nil, fmt.Errorf("%w: episode %s step %d: %v", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex, err)
 			}
-			st.Observation = obs
+			st.Observation = obs.Text
 		}
 		if s.ScreenHash != "" || len(s.Screenshot) > 0 {
 			shot, err := screenshot(ds, ep.EpisodeID, s, o.Screenshots, conv.noPixels)

@@ -65,11 +65,23 @@ type Conversation struct {
 	// native, as before it was typed.
 	ToolMode ToolMode `json:"tool_mode,omitempty"`
 	// Actions are the actions offered as tools, in order; nil offered every
-	// canonical action.
+	// canonical action, unless TaskActions is set.
 	Actions []runtime.ActionKind `json:"actions,omitempty"`
+	// TaskActions reports that each episode was offered the actions its
+	// task allows (task.Spec.AllowedActions: a shell task the shell
+	// actions, a browser task the GUI ones and the shell ones it lists),
+	// not one list for the run; Actions is then nil.
+	TaskActions bool `json:"task_actions,omitempty"`
 	// ObservationCap is the most bytes of an observation's text the model
 	// was shown (aci.ObservationText's limit); 0 showed all.
 	ObservationCap int `json:"observation_cap"`
+	// Observe is what the model was shown of GUI observations and the
+	// start page (aci.Observe); "" in manifests written before it was
+	// recorded, whose policies showed text only (aci.ObserveText).
+	Observe aci.Observe `json:"observe,omitempty"`
+	// MaxImages is how many of the latest screenshots stayed images in
+	// the context, older ones shown as aci.ImageNote; 0 kept all.
+	MaxImages int `json:"max_images,omitempty"`
 	// EnableThinking is the chat template's enable_thinking the model ran
 	// with, nil when unknown: the openai policy sets it from
 	// chat_template_kwargs, and leaves it nil when they do not say (the
@@ -110,6 +122,15 @@ func (c Conversation) ToolOrder() string {
 	return c.ToolKeyOrder
 }
 
+// Shows is the observe mode the model was shown observations in:
+// Observe, or aci.ObserveText for a manifest that predates it.
+func (c Conversation) Shows() aci.Observe {
+	if c.Observe == "" {
+		return aci.ObserveText
+	}
+	return c.Observe
+}
+
 // SentReasoning reports whether assistant turns carried their reasoning
 // back (false when not recorded).
 func (c Conversation) SentReasoning() bool { return c.SendReasoning != nil && *c.SendReasoning }
@@ -120,7 +141,8 @@ func (c Conversation) TextToolCalls() bool { return c.ToolMode == ToolsText }
 
 // conversationKeys are the JSON names of Conversation's fields, in order.
 var conversationKeys = []string{"system_prompt", "tool_mode", "actions", "observation_cap", "enable_thinking",
-	"tokens", "tool_parser", "reasoning_parser", "chat_template_kwargs", "send_reasoning", "tool_key_order"}
+	"tokens", "tool_parser", "reasoning_parser", "chat_template_kwargs", "send_reasoning", "tool_key_order",
+	"observe", "max_images", "task_actions"}
 
 // Diff returns the JSON names of the fields in which c and o differ, in
 // field order: what a resume names when a run's conversation is not this
@@ -139,6 +161,9 @@ func (c Conversation) Diff(o Conversation) []string {
 		!equalJSON(c.ChatTemplateKwargs, o.ChatTemplateKwargs),
 		!equalBool(c.SendReasoning, o.SendReasoning),
 		c.ToolKeyOrder != o.ToolKeyOrder,
+		c.Shows() != o.Shows(),
+		c.MaxImages != o.MaxImages,
+		c.TaskActions != o.TaskActions,
 	}
 	for i, d := range differs {
 		if d {
@@ -233,6 +258,26 @@ func decodeConversation(fields map[string]json.RawMessage) (Conversation, error)
 	strField("tool_parser", &c.ToolParser)
 	strField("reasoning_parser", &c.ReasoningParser)
 	strField("tool_key_order", &c.ToolKeyOrder)
+	var observe string
+	strField("observe", &observe)
+	if _, err := aci.ParseObserve(observe); err != nil {
+		errs = append(errs, fmt.Errorf("policy: manifest policy %w", err))
+	}
+	c.Observe = aci.Observe(observe)
+	if raw, ok := fields["task_actions"]; ok && !isNull(raw) {
+		v, err := decodeBool(raw)
+		if err != nil {
+			bad("task_actions", raw, "a boolean")
+		}
+		c.TaskActions = v
+	}
+	if raw, ok := fields["max_images"]; ok && !isNull(raw) {
+		n, err := decodeNumberOrString(raw)
+		if err != nil || n < 0 {
+			bad("max_images", raw, "an image count")
+		}
+		c.MaxImages = n
+	}
 	if raw, ok := fields["chat_template_kwargs"]; ok && !isNull(raw) {
 		kw, err := DecodeTemplateKwargs(raw)
 		if err != nil {

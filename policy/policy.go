@@ -54,9 +54,10 @@ type Episode struct {
 	Instruction string
 	// Solution is the task's scripted solution, nil when it has none.
 	Solution []runtime.Action
-	// Actions are the actions the task allows; nil allows every canonical
-	// action (task specs do not restrict actions yet). A policy never
-	// offers or takes an action outside them.
+	// Actions are the actions the task allows (a shell task its shell
+	// actions, a browser task its GUI actions and the shell ones it lists);
+	// nil allows every canonical action. A policy never offers or takes an
+	// action outside them.
 	Actions []runtime.ActionKind
 }
 

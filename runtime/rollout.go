@@ -26,7 +26,12 @@ type Session interface {
 // modify it after Decide returns.
 type History struct {
 	Instruction string
-	Steps       []Step
+	// Start is what the environment showed before the first action (a
+	// GUI episode's start page: its screenshot and accessibility tree),
+	// nil when it shows nothing until acted on (a shell). A policy that
+	// shows observations shows it with the instruction.
+	Start *Observation
+	Steps []Step
 }
 
 // Decision is a policy's answer: one action to take, or a reason to stop.
@@ -119,7 +124,7 @@ func Rollout(ctx context.Context, s Session, p Policy, start History, lim Limits
 		epCtx, cancel = context.WithTimeout(ctx, lim.EpisodeTimeout)
 		defer cancel()
 	}
-	h := History{Instruction: start.Instruction, Steps: append([]Step(nil), start.Steps...)}
+	h := History{Instruction: start.Instruction, Start: start.Start, Steps: append([]Step(nil), start.Steps...)}
 	var res Result
 	finish := func(exit ExitReason, detail string) (Result, error) {
 		res.Exit, res.Detail = exit, detail

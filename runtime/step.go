@@ -89,6 +89,11 @@ type ModelEvent struct {
 	ResponseMask []int8    // 1 per model token (0 marks environment tokens in assembled records)
 	Logprobs     []float32 // one per ResponseIDs entry
 	FinishReason string
+	// PromptImages are the hex sha256 of the PNGs the prompt of this turn
+	// carried, in the order they appeared in it (the screenshots still in
+	// the context); with the recorded steps they rebuild the exact
+	// multimodal prompt. Empty for a text-only prompt.
+	PromptImages []string
 	Usage        Usage
 	Latency      time.Duration
 	// Provenance says where the turn's token ids came from; zero for a

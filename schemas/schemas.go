@@ -23,7 +23,9 @@ import (
 // Version 2 added the steps table's tool_calls and token provenance
 // (token_path, token_endpoints, chat_template_sha256), the episodes table's
 // token_cut, metadata and lineage columns (parent_episode_id, branch_step,
-// branch_index, group_id), let a branch episode's step indexes start at its
+// branch_index, group_id) and first observation (start_output,
+// start_screenshot and its hash and size, start_a11y_tree), the steps'
+// prompt_images, let a branch episode's step indexes start at its
 // branch_step, and let the rewards table's name hold a verifier's metric
 // names.
 const Version = 2
@@ -94,6 +96,12 @@ type StepRow struct {
 	TokenPath          *string `parquet:"token_path,optional" json:"token_path,omitempty"`                     // "chat" or "tito"
 	TokenEndpoints     *string `parquet:"token_endpoints,optional" json:"token_endpoints,omitempty"`           // server paths, comma-separated, in call order
 	ChatTemplateSHA256 *string `parquet:"chat_template_sha256,optional" json:"chat_template_sha256,omitempty"` // when the server reports its template
+
+	// PromptImages are the hex sha256 of the screenshots the turn's prompt
+	// carried, in prompt order (runtime.ModelEvent.PromptImages): each
+	// names a step's screenshot_sha256 or the episode's
+	// start_screenshot_sha256. Empty for a text-only prompt.
+	PromptImages []string `parquet:"prompt_images,list" json:"prompt_images"`
 }
 
 // EpisodeRow is one row of the episodes table.
@@ -141,6 +149,16 @@ type EpisodeRow struct {
 	ResponseLogprobs []float32 `parquet:"response_logprobs,list" json:"response_logprobs"`
 	TokenTurns       int32     `parquet:"token_turns" json:"token_turns"` // model turns in the token record
 
+	// The first observation (runtime.History.Start): what a GUI episode's
+	// start page showed before the first action, kept under the capture
+	// policy as a step's observation is. Null for an episode whose
+	// environment shows nothing before it is acted on (a shell).
+	StartOutput     *string `parquet:"start_output,optional" json:"start_output,omitempty"`                       // url and title, as the model saw them
+	StartScreenshot []byte  `parquet:"start_screenshot,optional" json:"start_screenshot,omitempty"`               // PNG, when pixels=full
+	StartScreenHash *string `parquet:"start_screenshot_sha256,optional" json:"start_screenshot_sha256,omitempty"` // hex sha256 of the PNG
+	StartScreenW    int32   `parquet:"start_screenshot_width,optional" json:"start_screenshot_width,omitempty"`   // pixels
+	StartScreenH    int32   `parquet:"start_screenshot_height,optional" json:"start_screenshot_height,omitempty"` // pixels
+	StartAXTree     *string `parquet:"start_a11y_tree,optional" json:"start_a11y_tree,omitempty"`                 // compact JSON accessibility tree
 	// Metadata is the task's free-form metadata (its metadata: section, or
 	// a Harbor task.toml's [metadata] and [task]) as a JSON object; null for
 	// a task without any. Added in schema version 2.

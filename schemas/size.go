@@ -28,7 +28,7 @@ func (r *StepRow) Size() int64 {
 	n := stepFixed + len(r.EpisodeID) + len(r.TaskID) + len(r.ActionKind) + len(r.ActionJSON) +
 		len(r.Output) + len(r.OutputRaw) + len(r.ErrorKind) + len(r.Screenshot) + len(r.ScreenHash) +
 		len(r.AXTree) + optLen(r.Model) + optLen(r.ModelText) + optLen(r.Reasoning) + optLen(r.ToolCalls) + optLen(r.FinishReason) +
-		optLen(r.TokenPath) + optLen(r.TokenEndpoints) + optLen(r.ChatTemplateSHA256) +
+		optLen(r.TokenPath) + optLen(r.TokenEndpoints) + optLen(r.ChatTemplateSHA256) + 64*len(r.PromptImages) +
 		tokenBytes*(len(r.PromptIDs)+len(r.ResponseIDs)+len(r.ResponseMask)+len(r.ResponseLogprobs))
 	return int64(n)
 }
@@ -38,6 +38,7 @@ func (r *EpisodeRow) Size() int64 {
 	n := episodeFixed + len(r.EpisodeID) + len(r.RunID) + len(r.TaskID) + len(r.TaskHash) +
 		len(r.Provider) + len(r.GoldenID) + len(r.ResetStrategy) + len(r.ResetOrigin) +
 		len(r.ExitReason) + len(r.Detail) + len(r.Answer) + optLen(r.ParentEpisodeID) + optLen(r.GroupID) + optLen(r.TokenCut) + optLen(r.Metadata) +
+		optLen(r.StartOutput) + len(r.StartScreenshot) + optLen(r.StartScreenHash) + optLen(r.StartAXTree) +
 		tokenBytes*(len(r.PromptIDs)+len(r.ResponseIDs)+len(r.ResponseMask)+len(r.ResponseLogprobs))
 	return int64(n)
 }

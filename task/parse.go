@@ -383,7 +383,7 @@ func (p parser) intRange(n *yaml.Node, field string, v, lo, hi int64, unit strin
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-var specFields = []string{"id", "instruction", "image", "build", "files", "env", "network", "setup", "start", "branch_start", "verify", "limits", "solution", "browser", "metadata"}
+var specFields = []string{"id", "instruction", "image", "build", "files", "env", "network", "setup", "start", "branch_start", "verify", "limits", "solution", "browser", "actions", "metadata"}
 
 func (p parser) spec(n *yaml.Node) (Spec, error) {
 	s := Spec{Source: fmt.Sprintf("%s:%d", p.file, n.Line)}
@@ -436,6 +436,8 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 			return err
 		case "browser":
 			return p.browser(v, &s)
+		case "actions":
+			return p.actions(v, &s)
 		}
 		return nil
 	})
@@ -456,7 +458,60 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 	if err := p.clicks(&s, actions); err != nil {
 		return Spec{}, err
 	}
+	if err := p.allowed(&s, n); err != nil {
+		return Spec{}, err
+	}
 	return s, nil
+}
+
+// actions reads the task's actions: the shell actions it allows (a list of
+// exec, read_file, write_file, each once). GUI actions come with the
+// browser section and done with every task, so neither is listed.
+func (p parser) actions(v *yaml.Node, s *Spec) error {
+	if v.Kind != yaml.SequenceNode {
+		return p.errAt(v, "actions", "must be a list of shell actions (%s), not %s", kindList(ShellActions), kindName(v))
+	}
+	s.Actions = []runtime.ActionKind{}
+	for i, c := range v.Content {
+		field := fmt.Sprintf("actions[%d]", i)
+		var name string
+		if err := p.str(c, field, &name); err != nil {
+			return err
+		}
+		k := runtime.ActionKind(name)
+		switch {
+		case k == runtime.ActDone:
+			return p.errAt(c, field, "done is allowed in every task; leave it out")
+		case slices.Contains(GUIActions, k):
+			return p.errAt(c, field, "%s is a GUI action: GUI actions come with the browser section, not this list", k)
+		case !slices.Contains(ShellActions, k):
+			return p.errAt(c, field, "%q is not a shell action (known: %s)", name, kindList(ShellActions))
+		case slices.Contains(s.Actions, k):
+			return p.errAt(c, field, "%s is listed twice", k)
+		}
+		s.Actions = append(s.Actions, k)
+	}
+	return nil
+}
+
+// allowed checks the actions list once the whole spec is read (the
+// browser section may come after it). A scripted solution is not held to
+// it: the list says which tools a model is offered, and a script replays
+// what its author wrote (a click in a shell task is an observation of an
+// unsupported action, which tests of that rely on).
+func (p parser) allowed(s *Spec, n *yaml.Node) error {
+	if s.Browser == nil && s.Actions != nil && len(s.Actions) == 0 {
+		return p.errAt(n, "actions", "is empty, and a task without a browser has no other actions (leave actions out for every shell action)")
+	}
+	return nil
+}
+
+func kindList(ks []runtime.ActionKind) string {
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
 }
 
 // files reads the files section. A name is a slash-separated path relative

@@ -58,7 +58,7 @@ func TestParseErrorsNameFileLineField(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown top-level field", "id: a\ninstruction: x\nsetpu: [ls]\n", []string{"bad.yaml:3:1", "field setpu", "unknown field", "known: branch_start, browser, build, env, files"}},
+		{"unknown top-level field", "id: a\ninstruction: x\nsetpu: [ls]\n", []string{"bad.yaml:3:1", "field setpu", "unknown field", "known: actions, branch_start, browser, build, env, files"}},
 		{"unknown limits field", "id: a\ninstruction: x\nlimits:\n  max_step: 3\n", []string{"bad.yaml:4:3", "limits.max_step", "known: action_timeout"}},
 		{"wrong type", "id: a\ninstruction: x\nlimits:\n  max_steps: many\n", []string{"bad.yaml:4:14", "limits.max_steps", "many"}},
 		{"bad duration", "id: a\ninstruction: x\nlimits:\n  action_timeout: 3 seconds\n", []string{"bad.yaml:4", "limits.action_timeout", "positive duration"}},
@@ -356,6 +356,45 @@ func TestParseAcceptsTheEdges(t *testing.T) {
 			require.Len(t, specs, 1)
 			c.check(t, specs[0])
 			require.Len(t, specs[0].Hash(), 64)
+		})
+	}
+}
+
+// TestActionsFitTheTask: a shell task allows the shell actions, a browser
+// task the GUI actions and the shell ones it lists; the list is strict.
+func TestActionsFitTheTask(t *testing.T) {
+	parse := func(yaml string) (Spec, error) {
+		specs, err := Parse("a.yaml", []byte(yaml))
+		if err != nil {
+			return Spec{}, err
+		}
+		return specs[0], nil
+	}
+	shell, err := parse("id: s\ninstruction: x\n")
+	require.NoError(t, err)
+	require.Equal(t, []runtime.ActionKind{"done", "exec", "read_file", "write_file"}, shell.AllowedActions())
+	narrow, err := parse("id: s\ninstruction: x\nactions: [exec]\n")
+	require.NoError(t, err)
+	require.Equal(t, []runtime.ActionKind{"done", "exec"}, narrow.AllowedActions())
+	web, err := parse("id: w\ninstruction: x\nbrowser: {}\n")
+	require.NoError(t, err)
+	require.Equal(t, []runtime.ActionKind{"click", "done", "key", "navigate", "screenshot", "scroll", "type", "wait"}, web.AllowedActions())
+	webExec, err := parse("id: w\ninstruction: x\nbrowser: {}\nactions: [read_file, exec]\n")
+	require.NoError(t, err)
+	require.Equal(t, []runtime.ActionKind{"click", "done", "exec", "key", "navigate", "read_file", "screenshot", "scroll", "type", "wait"}, webExec.AllowedActions())
+	require.NotEqual(t, web.Hash(), webExec.Hash(), "the actions are part of the task")
+	require.Equal(t, shell.Hash(), func() string { s, _ := parse("id: s\ninstruction: x\n"); return s.Hash() }())
+	for name, tc := range map[string]struct{ yaml, want string }{
+		"gui action":   {"id: s\ninstruction: x\nactions: [click]\n", "a.yaml:3:11: field actions[0]: click is a GUI action"},
+		"done":         {"id: s\ninstruction: x\nactions: [done]\n", "done is allowed in every task"},
+		"unknown":      {"id: s\ninstruction: x\nactions: [exce]\n", `"exce" is not a shell action (known: exec, read_file, write_file)`},
+		"twice":        {"id: s\ninstruction: x\nactions: [exec, exec]\n", "exec is listed twice"},
+		"not a list":   {"id: s\ninstruction: x\nactions: exec\n", "must be a list of shell actions"},
+		"empty, shell": {"id: s\ninstruction: x\nactions: []\n", "a task without a browser has no other actions"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := parse(tc.yaml)
+			require.ErrorContains(t, err, tc.want)
 		})
 	}
 }

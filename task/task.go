@@ -24,6 +24,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,6 +73,11 @@ type Spec struct {
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// Harbor is set for a task read from a Harbor task folder.
 	Harbor *Harbor `json:"harbor,omitempty"`
+	// Actions are the shell actions the task allows (ShellActions); nil
+	// allows every shell action in a task without a browser and none in a
+	// browser task (see AllowedActions). Absent from the JSON when nil, so
+	// the hashes of tasks without it do not change.
+	Actions []runtime.ActionKind `json:"actions,omitempty"`
 
 	// Source is where the spec was read from ("tasks/fix.yaml:1"); it is not
 	// part of the spec's identity or hash.
@@ -126,6 +132,44 @@ type Harbor struct {
 	// fixture, the Dockerfile, a README — changes the task's hash and so
 	// its episode ids.
 	Digest string `json:"digest"`
+}
+
+// ShellActions are the actions a sandbox runs without a browser; GUIActions
+// those a browser task's browser runs.
+var (
+	ShellActions = []runtime.ActionKind{runtime.ActExec, runtime.ActReadFile, runtime.ActWriteFile}
+	GUIActions   = []runtime.ActionKind{runtime.ActClick, runtime.ActKey, runtime.ActNavigate,
+		runtime.ActScreenshot, runtime.ActScroll, runtime.ActType, runtime.ActWait}
+)
+
+// AllowedActions are the actions an episode of the task may take, in
+// runtime.ActionKinds order: done always; a task without a browser its
+// Actions (every shell action when nil); a browser task the GUI actions
+// and the shell actions its Actions list (none when nil) — a model is
+// offered tools that fit the task, not every tool there is.
+func (s *Spec) AllowedActions() []runtime.ActionKind {
+	var out []runtime.ActionKind
+	for _, k := range runtime.ActionKinds() {
+		switch {
+		case k == runtime.ActDone:
+		case slices.Contains(ShellActions, k):
+			if s.Actions == nil {
+				if s.Browser != nil {
+					continue
+				}
+			} else if !slices.Contains(s.Actions, k) {
+				continue
+			}
+		case slices.Contains(GUIActions, k):
+			if s.Browser == nil {
+				continue
+			}
+		default:
+			continue // an action kind this build does not place: never offered
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // Verify says how an episode's outcome becomes a reward.

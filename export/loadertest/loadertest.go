@@ -34,6 +34,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	_ "image/png" // datasets' Image feature decodes PNG (through PIL)
 	"os"
 	"path/filepath"
 	"regexp"
@@ -392,4 +394,143 @@ func TRLLabels(row Row, completionOnlyLoss bool) ([]int64, error) {
 		}
 	}
 	return labels, nil
+}
+
+// VisionExample is one row of a VLM SFT data set as TRL's vision collator
+// takes it: the messages a processor's chat template is given, and the
+// images, in order, that the processor is given beside the rendered text.
+type VisionExample struct {
+	Messages json.RawMessage // a JSON array of message objects
+	Images   [][]byte        // the encoded images (PNG), in order
+	// Placeholders is how many {"type": "image"} content parts the
+	// messages hold, in message and part order.
+	Placeholders int
+}
+
+// TRLVision reads a loaded row (LoadHF) as TRL's vision-language SFT path
+// does (trl docs dataset_formats.md "Vision datasets"; the collator's
+// processor call): the messages column with content parts, and the images
+// column, a list of datasets Image values that decode to pictures — an
+// Image struct without bytes (datasets would read its path, which forkline
+// never writes) or bytes that are not an image are refused, and so is a
+// row whose {"type": "image"} parts and images differ in number, which a
+// processor refuses ("the number of images in the text does not match").
+func TRLVision(row Row) (VisionExample, error) {
+	msgs, ok := row["messages"].([]any)
+	if !ok {
+		return VisionExample{}, fmt.Errorf("loadertest: messages is %T, not a list", row["messages"])
+	}
+	var ex VisionExample
+	parts := make([]json.RawMessage, len(msgs))
+	for i, m := range msgs {
+		raw, ok := m.(json.RawMessage)
+		if !ok {
+			return VisionExample{}, fmt.Errorf("loadertest: message %d is %T, not Json", i, m)
+		}
+		parts[i] = raw
+		var msg struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &msg); err != nil {
+			return VisionExample{}, fmt.Errorf("loadertest: message %d: %w", i, err)
+		}
+		var content []struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(msg.Content, &content) == nil {
+			for _, c := range content {
+				if c.Type == "image" {
+					ex.Placeholders++
+				}
+			}
+		}
+	}
+	b, err := json.Marshal(parts)
+	if err != nil {
+		return VisionExample{}, err
+	}
+	ex.Messages = b
+	images, _ := row["images"].([]any)
+	for i, im := range images {
+		st, ok := im.(map[string]any)
+		if !ok {
+			return VisionExample{}, fmt.Errorf("loadertest: images[%d] is %T, not an Image struct", i, im)
+		}
+		data, _ := st["bytes"].([]byte)
+		if len(data) == 0 {
+			return VisionExample{}, fmt.Errorf("loadertest: images[%d] has no bytes (datasets would open its path %v)", i, st["path"])
+		}
+		if _, _, err := image.DecodeConfig(bytes.NewReader(data)); err != nil {
+			return VisionExample{}, fmt.Errorf("loadertest: images[%d] is not an image: %w", i, err)
+		}
+		ex.Images = append(ex.Images, data)
+	}
+	if ex.Placeholders != len(ex.Images) {
+		return VisionExample{}, fmt.Errorf("loadertest: %d image parts in the messages, %d images", ex.Placeholders, len(ex.Images))
+	}
+	return ex, nil
+}
+
+// VerlSFTVision reads a verl-sft row of a multimodal data set as
+// MultiTurnSFTDataset does with image_key "images" (verl
+// multiturn_sft_dataset.py, the multimodal branch): each message's string
+// content is split on "<image>" into a list of parts, {"type": "image"}
+// where a placeholder stood and {"type": "text"} between them, and the
+// placeholders must be as many as the images (the dataset asserts it);
+// each image must carry its bytes (process_image opens them; a null would
+// reach BytesIO(None)).
+func VerlSFTVision(row Row) (VisionExample, error) {
+	msgs, ok := row["messages"].([]any)
+	if !ok {
+		return VisionExample{}, fmt.Errorf("loadertest: messages is %T, not a list", row["messages"])
+	}
+	var ex VisionExample
+	out := make([]map[string]any, len(msgs))
+	for i, m := range msgs {
+		msg, ok := m.(map[string]any)
+		if !ok {
+			return VisionExample{}, fmt.Errorf("loadertest: message %d is %T, not a struct", i, m)
+		}
+		copied := map[string]any{}
+		for k, v := range msg {
+			if v != nil {
+				copied[k] = v
+			}
+		}
+		if content, ok := msg["content"].(string); ok && strings.Contains(content, "<image>") {
+			var parts []map[string]any
+			for j, piece := range strings.Split(content, "<image>") {
+				if j > 0 {
+					parts = append(parts, map[string]any{"type": "image"})
+					ex.Placeholders++
+				}
+				if piece != "" {
+					parts = append(parts, map[string]any{"type": "text", "text": piece})
+				}
+			}
+			copied["content"] = parts
+		}
+		out[i] = copied
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return VisionExample{}, err
+	}
+	ex.Messages = b
+	images, _ := row["images"].([]any)
+	for i, im := range images {
+		st, _ := im.(map[string]any)
+		data, _ := st["bytes"].([]byte)
+		if len(data) == 0 {
+			return VisionExample{}, fmt.Errorf("loadertest: images[%d] has no bytes", i)
+		}
+		if _, _, err := image.DecodeConfig(bytes.NewReader(data)); err != nil {
+			return VisionExample{}, fmt.Errorf("loadertest: images[%d] is not an image: %w", i, err)
+		}
+		ex.Images = append(ex.Images, data)
+	}
+	if ex.Placeholders != len(ex.Images) {
+		return VisionExample{}, fmt.Errorf("loadertest: %d <image> placeholders, %d images", ex.Placeholders, len(ex.Images))
+	}
+	return ex, nil
 }

@@ -57,6 +57,7 @@ import (
 
 	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -76,6 +77,11 @@ type Episode struct {
 	// a policy without a model (no system message, every action offered as
 	// a function, whole observations).
 	Conversation policy.Conversation
+
+	// TaskActions are the actions the episode's task allows
+	// (task.Spec.AllowedActions): the tools offered when the conversation
+	// says each task was offered its own (policy.Conversation.TaskActions).
+	TaskActions []runtime.ActionKind
 
 	// RewardName selects the reward rows Reward and StepReward return.
 	RewardName string
@@ -138,7 +144,15 @@ func (e *Episode) Tools() json.RawMessage {
 	if e.Conversation.TextToolCalls() {
 		return nil
 	}
-	return aci.OfferedToolsJSON(e.Conversation.Actions)
+	return aci.OfferedToolsJSON(e.offered())
+}
+
+// offered are the actions the episode's policy offered as tools.
+func (e *Episode) offered() []runtime.ActionKind {
+	if e.Conversation.TaskActions && len(e.Conversation.Actions) == 0 {
+		return e.TaskActions
+	}
+	return e.Conversation.Actions
 }
 
 // ToolsKey identifies the episode's tool list, for caching its encoding.
@@ -146,8 +160,8 @@ func (e *Episode) ToolsKey() string {
 	if e.Conversation.TextToolCalls() {
 		return "text"
 	}
-	ks := make([]string, len(e.Conversation.Actions))
-	for i, k := range e.Conversation.Actions {
+	ks := make([]string, len(e.offered()))
+	for i, k := range e.offered() {
 		ks[i] = string(k)
 	}
 	return "fn:" + strings.Join(ks, ",")

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 )
@@ -36,6 +37,24 @@ type Message struct {
 	// action (no tool call, an unparsable one, or an answer cut at the token
 	// limit): targets with a per-turn weight leave it out of training.
 	Failed bool
+	// Images are the screenshots the model saw after this message's text,
+	// in order, for a run whose policy showed images
+	// (policy.Conversation.Observe); an image the policy no longer showed
+	// (max_images) is not here but a note in Content, as the model had it.
+	Images []ImageRef
+}
+
+// ImageRef is one screenshot of a conversation: its hash (a step's
+// screenshot_sha256 or the episode's start_screenshot_sha256), its size,
+// and the step whose observation it is (-1 for the start page).
+type ImageRef struct {
+	SHA256        string
+	Width, Height int
+	Step          int
+	// URL, when a target sets it, is the image as a data URL
+	// (data:image/png;base64,...): EncodeMessage then writes an image_url
+	// part, else a {"type": "image"} part.
+	URL string
 }
 
 // ToolCall is an assistant's call of an action tool.
@@ -158,7 +177,94 @@ func Prompt(ep *Episode) []Message {
 	if sys := ep.Conversation.SystemPrompt; sys != "" {
 		out = append(out, Message{Role: RoleSystem, Content: sys, Step: -1})
 	}
-	return append(out, Message{Role: RoleUser, Content: ep.Instruction, Step: -1})
+	user := Message{Role: RoleUser, Content: ep.Instruction, Step: -1}
+	if start, ok := ep.Start(); ok {
+		// A GUI episode's first message showed the start page.
+		st := aci.StartShown(start, ep.Conversation.Shows())
+		if st.Text != "" {
+			user.Content += "\n\n" + st.Text
+		}
+		if st.Image {
+			user.Images = []ImageRef{{SHA256: *ep.Row.StartScreenHash, Width: int(ep.Row.StartScreenW), Height: int(ep.Row.StartScreenH), Step: -1}}
+		}
+	}
+	return append(out, user)
+}
+
+// Start is the episode's first observation as its row keeps it (the start
+// page of a GUI episode; its screenshot by size only), and false when it
+// has none.
+func (e *Episode) Start() (runtime.Observation, bool) {
+	r := &e.Row
+	if r.StartOutput == nil {
+		return runtime.Observation{}, false
+	}
+	o := runtime.Observation{Output: []byte(*r.StartOutput), ExitCode: -1}
+	if r.StartAXTree != nil {
+		o.AXTree = *r.StartAXTree
+	}
+	if r.StartScreenHash != nil {
+		o.Screenshot = &runtime.Screenshot{Width: int(r.StartScreenW), Height: int(r.StartScreenH)}
+	}
+	return o, true
+}
+
+// Image returns the bytes of one of the episode's screenshots by hash: a
+// step's or the start page's, from the row that keeps them (pixels full)
+// or the blob store (pixels hash).
+func (e *Episode) Image(sha256 string) ([]byte, error) {
+	if h := e.Row.StartScreenHash; h != nil && *h == sha256 && len(e.Row.StartScreenshot) > 0 {
+		return e.Row.StartScreenshot, nil
+	}
+	for i := range e.Steps {
+		if e.Steps[i].ScreenHash == sha256 && len(e.Steps[i].Screenshot) > 0 {
+			return e.Steps[i].Screenshot, nil
+		}
+	}
+	if e.Blob == nil {
+		// Collected with pixels none: a VLM conversation cannot be
+		// written without its images, and nothing may stand in for them.
+		return nil, &Refusal{Reason: "screenshots kept by hash only (pixels none)"}
+	}
+	b, err := e.Blob(sha256)
+	if err != nil {
+		return nil, fmt.Errorf("model: episode %s: screenshot %s: %w", e.Row.EpisodeID, sha256, err)
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("model: episode %s: screenshot %s: not in blobs/", e.Row.EpisodeID, sha256)
+	}
+	return b, nil
+}
+
+// Images are the screenshots of msgs, in conversation order.
+func Images(msgs []Message) []ImageRef {
+	var out []ImageRef
+	for _, m := range msgs {
+		out = append(out, m.Images...)
+	}
+	return out
+}
+
+// keepLatestImages applies the policy's max_images to a conversation:
+// only the last max images stay images, the ones before them become
+// aci.ImageNote in their message's text, as the policy sent them in its
+// last request.
+func keepLatestImages(msgs []Message, max int) {
+	n := len(Images(msgs))
+	kept := aci.KeptImages(n, max)
+	i := 0
+	for j := range msgs {
+		var keep []ImageRef
+		for _, im := range msgs[j].Images {
+			if kept(i) {
+				keep = append(keep, im)
+			} else {
+				msgs[j].Content = aci.WithNote(msgs[j].Content, aci.ImageNote(im.Width, im.Height, max))
+			}
+			i++
+		}
+		msgs[j].Images = keep
+	}
 }
 
 // Messages returns the episode's whole conversation as its policy had it
@@ -197,11 +303,11 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 			}
 			out = append(out, Message{Role: RoleAssistant, Content: content, Reasoning: reasoning, Step: step, Failed: kind == ""})
 			if kind != "" && kind != runtime.ActDone {
-				result, err := ToolResult(s, ep.Conversation.ObservationCap)
+				result, err := shownResult(s, ep.Conversation)
 				if err != nil {
 					return nil, where(err)
 				}
-				out = append(out, Message{Role: RoleUser, Content: result, Step: step})
+				out = append(out, Message{Role: RoleUser, Content: result.Text, Step: step, Images: stepImage(s, result)})
 			}
 			continue
 		}
@@ -224,17 +330,48 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 			// No result was shown: the episode ended on this turn.
 			continue
 		}
-		result, err := ToolResult(s, ep.Conversation.ObservationCap)
+		result, err := shownResult(s, ep.Conversation)
 		if err != nil {
 			return nil, where(err)
 		}
-		out = append(out, Message{Role: RoleTool, Content: result, ToolCallID: calls[0].ID, Step: step})
+		out = append(out, Message{Role: RoleTool, Content: result.Text, ToolCallID: calls[0].ID, Step: step})
 		for _, c := range calls[1:] {
 			out = append(out, Message{Role: RoleTool, Content: aci.NotRunResult, ToolCallID: c.ID, Step: step})
 		}
+		if result.Image {
+			// Tool messages hold text: the policy sent the screenshot in
+			// a user message after them.
+			out = append(out, Message{Role: RoleUser, Content: aci.ImageCaption, Step: step, Images: stepImage(s, result)})
+		}
+	}
+	if ep.Conversation.Shows().Images() {
+		keepLatestImages(out, ep.Conversation.MaxImages)
 	}
 	applyReasoning(out, o.Reasoning, ep.Conversation.SentReasoning())
 	return out, nil
+}
+
+// ShownResult is step s's observation as the run's policy showed it
+// (aci.ObservationShown under the conversation's observe mode and cap).
+func ShownResult(s *schemas.StepRow, conv policy.Conversation) (aci.Shown, error) {
+	return shownResult(s, conv)
+}
+
+// shownResult is step s's observation as the policy showed it under the
+// run's observe mode (aci.ObservationShown).
+func shownResult(s *schemas.StepRow, conv policy.Conversation) (aci.Shown, error) {
+	st, err := stepFromRow(s)
+	if err != nil {
+		return aci.Shown{}, err
+	}
+	return aci.ObservationShown(st, conv.ObservationCap, conv.Shows()), nil
+}
+
+func stepImage(s *schemas.StepRow, shown aci.Shown) []ImageRef {
+	if !shown.Image || s.ScreenHash == "" {
+		return nil
+	}
+	return []ImageRef{{SHA256: s.ScreenHash, Width: int(s.ScreenW), Height: int(s.ScreenH), Step: int(s.StepIndex)}}
 }
 
 // applyReasoning clears the reasoning the policy r does not keep.
@@ -395,9 +532,19 @@ func unescapeHTML(obj []byte) (json.RawMessage, error) {
 // to the model: aci.ObservationText of the step rebuilt from its row, with
 // the observation cap limit (0 for none).
 func ToolResult(s *schemas.StepRow, limit int) (string, error) {
+	st, err := stepFromRow(s)
+	if err != nil {
+		return "", err
+	}
+	return aci.ObservationText(st, limit), nil
+}
+
+// stepFromRow rebuilds the step a row records, as far as a model was
+// shown it (the screenshot by size only).
+func stepFromRow(s *schemas.StepRow) (runtime.Step, error) {
 	var a runtime.Action
 	if err := json.Unmarshal([]byte(s.ActionJSON), &a); err != nil {
-		return "", fmt.Errorf("action_json: %w", err)
+		return runtime.Step{}, fmt.Errorf("action_json: %w", err)
 	}
 	o := runtime.Observation{
 		Output:      []byte(s.Output),
@@ -412,7 +559,7 @@ func ToolResult(s *schemas.StepRow, limit int) (string, error) {
 	if s.ScreenHash != "" || len(s.Screenshot) > 0 {
 		o.Screenshot = &runtime.Screenshot{Width: int(s.ScreenW), Height: int(s.ScreenH)}
 	}
-	return aci.ObservationText(runtime.Step{Action: a, Observation: o}, limit), nil
+	return runtime.Step{Index: int(s.StepIndex), Action: a, Observation: o}, nil
 }
 
 func deref(s *string) string {

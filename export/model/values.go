@@ -45,9 +45,12 @@ func EncodeMessage(m Message, o Options, extra ...Member) json.RawMessage {
 	b.WriteString(`{"role":`)
 	b.Write(mustJSON(m.Role))
 	b.WriteString(`,"content":`)
-	if m.Role == RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && o.CallContent == ContentNull {
+	switch {
+	case len(m.Images) > 0:
+		b.Write(contentParts(m))
+	case m.Role == RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && o.CallContent == ContentNull:
 		b.WriteString("null")
-	} else {
+	default:
 		b.Write(mustJSON(m.Content))
 	}
 	if m.Reasoning != "" {
@@ -81,6 +84,36 @@ func EncodeMessage(m Message, o Options, extra ...Member) json.RawMessage {
 		b.Write(e.Value)
 	}
 	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// contentParts is the content of a message with images: a text part
+// (when it has text), then one part per image — image_url with its data URL
+// when the target set one (OpenAI's chat and fine-tuning format), else
+// {"type": "image"}, the placeholder part TRL's VLM collator and the chat
+// templates of VLMs (Gemma 3, Qwen2.5-VL) read, the image itself being the
+// row's images column, in the same order.
+func contentParts(m Message) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	if m.Content != "" {
+		b.WriteString(`{"type":"text","text":`)
+		b.Write(mustJSON(m.Content))
+		b.WriteString(`}`)
+	}
+	for i, im := range m.Images {
+		if i > 0 || m.Content != "" {
+			b.WriteByte(',')
+		}
+		if im.URL != "" {
+			b.WriteString(`{"type":"image_url","image_url":{"url":`)
+			b.Write(mustJSON(im.URL))
+			b.WriteString(`}}`)
+		} else {
+			b.WriteString(`{"type":"image"}`)
+		}
+	}
+	b.WriteByte(']')
 	return b.Bytes()
 }
 

@@ -3,6 +3,7 @@ package chat
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,10 +108,25 @@ func NewJSONLWriter(dir string, splits []string, opt model.Options) *JSONLWriter
 // message with a "weight" (0 for a turn marked model.Message.Failed, else
 // 1), "tools" left out for a run with text tool calls, parallel_tool_calls
 // true only when a turn made several calls.
+//
+// A run whose model saw screenshots writes each where the model saw it: as
+// an image_url part with the PNG as a base64 data URL after its message's
+// text, OpenAI's chat and fine-tuning form (the bytes come from the step
+// rows, or from blobs/ under pixels hash).
 func Encode(ep *model.Episode, opt model.Options) ([]byte, error) {
 	msgs, err := model.Messages(ep, opt)
 	if err != nil {
 		return nil, err
+	}
+	for i := range msgs {
+		for j := range msgs[i].Images {
+			im := &msgs[i].Images[j]
+			png, err := ep.Image(im.SHA256)
+			if err != nil {
+				return nil, err
+			}
+			im.URL = "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)
+		}
 	}
 	var b bytes.Buffer
 	b.WriteString(`{"messages":[`)

@@ -23,6 +23,8 @@ var columnDocs = map[string]string{
 	"messages":          "The conversation as the model had it, one Json message each with exactly its keys: system?, user, then per step an assistant message with the model's tool calls (the done call included) and a tool message per call.",
 	"tools":             "The function tools the model was offered, one Json object each, in the key order the policy sent them; null for text tool calls.",
 	"screenshots":       "One entry per step, in step order: the step's screenshot (PNG bytes embedded), null where it took none.",
+	"images":            "TRL's VLM format: the images the messages' {\"type\": \"image\"} content parts stand for, in the same order (PNG bytes embedded): each screenshot where the model saw it, the start page's first; empty when the model saw no images.",
+	"screenshot_before": "The screenshot the model saw before it chose this step's action: the start page's for the first step, else the latest one an earlier step took; null when it had seen none.",
 	"tool_calls":        "The function calls the model's server returned, as JSON, arguments as the model wrote them; null for text tool calls.",
 	"prompt_ids":        "Token ids of the prompt (episode rows: the first model call's prompt).",
 	"response_ids":      "Token ids after the prompt: model tokens and environment tokens.",

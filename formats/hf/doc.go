@@ -24,15 +24,22 @@
 // episode (default): episode_id, run_id, task_id, instruction, exit_reason,
 // answer, steps, reward, rewards, messages (conversation; tool-call
 // arguments as JSON strings), tools (JSON string), screenshots (Image list),
-// the token record (prompt_ids, response_ids, response_mask int8,
-// response_logprobs), token_drift, duration_ms.
+// images (Image list), the token record (prompt_ids, response_ids,
+// response_mask int8, response_logprobs), token_drift, duration_ms.
 //
-// The screenshot list is named screenshots, not images: TRL and verl treat
-// an "images" column as the model's visual input and would expect <image>
-// placeholders in the messages, which text conversations do not have.
+// Two image lists, for two readers: screenshots has one entry per step
+// (item i is step i's screenshot, null where it took none), for tools that
+// look at trajectories; images is TRL's VLM format, the images the model
+// saw in the order its messages' {"type": "image"} parts stand for them
+// (the start page's first, each screenshot where the policy showed it,
+// none past max_images), empty for a run whose model saw no images — so
+// a text conversation never carries an images column TRL would try to
+// feed a processor.
 //
-// step: one row per step with the action, observation, screenshot (Image),
-// the step's token ids, step_reward and episode_reward.
+// step: one row per step with the instruction, the screenshot the model
+// saw before it acted (screenshot_before: the start page's for the first
+// step), the action, observation, screenshot after it (Image), the step's
+// token ids, step_reward and episode_reward.
 //
 // # Layouts
 //

@@ -54,6 +54,7 @@ var EpisodeFeatures = model.Features{
 	{Name: "messages", Type: model.List{Item: model.JSON{}}},
 	{Name: "tools", Type: model.List{Item: model.JSON{}}},
 	{Name: "screenshots", Type: model.List{Item: model.Image{}}},
+	{Name: "images", Type: model.List{Item: model.Image{}}},
 	{Name: "prompt_ids", Type: model.List{Item: i32}},
 	{Name: "response_ids", Type: model.List{Item: i32}},
 	{Name: "response_mask", Type: model.List{Item: i8}},
@@ -69,6 +70,8 @@ var StepFeatures = model.Features{
 	{Name: "task_id", Type: str},
 	{Name: "group_id", Type: str},
 	{Name: "step_index", Type: i32},
+	{Name: "instruction", Type: str},
+	{Name: "screenshot_before", Type: model.Image{}},
 	{Name: "action_kind", Type: str},
 	{Name: "action_json", Type: str},
 	{Name: "model_text", Type: str},
@@ -135,6 +138,17 @@ func EpisodeRow(ep *model.Episode, tools any, opt model.Options) (model.Row, err
 	for i, m := range msgs {
 		messages[i] = model.EncodeMessage(m, opt)
 	}
+	// TRL's VLM format: the images the messages' {"type": "image"} parts
+	// stand for, in the same order; empty for a text conversation.
+	refs := model.Images(msgs)
+	images := make([]any, len(refs))
+	for i, im := range refs {
+		png, err := ep.Image(im.SHA256)
+		if err != nil {
+			return nil, err
+		}
+		images[i] = png
+	}
 	// One entry per step, null for a step without a screenshot: item i is
 	// step i's.
 	shots := make([]any, len(ep.Steps))
@@ -166,6 +180,7 @@ func EpisodeRow(ep *model.Episode, tools any, opt model.Options) (model.Row, err
 		"messages":      messages,
 		"tools":         tools,
 		"screenshots":   shots,
+		"images":        images,
 		"prompt_ids":    e.PromptIDs,
 		"response_ids":  e.ResponseIDs,
 		"response_mask": model.Mask8(e.ResponseMask),
@@ -182,6 +197,17 @@ func EpisodeRow(ep *model.Episode, tools any, opt model.Options) (model.Row, err
 func StepRows(ep *model.Episode, fn func(model.Row) error) error {
 	epReward := ep.Reward()
 	group := ep.GroupID()
+	// before is the latest screenshot the model had seen when it chose
+	// step i's action: the start page's for the first step, then the one
+	// the step before took (or the latest before it).
+	var before []byte
+	if h := ep.Row.StartScreenHash; h != nil && (len(ep.Row.StartScreenshot) > 0 || ep.Blob != nil) {
+		png, err := ep.Image(*h)
+		if err != nil {
+			return err
+		}
+		before = png
+	}
 	for i := range ep.Steps {
 		s := &ep.Steps[i]
 		png, err := ep.Screenshot(i)
@@ -194,6 +220,7 @@ func StepRows(ep *model.Episode, fn func(model.Row) error) error {
 			"task_id":        s.TaskID,
 			"group_id":       group,
 			"step_index":     s.StepIndex,
+			"instruction":    ep.Instruction,
 			"action_kind":    s.ActionKind,
 			"action_json":    s.ActionJSON,
 			"model_text":     s.ModelText,
@@ -217,6 +244,12 @@ func StepRows(ep *model.Episode, fn func(model.Row) error) error {
 		}
 		if s.ScreenHash != "" {
 			row["screenshot_sha256"] = s.ScreenHash
+		}
+		if len(before) > 0 {
+			row["screenshot_before"] = before
+		}
+		if len(png) > 0 {
+			before = png
 		}
 		if len(s.ResponseLogprobs) > 0 || len(s.ResponseIDs) == 0 {
 			row["response_logprobs"] = s.ResponseLogprobs

@@ -323,6 +323,16 @@ func pullShard[T any](d *Dataset, table string, gen int) *puller[T] {
 }
 
 // readShards streams the rows of several shards in order.
+// normalized is a row as it was written: parquet-go reads an empty list of
+// strings back as an empty slice where other lists come back nil, so a
+// step's prompt_images reads as the nil it was written as.
+func normalized[T any](row T) T {
+	if s, ok := any(&row).(*schemas.StepRow); ok && len(s.PromptImages) == 0 {
+		s.PromptImages = nil
+	}
+	return row
+}
+
 func readShards[T any](src *source, shards []ShardInfo, batch int) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		for _, s := range shards {
@@ -361,7 +371,7 @@ func readShard[T any](src *source, s ShardInfo, batch int) iter.Seq2[T, error] {
 			clear(buf) // rows handed out must not share memory with the next batch
 			n, err := readRows(r, buf)
 			for i := range n {
-				if !yield(buf[i], nil) {
+				if !yield(normalized(buf[i]), nil) {
 					return
 				}
 			}

@@ -34,6 +34,10 @@ import (
 // SFTFeatures returns the verl-sft columns; withThinking adds
 // enable_thinking.
 func SFTFeatures(withThinking bool) model.Features {
+	return sftFeatures(withThinking, false)
+}
+
+func sftFeatures(withThinking, withImages bool) model.Features {
 	message := model.Struct{
 		{Name: "role", Type: str},
 		{Name: "content", Type: str},
@@ -52,6 +56,9 @@ func SFTFeatures(withThinking bool) model.Features {
 	if withThinking {
 		fs = append(fs, model.Field{Name: "enable_thinking", Type: bl})
 	}
+	if withImages {
+		fs = append(fs, model.Field{Name: "images", Type: model.List{Item: model.Image{}}})
+	}
 	return append(fs,
 		model.Field{Name: "episode_id", Type: str},
 		model.Field{Name: "task_id", Type: str},
@@ -65,6 +72,7 @@ func SFTFeatures(withThinking bool) model.Features {
 type SFTWriter struct {
 	s            *splitFiles
 	withThinking bool
+	withImages   bool
 	opt          model.Options
 	tools        map[string]any // by model.Episode.ToolsKey
 }
@@ -74,15 +82,31 @@ type SFTWriter struct {
 // episode's Conversation.EnableThinking is known (verl turns a null into
 // bool(pd.NA), which raises). opt.Args says how the dataset class decodes
 // arguments and is recorded nowhere else: the file always holds the text.
-func NewSFTWriter(dir string, splits []string, withThinking bool, opt model.Options) *SFTWriter {
-	return &SFTWriter{s: newSplits(dir, splits, SFTFeatures(withThinking)), withThinking: withThinking, opt: opt.WithDefaults(), tools: map[string]any{}}
+//
+// withImages writes a data set whose model saw screenshots as verl's
+// multimodal SFT rows: each image an <image> placeholder in its message's
+// content, where the model saw it (after the text), and the images column
+// holding them in the same order — MultiTurnSFTDataset asserts that the
+// placeholders and images are as many. Without it, an episode whose
+// messages hold images is refused, never written without them.
+func NewSFTWriter(dir string, splits []string, withThinking, withImages bool, opt model.Options) *SFTWriter {
+	return &SFTWriter{s: newSplits(dir, splits, sftFeatures(withThinking, withImages)), withThinking: withThinking, withImages: withImages,
+		opt: opt.WithDefaults(), tools: map[string]any{}}
 }
+
+// ImagePlaceholder is the text that stands for one image in a verl-sft
+// message's content (MultiTurnSFTDataset splits contents on it).
+const ImagePlaceholder = "<image>"
 
 // MessageValues are msgs as verl-sft's message structs.
 func MessageValues(msgs []model.Message, opt model.Options) []any {
 	out := make([]any, len(msgs))
 	for i, m := range msgs {
-		v := map[string]any{"role": m.Role, "content": m.Content}
+		content := m.Content
+		for range m.Images {
+			content += ImagePlaceholder
+		}
+		v := map[string]any{"role": m.Role, "content": content}
 		if m.Role == model.RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && opt.CallContent == model.ContentNull {
 			v["content"] = nil
 		}
@@ -111,6 +135,10 @@ func (w *SFTWriter) Write(ep *model.Episode) error {
 	if err != nil {
 		return err
 	}
+	refs := model.Images(msgs)
+	if len(refs) > 0 && !w.withImages {
+		return &model.Refusal{Reason: "images in a text-only verl-sft file"}
+	}
 	tools, ok := w.tools[ep.ToolsKey()]
 	if !ok {
 		if t := ep.Tools(); t != nil {
@@ -126,6 +154,17 @@ func (w *SFTWriter) Write(ep *model.Episode) error {
 		"group_id":    ep.GroupID(),
 		"exit_reason": ep.Row.ExitReason,
 		"reward":      ep.Reward(),
+	}
+	if w.withImages {
+		images := make([]any, len(refs))
+		for i, im := range refs {
+			png, err := ep.Image(im.SHA256)
+			if err != nil {
+				return err
+			}
+			images[i] = png
+		}
+		row["images"] = images
 	}
 	if w.withThinking {
 		if ep.Conversation.EnableThinking == nil {

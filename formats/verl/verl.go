@@ -266,6 +266,10 @@ func (s *splitFiles) close() error {
 	return err
 }
 
+// RefusedImages is the refusal of a verl-agent row whose prompts carried
+// images.
+const RefusedImages = "images in the prompt (verl-agent rows carry no multi_modal_data; export verl-sft, hf or chat-jsonl)"
+
 func promptValues(ep *model.Episode) []any {
 	msgs := model.Prompt(ep)
 	out := make([]any, len(msgs))
@@ -392,6 +396,14 @@ func GroupAdvantage(a Advantage, r float64, rewards []float64) float64 {
 
 // Write appends ep's row (or its turn rows), or refuses it.
 func (w *AgentWriter) Write(ep *model.Episode) error {
+	// An image's placeholder ids without its pixels would train a VLM on
+	// nothing: verl's multi_modal_data is not written, so such episodes
+	// are refused, never exported without their images.
+	for i := range ep.Steps {
+		if len(ep.Steps[i].PromptImages) > 0 {
+			return &model.Refusal{Reason: RefusedImages}
+		}
+	}
 	reward := ep.Reward()
 	if w.opt.Rows == RowsTurn {
 		return w.writeTurns(ep, reward)

@@ -239,7 +239,7 @@ func TestCheckRecordRefusesCorruptRecords(t *testing.T) {
 func TestSFTRows(t *testing.T) {
 	for _, thinking := range []bool{false, true} {
 		dir := t.TempDir()
-		w := NewSFTWriter(dir, []string{"train", "test"}, thinking, model.Options{})
+		w := NewSFTWriter(dir, []string{"train", "test"}, thinking, false, model.Options{})
 		ep := episode("a", "train", ptr(1.0))
 		ep.Conversation.EnableThinking = ptr(false)
 		require.NoError(t, w.Write(ep))

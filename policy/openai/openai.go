@@ -56,6 +56,9 @@ package openai
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,6 +85,10 @@ type Policy struct {
 	started  bool
 	observed int              // history steps whose result is in msgs
 	answered map[int]turnMeta // step index → how this policy answered it
+	// images are the screenshots the conversation holds, in order, each
+	// on the message that carries it; an image older than the last
+	// MaxImages drops its bytes, for it is never shown again.
+	images []shownImage
 
 	// Token in, token out: the episode's ids as the server saw them (the
 	// first prompt, every reply, every new turn), the last reply as a chat
@@ -94,6 +101,16 @@ type Policy struct {
 	// for steps of the history it was started on, by step index; catchUp
 	// shows them before the steps' results.
 	rebuilt map[int]chatMessage
+}
+
+// shownImage is one screenshot of the conversation: the message it
+// follows the text of, its data URL (cleared once it is no longer shown),
+// hash and size.
+type shownImage struct {
+	msg           int
+	url           string
+	sha256        string
+	width, height int
 }
 
 // turnMeta remembers how an action was asked for, to answer it the same way.
@@ -114,6 +131,9 @@ func newPolicyWith(cfg Config, pr *prober) (*Policy, error) {
 	c, err := newClient(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Actions == nil {
+		cfg.Actions = runtime.ActionKinds()
 	}
 	tools, err := Tools(cfg.Actions)
 	if err != nil {
@@ -150,6 +170,17 @@ func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decisio
 	}
 	if !p.started {
 		p.msgs = []chatMessage{{Role: "system", Content: str(p.system)}, {Role: "user", Content: str(h.Instruction)}}
+		if h.Start != nil {
+			// A GUI episode's first message shows the start page with
+			// the instruction.
+			st := aci.StartShown(*h.Start, p.cfg.Observe)
+			if st.Text != "" {
+				p.msgs[1].Content = str(h.Instruction + "\n\n" + st.Text)
+			}
+			if st.Image {
+				p.addImage(1, h.Start.Screenshot)
+			}
+		}
 		p.started = true
 	}
 	before := len(p.msgs)
@@ -168,13 +199,17 @@ func (p *Policy) Decide(ctx context.Context, h runtime.History) (runtime.Decisio
 
 // chatTurn sends the whole conversation to /v1/chat/completions.
 func (p *Policy) chatTurn(ctx context.Context, info serverInfo) (*turn, error) {
-	res, err := p.client.complete(ctx, p.request(info))
+	req := p.request(info)
+	var images []string
+	req.Messages, images = p.withImages(req.Messages)
+	res, err := p.client.complete(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	resp := res.resp
 	ch := resp.Choices[0]
 	ev := modelEvent(resp, &ch)
+	ev.PromptImages = images
 	ev.Latency = res.latency
 	if ev.Model == "" {
 		ev.Model = p.cfg.Model
@@ -308,18 +343,74 @@ func (p *Policy) catchUp(steps []runtime.Step) {
 		} else if !ours {
 			p.msgs = append(p.msgs, chatMessage{Role: "assistant", Content: str(textCall(s.Action))})
 		}
-		obs := aci.ObservationText(s, p.cfg.ObservationCap)
+		obs := aci.ObservationShown(s, p.cfg.ObservationCap, p.cfg.Observe)
 		if !meta.native {
-			p.msgs = append(p.msgs, chatMessage{Role: "user", Content: str(obs)})
+			p.msgs = append(p.msgs, chatMessage{Role: "user", Content: str(obs.Text)})
+			if obs.Image {
+				p.addImage(len(p.msgs)-1, s.Observation.Screenshot)
+			}
 			continue
 		}
-		p.msgs = append(p.msgs, chatMessage{Role: "tool", ToolCallID: meta.callIDs[0], Content: str(obs)})
+		p.msgs = append(p.msgs, chatMessage{Role: "tool", ToolCallID: meta.callIDs[0], Content: str(obs.Text)})
 		for _, id := range meta.callIDs[1:] {
 			p.msgs = append(p.msgs, chatMessage{Role: "tool", ToolCallID: id,
 				Content: str(aci.NotRunResult)})
 		}
+		if obs.Image {
+			// OpenAI's tool messages hold text only: the screenshot
+			// follows them in a user message.
+			p.msgs = append(p.msgs, chatMessage{Role: "user", Content: str(aci.ImageCaption)})
+			p.addImage(len(p.msgs)-1, s.Observation.Screenshot)
+		}
 	}
 	p.observed = len(steps)
+}
+
+// addImage puts a screenshot on message i, after its text, and forgets
+// the bytes of the images it pushes out of the last MaxImages.
+func (p *Policy) addImage(i int, sc *runtime.Screenshot) {
+	sum := sha256.Sum256(sc.PNG)
+	p.images = append(p.images, shownImage{msg: i, url: "data:image/png;base64," + base64.StdEncoding.EncodeToString(sc.PNG),
+		sha256: hex.EncodeToString(sum[:]), width: sc.Width, height: sc.Height})
+	kept := aci.KeptImages(len(p.images), p.cfg.MaxImages)
+	for j := range p.images {
+		if !kept(j) {
+			p.images[j].url = ""
+		}
+	}
+}
+
+// withImages returns msgs with the conversation's images as content
+// parts — the last MaxImages as image_url parts after their message's
+// text, older ones as aci.ImageNote appended to it — and the hashes of
+// the images shown, in order.
+func (p *Policy) withImages(msgs []chatMessage) ([]chatMessage, []string) {
+	if len(p.images) == 0 {
+		return msgs, nil
+	}
+	kept := aci.KeptImages(len(p.images), p.cfg.MaxImages)
+	var shown []string
+	for j, im := range p.images {
+		m := msgs[im.msg]
+		text := ""
+		if m.Content != nil {
+			text = *m.Content
+		}
+		if !kept(j) {
+			m.Content = str(aci.WithNote(text, aci.ImageNote(im.width, im.height, p.cfg.MaxImages)))
+			msgs[im.msg] = m
+			continue
+		}
+		if m.Parts == nil && text != "" {
+			tp, _ := json.Marshal(map[string]string{"type": "text", "text": text})
+			m.Parts = append(m.Parts, tp)
+		}
+		ip, _ := json.Marshal(map[string]any{"type": "image_url", "image_url": map[string]string{"url": im.url}})
+		m.Parts = append(m.Parts, ip)
+		msgs[im.msg] = m
+		shown = append(shown, im.sha256)
+	}
+	return msgs, shown
 }
 
 // offeredTools are the tools sent with a request: none in text mode, where
@@ -476,7 +567,11 @@ func str(s string) *string { return &s }
 // was shown. EnableThinking is chat_template_kwargs' enable_thinking when
 // it is a boolean there, else unknown (the server's default applied).
 func (c Config) Conversation() (policy.Conversation, error) {
-	tools, err := Tools(c.Actions)
+	kinds := c.Actions
+	if kinds == nil {
+		kinds = runtime.ActionKinds()
+	}
+	tools, err := Tools(kinds)
 	if err != nil {
 		return policy.Conversation{}, err
 	}
@@ -484,7 +579,10 @@ func (c Config) Conversation() (policy.Conversation, error) {
 		SystemPrompt:       systemPrompt(c, tools),
 		ToolMode:           c.ToolMode,
 		Actions:            slices.Clone(c.Actions),
+		TaskActions:        c.Actions == nil,
 		ObservationCap:     c.ObservationCap,
+		Observe:            c.Observe,
+		MaxImages:          c.MaxImages,
 		Tokens:             c.Tokens,
 		ChatTemplateKwargs: maps.Clone(c.ChatTemplateKwargs),
 		SendReasoning:      &c.SendReasoning,

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 )
@@ -103,13 +104,24 @@ type Config struct {
 
 	// ToolMode is ToolsNative or ToolsText.
 	ToolMode policy.ToolMode
-	// Actions are the canonical actions offered to the model; every kind
-	// by default.
+	// Actions are the canonical actions offered to the model; nil (the
+	// default) offers each episode the actions its task allows
+	// (policy.Episode.Actions), every kind when the episode does not say.
 	Actions []runtime.ActionKind
 	// ObservationCap is the most bytes of an observation's output sent back
 	// to the model; a longer one keeps its head and tail around an explicit
 	// marker. 0 sends everything.
 	ObservationCap int
+	// Observe is what the model is shown of GUI observations
+	// (aci.ObserveText, the default; screenshots as image_url parts,
+	// accessibility trees as compact text, or both) and of a GUI episode's
+	// start page. Images need a VLM server and chat mode: the
+	// token-in-token-out routes take token ids, and an image's placeholder
+	// ids carry no pixels.
+	Observe aci.Observe
+	// MaxImages is how many of the latest screenshots stay images in the
+	// context (0: all); older ones become aci.ImageNote.
+	MaxImages int
 	// SystemPrompt replaces the default system prompt. "{{tools}}" in it is
 	// replaced by a listing of the offered tools and their argument schemas.
 	SystemPrompt string
@@ -167,8 +179,8 @@ func DefaultConfig() Config {
 		Backoff:         DefaultBackoff,
 		BackoffMax:      DefaultBackoffMax,
 		ToolMode:        ToolsNative,
-		Actions:         runtime.ActionKinds(),
 		ObservationCap:  DefaultObservationCap,
+		Observe:         aci.ObserveText,
 		TokenIDs:        true,
 		Logprobs:        true,
 		Tokens:          policy.TokensAuto,
@@ -245,8 +257,8 @@ var options = map[string]option{
 		c.ToolMode = policy.ToolMode(v)
 		return nil
 	}},
-	"actions": {"comma-separated canonical actions offered to the model (default all)", func(c *Config, v string) error {
-		c.Actions = nil
+	"actions": {"comma-separated canonical actions offered to the model, the same for every task (default: the actions each task allows)", func(c *Config, v string) error {
+		c.Actions = []runtime.ActionKind{}
 		for _, k := range strings.Split(v, ",") {
 			if k = strings.TrimSpace(k); k != "" {
 				c.Actions = append(c.Actions, runtime.ActionKind(k))
@@ -257,6 +269,16 @@ var options = map[string]option{
 	"observation_cap": {"most bytes of an observation sent to the model, 0 for all (default 16384)", func(c *Config, v string) error {
 		n, err := parseInt(v, 0)
 		c.ObservationCap = n
+		return err
+	}},
+	"observe": {"what the model is shown of GUI observations and the start page: text (url and title; the default), screenshot (image_url parts, base64 PNG data URLs), a11y (the accessibility tree as compact text) or both", func(c *Config, v string) error {
+		m, err := aci.ParseObserve(v)
+		c.Observe = m
+		return err
+	}},
+	"max_images": {"most screenshots kept as images in the context, the latest ones; older ones become a short text note (default 0: all)", func(c *Config, v string) error {
+		n, err := parseInt(v, 1)
+		c.MaxImages = n
 		return err
 	}},
 	"system_prompt_file": {"file whose text replaces the system prompt; {{tools}} in it lists the tools", func(c *Config, v string) error {
@@ -355,6 +377,9 @@ func ParseOptions(opts map[string]string) (Config, error) {
 			return c, fmt.Errorf("%w: %s=%q: %v", ErrOption, k, opts[k], err)
 		}
 	}
+	if _, given := opts["max_images"]; given && !c.Observe.Images() {
+		return c, fmt.Errorf("%w: max_images applies to images, and observe=%s shows none (use observe=screenshot or both)", ErrOption, c.Observe)
+	}
 	if c.Tokens == policy.TokensChat {
 		for _, k := range tokenOnlyOptions {
 			if _, given := opts[k]; given {
@@ -391,13 +416,22 @@ func (c Config) Validate() error {
 	if c.ToolMode != ToolsNative && c.ToolMode != ToolsText {
 		return bad("tool_mode %q is not known (known: %s, %s)", c.ToolMode, ToolsNative, ToolsText)
 	}
-	if len(c.Actions) == 0 {
+	if c.Actions != nil && len(c.Actions) == 0 {
 		return bad("no actions offered")
 	}
 	for _, k := range c.Actions {
 		if _, _, ok := runtime.ActionFieldNames(k); !ok {
 			return bad("action %q is not canonical (known: %s)", k, kindNames(runtime.ActionKinds()))
 		}
+	}
+	if _, err := aci.ParseObserve(string(c.Observe)); err != nil {
+		return bad("%v", err)
+	}
+	if c.MaxImages < 0 {
+		return bad("max_images is negative")
+	}
+	if c.Observe.Images() && c.Tokens == policy.TokensTITO {
+		return bad("observe=%s sends images, and tokens=tito sends token ids only (an image's placeholder ids carry no pixels): use tokens=auto or chat", c.Observe)
 	}
 	if c.ObservationCap < 0 {
 		return bad("observation_cap is negative")

@@ -94,6 +94,12 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 	if cfg.Tokens == policy.TokensChat || !cfg.TokenIDs {
 		return info, nil
 	}
+	if cfg.Observe.Images() {
+		// Validate refuses tito with images; auto takes chat, where the
+		// server sees the pixels.
+		logf("openai: tokens=auto: chat mode, since observe=%s sends images and the token-in-token-out routes take token ids only", cfg.Observe)
+		return info, nil
+	}
 
 	// Rendering: the scale-out render route when served, else /tokenize.
 	renderServed, renderWhy, err := routeServed(ctx, c, c.render.api("/chat/completions/render"))

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
@@ -29,15 +31,35 @@ func Open(opts policy.Options) (policy.Source, error) {
 	if _, err := cfg.Conversation(); err != nil {
 		return nil, err
 	}
-	return source{cfg: cfg, probe: &prober{}}, nil
+	return source{cfg: cfg, probe: &prober{}, listed: &listedActions{}}, nil
+}
+
+// listedActions is, for a run whose system prompt lists the tools
+// ({{tools}}: tool_mode=text's default prompt) and whose tools are each
+// task's, the one action list the run's tasks share: the manifest records
+// one rendered system prompt, so tasks that allow different actions cannot
+// be collected together that way.
+type listedActions struct {
+	mu    sync.Mutex
+	kinds []runtime.ActionKind
 }
 
 // source makes one Policy, and so one conversation, per episode. Its
 // policies share one prober: the server is asked what it offers once per
 // run.
 type source struct {
-	cfg   Config
-	probe *prober
+	cfg    Config
+	probe  *prober
+	listed *listedActions
+}
+
+// listsTools reports whether the configuration's system prompt lists the
+// tools.
+func (c Config) listsTools() bool {
+	if c.SystemPrompt != "" {
+		return strings.Contains(c.SystemPrompt, "{{tools}}")
+	}
+	return c.ToolMode == ToolsText
 }
 
 // NewPolicy returns ep's policy. A sampling seed option is mixed with the
@@ -51,18 +73,39 @@ func (s source) NewPolicy(ep policy.Episode) (runtime.Policy, error) {
 		seed := episodeSeed(*cfg.Seed, ep.ID)
 		cfg.Seed = &seed
 	}
-	if ep.Actions != nil {
+	if cfg.Actions == nil {
+		// The tools fit the task: its allowed actions.
+		cfg.Actions = ep.Actions
+		if cfg.Actions != nil && cfg.listsTools() {
+			s.listed.mu.Lock()
+			defer s.listed.mu.Unlock()
+			if s.listed.kinds == nil {
+				s.listed.kinds = slices.Clone(ep.Actions)
+			} else if !slices.Equal(s.listed.kinds, ep.Actions) {
+				return nil, fmt.Errorf("openai: the system prompt lists the tools (tool_mode=text) and the run records one prompt, but this task allows %s and an earlier one %s: collect them in separate runs, or set the actions option to one list", kindNames(ep.Actions), kindNames(s.listed.kinds))
+			}
+		}
+	} else if ep.Actions != nil {
 		for _, k := range cfg.Actions {
 			if !slices.Contains(ep.Actions, k) {
-				return nil, fmt.Errorf("openai: the task does not allow action %s, which the policy offers (set the actions option)", k)
+				return nil, fmt.Errorf("openai: the task does not allow action %s, which the actions option offers (leave the option out to offer each task its own actions)", k)
 			}
 		}
 	}
 	return newPolicyWith(cfg, s.probe)
 }
 
-// Conversation implements policy.Conversational.
-func (s source) Conversation() (policy.Conversation, error) { return s.cfg.Conversation() }
+// Conversation implements policy.Conversational. A run whose prompt lists
+// the tools of its tasks' one shared action list records that list.
+func (s source) Conversation() (policy.Conversation, error) {
+	cfg := s.cfg
+	if cfg.Actions == nil && cfg.listsTools() {
+		s.listed.mu.Lock()
+		cfg.Actions = slices.Clone(s.listed.kinds)
+		s.listed.mu.Unlock()
+	}
+	return cfg.Conversation()
+}
 
 // episodeSeed mixes a base seed with an episode id into a non-negative
 // int64 (servers reject negative seeds).

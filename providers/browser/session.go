@@ -133,6 +133,37 @@ func (s *Session) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 	return s.gui(ctx, a)
 }
 
+// Observe returns what the page shows now, as a GUI action's observation
+// would (url and title, and the screenshot and accessibility tree the
+// config asks for), without acting: an episode's first observation, the
+// start page. It starts the browser when it is not running.
+func (s *Session) Observe(ctx context.Context) (runtime.Observation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return runtime.Observation{}, providers.ErrClosed
+	}
+	if s.broken != nil {
+		return runtime.Observation{}, s.broken
+	}
+	began := time.Now()
+	if !s.running {
+		if err := s.start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return runtime.Observation{}, ctx.Err()
+			}
+			return runtime.Observation{}, err
+		}
+	}
+	obs, err := s.observe(ctx, false)
+	if err != nil {
+		return runtime.Observation{}, err
+	}
+	obs.OutputBytes = int64(len(obs.Output))
+	obs.Duration = time.Since(began)
+	return obs, nil
+}
+
 // Close kills the browser and closes the sandbox.
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/forkline/forkline/internal/oracle"
@@ -125,6 +126,10 @@ func (s *Server) renderChat(ctx context.Context, p chatParams, r *Received) erro
 			return badRequest("%v", err)
 		}
 		return err
+	}
+	if s.cfg.ImageTokens > 0 {
+		prompt = strings.ReplaceAll(prompt, "<start_of_image>",
+			"\n\n<start_of_image>"+strings.Repeat("<image_soft_token>", s.cfg.ImageTokens)+"<end_of_image>\n\n")
 	}
 	ids, err := oracle.TokenizeWith(ctx, s.cfg.Tokenizer, prompt, oracle.TokenizeOptions{AddSpecialTokens: p.addSpecialTokens})
 	if err != nil {

@@ -57,6 +57,15 @@ type Config struct {
 	// ContentFormat is --chat-template-content-format (default
 	// ContentString, what vLLM detects for Qwen3's template).
 	ContentFormat ContentFormat
+	// ImageTokens, when set, is what a Gemma 3 deployment's multimodal
+	// processor does to a rendered prompt before it is tokenized: each
+	// <start_of_image> the template wrote for an image becomes
+	// "\n\n<start_of_image>", ImageTokens × <image_soft_token> and
+	// "<end_of_image>\n\n" (transformers' Gemma3Processor
+	// full_image_sequence, 256 tokens for Gemma 3, which vLLM's gemma3_mm
+	// applies), so prompt_token_ids count the image placeholders as vLLM's
+	// do. The pixels are not looked at.
+	ImageTokens int
 	// ReasoningParser is --reasoning-parser qwen3: the think block moves to
 	// message.reasoning.
 	ReasoningParser bool
