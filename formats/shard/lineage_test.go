@@ -152,9 +152,9 @@ func TestEachTrajectoryRefusesBrokenTrees(t *testing.T) {
 		batches []EpisodeBatch
 		want    string
 	}{
-		"missing parent": {[]EpisodeBatch{treeBatch("a", "gone", 2, 1, 0, "done")}, `episode "a" branches from "gone", which the dataset does not hold`},
+		"missing parent":          {[]EpisodeBatch{treeBatch("a", "gone", 2, 1, 0, "done")}, `episode "a" branches from "gone", which the dataset does not hold`},
 		"past a continued parent": {[]EpisodeBatch{treeBatch("r", "", 0, 2, 0, "done"), treeBatch("a", "r", 3, 1, 0, "done")}, `episode "a" branches at step 3, but its parent "r" holds steps 0..1`},
-		"gap":            {[]EpisodeBatch{treeBatch("r", "", 0, 2, 0, "branched"), treeBatch("a", "r", 3, 1, 0, "done")}, `episode "a" branches at step 3, but its parent "r" ends after step 2`},
+		"gap":                     {[]EpisodeBatch{treeBatch("r", "", 0, 2, 0, "branched"), treeBatch("a", "r", 3, 1, 0, "done")}, `episode "a" branches at step 3, but its parent "r" ends after step 2`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
