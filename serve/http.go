@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -55,13 +56,19 @@ type metadata struct {
 	Version          *string `json:"version"`
 	Author           *string `json:"author"`
 	DocumentationURL *string `json:"documentation_url"`
+	// Extensions are forkline's extensions of the protocol, each with its
+	// settings; a stock OpenEnv client ignores them.
+	Extensions map[string]any `json:"extensions"`
 }
 
 func (s *Server) handleMetadata(w http.ResponseWriter, _ *http.Request) {
 	v := s.cfg.ToolVersion
 	desc := fmt.Sprintf("forkline serve: %d tasks (%s) on %s, every reset a fork of the task's golden checkpoint (reset %s); actions are forkline's canonical actions (see /schema, /tasks)",
 		len(s.specs), strings.Join(s.taskIDs(), ", "), s.prov.Name(), s.pool.Strategy())
-	writeHTTP(w, http.StatusOK, metadata{Name: "forkline", Description: desc, Version: &v})
+	branching := map[string]any{"available": s.pool.Strategy() == pool.Fork, "messages": []string{msgCheckpoint, msgRelease},
+		"reset_key": "from_checkpoint", "max_checkpoints": s.cfg.MaxCheckpoints, "session_checkpoints": s.cfg.SessionCheckpoints,
+		"schema": "/schema#extensions", "documentation": "docs/serve.md#branching-over-the-wire"}
+	writeHTTP(w, http.StatusOK, metadata{Name: "forkline", Description: desc, Version: &v, Extensions: map[string]any{BranchingExtension: branching}})
 }
 
 func (s *Server) handleSchema(w http.ResponseWriter, _ *http.Request) {
