@@ -2,11 +2,15 @@ package serve_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -308,4 +312,138 @@ func canonicalJSON(t *testing.T, v map[string]any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// branchTreeAndDrain plays a tree of depth two — root checkpointed after
+// its step 1, branch b checkpointed after step 2, c (done) and d (running)
+// branched from b — and stops the server while root, b and d are still
+// running: c ended before its parents and waited for them to be recorded;
+// the drain ends everything as cancelled, releases both checkpoints, and
+// the dataset verifies with every trajectory joined across the continued
+// parents. leftovers lists what the provider still holds.
+func branchTreeAndDrain(t *testing.T, cfg serve.Config, rootID string, leftovers func(work string) []string) {
+	out := filepath.Join(t.TempDir(), "served")
+	if cfg.Tasks == "" {
+		cfg.Tasks = writeTask(t, chooseTask)
+	}
+	cfg.Out = out
+	ts := startServer(t, cfg)
+	dial := func() *openenvtest.Client {
+		c, err := openenvtest.Dial(ts.base)
+		require.NoError(t, err)
+		return c
+	}
+	root, b, c, d := dial(), dial(), dial(), dial()
+	_, err := root.Reset(map[string]any{"episode_id": rootID})
+	require.NoError(t, err)
+	_, err = root.Step(execAction("echo a > answer.txt"))
+	require.NoError(t, err)
+	cpA, err := checkpointMsg(root)
+	require.NoError(t, err)
+
+	r, err := b.Reset(map[string]any{"from_checkpoint": cpA["checkpoint_id"]})
+	require.NoError(t, err)
+	bID := r.Observation["episode_id"].(string)
+	require.Equal(t, episode.BranchID(rootID, 1, 0), bID)
+	_, err = b.Step(execAction("echo yes > answer.txt"))
+	require.NoError(t, err)
+	cpB, err := checkpointMsg(b)
+	require.NoError(t, err)
+	require.Equal(t, 2.0, cpB["step"], "a branch's step count includes what it inherits")
+
+	r, err = c.Reset(map[string]any{"from_checkpoint": cpB["checkpoint_id"], "episode_id": "c-" + rootID})
+	require.NoError(t, err)
+	require.Equal(t, bID, r.Observation["parent_episode_id"])
+	require.Equal(t, 0.0, r.Observation["branch_index"])
+	r, err = c.Step(map[string]any{"kind": "done"})
+	require.NoError(t, err)
+	require.Equal(t, 1.0, *r.Reward, "b's answer, forked")
+	c.Disconnect()
+
+	r, err = d.Reset(map[string]any{"from_checkpoint": cpB["checkpoint_id"]})
+	require.NoError(t, err)
+	dID := r.Observation["episode_id"].(string)
+	require.Equal(t, episode.BranchID(bID, 2, 1), dID, "the index counts on after the named branch")
+	_, err = d.Step(execAction("echo no > answer.txt"))
+	require.NoError(t, err)
+	st, err := d.State()
+	require.NoError(t, err)
+	require.Equal(t, 3.0, st["step_count"])
+
+	sum := ts.stop(t)
+	require.Equal(t, 2, sum.Checkpoints)
+	require.Equal(t, 3, sum.Episodes["cancelled"], "root, b and d were stopped by the drain")
+	require.Empty(t, leftovers(ts.work), "the drained server left sandboxes or checkpoints behind")
+
+	rep, err := shard.Verify(out)
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "forkline verify: %v", rep.Problems)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	// c ended first but was committed after its parents: a crash can
+	// never leave a branch without the prefix it continues.
+	order := map[string]int{}
+	for ep, err := range ds.Episodes() {
+		require.NoError(t, err)
+		order[ep.EpisodeID] = len(order)
+	}
+	require.Less(t, order[rootID], order[bID])
+	require.Less(t, order[bID], order["c-"+rootID])
+	require.Less(t, order[bID], order[dID])
+	got := map[string][]string{}
+	require.NoError(t, ds.EachTrajectory(func(ep schemas.EpisodeRow, steps []schemas.StepRow, _ []schemas.RewardRow) error {
+		for _, s := range steps {
+			got[ep.EpisodeID] = append(got[ep.EpisodeID], s.ActionJSON)
+		}
+		return nil
+	}))
+	a, yes, no, done := `{"kind":"exec","cmd":"echo a \u003e answer.txt"}`, `{"kind":"exec","cmd":"echo yes \u003e answer.txt"}`,
+		`{"kind":"exec","cmd":"echo no \u003e answer.txt"}`, `{"kind":"done"}`
+	norm := func(in []string) []string {
+		var out []string
+		for _, s := range in {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(s), &m))
+			out = append(out, canonicalJSON(t, m))
+		}
+		return out
+	}
+	for id, want := range map[string][]string{rootID: {a}, bID: {a, yes}, "c-" + rootID: {a, yes, done}, dID: {a, yes, no}} {
+		require.Equal(t, norm(want), norm(got[id]), "trajectory of %s", id)
+	}
+	require.Len(t, got, 4)
+}
+
+func TestBranchTreeAndDrainOnLocal(t *testing.T) {
+	branchTreeAndDrain(t, serve.Config{}, "root", func(work string) []string {
+		left, _ := filepath.Glob(filepath.Join(work, "*"))
+		return left
+	})
+}
+
+// On Docker a checkpoint is a committed image: the drain removes every
+// container and image the tree made.
+func TestBranchTreeAndDrainOnDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	requireDocker(t)
+	var b [4]byte
+	rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	id, rootID := "choose-"+suffix, "root-"+suffix
+	spec := writeTask(t, strings.Replace(chooseTask, "id: choose", "id: "+id, 1))
+	specs, err := task.Load(spec)
+	require.NoError(t, err)
+	key := id + "@" + specs[0].Hash()[:12]
+	branchTreeAndDrain(t, serve.Config{Tasks: spec, Provider: "docker", ProviderParams: map[string]string{"image": "forkline/busybox"}}, rootID,
+		func(string) []string {
+			left := dockerObjects(t, id, key)
+			for _, ep := range []string{rootID, episode.BranchID(rootID, 1, 0)} {
+				out, err := exec.Command("docker", "images", "-q", "--filter", "label=forkline.checkpoint.label=serve "+ep).Output()
+				require.NoError(t, err)
+				left = append(left, strings.Fields(string(out))...)
+			}
+			return left
+		})
 }
