@@ -15,10 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/replay"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/serve"
@@ -43,6 +45,67 @@ func checkpoints(t *testing.T, work string) int {
 	m, err := filepath.Glob(filepath.Join(work, "forkline-local-*", "cp-*"))
 	require.NoError(t, err)
 	return len(m)
+}
+
+// extension is the branching extension as /extensions and /metadata
+// advertise it, its message schemas compiled by an independent validator.
+type extension struct {
+	serverMsg map[string]*jsonschema.Schema
+}
+
+func fetchExtension(t *testing.T, base string, available bool) extension {
+	t.Helper()
+	status, body, err := openenvtest.HTTPJSON("GET", base+"/metadata", nil)
+	require.NoError(t, err)
+	require.Equal(t, 200, status)
+	if available {
+		require.Contains(t, body["description"], serve.BranchingExtension)
+	} else {
+		require.NotContains(t, body["description"], serve.BranchingExtension, "a server that cannot branch does not advertise it")
+	}
+	status, body, err = openenvtest.HTTPJSON("GET", base+"/extensions", nil)
+	require.NoError(t, err)
+	require.Equal(t, 200, status)
+	b := body[serve.BranchingExtension].(map[string]any)
+	require.Equal(t, available, b["available"])
+	require.Equal(t, "from_checkpoint", b["reset_key"])
+	ext := extension{serverMsg: map[string]*jsonschema.Schema{}}
+	c := jsonschema.NewCompiler()
+	for side, msgs := range b["schemas"].(map[string]any) {
+		if side != "client" && side != "server" {
+			continue
+		}
+		for name, s := range msgs.(map[string]any) {
+			url := "mem://" + side + "/" + name
+			require.NoError(t, c.AddResource(url, s))
+			compiled, err := c.Compile(url)
+			require.NoError(t, err, "the %s %s schema is not a valid JSON Schema", side, name)
+			if side == "server" {
+				ext.serverMsg[name] = compiled
+			}
+		}
+	}
+	require.Contains(t, ext.serverMsg, "checkpoint")
+	return ext
+}
+
+// Without forks (-reset recreate) there is nothing to checkpoint: the
+// message is refused, and the extension is not advertised as available.
+func TestCheckpointRefusedWhenTheServerRecreates(t *testing.T) {
+	ts := startServer(t, serve.Config{Tasks: writeTask(t, chooseTask), Reset: pool.Recreate})
+	fetchExtension(t, ts.base, false)
+	c, err := openenvtest.Dial(ts.base)
+	require.NoError(t, err)
+	defer c.Disconnect()
+	_, err = c.Reset(nil)
+	require.NoError(t, err)
+	_, err = c.Step(execAction("true"))
+	require.NoError(t, err)
+	_, err = checkpointMsg(c)
+	requireCode(t, err, "EXECUTION_ERROR", "cannot checkpoint")
+	r, err := c.Step(map[string]any{"kind": "done"})
+	require.NoError(t, err)
+	require.True(t, r.Done, "the refused checkpoint left the episode as it was")
 }
 
 func checkpointMsg(c *openenvtest.Client) (map[string]any, error) {
@@ -80,6 +143,7 @@ func TestBranchesOverTheWire(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "served")
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, chooseTask), Out: out, SessionCheckpoints: 2})
 	sch := fetchSchemas(t, ts.base)
+	ext := fetchExtension(t, ts.base, true)
 
 	p, err := openenvtest.Dial(ts.base)
 	require.NoError(t, err)
@@ -95,8 +159,10 @@ func TestBranchesOverTheWire(t *testing.T) {
 		last = r.Observation
 	}
 	goldens := checkpoints(t, ts.work)
-	cp, err := checkpointMsg(p)
+	resp, err := p.SendAndReceive(map[string]any{"type": "checkpoint"})
 	require.NoError(t, err)
+	require.NoError(t, ext.serverMsg["checkpoint"].Validate(resp), "the checkpoint answer against /extensions")
+	cp := resp["data"].(map[string]any)
 	require.Equal(t, "parent", cp["episode_id"])
 	require.Equal(t, "choose", cp["task_id"])
 	require.Equal(t, 2.0, cp["step"])

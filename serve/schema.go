@@ -9,19 +9,23 @@ import (
 // Pydantic's model_json_schema writes for OpenEnv servers).
 const jsonSchemaDialect = "https://json-schema.org/draft/2020-12/schema"
 
-// Schemas is the /schema answer: OpenEnv's SchemaResponse, and the
-// branching extension's messages under a key of their own, which an
-// OpenEnv client does not read.
+// Schemas is the /schema answer: OpenEnv's SchemaResponse. It holds these
+// three keys only, as OpenEnv's models take no others; the branching
+// extension's fields are in the observation and state schemas, and its
+// messages' schemas are at /extensions.
 type Schemas struct {
 	Action      map[string]any `json:"action"`
 	Observation map[string]any `json:"observation"`
 	State       map[string]any `json:"state"`
-	Extensions  map[string]any `json:"extensions"`
 }
 
-// BranchingExtension names the branching extension in /metadata and
-// /schema.
+// BranchingExtension names the branching extension in /metadata, /schema
+// and /extensions.
 const BranchingExtension = "forkline.branching/v1"
+
+// extensionNote is the $comment of the observation and state schemas: where
+// the extension's fields come from.
+const extensionNote = BranchingExtension + ": parent_episode_id, branch_index, group_id (observation) and checkpoints (state) come with forkline's branching extension; its messages' schemas are at GET /extensions."
 
 // wireSchemas builds the three schemas. The action schema is the canonical
 // actions as aci offers them to models — one alternative per kind, its
@@ -29,8 +33,7 @@ const BranchingExtension = "forkline.branching/v1"
 // "metadata" — so a trainer that offers a model the same tools sends what
 // the model called.
 func wireSchemas() Schemas {
-	return Schemas{Action: actionSchema(), Observation: observationSchema(), State: stateSchema(),
-		Extensions: map[string]any{BranchingExtension: branchingSchemas()}}
+	return Schemas{Action: actionSchema(), Observation: observationSchema(), State: stateSchema()}
 }
 
 // branchingSchemas are the branching extension's /ws messages: what a
@@ -131,9 +134,10 @@ func boolean(desc string) map[string]any {
 // observation, and metadata is never sent, as OpenEnv serializes it.
 func observationSchema() map[string]any {
 	return map[string]any{
-		"$schema": jsonSchemaDialect,
-		"title":   "Observation",
-		"type":    "object",
+		"$schema":  jsonSchemaDialect,
+		"title":    "Observation",
+		"$comment": extensionNote,
+		"type":     "object",
 		"properties": map[string]any{
 			"done":         boolean("Whether the episode has ended."),
 			"reward":       map[string]any{"type": []any{"number", "null"}, "description": "The verifier's reward once done; null before, and when the task has no verifier or it produced no number."},
@@ -186,9 +190,10 @@ func exitReasons() []any {
 // stateSchema is OpenEnv's State with forkline's fields.
 func stateSchema() map[string]any {
 	return map[string]any{
-		"$schema": jsonSchemaDialect,
-		"title":   "State",
-		"type":    "object",
+		"$schema":  jsonSchemaDialect,
+		"title":    "State",
+		"$comment": extensionNote,
+		"type":     "object",
 		"properties": map[string]any{
 			"episode_id":  map[string]any{"type": []any{"string", "null"}, "description": "The current episode; null before the first reset."},
 			"step_count":  map[string]any{"type": "integer", "minimum": 0, "description": "Steps taken in the current episode."},

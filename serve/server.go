@@ -314,6 +314,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /schema", s.handleSchema)
 	mux.HandleFunc("GET /state", s.handleState)
 	mux.HandleFunc("GET /tasks", s.handleTasks)
+	mux.HandleFunc("GET /extensions", s.handleExtensions)
 	mux.HandleFunc("POST /reset", s.handleReset)
 	mux.HandleFunc("POST /step", s.handleStep)
 	return mux
