@@ -60,6 +60,11 @@ func (ss *session) checkpoint() (CheckpointInfo, error) {
 	if l == nil || l.final != nil {
 		return CheckpointInfo{}, refuse(codeExecution, "serve: checkpoint: this session has no running episode to checkpoint")
 	}
+	if l.drv.Ended() {
+		// Its timeout passed while the client was deciding: the next step
+		// says so; a branch of it would continue an ended episode.
+		return CheckpointInfo{}, refuse(codeExecution, "serve: checkpoint: episode %s has ended (%s); send a step or reset", l.ep.Row.EpisodeID, l.ep.Result.Exit)
+	}
 	if l.drv.Steps() == 0 {
 		return CheckpointInfo{}, refuse(codeExecution, "serve: checkpoint: episode %s has taken no step of its own: a reset (or a reset from the checkpoint it came from) already gives that state", l.ep.Row.EpisodeID)
 	}

@@ -513,3 +513,27 @@ func TestBranchTreeAndDrainOnDocker(t *testing.T) {
 			return left
 		})
 }
+
+// -max-checkpoints bounds the checkpoints live on the server, whichever
+// sessions hold them; a release makes room.
+func TestServerWideCheckpointBound(t *testing.T) {
+	ts := startServer(t, serve.Config{Tasks: writeTask(t, chooseTask), MaxCheckpoints: 1})
+	var cs [2]*openenvtest.Client
+	for i := range cs {
+		c, err := openenvtest.Dial(ts.base)
+		require.NoError(t, err)
+		defer c.Disconnect()
+		_, err = c.Reset(nil)
+		require.NoError(t, err)
+		_, err = c.Step(execAction("echo x > answer.txt"))
+		require.NoError(t, err)
+		cs[i] = c
+	}
+	cp, err := checkpointMsg(cs[0])
+	require.NoError(t, err)
+	_, err = checkpointMsg(cs[1])
+	requireCode(t, err, "CHECKPOINT_LIMIT", "-max-checkpoints")
+	require.NoError(t, releaseMsg(cs[0], cp["checkpoint_id"].(string)))
+	_, err = checkpointMsg(cs[1])
+	require.NoError(t, err, "the release made room")
+}
