@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
@@ -254,8 +253,9 @@ func (s *Server) beginBranch(ctx context.Context, req resetRequest, endPrevious 
 	}
 	last := cp.history.Steps[len(cp.history.Steps)-1]
 	obs := observationOf(id, t.spec.ID, last)
+	// The parent's last observation, as the branch's model would be shown
+	// it next; no action was taken by this reset.
 	obs.ActionTaken, obs.Instruction = nil, t.spec.Instruction
-	obs.Text = aci.ObservationText(last, 0)
 	obs.ParentEpisodeID, obs.BranchIndex, obs.GroupID = parentID, &index, group
 	return l, StepResult{Observation: obs}, nil
 }
