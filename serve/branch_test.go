@@ -537,3 +537,52 @@ func TestServerWideCheckpointBound(t *testing.T) {
 	_, err = checkpointMsg(cs[1])
 	require.NoError(t, err, "the release made room")
 }
+
+// A branch's token record opens with its parent's ids exactly: the
+// parent's model turns before the checkpoint are the branch's prefix, as
+// in collect.
+func TestBranchTokenRecordOpensWithTheParentsIDs(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "served")
+	ts := startServer(t, serve.Config{Tasks: writeTask(t, chooseTask), Out: out})
+	p, err := openenvtest.Dial(ts.base)
+	require.NoError(t, err)
+	_, err = p.Reset(map[string]any{"episode_id": "tok-parent"})
+	require.NoError(t, err)
+	_, err = p.Step(map[string]any{"kind": "exec", "cmd": "cat answer.txt", "metadata": map[string]any{
+		"prompt_ids": []int{10, 11, 12}, "response_ids": []int{13, 14}, "logprobs": []float64{-0.25, -1.5}}})
+	require.NoError(t, err)
+	cp, err := checkpointMsg(p)
+	require.NoError(t, err)
+	_, err = p.Step(map[string]any{"kind": "done", "metadata": map[string]any{
+		"prompt_ids": []int{10, 11, 12, 13, 14, 20, 21}, "response_ids": []int{16}, "logprobs": []float64{-0.75}}})
+	require.NoError(t, err)
+
+	b, err := openenvtest.Dial(ts.base)
+	require.NoError(t, err)
+	r, err := b.Reset(map[string]any{"from_checkpoint": cp["checkpoint_id"]})
+	require.NoError(t, err)
+	branchID := r.Observation["episode_id"].(string)
+	_, err = b.Step(map[string]any{"kind": "done", "metadata": map[string]any{
+		"prompt_ids": []int{10, 11, 12, 13, 14, 20, 21}, "response_ids": []int{15}, "logprobs": []float64{-0.5}}})
+	require.NoError(t, err)
+	p.Disconnect()
+	b.Disconnect()
+	ts.stop(t)
+
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	eps := map[string]schemas.EpisodeRow{}
+	for ep, err := range ds.Episodes() {
+		require.NoError(t, err)
+		eps[ep.EpisodeID] = ep
+	}
+	par, br := eps["tok-parent"], eps[branchID]
+	require.False(t, br.TokenDrift)
+	require.Equal(t, int32(2), br.TokenTurns)
+	require.Equal(t, par.PromptIDs, br.PromptIDs, "prompt ids equal")
+	require.Equal(t, []int32{13, 14, 20, 21, 15}, br.ResponseIDs)
+	require.Equal(t, []int32{13, 14, 20, 21, 16}, par.ResponseIDs)
+	require.Equal(t, par.ResponseIDs[:4], br.ResponseIDs[:4], "the parent's ids before the checkpoint open the branch's")
+	require.Equal(t, []int32{1, 1, 0, 0, 1}, br.ResponseMask)
+	require.Equal(t, []float32{-0.25, -1.5, 0, 0, -0.5}, br.ResponseLogprobs)
+}
