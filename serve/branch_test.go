@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -437,6 +438,9 @@ func branchTreeAndDrain(t *testing.T, cfg serve.Config, rootID string, leftovers
 	require.Equal(t, 3.0, st["step_count"])
 
 	sum := ts.stop(t)
+	// The open clients must live until the drain: one collected earlier
+	// closes its socket, and its session (and checkpoint) would end then.
+	runtime.KeepAlive([]*openenvtest.Client{root, b, d})
 	require.Equal(t, 2, sum.Checkpoints)
 	require.Equal(t, 3, sum.Episodes["cancelled"], "root, b and d were stopped by the drain")
 	require.Empty(t, leftovers(ts.work), "the drained server left sandboxes or checkpoints behind")
