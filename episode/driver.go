@@ -3,6 +3,7 @@ package episode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/forkline/forkline/runtime"
@@ -148,6 +149,15 @@ func (d *Driver) Wait() error {
 
 // Steps returns how many steps the episode has taken so far.
 func (d *Driver) Steps() int { return d.count() }
+
+// Taken returns the steps the episode has taken so far (its own, after
+// the history it was driven from), in order: what a branch point made now
+// hands its branches to continue.
+func (d *Driver) Taken() []runtime.Step {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.steps)
+}
 
 func (d *Driver) count() int {
 	d.mu.Lock()

@@ -37,6 +37,13 @@ type Config struct {
 	// Grace is how long, once the server is stopping, the steps in flight
 	// may run before they are interrupted.
 	Grace time.Duration
+	// MaxCheckpoints bounds the checkpoints (branch points made by
+	// sessions' checkpoint messages) live on the server at once; 0 means
+	// MaxSessions.
+	MaxCheckpoints int
+	// SessionCheckpoints bounds the checkpoints one session holds at once;
+	// 0 means DefaultSessionCheckpoints.
+	SessionCheckpoints int
 
 	// Out is the dataset every served episode is recorded into; "" records
 	// nothing.
@@ -61,6 +68,9 @@ const (
 	DefaultMaxSessions = 64
 	DefaultIdleTimeout = 15 * time.Minute
 	DefaultGrace       = 30 * time.Second
+	// DefaultSessionCheckpoints is a session's checkpoints live at once:
+	// a few branch points per episode, and none left to pile up.
+	DefaultSessionCheckpoints = 4
 	// MaxMessageBytes bounds one WebSocket message from a client (an
 	// action writing a large file is one message).
 	MaxMessageBytes = 64 << 20
@@ -99,6 +109,8 @@ func (cfg *Config) withDefaults() error {
 		{"MaxSessions", "-max-sessions", int64(cfg.MaxSessions)},
 		{"IdleTimeout", "-idle-timeout", int64(cfg.IdleTimeout)},
 		{"Grace", "-grace", int64(cfg.Grace)},
+		{"MaxCheckpoints", "-max-checkpoints", int64(cfg.MaxCheckpoints)},
+		{"SessionCheckpoints", "-session-checkpoints", int64(cfg.SessionCheckpoints)},
 	} {
 		if c.v < 0 {
 			return fmt.Errorf("serve: %s (%s) is negative: %d", c.field, c.flag, c.v)
@@ -124,6 +136,12 @@ func (cfg *Config) withDefaults() error {
 	}
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.MaxCheckpoints == 0 {
+		cfg.MaxCheckpoints = cfg.MaxSessions
+	}
+	if cfg.SessionCheckpoints == 0 {
+		cfg.SessionCheckpoints = DefaultSessionCheckpoints
 	}
 	if cfg.Capture == (capture.Policy{}) {
 		cfg.Capture = capture.DefaultPolicy()

@@ -15,7 +15,8 @@
 // HTTP forms onto forks, the JSON Schemas it publishes, and the graceful
 // drain. It does not know how a sandbox is made (pool, providers), how a
 // step is captured or verified (episode, capture, task), or how rows are
-// written (formats/shard): it calls them. Branching over the wire (a session
-// asking to checkpoint its sandbox and open sessions forked from it) is to
-// come: see docs/serve.md.
+// written (formats/shard): it calls them. Branching over the wire is an
+// extension of the session protocol: a session checkpoints its episode (the
+// episode goes on) and resets from a checkpoint start branches of it, with
+// collect's lineage; a branch is committed only after its parent.
 package serve

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/runtime"
@@ -15,6 +16,9 @@ import (
 // pool and drives the episode from the task's instruction. The answer is
 // the first observation: the instruction.
 func (s *Server) begin(ctx context.Context, req resetRequest, endPrevious func()) (*liveEpisode, StepResult, error) {
+	if req.FromCheckpoint != nil {
+		return s.beginBranch(ctx, req, endPrevious)
+	}
 	t, err := s.pickTask(req)
 	if err != nil {
 		return nil, StepResult{}, err
@@ -28,33 +32,39 @@ func (s *Server) begin(ctx context.Context, req resetRequest, endPrevious func()
 		return nil, StepResult{}, err
 	}
 	endPrevious()
-	rep, h, err := s.acquire(ctx, t)
+	rep, h, err := s.acquire(ctx, t, nil)
 	if err != nil {
 		s.unclaim(id)
-		var pe *protocolError
-		if errors.As(err, &pe) || errors.Is(err, context.Canceled) {
-			return nil, StepResult{}, err
-		}
-		// The golden build, the fork or the start commands failed after
-		// the pool's retries: OpenEnv's factory error. No episode began;
-		// the client may retry with the same id.
-		s.stats.resetFailed()
-		s.cfg.Log.Warn("serve: reset failed", "task", t.spec.ID, "err", err)
-		return nil, StepResult{}, refuse(codeFactory, "serve: reset of task %s: %v", t.spec.ID, err)
+		return nil, StepResult{}, s.resetFailed(t, err)
 	}
 	s.stats.reset(rep)
 	var seed int64
 	if req.Seed != nil {
 		seed = *req.Seed
 	}
-	ep := s.runner.Begin(episode.Identity{EpisodeID: id, TaskHash: t.hash, Repeat: repeat, Seed: seed}, t.spec, rep)
-	l := &liveEpisode{t: t, ep: ep, h: h}
-	l.drv = ep.Drive(s.runCtx, runtime.History{Instruction: t.spec.Instruction}, t.spec.Limits.Runtime(), nil)
+	ep := s.runner.Begin(episode.Identity{EpisodeID: id, TaskHash: t.hash, Repeat: repeat, Seed: seed,
+		GroupID: episode.RootGroupID(t.spec.ID, t.hash)}, t.spec, rep)
+	l := &liveEpisode{t: t, ep: ep, h: h, prefix: runtime.History{Instruction: t.spec.Instruction}, began: time.Now()}
+	l.drv = ep.Drive(s.runCtx, l.prefix, t.spec.Limits.Runtime(), nil)
 	if l.drv.Ended() { // the server stopped at once
 		s.finish(l, runtime.ExitCancelled, "the server stopped")
 		return l, *l.final, nil
 	}
 	return l, StepResult{Observation: Observation{EpisodeID: id, TaskID: t.spec.ID, Instruction: t.spec.Instruction, Text: t.spec.Instruction}}, nil
+}
+
+// resetFailed is the answer to a reset whose replica could not be had.
+func (s *Server) resetFailed(t *served, err error) error {
+	var pe *protocolError
+	if errors.As(err, &pe) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	// The golden build, the fork or the start commands failed after the
+	// pool's retries: OpenEnv's factory error. No episode began; the client
+	// may retry with the same id.
+	s.stats.resetFailed()
+	s.cfg.Log.Warn("serve: reset failed", "task", t.spec.ID, "err", err)
+	return refuse(codeFactory, "serve: reset of task %s: %v", t.spec.ID, err)
 }
 
 // step hands the client's decision to the episode and answers with what
@@ -103,15 +113,12 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 		}
 	}
 	batch, keep := ep.Rows()
-	if keep && s.rec != nil {
-		if err := s.rec.commit(batch); err != nil {
-			s.stats.recordFailed()
-			s.cfg.Log.Error("serve: episode could not be recorded", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "err", err)
-		}
+	if s.rec != nil {
+		s.record(batch, keep, ep.Row.EpisodeID)
 	}
 	l.h.outcome <- ep.Outcome()
 	res := StepResult{Done: true}
-	obs := Observation{EpisodeID: ep.Row.EpisodeID, TaskID: l.t.spec.ID, Step: l.drv.Steps(), ExitReason: ep.Row.ExitReason,
+	obs := Observation{EpisodeID: ep.Row.EpisodeID, TaskID: l.t.spec.ID, Step: l.stepCount(), ExitReason: ep.Row.ExitReason,
 		Detail: ep.Row.Detail, Answer: ep.Row.Answer}
 	if r := ep.Reward; r != nil {
 		res.Reward = r.Value

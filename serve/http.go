@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -61,7 +62,30 @@ func (s *Server) handleMetadata(w http.ResponseWriter, _ *http.Request) {
 	v := s.cfg.ToolVersion
 	desc := fmt.Sprintf("forkline serve: %d tasks (%s) on %s, every reset a fork of the task's golden checkpoint (reset %s); actions are forkline's canonical actions (see /schema, /tasks)",
 		len(s.specs), strings.Join(s.taskIDs(), ", "), s.prov.Name(), s.pool.Strategy())
+	// EnvironmentMetadata takes no other keys: the extension is named in
+	// the description, and told in full at /extensions.
+	if s.branchingAvailable() {
+		desc += "; extension " + BranchingExtension + " (checkpoint and release messages, reset from_checkpoint: branches of a session's episode), see /extensions"
+	}
 	writeHTTP(w, http.StatusOK, metadata{Name: "forkline", Description: desc, Version: &v})
+}
+
+func (s *Server) branchingAvailable() bool { return s.pool.Strategy() == pool.Fork }
+
+// handleExtensions is forkline's GET /extensions: the protocol extensions
+// this server speaks, with their settings and the JSON Schemas of their
+// messages.
+func (s *Server) handleExtensions(w http.ResponseWriter, _ *http.Request) {
+	writeHTTP(w, http.StatusOK, map[string]any{BranchingExtension: map[string]any{
+		"available":           s.branchingAvailable(),
+		"messages":            []string{msgCheckpoint, msgRelease},
+		"reset_key":           "from_checkpoint",
+		"error_codes":         []string{codeCheckpointNotFound, codeCheckpointLimit},
+		"max_checkpoints":     s.cfg.MaxCheckpoints,
+		"session_checkpoints": s.cfg.SessionCheckpoints,
+		"schemas":             branchingSchemas(),
+		"documentation":       "docs/serve.md#branching-over-the-wire",
+	}})
 }
 
 func (s *Server) handleSchema(w http.ResponseWriter, _ *http.Request) {

@@ -40,6 +40,13 @@ const (
 	msgClose       = "close"
 	msgObservation = "observation"
 	msgError       = "error"
+
+	// forkline's branching extension (docs/serve.md#branching-over-the-wire):
+	// a stock OpenEnv client never sends these, and never gets their
+	// answers.
+	msgCheckpoint = "checkpoint" // client → server, and its answer
+	msgRelease    = "release"    // client → server
+	msgReleased   = "released"   // its answer
 )
 
 // Error codes, OpenEnv's WSErrorCode values: a client written for OpenEnv
@@ -52,6 +59,11 @@ const (
 	codeCapacityReached = "CAPACITY_REACHED"
 	codeFactory         = "FACTORY_ERROR"
 	codeSession         = "SESSION_ERROR"
+
+	// The branching extension's own codes: only a client that sends its
+	// messages (or a reset from_checkpoint) gets them.
+	codeCheckpointNotFound = "CHECKPOINT_NOT_FOUND" // an id that is unknown, released, or whose owner session closed
+	codeCheckpointLimit    = "CHECKPOINT_LIMIT"     // -session-checkpoints or -max-checkpoints are live
 )
 
 // clientMessage is one message a client sends over /ws.
@@ -134,6 +146,14 @@ type Observation struct {
 	Screenshot  *Screenshot `json:"screenshot,omitempty"`
 	A11yTree    string      `json:"a11y_tree,omitempty"`
 
+	// ParentEpisodeID, BranchIndex and GroupID are set on the reset of a
+	// branch (from_checkpoint): the episode it continues, its index among
+	// that checkpoint's branches, the group the siblings share. Step is
+	// then the branch step: the steps it inherits.
+	ParentEpisodeID string `json:"parent_episode_id,omitempty"`
+	BranchIndex     *int   `json:"branch_index,omitempty"`
+	GroupID         string `json:"group_id,omitempty"`
+
 	// ActionTaken is set on a step's reply: false when the step came after
 	// the episode had ended (its timeout passed while the client was
 	// deciding), and the reply then only says how it ended.
@@ -162,6 +182,9 @@ type State struct {
 	Done       bool     `json:"done"`
 	ExitReason string   `json:"exit_reason,omitempty"`
 	Reward     *float64 `json:"reward,omitempty"`
+	// Checkpoints are the checkpoints the session holds (the branching
+	// extension).
+	Checkpoints []string `json:"checkpoints,omitempty"`
 }
 
 // observationOf is the client's view of a step.
@@ -188,10 +211,14 @@ type resetRequest struct {
 	Seed      *int64  `json:"seed"`
 	EpisodeID *string `json:"episode_id"`
 	TaskID    *string `json:"task_id"`
+	// FromCheckpoint (the branching extension) makes the episode a branch
+	// of the checkpoint's episode: a fork of its sandbox at the checkpoint,
+	// continuing its history. The checkpoint names the task.
+	FromCheckpoint *string `json:"from_checkpoint"`
 }
 
 // resetKeys are the keys a reset accepts.
-var resetKeys = []string{"episode_id", "seed", "task_id"}
+var resetKeys = []string{"episode_id", "from_checkpoint", "seed", "task_id"}
 
 // maxEpisodeID is OpenEnv's bound on episode_id (ResetRequest).
 const maxEpisodeID = 255
@@ -213,6 +240,9 @@ func parseReset(data []byte) (resetRequest, error) {
 }
 
 func checkReset(r resetRequest) error {
+	if r.FromCheckpoint != nil && (r.TaskID != nil || r.Seed != nil) {
+		return refuse(codeValidation, "serve: reset: from_checkpoint names the task and the seed (its episode's): task_id and seed do not go with it")
+	}
 	if r.Seed != nil && *r.Seed < 0 {
 		return refuse(codeValidation, "serve: reset: seed %d: want an integer >= 0", *r.Seed)
 	}
@@ -411,12 +441,17 @@ func parseClientMessage(raw []byte) (clientMessage, error) {
 		if m.Type == msgStep && len(m.Data) == 0 {
 			return clientMessage{}, refuse(codeValidation, "serve: a step message needs data: the action")
 		}
-	case msgState, msgClose:
+	case msgState, msgClose, msgCheckpoint:
 		if err := onlyKeys(fields, []string{"type"}, m.Type+" message"); err != nil {
 			return clientMessage{}, err
 		}
+	case msgRelease:
+		if err := onlyKeys(fields, []string{"data", "type"}, m.Type+" message"); err != nil {
+			return clientMessage{}, err
+		}
+		m.Data = fields["data"]
 	default:
-		return clientMessage{}, refuse(codeUnknownType, "serve: unknown message type %q (known: close, reset, state, step)", m.Type)
+		return clientMessage{}, refuse(codeUnknownType, "serve: unknown message type %q (known: checkpoint, close, release, reset, state, step)", m.Type)
 	}
 	return m, nil
 }

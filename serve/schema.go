@@ -9,12 +9,23 @@ import (
 // Pydantic's model_json_schema writes for OpenEnv servers).
 const jsonSchemaDialect = "https://json-schema.org/draft/2020-12/schema"
 
-// Schemas is the /schema answer: OpenEnv's SchemaResponse.
+// Schemas is the /schema answer: OpenEnv's SchemaResponse. It holds these
+// three keys only, as OpenEnv's models take no others; the branching
+// extension's fields are in the observation and state schemas, and its
+// messages' schemas are at /extensions.
 type Schemas struct {
 	Action      map[string]any `json:"action"`
 	Observation map[string]any `json:"observation"`
 	State       map[string]any `json:"state"`
 }
+
+// BranchingExtension names the branching extension in /metadata, /schema
+// and /extensions.
+const BranchingExtension = "forkline.branching/v1"
+
+// extensionNote is the $comment of the observation and state schemas: where
+// the extension's fields come from.
+const extensionNote = BranchingExtension + ": parent_episode_id, branch_index, group_id (observation) and checkpoints (state) come with forkline's branching extension; its messages' schemas are at GET /extensions."
 
 // wireSchemas builds the three schemas. The action schema is the canonical
 // actions as aci offers them to models — one alternative per kind, its
@@ -23,6 +34,41 @@ type Schemas struct {
 // the model called.
 func wireSchemas() Schemas {
 	return Schemas{Action: actionSchema(), Observation: observationSchema(), State: stateSchema()}
+}
+
+// branchingSchemas are the branching extension's /ws messages: what a
+// client sends, and what it is answered.
+func branchingSchemas() map[string]any {
+	id := str("A checkpoint id, as a checkpoint message answered it.")
+	msg := func(typ, desc string, data map[string]any) map[string]any {
+		props := map[string]any{"type": map[string]any{"const": typ}}
+		required := []any{"type"}
+		if data != nil {
+			props["data"] = data
+			required = append(required, "data")
+		}
+		return map[string]any{"$schema": jsonSchemaDialect, "title": typ, "description": desc, "type": "object",
+			"properties": props, "required": required, "additionalProperties": false}
+	}
+	object := func(props map[string]any, required ...any) map[string]any {
+		return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+	}
+	return map[string]any{
+		"description": "Branching over the wire: checkpoint a session's episode after a step, and reset other sessions (or this one) from the checkpoint, each a fork of it continuing the episode's history, recorded with its lineage. The checkpointed episode goes on. Error codes beside OpenEnv's: CHECKPOINT_NOT_FOUND, CHECKPOINT_LIMIT.",
+		"client": map[string]any{
+			"checkpoint": msg(msgCheckpoint, "Checkpoint the session's running episode after its last step.", nil),
+			"release":    msg(msgRelease, "Release a checkpoint this session made; branches running from it go on.", object(map[string]any{"checkpoint_id": id}, "checkpoint_id")),
+			"reset": msg(msgReset, "A reset whose episode is a branch of the checkpoint's: from_checkpoint names it (and so the task); episode_id is optional.",
+				object(map[string]any{"from_checkpoint": id, "episode_id": str("The branch's id; by default derived from the parent's id, the step and the branch index, as collect derives it.")}, "from_checkpoint")),
+		},
+		"server": map[string]any{
+			"checkpoint": msg(msgCheckpoint, "The checkpoint made (or the one made at this step already).", object(map[string]any{
+				"checkpoint_id": id, "episode_id": str("The episode checkpointed: the branches' parent_episode_id."),
+				"task_id": str("Its task."), "step": integer("The steps the checkpoint holds: the branches' branch_step."),
+			}, "checkpoint_id", "episode_id", "task_id", "step")),
+			"released": msg(msgReleased, "The checkpoint was released.", object(map[string]any{"checkpoint_id": id}, "checkpoint_id")),
+		},
+	}
 }
 
 func actionSchema() map[string]any {
@@ -88,9 +134,10 @@ func boolean(desc string) map[string]any {
 // observation, and metadata is never sent, as OpenEnv serializes it.
 func observationSchema() map[string]any {
 	return map[string]any{
-		"$schema": jsonSchemaDialect,
-		"title":   "Observation",
-		"type":    "object",
+		"$schema":  jsonSchemaDialect,
+		"title":    "Observation",
+		"$comment": extensionNote,
+		"type":     "object",
 		"properties": map[string]any{
 			"done":         boolean("Whether the episode has ended."),
 			"reward":       map[string]any{"type": []any{"number", "null"}, "description": "The verifier's reward once done; null before, and when the task has no verifier or it produced no number."},
@@ -117,12 +164,15 @@ func observationSchema() map[string]any {
 				"required":             []any{"png_base64", "width", "height"},
 				"additionalProperties": false,
 			},
-			"a11y_tree":     str("The browser's accessibility tree, compact JSON."),
-			"action_taken":  boolean("False when the step came after the episode had ended: the reply only says how it ended."),
-			"exit_reason":   map[string]any{"type": "string", "enum": exitReasons()},
-			"detail":        str("What ended the episode, when something did."),
-			"answer":        str("The done action's answer."),
-			"reward_detail": str("The verifier's output tail, or why it gave no reward."),
+			"a11y_tree":         str("The browser's accessibility tree, compact JSON."),
+			"action_taken":      boolean("False when the step came after the episode had ended: the reply only says how it ended."),
+			"exit_reason":       map[string]any{"type": "string", "enum": exitReasons()},
+			"detail":            str("What ended the episode, when something did."),
+			"answer":            str("The done action's answer."),
+			"reward_detail":     str("The verifier's output tail, or why it gave no reward."),
+			"parent_episode_id": str("On a branch's reset (from_checkpoint): the episode it continues."),
+			"branch_index":      integer("On a branch's reset: its index among the branches of its parent at this step."),
+			"group_id":          str("On a branch's reset: the group its siblings share (the dataset's group_id)."),
 		},
 		"required":             []any{"episode_id", "task_id", "step", "text", "output", "output_bytes", "truncated", "exit_code", "error", "error_kind", "timed_out"},
 		"additionalProperties": false,
@@ -140,9 +190,10 @@ func exitReasons() []any {
 // stateSchema is OpenEnv's State with forkline's fields.
 func stateSchema() map[string]any {
 	return map[string]any{
-		"$schema": jsonSchemaDialect,
-		"title":   "State",
-		"type":    "object",
+		"$schema":  jsonSchemaDialect,
+		"title":    "State",
+		"$comment": extensionNote,
+		"type":     "object",
 		"properties": map[string]any{
 			"episode_id":  map[string]any{"type": []any{"string", "null"}, "description": "The current episode; null before the first reset."},
 			"step_count":  map[string]any{"type": "integer", "minimum": 0, "description": "Steps taken in the current episode."},
@@ -150,6 +201,7 @@ func stateSchema() map[string]any {
 			"done":        boolean("Whether the episode has ended."),
 			"exit_reason": map[string]any{"type": "string", "enum": exitReasons()},
 			"reward":      map[string]any{"type": []any{"number", "null"}},
+			"checkpoints": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "The checkpoints the session holds (branching extension)."},
 		},
 		"required":             []any{"episode_id", "step_count", "done"},
 		"additionalProperties": false,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
@@ -68,6 +69,15 @@ type Server struct {
 	ids        map[string]bool // episode ids recorded or in play: a reset may not reuse one
 	roundRobin int
 	stats      *stats
+	// checkpoints are the live branch points sessions made, by id.
+	checkpoints map[string]*checkpoint
+
+	// holding keeps, for each checkpointed episode still in play, the
+	// rows of its branches that ended before it: a branch is committed
+	// only after its parent, so the dataset never holds one without the
+	// prefix it continues (a crash loses the held rows with the parent).
+	holdMu  sync.Mutex
+	holding map[string][]shard.EpisodeBatch
 }
 
 // served is one task as the server serves it.
@@ -90,7 +100,8 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, badInput(err)
 	}
 	s := &Server{cfg: cfg, tasks: map[string]*served{}, jobs: make(chan pool.Job), poolDone: make(chan struct{}),
-		slots: make(chan struct{}, cfg.MaxSessions), sessions: map[*session]bool{}, ids: map[string]bool{}, stats: newStats()}
+		slots: make(chan struct{}, cfg.MaxSessions), sessions: map[*session]bool{}, ids: map[string]bool{}, stats: newStats(),
+		checkpoints: map[string]*checkpoint{}, holding: map[string][]shard.EpisodeBatch{}}
 	for i := range specs {
 		sp := specs[i].WithDefaults()
 		tmpl, err := episode.Template(&sp)
@@ -160,7 +171,7 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 		maxCreates = 2 * cfg.MaxSessions
 	}
 	s.pool, err = pool.New(pool.Config{Provider: s.prov, Replicas: 2 * cfg.MaxSessions, Strategy: cfg.Reset, Standby: cfg.Standby,
-		MaxCreates: maxCreates, Log: func(format string, args ...any) { cfg.Log.Warn("serve: pool: " + fmt.Sprintf(format, args...)) }})
+		MaxCreates: maxCreates, MaxBranches: cfg.MaxCheckpoints, Log: func(format string, args ...any) { cfg.Log.Warn("serve: pool: " + fmt.Sprintf(format, args...)) }})
 	if err != nil {
 		return fail(badInput(err))
 	}
@@ -303,6 +314,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /schema", s.handleSchema)
 	mux.HandleFunc("GET /state", s.handleState)
 	mux.HandleFunc("GET /tasks", s.handleTasks)
+	mux.HandleFunc("GET /extensions", s.handleExtensions)
 	mux.HandleFunc("POST /reset", s.handleReset)
 	mux.HandleFunc("POST /step", s.handleStep)
 	return mux
@@ -340,16 +352,19 @@ func (s *Server) handOver(_ context.Context, job pool.Job, r pool.Replica, err e
 // dropped client) abandons the wait. Its duration is the reset latency as
 // the server sees it: a standby hand-off, or a fork and start commands
 // (with any wait for a creation slot).
-func (s *Server) acquire(ctx context.Context, t *served) (pool.Replica, *handoff, error) {
+//
+// With from set, the replica is a fork of that branch point instead (with
+// the task's branch_start commands).
+func (s *Server) acquire(ctx context.Context, t *served, from *pool.Branch) (pool.Replica, *handoff, error) {
 	h := &handoff{ready: make(chan acquired, 1), abandoned: make(chan struct{}), outcome: make(chan pool.Outcome, 1)}
 	select {
-	case s.jobs <- pool.Job{Template: t.template, Payload: h}:
+	case s.jobs <- pool.Job{Template: t.template, Branch: from, Payload: h}:
 	case <-ctx.Done():
 		return pool.Replica{}, nil, ctx.Err()
 	case <-s.runCtx.Done():
 		return pool.Replica{}, nil, errStopping
 	}
-	if s.cfg.Standby > 0 {
+	if s.cfg.Standby > 0 && from == nil {
 		// The server expects the next reset of this task as soon as one
 		// comes: the standby refills what was taken.
 		s.pool.Expect(s.runCtx, t.template, 1)

@@ -32,6 +32,9 @@ type session struct {
 	stopCh     chan string   // the server stops it, with why
 	done       chan struct{} // closed when run returned
 	live       *liveEpisode  // the current or last episode, nil before the first reset
+	// checkpoints are the ones this session made and holds (under
+	// Server.mu); they are released when it ends.
+	checkpoints map[string]*checkpoint
 }
 
 // liveEpisode is a session's episode: its runner pieces, the driver the
@@ -44,7 +47,25 @@ type liveEpisode struct {
 	// final is the episode's last reply, once it ended and was recorded:
 	// the sandbox is gone and steps are refused.
 	final *StepResult
+
+	// prefix is the history the episode was driven from: the instruction,
+	// and for a branch the steps it inherits (first of them).
+	prefix runtime.History
+	first  int
+	// prefixMS is how long the inherited steps took, began when this
+	// episode's own part began: a checkpoint's branches get what the
+	// task's limits leave.
+	prefixMS float64
+	began    time.Time
+	// nextBranch is, per branch step, the index the next branch of this
+	// episode at that step gets (under Server.mu): the ids derived from it
+	// stay unique even when a checkpoint is released and made again.
+	nextBranch map[int]int
 }
+
+// stepCount is the steps of the episode's trajectory so far: the inherited
+// ones and its own.
+func (l *liveEpisode) stepCount() int { return l.first + l.drv.Steps() }
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	conn, err := websocket.Accept(w, r, nil) // same-origin only, by default: no browser page elsewhere drives a sandbox
@@ -57,7 +78,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.releaseSlot()
-	ss := &session{srv: s, conn: conn, stopCh: make(chan string, 1), done: make(chan struct{})}
+	ss := &session{srv: s, conn: conn, stopCh: make(chan string, 1), done: make(chan struct{}), checkpoints: map[string]*checkpoint{}}
 	ss.connCtx, ss.cancelConn = context.WithCancel(context.Background())
 	if !s.addSession(ss) {
 		refuseConn(conn, errStopping)
@@ -97,6 +118,9 @@ func (ss *session) stop(reason string) {
 // it; then its episode ends, is recorded, and its sandbox is destroyed.
 func (ss *session) run() {
 	defer close(ss.done)
+	// Its checkpoints go with it, after its episode ended: the sessions
+	// branched from them keep their forks.
+	defer ss.releaseCheckpoints()
 	defer ss.cancelConn()
 	msgs := make(chan []byte)
 	readErr := make(chan error, 1)
@@ -180,6 +204,16 @@ func (ss *session) handle(data []byte) (closing bool, err error) {
 			reply, perr = ss.reset(m.Data)
 		case msgStep:
 			reply, perr = ss.step(m.Data)
+		case msgCheckpoint:
+			var cp CheckpointInfo
+			if cp, perr = ss.checkpoint(); perr == nil {
+				return false, ss.send(msgCheckpoint, cp)
+			}
+		case msgRelease:
+			var id string
+			if id, perr = ss.release(m.Data); perr == nil {
+				return false, ss.send(msgReleased, map[string]string{"checkpoint_id": id})
+			}
 		}
 		if perr == nil {
 			return false, ss.send(msgObservation, reply)
@@ -215,7 +249,7 @@ func (ss *session) reset(data []byte) (any, error) {
 	}
 	l, res, err := ss.srv.begin(ss.connCtx, req, func() {
 		if ss.live != nil && ss.live.final == nil {
-			ss.srv.finish(ss.live, runtime.ExitCancelled, fmt.Sprintf("the client reset the session after %d steps", ss.live.drv.Steps()))
+			ss.srv.finish(ss.live, runtime.ExitCancelled, fmt.Sprintf("the client reset the session after %d steps", ss.live.stepCount()))
 		}
 	})
 	if err != nil {
@@ -248,10 +282,11 @@ func (ss *session) state() State {
 		return State{}
 	}
 	id := l.ep.Row.EpisodeID
-	st := State{EpisodeID: &id, StepCount: l.drv.Steps(), TaskID: l.t.spec.ID}
+	st := State{EpisodeID: &id, StepCount: l.stepCount(), TaskID: l.t.spec.ID}
 	if l.final != nil {
 		st.Done, st.ExitReason, st.Reward = true, l.ep.Row.ExitReason, l.final.Reward
 	}
+	st.Checkpoints = ss.checkpointIDs()
 	return st
 }
 

@@ -21,18 +21,19 @@ const latencyWindow = 10000
 
 // stats counts what the server did, for the summary.
 type stats struct {
-	mu         sync.Mutex
-	sessions   int
-	reapedN    int
-	droppedN   int
-	resets     int
-	resetFails int
-	steps      int
-	byExit     map[string]int
-	kept       int
-	recordErrs int
-	rewardSum  float64
-	rewarded   int
+	mu          sync.Mutex
+	sessions    int
+	reapedN     int
+	droppedN    int
+	resets      int
+	resetFails  int
+	steps       int
+	byExit      map[string]int
+	kept        int
+	recordErrs  int
+	checkpoints int
+	rewardSum   float64
+	rewarded    int
 	// latencies are the latest reset latencies, by how the replica was
 	// reset, in a ring of latencyWindow.
 	latencies map[string]*ring
@@ -64,6 +65,7 @@ func (s *stats) dropped()       { s.mu.Lock(); s.droppedN++; s.mu.Unlock() }
 func (s *stats) step()          { s.mu.Lock(); s.steps++; s.mu.Unlock() }
 func (s *stats) resetFailed()   { s.mu.Lock(); s.resetFails++; s.mu.Unlock() }
 func (s *stats) recordFailed()  { s.mu.Lock(); s.recordErrs++; s.mu.Unlock() }
+func (s *stats) checkpointed()  { s.mu.Lock(); s.checkpoints++; s.mu.Unlock() }
 
 func (s *stats) reset(r pool.Replica) {
 	key := episode.ResetName(r) + "/" + r.Origin
@@ -101,6 +103,10 @@ type Summary struct {
 	// ResetFailures are resets the pool could not serve after its retries.
 	ResetFailures int `json:"reset_failures"`
 	Steps         int `json:"steps"`
+	// Checkpoints are the checkpoints sessions made (branching over the
+	// wire); BranchResets (in Resets too) the resets from one.
+	Checkpoints  int `json:"checkpoints"`
+	BranchResets int `json:"branch_resets"`
 	// Episodes counts the episodes that ended, by exit reason; Kept those
 	// recorded (an episode cancelled before its first step is not).
 	Episodes      map[string]int `json:"episodes"`
@@ -129,7 +135,8 @@ func (s *stats) summary(took time.Duration, ps pool.Stats) *Summary {
 	defer s.mu.Unlock()
 	sum := &Summary{Seconds: took.Seconds(), Sessions: s.sessions, Reaped: s.reapedN, Dropped: s.droppedN, Resets: s.resets,
 		ResetFailures: s.resetFails, Steps: s.steps, Episodes: map[string]int{}, Kept: s.kept, RecordErrors: s.recordErrs,
-		Rewarded: s.rewarded, GoldenBuilds: ps.GoldenBuilds, Replacements: ps.Replacements, ResetsByFresh: ps.Resets}
+		Rewarded: s.rewarded, GoldenBuilds: ps.GoldenBuilds, Replacements: ps.Replacements, ResetsByFresh: ps.Resets,
+		Checkpoints: s.checkpoints, BranchResets: ps.BranchForks}
 	for k, v := range s.byExit {
 		sum.Episodes[k] = v
 	}
@@ -177,6 +184,9 @@ func (sum *Summary) Print(w io.Writer) {
 		fmt.Fprintf(w, ", %d recorded", sum.Kept)
 	}
 	fmt.Fprintln(w)
+	if sum.Checkpoints > 0 {
+		fmt.Fprintf(w, "  branching: %d checkpoints, %d resets from them\n", sum.Checkpoints, sum.BranchResets)
+	}
 	if sum.RewardMean != nil {
 		fmt.Fprintf(w, "  reward: mean %.3f over %d episodes\n", *sum.RewardMean, sum.Rewarded)
 	}

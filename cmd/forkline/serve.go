@@ -66,7 +66,7 @@ A second signal exits at once. It listens on loopback unless -addr says otherwis
 func setupServe(f *cli.FlagSet) cli.Runner {
 	o := &serveOptions{cfg: serve.Config{
 		Provider: "local", ProviderParams: map[string]string{}, Addr: serve.DefaultAddr, MaxSessions: serve.DefaultMaxSessions,
-		IdleTimeout: serve.DefaultIdleTimeout, Grace: serve.DefaultGrace, Capture: capture.DefaultPolicy(), ToolVersion: collect.Version,
+		IdleTimeout: serve.DefaultIdleTimeout, Grace: serve.DefaultGrace, SessionCheckpoints: serve.DefaultSessionCheckpoints, Capture: capture.DefaultPolicy(), ToolVersion: collect.Version,
 	}, reset: "auto", text: "full", rollMB: 64, rollEvery: time.Minute}
 	c := &o.cfg
 
@@ -76,6 +76,8 @@ func setupServe(f *cli.FlagSet) cli.Runner {
 	f.Int(&c.MaxSessions, "max-sessions", "N", "sessions open at once (WebSocket sessions and one-shot requests); more are refused with CAPACITY_REACHED")
 	f.Duration(&c.IdleTimeout, "idle-timeout", "D", "close a session that sent nothing for D, ending its episode and destroying its sandbox (0: never)")
 	f.Duration(&c.Grace, "grace", "D", "after SIGINT/SIGTERM, how long steps in flight may finish before they are interrupted")
+	f.Int(&c.MaxCheckpoints, "max-checkpoints", "N", "checkpoints (branching over the wire) live on the server at once; more are refused with CHECKPOINT_LIMIT").ShowDefault("-max-sessions")
+	f.Int(&c.SessionCheckpoints, "session-checkpoints", "N", "checkpoints one session holds at once; more are refused with CHECKPOINT_LIMIT")
 
 	f.Group("provider", "-provider docker -provider-opt image=forkline/busybox -standby 8")
 	f.String(&c.Provider, "provider", "NAME", "sandbox provider: "+strings.Join(providers.Names(), ", ")+" (docs/providers.md)")

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/forkline/forkline/schemas"
 )
@@ -47,20 +48,23 @@ type lineageNode struct {
 	steps    int // its own steps
 	children int
 	branched bool // its exit reason is branched
-	// trajectories is how many trajectories descend from it, itself
-	// included when it is one.
-	trajectories int
+	// descendants is how many trajectories descend from it, itself not
+	// counted: while above zero, its steps are a prefix still needed.
+	descendants int
 }
 
 // trajectory reports whether the episode is handed out by EachTrajectory:
 // it did not branch. (An episode that branched but whose branches are not
 // in the dataset — a run stopped between the two — is a prefix with
-// nothing to continue it, and is left out too.)
-func (n *lineageNode) trajectory() bool { return !n.branched && n.children == 0 }
+// nothing to continue it, and is left out too.) A parent that was
+// checkpointed and went on (a served session whose trainer branched it
+// over the wire) did not branch: it is a trajectory, and the first steps
+// of it are also its branches' prefix.
+func (n *lineageNode) trajectory() bool { return !n.branched }
 
 // readLineage reads the tree and checks it: every parent is in the
-// dataset, a branch starts where its parent ends, and no episode is its own
-// ancestor. A tree that breaks these is ErrCorrupt.
+// dataset, a branch starts where its branched parent ends (or within the
+// own steps of a parent that went on), and no episode is its own ancestor. A tree that breaks these is ErrCorrupt.
 func (d *Dataset) readLineage() (*lineage, error) {
 	l := &lineage{nodes: map[string]*lineageNode{}}
 	for r, err := range readShards[lineageRow](d.src, d.Shards(schemas.TableEpisodes), readBatchKeys) {
@@ -77,8 +81,15 @@ func (d *Dataset) readLineage() (*lineage, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: episode %q branches from %q, which the dataset does not hold", ErrCorrupt, id, n.parent)
 		}
-		if end := p.first + p.steps; n.first != end {
+		// A branched parent ends where its branches start; a parent that
+		// went on after its checkpoint holds the branch step among its own
+		// steps.
+		end := p.first + p.steps
+		if p.branched && n.first != end {
 			return nil, fmt.Errorf("%w: episode %q branches at step %d, but its parent %q ends after step %d", ErrCorrupt, id, n.first, n.parent, end)
+		}
+		if !p.branched && (n.first <= p.first || n.first > end) {
+			return nil, fmt.Errorf("%w: episode %q branches at step %d, but its parent %q holds steps %d..%d", ErrCorrupt, id, n.first, n.parent, p.first, end-1)
 		}
 		p.children++
 	}
@@ -86,15 +97,15 @@ func (d *Dataset) readLineage() (*lineage, error) {
 		if !n.trajectory() {
 			continue
 		}
-		// Each trajectory counts once in itself and in every ancestor; a
-		// walk longer than the dataset is a cycle.
-		at, hops := id, 0
+		// Each trajectory counts once in every ancestor; a walk longer
+		// than the dataset is a cycle.
+		at, hops := n.parent, 0
 		for at != "" {
 			if hops++; hops > len(l.nodes) {
 				return nil, fmt.Errorf("%w: episode %q is its own ancestor", ErrCorrupt, id)
 			}
 			node := l.nodes[at]
-			node.trajectories++
+			node.descendants++
 			at = node.parent
 		}
 	}
@@ -107,7 +118,9 @@ func (d *Dataset) readLineage() (*lineage, error) {
 // branch episode's are the prefix its ancestors hold (root first) and then
 // its own (so len(steps) is the row's branch_step + steps). Episodes that
 // branched are not handed out: they are prefixes, and their branches carry
-// them. The row is the stored one, lineage columns included; every step
+// them. A parent that went on after its checkpoint (exit reason other than
+// branched) is a trajectory of its own, handed out whole, and its branches
+// get only its steps before their branch step. The row is the stored one, lineage columns included; every step
 // row handed out carries the trajectory's episode_id, the prefix's too.
 //
 // It reads the episodes table once to learn the tree, then the episodes
@@ -155,10 +168,10 @@ func (j *joiner) episode(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards
 	if n == nil {
 		return fmt.Errorf("%w: episode %q appeared while the dataset was read", ErrCorrupt, ep.EpisodeID)
 	}
-	if !n.trajectory() {
-		if n.trajectories > 0 {
-			j.prefixes[ep.EpisodeID] = steps
-		}
+	if n.descendants > 0 {
+		// A clone: a parent that is a trajectory too is handed to fn, which
+		// may change its rows.
+		j.prefixes[ep.EpisodeID] = slices.Clone(steps)
 		held := j.waiting[ep.EpisodeID]
 		delete(j.waiting, ep.EpisodeID)
 		for _, h := range held {
@@ -166,6 +179,8 @@ func (j *joiner) episode(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards
 				return err
 			}
 		}
+	}
+	if !n.trajectory() {
 		return nil
 	}
 	return j.trajectory(heldEpisode{ep, steps, rewards})
@@ -185,13 +200,20 @@ func (j *joiner) trajectory(h heldEpisode) error {
 	if len(chain) == 0 {
 		return j.fn(h.ep, h.steps, h.rewards)
 	}
-	total := len(h.steps)
-	for _, a := range chain {
-		total += len(j.prefixes[a])
-	}
-	full := make([]schemas.StepRow, 0, total)
+	// Of each ancestor, the steps before the point where the path down
+	// leaves it: all of a branched one's, the first ones of a parent that
+	// went on after its checkpoint.
+	full := make([]schemas.StepRow, 0, j.l.nodes[h.ep.EpisodeID].first+len(h.steps))
 	for i := len(chain) - 1; i >= 0; i-- {
-		full = append(full, j.prefixes[chain[i]]...)
+		a, next := j.l.nodes[chain[i]], h.ep.EpisodeID
+		if i > 0 {
+			next = chain[i-1]
+		}
+		n := j.l.nodes[next].first - a.first
+		if n < 0 || n > len(j.prefixes[chain[i]]) {
+			return fmt.Errorf("%w: episode %q: its ancestor %q holds %d steps, not the %d it inherits", ErrCorrupt, h.ep.EpisodeID, chain[i], len(j.prefixes[chain[i]]), n)
+		}
+		full = append(full, j.prefixes[chain[i]][:n]...)
 	}
 	full = append(full, h.steps...)
 	for i := range full {
@@ -207,7 +229,7 @@ func (j *joiner) trajectory(h heldEpisode) error {
 	}
 	for _, a := range chain {
 		n := j.l.nodes[a]
-		if n.trajectories--; n.trajectories == 0 {
+		if n.descendants--; n.descendants == 0 {
 			delete(j.prefixes, a)
 		}
 	}

@@ -98,6 +98,52 @@ func TestEachTrajectoryJoinsPrefixes(t *testing.T) {
 	}
 }
 
+// A parent that went on after its checkpoint (a served session branched
+// over the wire) is a trajectory of its own, and its branches take only its
+// steps before their branch step — at any depth, in any order.
+func TestEachTrajectoryJoinsAContinuedParentsFirstSteps(t *testing.T) {
+	batches := []EpisodeBatch{
+		treeBatch("p", "", 0, 4, 0, "done"),
+		treeBatch("b0", "p", 2, 2, 0, "done"),
+		treeBatch("b1", "p", 2, 1, 1, "cancelled"),
+		treeBatch("c", "b0", 3, 1, 0, "done"),
+		treeBatch("late", "p", 4, 1, 0, "done"),
+	}
+	want := map[string][]string{
+		"p":    {"p/0", "p/1", "p/2", "p/3"},
+		"b0":   {"p/0", "p/1", "b0/2", "b0/3"},
+		"b1":   {"p/0", "p/1", "b1/2"},
+		"c":    {"p/0", "p/1", "b0/2", "c/3"},
+		"late": {"p/0", "p/1", "p/2", "p/3", "late/4"},
+	}
+	for name, order := range map[string][]int{"parents first": {0, 1, 2, 3, 4}, "branches first": {3, 4, 2, 1, 0}} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := Create(dir, testManifest(), smallConfig())
+			require.NoError(t, err)
+			for _, i := range order {
+				require.NoError(t, w.Commit(context.Background(), batches[i]))
+				require.NoError(t, w.Roll())
+			}
+			require.NoError(t, w.Close(StatusComplete))
+			ds, err := Open(dir)
+			require.NoError(t, err)
+			got := map[string][]string{}
+			require.NoError(t, ds.EachTrajectory(func(ep schemas.EpisodeRow, steps []schemas.StepRow, _ []schemas.RewardRow) error {
+				got[ep.EpisodeID] = outputs(steps)
+				for i := range steps {
+					steps[i].Output = "changed by the reader"
+				}
+				return nil
+			}))
+			require.Equal(t, want, got)
+			rep, err := Verify(dir)
+			require.NoError(t, err)
+			require.True(t, rep.OK(), "%v", rep.Problems)
+		})
+	}
+}
+
 // A broken tree is refused, by EachTrajectory and by Verify, naming the
 // episode: a missing parent, a branch that does not start where its parent
 // ends.
@@ -106,8 +152,9 @@ func TestEachTrajectoryRefusesBrokenTrees(t *testing.T) {
 		batches []EpisodeBatch
 		want    string
 	}{
-		"missing parent": {[]EpisodeBatch{treeBatch("a", "gone", 2, 1, 0, "done")}, `episode "a" branches from "gone", which the dataset does not hold`},
-		"gap":            {[]EpisodeBatch{treeBatch("r", "", 0, 2, 0, "branched"), treeBatch("a", "r", 3, 1, 0, "done")}, `episode "a" branches at step 3, but its parent "r" ends after step 2`},
+		"missing parent":          {[]EpisodeBatch{treeBatch("a", "gone", 2, 1, 0, "done")}, `episode "a" branches from "gone", which the dataset does not hold`},
+		"past a continued parent": {[]EpisodeBatch{treeBatch("r", "", 0, 2, 0, "done"), treeBatch("a", "r", 3, 1, 0, "done")}, `episode "a" branches at step 3, but its parent "r" holds steps 0..1`},
+		"gap":                     {[]EpisodeBatch{treeBatch("r", "", 0, 2, 0, "branched"), treeBatch("a", "r", 3, 1, 0, "done")}, `episode "a" branches at step 3, but its parent "r" ends after step 2`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -51,8 +51,9 @@ func (r Report) OK() bool { return len(r.Problems) == 0 }
 //     reward row belongs to an episode of its own generation, and each
 //     episode's steps count equals its step rows;
 //   - the lineage: every branch episode's parent is in the dataset, the
-//     branch starts where its parent ends, and no episode is its own
-//     ancestor.
+//     branch starts where its branched parent ends (or after one of the own
+//     steps of a parent that went on past its checkpoint), and no episode
+//     is its own ancestor.
 //
 // The error is for a dataset that cannot be checked at all (no manifest,
 // an undecodable manifest, an unknown schema version, a manifest whose own
