@@ -336,7 +336,7 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 	}
 	env.prov = wired
 	env.pool, err = pool.New(pool.Config{Provider: env.prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf,
-		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates, OnGolden: onGolden(inv.obs, inv.log)})
+		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates, MaxBranches: cfg.Branch.maxLive(cfg.Replicas), OnGolden: onGolden(inv.obs, inv.log)})
 	if err != nil {
 		env.close()
 		return nil, badInput(err)
@@ -436,7 +436,7 @@ type dataset struct {
 	sum       *Summary
 	committed map[string]bool // episodes kept before this invocation
 	// remakes are the branch points a resume makes again, by root id.
-	remakes map[string]*remakeJob
+	remakes map[string][]*remakeJob
 }
 
 // openDataset creates, resumes or replaces the dataset, reruns a resumed
@@ -526,7 +526,7 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 // the episodes make (queue) go first, before the next root, and the feed
 // ends once no episode that may still branch is running; a kept root whose
 // branches a resume still needs goes as its remake.
-func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool, remakes map[string]*remakeJob, queue *branchQueue) <-chan pool.Job {
+func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool, remakes map[string][]*remakeJob, queue *branchQueue) <-chan pool.Job {
 	jobs := make(chan pool.Job)
 	send := func(j pool.Job) bool {
 		select {
@@ -541,6 +541,7 @@ func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool
 		next := 0
 		for sched.Err() == nil {
 			if j, ok := queue.pop(); ok {
+				queue.started()
 				if !send(j) {
 					return
 				}
@@ -550,11 +551,16 @@ func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool
 				p := &inv.plan[next]
 				next++
 				if committed[p.id] {
-					r := remakes[p.id]
-					if r == nil {
-						continue
+					// A kept root: the branch points of its tree that a
+					// resume still needs, a parent's before its
+					// descendants'.
+					for _, r := range remakes[p.id] {
+						queue.started()
+						if !send(pool.Job{Template: inv.templates[p.task.ID], Payload: &planned{id: r.id, task: p.task, hash: p.hash, repeat: p.repeat, remake: r}}) {
+							return
+						}
 					}
-					p = &planned{id: p.id, task: p.task, hash: p.hash, repeat: p.repeat, remake: r}
+					continue
 				}
 				queue.started()
 				if !send(pool.Job{Template: inv.templates[p.task.ID], Payload: p}) {
@@ -575,17 +581,13 @@ func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool
 	return jobs
 }
 
-// plannedWith is the number of planned episodes once the roots in
-// branched have branched: the roots, and the plan's width per branch
-// point.
+// plannedWith is the number of planned episodes once the episodes in
+// branched (roots, and in a tree branches) have branched: the roots, and
+// the plan's width per branch point.
 func (inv *invocation) plannedWith(branched map[string]bool) int {
 	n := len(inv.plan)
 	if inv.cfg.Branch.IsSet() {
-		for i := range inv.plan {
-			if branched[inv.plan[i].id] {
-				n += inv.cfg.Branch.Width
-			}
-		}
+		n += len(branched) * inv.cfg.Branch.Width
 	}
 	return n
 }
