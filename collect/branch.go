@@ -249,7 +249,7 @@ func (p *planned) node(plan BranchPlan) (depth, budget int) {
 // steps, then its own) re-executed in a fresh fork of the golden, checked,
 // and checkpointed again for the missing branches.
 type remakeJob struct {
-	id    string            // the branched episode
+	id       string            // the branched episode
 	steps    []schemas.StepRow // from step 0
 	prefixMS float64           // the recorded time of the whole prefix
 	missing  []int             // branch indexes not kept

@@ -87,7 +87,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.Int(&o.shardCount, "shard-count", "n", "collect part JOB_COMPLETION_INDEX (Kubernetes) or SLURM_ARRAY_TASK_ID (Slurm) of n parts")
 
 	f.Group("branching", "-branch at=2,width=4")
-	f.String(&o.branch, "branch", "at=K,width=N", "checkpoint every root episode still running after step K and continue it N times from there (docs/branching.md); the provider must checkpoint")
+	f.String(&o.branch, "branch", "PLAN", "at=K,width=N: checkpoint every root episode still running after step K and continue it N times from there; every=K,width=N,depth=D,max=M: a tree, where an episode at depth d < D still running after step (d+1)*K branches again, at most M episodes per tree (docs/branching.md); the provider must checkpoint")
 	f.String(&o.from, "from", "DATASET", "branch from a stored dataset's episodes instead of running roots: not carried out by this version, refused")
 
 	f.Group("provider", "-provider docker -provider-opt image=forkline/chromium -replicas 8 -standby 2")
