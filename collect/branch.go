@@ -255,6 +255,11 @@ type remakeJob struct {
 	missing  []int             // branch indexes not kept
 	// depth and budget are the branched episode's place in its tree.
 	depth, budget int
+	// source is set for a root of a -from run: the stored trajectory whose
+	// first steps these are. Its remade root is committed (branched) before
+	// its branches run; a resume's remake commits nothing, the root being
+	// kept already.
+	source string
 }
 
 // branchQueue holds the branch jobs made while the run goes, ahead of the

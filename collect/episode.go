@@ -230,9 +230,23 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 		return
 	}
 	fail := func(err error) {
-		err = fmt.Errorf("collect: remaking the branch point of %s (%s): %w", p.id[:12], p.task.ID, err)
+		if src := p.remake.source; src != "" {
+			err = fmt.Errorf("collect: -from: episode %s (%s): %w", src, p.task.ID, err)
+		} else {
+			err = fmt.Errorf("collect: remaking the branch point of %s (%s): %w", p.id[:12], p.task.ID, err)
+		}
 		if errors.Is(err, runtime.ErrUnavailable) {
 			er.notKept(p, runtime.ExitEnvError, err)
+			return
+		}
+		if p.remake.source != "" && ctx.Err() == nil {
+			// A stored episode whose prefix does not reproduce is skipped,
+			// with the reason: branching it from another state than the
+			// record's would be a lie, and nothing of it is written (no
+			// root without branches). It leaves the plan, so the run can
+			// be complete with the episodes that do reproduce.
+			er.log("%v; skipped: nothing of it is written", err)
+			er.rec.sum.addPlanned(-1)
 			return
 		}
 		// A prefix that does not reproduce is this tree's problem, not the
@@ -255,7 +269,22 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 		fail(err)
 		return
 	}
-	er.queue.push(er.cfg.Branch.branchJobs(p, b, er.templates[p.task.ID], len(p.remake.steps), p.remake.missing, h, nil, p.remake.prefixMS)...)
+	prefixMS := p.remake.prefixMS
+	if p.remake.source != "" {
+		// A -from root: the re-executed prefix is this run's root, kept
+		// (branched) before its branches run, as a live root is.
+		batch, keep := ep.Rows()
+		if !keep || !er.commit(ctx, p, batch) {
+			if err := b.Release(context.WithoutCancel(ctx)); err != nil {
+				er.log("%v", err)
+			}
+			return
+		}
+		er.obs.Observe(episodeEnded(batch.Episode, batch.Rewards, true))
+		prefixMS = batch.Episode.DurationMS
+		er.rec.sum.addPlanned(len(p.remake.missing))
+	}
+	er.queue.push(er.cfg.Branch.branchJobs(p, b, er.templates[p.task.ID], len(p.remake.steps), p.remake.missing, h, nil, prefixMS)...)
 }
 
 // commit writes the episode, counts it, logs its error when it is the

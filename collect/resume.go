@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -277,6 +278,16 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 		}
 		if now := cfg.Branch.String(); plan.Branch != now {
 			differ("-branch: the run used %q, this command gives %q", plan.Branch, now)
+		}
+		was, now := "", ""
+		if plan.From != nil {
+			was = plan.From.Dataset
+		}
+		if cfg.From != "" {
+			now, _ = filepath.Abs(cfg.From)
+		}
+		if was != now {
+			differ("-from: the run branched from %q, this command from %q", was, now)
 		}
 	}
 

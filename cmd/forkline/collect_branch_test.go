@@ -110,9 +110,14 @@ func TestCollectRefusesWhatBranchingDoesNotDoYet(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-branch", "tree=2x3x2"}, "tree plans"},
-		{[]string{"-branch", "at=2,size=3"}, `unknown key "size" (keys: at, width)`},
-		{[]string{"-from", "runs/old", "-branch", "at=2,width=2"}, "-from runs/old: branching from a stored dataset is not carried out by this version"},
+		{[]string{"-branch", "tree=2x3x2"}, "a tree is given as every=K,width=N,depth=D,max=M"},
+		{[]string{"-branch", "at=2,size=3"}, `unknown key "size" (keys: at, every, width, depth, max)`},
+		{[]string{"-branch", "every=2,width=3,depth=2"}, "max is missing"},
+		{[]string{"-from", "runs/old", "-branch", "at=2,width=2"}, "-from runs/old"},
+		{[]string{"-from", "runs/old"}, "give -branch at=K,width=N"},
+		{[]string{"-from", "runs/old", "-branch", "at=2,width=2", "-repeats", "2"}, "-repeats is not for a run from a stored dataset"},
+		{[]string{"-from", "runs/old", "-branch", "every=2,width=2,depth=2,max=7"}, "trees from a stored dataset are not carried out"},
+		{[]string{"-episode", "abc"}, "no -from is given"},
 		{[]string{"-branch", "at=2,width=2", "-reset", "recreate"}, "cannot checkpoint"},
 	} {
 		r := execute(context.Background(), append([]string{"collect", "-tasks", "../../examples/tasks", "-out", out, "-workdir", t.TempDir()}, c.args...)...)
