@@ -214,3 +214,55 @@ func TestDockerBranchingRunLeavesNothing(t *testing.T) {
 		require.Equal(t, 2+int(eps[e.EpisodeID].Steps), e.Steps, "prefix and own steps")
 	}
 }
+
+// forkline collect -from branches a stored run's trajectories into a new
+// dataset, and the command it prints to resume such a run names -from
+// (never -repeats, which -from refuses).
+func TestCollectFromAStoredRun(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "files.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(`id: files
+instruction: write a file in three steps
+solution:
+  - {kind: exec, cmd: echo one > f}
+  - {kind: exec, cmd: echo two >> f}
+  - {kind: exec, cmd: echo three >> f}
+  - {kind: done}
+verify:
+  cmd: test "$(cat f)" = "$(printf 'one\ntwo\nthree')"
+  reward: exit
+`), 0o644))
+	src, out := filepath.Join(dir, "src"), filepath.Join(dir, "new")
+	r := execute(context.Background(), "collect", "-tasks", spec, "-out", src, "-repeats", "2", "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = execute(context.Background(), "collect", "-tasks", spec, "-from", src, "-branch", "at=2,width=2", "-out", out, "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, r.code, r.stderr)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	n, branched := 0, 0
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		n++
+		if e.ExitReason == string(runtime.ExitBranched) {
+			branched++
+		}
+	}
+	require.Equal(t, 2*(1+2), n)
+	require.Equal(t, 2, branched)
+	vr, err := shard.Verify(out)
+	require.NoError(t, err)
+	require.True(t, vr.OK(), "%v", vr.Problems)
+
+	cmd := resumeCommand(collect.Config{Tasks: spec, Out: out, Provider: "local", Replicas: 1, Repeats: 1, Policy: "script",
+		From: src, FromEpisodes: []string{"ab", "cd"}, Branch: mustBranch(t, "at=2,width=2")}, true, false)
+	require.Contains(t, cmd, "-from "+src)
+	require.Contains(t, cmd, "-episode ab,cd")
+	require.NotContains(t, cmd, "-repeats")
+}
+
+func mustBranch(t *testing.T, s string) collect.BranchPlan {
+	t.Helper()
+	p, err := collect.ParseBranchPlan(s)
+	require.NoError(t, err)
+	return p
+}
