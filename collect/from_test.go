@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -124,5 +126,66 @@ func TestBranchFromRefusesBadInput(t *testing.T) {
 		require.ErrorContains(t, err, c.want, name)
 		_, statErr := os.Stat(cfg.Out)
 		require.True(t, os.IsNotExist(statErr), "%s: nothing is written", name)
+	}
+}
+
+// A -from run stopped mid-tree resumes to exactly its planned trees: a kept
+// root's missing branches run from its remade branch point (nothing of the
+// remake kept again), roots not kept re-execute their source's prefix.
+func TestBranchFromCancelThenResume(t *testing.T) {
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	slow := strings.Join([]string{"id: slow", "instruction: build a file slowly", "solution:",
+		"  - {kind: exec, cmd: 'echo 1 > f; sleep 0.1'}", "  - {kind: exec, cmd: 'echo 2 >> f; sleep 0.1'}",
+		"  - {kind: exec, cmd: 'touch " + started + "; echo 3 >> f; sleep 0.3'}", "  - {kind: exec, cmd: sleep 0.1}", "  - {kind: done}",
+		"verify:", `  cmd: test "$(cat f)" = "$(printf '1\n2\n3')"`, "  reward: exit", ""}, "\n")
+	spec := writeTask(t, slow)
+	src := baseConfig(t, spec)
+	_, err := Run(context.Background(), src)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(started))
+
+	cfg := baseConfig(t, spec)
+	cfg.From, cfg.Replicas, cfg.Branch = src.Out, 1, BranchPlan{At: 2, Width: 3}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			if _, err := os.Stat(started); err == nil {
+				time.Sleep(50 * time.Millisecond)
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	_, err = Run(ctx, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+	eps, _, _ := readAll(t, cfg.Out)
+	require.Less(t, len(eps), 2*(1+3))
+	kept := 0
+	for _, e := range eps {
+		if e.ExitReason == string(runtime.ExitBranched) {
+			kept++
+		}
+	}
+	require.Equal(t, 1, kept, "the stop came with one root kept and its branches still to run, the other root not begun")
+
+	cfg.Resume = true
+	sum, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	srcDS, err := shard.Open(src.Out)
+	require.NoError(t, err)
+	var roots []string
+	for e, err := range srcDS.Episodes() {
+		require.NoError(t, err)
+		roots = append(roots, FromRootID(srcDS.Manifest().RunID, e.EpisodeID, 2))
+	}
+	require.Len(t, checkBranchTree(t, cfg.Out, cfg.Branch, roots), 2)
+	rep := sum.Report()
+	require.Equal(t, 2*(1+3), rep.Episodes)
+	require.Equal(t, rep.Planned, rep.Episodes)
+	_, _, rewards := readAll(t, cfg.Out)
+	for id, r := range rewards {
+		require.Equal(t, 1.0, *r.Value, id)
 	}
 }
