@@ -266,3 +266,46 @@ func mustBranch(t *testing.T, s string) collect.BranchPlan {
 	require.NoError(t, err)
 	return p
 }
+
+// A depth-2 tree through the command: replay re-executes every leaf as its
+// root's steps, its parent's, then its own; inspect prints the whole tree.
+func TestCollectTreeReplayAndInspect(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "deep.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(`id: deep
+instruction: build a file in six steps
+solution:
+  - {kind: exec, cmd: echo 1 > f}
+  - {kind: exec, cmd: echo 2 >> f}
+  - {kind: exec, cmd: echo 3 >> f}
+  - {kind: exec, cmd: echo 4 >> f}
+  - {kind: exec, cmd: cat f}
+  - {kind: exec, cmd: echo 5 >> f}
+  - {kind: done}
+verify:
+  cmd: test "$(cat f)" = "$(printf '1\n2\n3\n4\n5')"
+  reward: exit
+`), 0o644))
+	out := filepath.Join(dir, "run")
+	r := execute(context.Background(), "collect", "-tasks", spec, "-out", out, "-repeats", "1", "-branch", "every=2,width=2,depth=2,max=7", "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, r.code, r.stderr)
+	rep, err := replay.Run(context.Background(), replay.Config{In: out, Provider: "local", Mode: replay.Normalized, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	require.Equal(t, 4, rep.Identical, "%+v", rep.Episodes)
+	for _, e := range rep.Episodes {
+		require.Equal(t, 7, e.Steps, "the root's steps, the parent's and its own")
+	}
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	var leaf string
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		if e.BranchStep != nil && *e.BranchStep == 4 {
+			leaf = e.EpisodeID
+		}
+	}
+	r = execute(context.Background(), "inspect", out, "-episode", leaf)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "      branch 0 at step 4", "a leaf sits under its parent, under the root")
+	require.Contains(t, r.stdout, "<- this episode")
+}
