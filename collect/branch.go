@@ -265,8 +265,9 @@ type remakeJob struct {
 // branchQueue holds the branch jobs made while the run goes, ahead of the
 // plan: the feeder hands them out before the next root, so the branch
 // points live at once stay bounded (by about the replicas; pool.Config's
-// MaxBranches default is twice that). pending counts the jobs handed out
-// that may still add branches (roots and remakes not yet ended).
+// MaxBranches default is twice that, and trees get more: maxLive).
+// pending counts the jobs handed out and not yet ended: any of them may
+// still add branches (a root, a remake, in a tree a branch).
 type branchQueue struct {
 	mu      sync.Mutex
 	jobs    []pool.Job
