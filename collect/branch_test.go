@@ -274,9 +274,17 @@ func TestParseBranchPlan(t *testing.T) {
 		{"at=0,width=2", BranchPlan{}, "at must be a whole number >= 1"},
 		{"at=2,width=x", BranchPlan{}, `width must be a whole number >= 1, not "x"`},
 		{"at=2,width=2,at=3", BranchPlan{}, "at given twice"},
-		{"at=2,size=4", BranchPlan{}, `unknown key "size" (keys: at, width)`},
+		{"at=2,size=4", BranchPlan{}, `unknown key "size" (keys: at, every, width, depth, max)`},
 		{"at2", BranchPlan{}, "is not key=value"},
-		{"tree=2x3x2", BranchPlan{}, "tree plans"},
+		{"tree=2x3x2", BranchPlan{}, "a tree is given as every=K,width=N,depth=D,max=M"},
+		{"every=2,width=3,depth=2,max=13", BranchPlan{At: 2, Width: 3, Depth: 2, Max: 13, tree: true}, ""},
+		{"every=2,width=3,depth=2", BranchPlan{}, "max is missing"},
+		{"every=2,width=3,max=9", BranchPlan{}, "depth is missing"},
+		{"every=2,depth=2,max=9", BranchPlan{}, "width is missing"},
+		{"every=2,width=3,depth=2,max=3", BranchPlan{}, "max=3 leaves no room for one branch point"},
+		{"at=2,every=2,width=3", BranchPlan{}, "at and every exclude each other"},
+		{"at=2,width=3,depth=2", BranchPlan{}, "depth is for trees"},
+		{"width=3", BranchPlan{}, "at or every is missing"},
 	} {
 		got, err := ParseBranchPlan(c.in)
 		if c.err != "" {
@@ -288,7 +296,13 @@ func TestParseBranchPlan(t *testing.T) {
 	}
 	_, err := ParseBranchPlan("tree=2x3x2")
 	require.ErrorIs(t, err, ErrBranchUnsupported)
-	require.True(t, slices.Equal(branchKeys, []string{"at", "width"}))
+	require.True(t, slices.Equal(branchKeys, []string{"at", "every", "width", "depth", "max"}))
+	p, err := ParseBranchPlan("every=2,width=3,depth=2,max=13")
+	require.NoError(t, err)
+	require.Equal(t, "every=2,width=3,depth=2,max=13", p.String(), "a tree plan is recorded in its own form")
+	p, err = ParseBranchPlan("at=2,width=3")
+	require.NoError(t, err)
+	require.Equal(t, "at=2,width=3", p.String(), "a one-level plan is recorded as before")
 }
 
 // A kept root whose prefix no longer reproduces cannot have its branch

@@ -81,10 +81,16 @@ type Config struct {
 	// it (ErrMaxLoss); the zero value is no limit.
 	MaxLoss LossLimit
 	// Branch is the branching plan (-branch); the zero value is none.
-	Branch  BranchPlan
-	Resume  bool // finish the run in Out, skipping kept episodes
-	Force   bool // replace the run in Out
-	WorkDir string
+	Branch BranchPlan
+	// From, when set, is a stored dataset to branch from instead of
+	// running roots (-from): see planFrom. FromEpisodes, when set, are
+	// id prefixes of the source episodes to take (-episode); all of them
+	// otherwise.
+	From         string
+	FromEpisodes []string
+	Resume       bool // finish the run in Out, skipping kept episodes
+	Force        bool // replace the run in Out
+	WorkDir      string
 
 	// Progress, when set, receives a live progress line (TTY) or periodic
 	// plain progress lines (package progress); Run never prints the
@@ -166,6 +172,8 @@ type planRecord struct {
 	Total    int    `json:"episodes_all_parts"`
 	// Branch is the branching plan (BranchPlan.String), absent for none.
 	Branch string `json:"branch,omitempty"`
+	// From is the stored dataset a -from run branched from.
+	From *fromRecord `json:"from,omitempty"`
 }
 
 // Run collects a dataset. It returns the summary and an error; on
@@ -217,8 +225,9 @@ type invocation struct {
 	log       *slog.Logger                     // the run's logger: its records carry the run id
 	obs       observe.Observer
 	specs     []task.Spec
-	plan      []planned // this part's episodes
-	total     int       // the episodes of every part
+	plan      []planned   // this part's episodes
+	from      *fromRecord // the source of a -from run
+	total     int         // the episodes of every part
 	templates map[string]*pool.Template
 	policies  policy.Source
 	policyRec json.RawMessage // the manifest's policy entry
@@ -256,6 +265,12 @@ func planRun(cfg Config) (*invocation, error) {
 	}
 	if inv.policyRec, err = json.Marshal(inv.policy); err != nil {
 		return nil, err
+	}
+	if cfg.From != "" {
+		if err := inv.planFrom(); err != nil {
+			return nil, err
+		}
+		return inv, nil
 	}
 	for i := range specs {
 		s := &specs[i]
@@ -336,7 +351,7 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 	}
 	env.prov = wired
 	env.pool, err = pool.New(pool.Config{Provider: env.prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf,
-		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates, OnGolden: onGolden(inv.obs, inv.log)})
+		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates, MaxBranches: cfg.Branch.maxLive(cfg.Replicas), OnGolden: onGolden(inv.obs, inv.log)})
 	if err != nil {
 		env.close()
 		return nil, badInput(err)
@@ -436,14 +451,14 @@ type dataset struct {
 	sum       *Summary
 	committed map[string]bool // episodes kept before this invocation
 	// remakes are the branch points a resume makes again, by root id.
-	remakes map[string]*remakeJob
+	remakes map[string][]*remakeJob
 }
 
 // openDataset creates, resumes or replaces the dataset, reruns a resumed
 // run's cancelled episodes, and starts the summary and the recorder.
 func (inv *invocation) openDataset(ctx context.Context, env *environment) (*dataset, error) {
 	cfg := inv.cfg
-	w, err := openOutput(cfg, inv.runID, inv.specs, len(inv.plan), inv.total, env.rec, inv.policyRec)
+	w, err := openOutput(cfg, inv.runID, inv.specs, len(inv.plan), inv.total, inv.from, env.rec, inv.policyRec)
 	if err != nil {
 		return nil, badInput(err)
 	}
@@ -526,7 +541,7 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 // the episodes make (queue) go first, before the next root, and the feed
 // ends once no episode that may still branch is running; a kept root whose
 // branches a resume still needs goes as its remake.
-func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool, remakes map[string]*remakeJob, queue *branchQueue) <-chan pool.Job {
+func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool, remakes map[string][]*remakeJob, queue *branchQueue) <-chan pool.Job {
 	jobs := make(chan pool.Job)
 	send := func(j pool.Job) bool {
 		select {
@@ -541,6 +556,7 @@ func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool
 		next := 0
 		for sched.Err() == nil {
 			if j, ok := queue.pop(); ok {
+				queue.started()
 				if !send(j) {
 					return
 				}
@@ -550,11 +566,16 @@ func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool
 				p := &inv.plan[next]
 				next++
 				if committed[p.id] {
-					r := remakes[p.id]
-					if r == nil {
-						continue
+					// A kept root: the branch points of its tree that a
+					// resume still needs, a parent's before its
+					// descendants'.
+					for _, r := range remakes[p.id] {
+						queue.started()
+						if !send(pool.Job{Template: inv.templates[p.task.ID], Payload: &planned{id: r.id, task: p.task, hash: p.hash, repeat: p.repeat, remake: r}}) {
+							return
+						}
 					}
-					p = &planned{id: p.id, task: p.task, hash: p.hash, repeat: p.repeat, remake: r}
+					continue
 				}
 				queue.started()
 				if !send(pool.Job{Template: inv.templates[p.task.ID], Payload: p}) {
@@ -575,17 +596,13 @@ func (inv *invocation) feedJobs(sched context.Context, committed map[string]bool
 	return jobs
 }
 
-// plannedWith is the number of planned episodes once the roots in
-// branched have branched: the roots, and the plan's width per branch
-// point.
+// plannedWith is the number of planned episodes once the episodes in
+// branched (roots, and in a tree branches) have branched: the roots, and
+// the plan's width per branch point.
 func (inv *invocation) plannedWith(branched map[string]bool) int {
 	n := len(inv.plan)
 	if inv.cfg.Branch.IsSet() {
-		for i := range inv.plan {
-			if branched[inv.plan[i].id] {
-				n += inv.cfg.Branch.Width
-			}
-		}
+		n += len(branched) * inv.cfg.Branch.Width
 	}
 	return n
 }
@@ -693,6 +710,16 @@ func validate(cfg *Config) error {
 	if cfg.Tasks == "" {
 		return errors.New("collect: no tasks given (-tasks DIR|FILE)")
 	}
+	switch {
+	case cfg.From == "" && len(cfg.FromEpisodes) > 0:
+		return errors.New("collect: -episode picks episodes of -from DATASET, and no -from is given")
+	case cfg.From != "" && !cfg.Branch.IsSet():
+		return fmt.Errorf("collect: -from %s: give -branch at=K,width=N (where the stored episodes are branched)", cfg.From)
+	case cfg.From != "" && cfg.Branch.tree:
+		return fmt.Errorf("collect: -from %s: -branch %s: trees from a stored dataset are not carried out; use -branch at=K,width=N", cfg.From, cfg.Branch)
+	case cfg.From != "" && cfg.Part.Count > 1:
+		return fmt.Errorf("collect: -from %s: -shard %s: a run from a stored dataset is not parted", cfg.From, cfg.Part)
+	}
 	if cfg.Out == "" {
 		return errors.New("collect: no output directory given (-out DIR)")
 	}
@@ -757,9 +784,9 @@ func newRunID() string {
 
 // openOutput creates, resumes or replaces the dataset in cfg.Out.
 // A resume was checked read-only (inspectResume) before it gets here.
-func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, providerRec, policyRec json.RawMessage) (*shard.Writer, error) {
+func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, from *fromRecord, providerRec, policyRec json.RawMessage) (*shard.Writer, error) {
 	planRec, _ := json.Marshal(planRecord{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
-		Episodes: episodes, Part: cfg.Part, Total: total, Branch: cfg.Branch.String()})
+		Episodes: episodes, Part: cfg.Part, Total: total, Branch: cfg.Branch.String(), From: from})
 	tasksRec, err := task.EncodeRecords(specs)
 	if err != nil {
 		return nil, err

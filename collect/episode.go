@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
@@ -35,10 +36,9 @@ type episodeRunner struct {
 
 func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
 	p := job.Payload.(*planned)
-	if p.branch == nil {
-		// A root or a remake: the feed waits for it, as it may branch.
-		defer er.queue.ended()
-	}
+	// Every job may branch (a root, a remake, a branch of a tree): the
+	// feed waits for it before it ends.
+	defer er.queue.ended()
 	if p.remake != nil {
 		er.remake(ctx, p, rep, acquireErr)
 		return pool.Done
@@ -86,7 +86,7 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 	if branched != nil {
 		// The parent is kept before its branches run: a branch is never in
 		// the dataset without the prefix it continues.
-		er.rec.sum.addPlanned(er.cfg.Branch.Width)
+		er.rec.sum.addPlanned(len(branched.jobs))
 		er.queue.push(branched.jobs...)
 	}
 	return ep.Outcome()
@@ -122,14 +122,7 @@ func (bp *branchPoint) release(ctx context.Context, log func(string, ...any)) {
 // play runs the episode's pieces: no replica, no policy, or the rollout and
 // its verification. It returns an error, wrapping runtime.ErrUnavailable,
 // only for an episode that is not to be kept, with the exit reason it ended
-// with.
-//
-// With a branching plan, a root still running after the plan's step is
-// stopped there and checkpointed (branched, not verified); the branch
-// point is returned with its branches' jobs. A checkpoint that fails is the
-// run's failure (the episode is not kept, and a resume runs it whole): a
-// branched root without its branch point would be a tree with no
-// branches.
+// with. With a branching plan, a root may branch (rollout).
 func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, *branchPoint, error) {
 	if acquireErr != nil {
 		if errors.Is(acquireErr, runtime.ErrUnavailable) {
@@ -143,38 +136,55 @@ func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planne
 		ep.PolicyFailed(err)
 		return "", nil, nil
 	}
-	lim := p.task.Limits.Runtime()
-	at := er.cfg.Branch.branchAt(lim)
+	h := runtime.History{Instruction: p.task.Instruction}
+	return er.rollout(ctx, ep, p, pol, h, p.task.Limits.Runtime(), 0, 0)
+}
+
+// rollout runs the episode's policy pol from history h (its prefix, start
+// steps) within lim, the limits left after the prefix, and verifies it. When
+// the plan checkpoints the episode at a step it is still running at, it is
+// stopped there and checkpointed (branched, not verified); the branch point
+// is returned with its branches' jobs, whose policies continue from pol;
+// prefixMS is how long h's steps took. A
+// checkpoint that fails is the run's failure (the episode is not kept, and
+// a resume runs it whole): a branched episode without its branch point
+// would be a tree with no branches.
+func (er episodeRunner) rollout(ctx context.Context, ep *episode.Episode, p *planned, pol runtime.Policy, h runtime.History, lim runtime.Limits, start int, prefixMS float64) (runtime.ExitReason, *branchPoint, error) {
+	depth, budget := p.node(er.cfg.Branch)
+	at := er.cfg.Branch.checkpointAt(p.task.Limits.Runtime(), depth, budget)
 	var prefix *prefixSink
 	var watch runtime.StepSink
 	if at > 0 {
-		lim.MaxSteps, prefix = at, &prefixSink{}
+		lim.MaxSteps, prefix = at-start, &prefixSink{}
 		watch = prefix
 	}
 	// A failing sink is kept as unknown (Rollout recorded it so); only an
 	// unavailable service is not kept.
-	h := runtime.History{Instruction: p.task.Instruction}
 	watch = teeSinks(episode.StepObserver(er.obs, p.task.ID, p.id), watch)
 	if err := ep.Rollout(ctx, pol, h, lim, watch); errors.Is(err, runtime.ErrUnavailable) {
 		return ep.Result.Exit, nil, err
 	}
-	if at > 0 && ep.Result.Exit == runtime.ExitMaxSteps && len(prefix.steps) == at {
+	if at > 0 && ep.Result.Exit == runtime.ExitMaxSteps && len(prefix.steps) == at-start {
 		b, err := ep.Branch(ctx, er.pool, er.cfg.Branch.Width)
 		if err != nil && ctx.Err() != nil {
 			// Stopped at the branch point: kept as cancelled, so a resume
-			// runs the root again rather than taking it for a trajectory.
+			// runs the episode again rather than taking it for a
+			// trajectory.
 			ep.Row.ExitReason, ep.Row.Detail = string(runtime.ExitCancelled), "stopped at the branch point: "+err.Error()
 			return "", nil, nil
 		}
 		if err != nil {
 			return runtime.ExitEnvError, nil, fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
 		}
-		h.Steps = prefix.steps
+		// The branches continue the whole trajectory so far: the
+		// ancestors' steps, then this episode's.
+		h.Steps = append(slices.Clip(h.Steps), prefix.steps...)
 		indexes := make([]int, er.cfg.Branch.Width)
 		for i := range indexes {
 			indexes[i] = i
 		}
-		return "", &branchPoint{b: b, jobs: branchJobs(p, b, er.templates[p.task.ID], at, indexes, h, pol, ep.Row.DurationMS)}, nil
+		jobs := er.cfg.Branch.branchJobs(p, b, er.templates[p.task.ID], at, indexes, h, pol, prefixMS+ep.Row.DurationMS)
+		return "", &branchPoint{b: b, jobs: jobs}, nil
 	}
 	if _, err := ep.Verify(ctx); errors.Is(err, runtime.ErrUnavailable) {
 		return runtime.ExitEnvError, nil, err
@@ -185,7 +195,7 @@ func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planne
 // playBranch runs a branch episode on a replica forked from its parent's
 // branch point: its policy continues the parent's history, within what
 // the task's limits leave after the prefix, and it is verified like any
-// trajectory.
+// trajectory — or, in a tree, branches again at its own checkpoint.
 func (er episodeRunner) playBranch(ctx context.Context, ep *episode.Episode, p *planned, acquireErr error) (runtime.ExitReason, *branchPoint, error) {
 	if acquireErr != nil {
 		if errors.Is(acquireErr, runtime.ErrUnavailable) {
@@ -205,18 +215,12 @@ func (er episodeRunner) playBranch(ctx context.Context, ep *episode.Episode, p *
 		ep.Row.ExitReason, ep.Row.Detail = string(runtime.ExitTimeout), "the prefix used up the episode's time limit"
 		return "", nil, nil
 	}
-	watch := episode.StepObserver(er.obs, p.task.ID, p.id)
-	if err := ep.Rollout(ctx, pol, b.history, lim, watch); errors.Is(err, runtime.ErrUnavailable) {
-		return ep.Result.Exit, nil, err
-	}
-	if _, err := ep.Verify(ctx); errors.Is(err, runtime.ErrUnavailable) {
-		return runtime.ExitEnvError, nil, err
-	}
-	return "", nil, nil
+	return er.rollout(ctx, ep, p, pol, b.history, lim, b.step, b.prefixMS)
 }
 
-// remake makes a kept root's branch point again (a resumed run): its
-// recorded steps re-executed in a fresh fork of the golden, each
+// remake makes a kept episode's branch point again (a resumed run): its
+// full recorded prefix (in a tree, its ancestors' steps and then its own)
+// re-executed in a fresh fork of the golden, each
 // observation checked against the record, then checkpointed for the
 // branches not kept. Nothing of the re-execution is kept; a prefix that
 // does not reproduce, or a checkpoint that fails, leaves those branches
@@ -226,9 +230,23 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 		return
 	}
 	fail := func(err error) {
-		err = fmt.Errorf("collect: remaking the branch point of %s (%s): %w", p.id[:12], p.task.ID, err)
+		if src := p.remake.source; src != "" {
+			err = fmt.Errorf("collect: -from: episode %s (%s): %w", src, p.task.ID, err)
+		} else {
+			err = fmt.Errorf("collect: remaking the branch point of %s (%s): %w", p.id[:12], p.task.ID, err)
+		}
 		if errors.Is(err, runtime.ErrUnavailable) {
 			er.notKept(p, runtime.ExitEnvError, err)
+			return
+		}
+		if p.remake.source != "" && ctx.Err() == nil {
+			// A stored episode whose prefix does not reproduce is skipped,
+			// with the reason: branching it from another state than the
+			// record's would be a lie, and nothing of it is written (no
+			// root without branches). It leaves the plan, so the run can
+			// be complete with the episodes that do reproduce.
+			er.log("%v; skipped: nothing of it is written", err)
+			er.rec.sum.addPlanned(-1)
 			return
 		}
 		// A prefix that does not reproduce is this tree's problem, not the
@@ -251,7 +269,22 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 		fail(err)
 		return
 	}
-	er.queue.push(branchJobs(p, b, er.templates[p.task.ID], er.cfg.Branch.At, p.remake.missing, h, nil, p.remake.prefixMS)...)
+	prefixMS := p.remake.prefixMS
+	if p.remake.source != "" {
+		// A -from root: the re-executed prefix is this run's root, kept
+		// (branched) before its branches run, as a live root is.
+		batch, keep := ep.Rows()
+		if !keep || !er.commit(ctx, p, batch) {
+			if err := b.Release(context.WithoutCancel(ctx)); err != nil {
+				er.log("%v", err)
+			}
+			return
+		}
+		er.obs.Observe(episodeEnded(batch.Episode, batch.Rewards, true))
+		prefixMS = batch.Episode.DurationMS
+		er.rec.sum.addPlanned(len(p.remake.missing))
+	}
+	er.queue.push(er.cfg.Branch.branchJobs(p, b, er.templates[p.task.ID], len(p.remake.steps), p.remake.missing, h, nil, prefixMS)...)
 }
 
 // commit writes the episode, counts it, logs its error when it is the

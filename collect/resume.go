@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -35,6 +36,8 @@ type priorRun struct {
 	// branched are the kept roots that branched (their branch points are
 	// gone with the process that made them).
 	branched map[string]bool
+	// tree is every kept episode's parent and branch index.
+	tree map[string]treeNode
 	// tally is the summary of the kept episodes (their rows and rewards),
 	// so the resumed run's summary covers the whole dataset.
 	tally *Summary
@@ -55,7 +58,7 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 	if err := compatible(m, specs, cfg, pol); err != nil {
 		return nil, err
 	}
-	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tally: newSummary(0, 0)}
+	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tree: map[string]treeNode{}, tally: newSummary(0, 0)}
 	for e, err := range ds.Episodes() {
 		if err != nil {
 			return nil, fmt.Errorf("collect: --resume: reading the kept episodes: %w", err)
@@ -68,6 +71,11 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 			continue
 		}
 		p.kept[e.EpisodeID] = true
+		if e.ParentEpisodeID != nil && e.BranchIndex != nil {
+			p.tree[e.EpisodeID] = treeNode{parent: *e.ParentEpisodeID, index: int(*e.BranchIndex)}
+		} else {
+			p.tree[e.EpisodeID] = treeNode{}
+		}
 		if e.ExitReason == string(runtime.ExitBranched) {
 			p.branched[e.EpisodeID] = true
 		}
@@ -95,7 +103,10 @@ func (p *priorRun) nothingToDo(plan []planned, branch BranchPlan) bool {
 		if !p.kept[plan[i].id] {
 			return false
 		}
-		if p.branched[plan[i].id] && len(missingBranches(plan[i].id, branch, p.kept)) > 0 {
+	}
+	for id := range p.branched {
+		_, depth, _, ok := p.place(id, branch)
+		if ok && len(missingBranches(id, (depth+1)*branch.At, branch, p.kept)) > 0 {
 			return false
 		}
 	}
@@ -270,6 +281,16 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 		}
 		if now := cfg.Branch.String(); plan.Branch != now {
 			differ("-branch: the run used %q, this command gives %q", plan.Branch, now)
+		}
+		was, now := "", ""
+		if plan.From != nil {
+			was = plan.From.Dataset
+		}
+		if cfg.From != "" {
+			now, _ = filepath.Abs(cfg.From)
+		}
+		if was != now {
+			differ("-from: the run branched from %q, this command from %q", was, now)
 		}
 	}
 

@@ -189,3 +189,25 @@ func TestPreferencePairsShareTheirPrefix(t *testing.T) {
 	_, statErr := os.Stat(filepath.Join(dir, "none"))
 	require.True(t, os.IsNotExist(statErr), "nothing is written")
 }
+
+// A tree's split is drawn from its root at every depth, so a tree never
+// straddles train and test: a leaf of depth 2 files under its root, not
+// under its parent.
+func TestSplitKeyIsTheTreesRoot(t *testing.T) {
+	tree := map[string]shard.Lineage{
+		"r":     {EpisodeID: "r", Children: 2, Branched: true},
+		"r0":    {EpisodeID: "r0", Parent: "r", FirstStep: 2, Children: 2, Branched: true},
+		"r1":    {EpisodeID: "r1", Parent: "r", FirstStep: 2},
+		"r0-a":  {EpisodeID: "r0-a", Parent: "r0", FirstStep: 4},
+		"alone": {EpisodeID: "alone"},
+	}
+	roots := treeRoots(tree)
+	require.Equal(t, map[string]string{"r0": "r", "r1": "r", "r0-a": "r"}, roots)
+	for id, want := range map[string]string{"r0-a": "r", "r1": "r", "r": "r", "alone": "alone"} {
+		row := schemas.EpisodeRow{EpisodeID: id}
+		if p := tree[id].Parent; p != "" {
+			row.ParentEpisodeID = &p
+		}
+		require.Equal(t, want, splitKey(row, roots), id)
+	}
+}

@@ -378,6 +378,11 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		// already opens with the prefix's turns), the episodes that
 		// branched left out as their branches carry them. The lossless
 		// jsonl view gives the rows as stored.
+		tree, err := in.ds.Tree()
+		if err != nil {
+			return corruptInput(in.path, err)
+		}
+		roots := treeRoots(tree)
 		each := in.ds.EachTrajectory
 		if spec.file {
 			each = in.ds.EachEpisode
@@ -395,7 +400,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 				return nil
 			}
 			in.selected++
-			ep.Split = assignSplit(o.Split, splitKey(row))
+			ep.Split = assignSplit(o.Split, splitKey(row, roots))
 			if err := in.describe(ep, !spec.file); err != nil {
 				return err
 			}
@@ -494,13 +499,35 @@ func checkWritten(o Options, rep *Report) error {
 	return bad("export: no episode to write: %d read, %d filtered out; nothing written", rep.Read, rep.Filtered)
 }
 
-// splitKey is what an episode's split is drawn from: a branch's parent, so
-// that the branches of one prefix (a GRPO group, the two sides of a
-// preference pair) never straddle train and test; an episode's own id
-// otherwise, as before branching existed.
-func splitKey(row schemas.EpisodeRow) string {
+// splitKey is what an episode's split is drawn from: a branch's root (the
+// episode its tree starts from), so that a whole tree — every GRPO group
+// and preference pair in it, at every depth — lands in one split; an
+// episode's own id otherwise, as before branching existed. roots maps
+// each branch episode to its root (treeRoots).
+func splitKey(row schemas.EpisodeRow, roots map[string]string) string {
+	if r, ok := roots[row.EpisodeID]; ok {
+		return r
+	}
 	if row.ParentEpisodeID != nil {
 		return *row.ParentEpisodeID
 	}
 	return row.EpisodeID
+}
+
+// treeRoots maps every branch episode of tree to its root. The tree was
+// checked when read (shard.Dataset.Tree refuses a loop or a missing
+// parent), so every walk ends.
+func treeRoots(tree map[string]shard.Lineage) map[string]string {
+	roots := map[string]string{}
+	for id, l := range tree {
+		if l.Parent == "" {
+			continue
+		}
+		at := id
+		for tree[at].Parent != "" {
+			at = tree[at].Parent
+		}
+		roots[id] = at
+	}
+	return roots
 }

@@ -33,7 +33,6 @@ type collectOptions struct {
 	metricsAddr string
 	llm         []llmFlag
 	branch      string
-	from        string
 }
 
 // llmFlag is a shorthand for a -policy-opt key of -policy openai.
@@ -87,8 +86,9 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.Int(&o.shardCount, "shard-count", "n", "collect part JOB_COMPLETION_INDEX (Kubernetes) or SLURM_ARRAY_TASK_ID (Slurm) of n parts")
 
 	f.Group("branching", "-branch at=2,width=4")
-	f.String(&o.branch, "branch", "at=K,width=N", "checkpoint every root episode still running after step K and continue it N times from there (docs/branching.md); the provider must checkpoint")
-	f.String(&o.from, "from", "DATASET", "branch from a stored dataset's episodes instead of running roots: not carried out by this version, refused")
+	f.String(&o.branch, "branch", "PLAN", "at=K,width=N: checkpoint every root episode still running after step K and continue it N times from there; every=K,width=N,depth=D,max=M: a tree, where an episode at depth d < D still running after step (d+1)*K branches again, at most M episodes per tree (docs/branching.md); the provider must checkpoint")
+	f.String(&o.cfg.From, "from", "DATASET", "branch from a stored dataset instead of running roots: its trajectories with at least K steps have their first K steps re-executed from the record (checked as replay checks them; one that does not reproduce is skipped, said so), then are continued as -branch at=K,width=N says (docs/branching.md)")
+	f.List(&o.cfg.FromEpisodes, "episode", "PREFIX,...", "with -from: only the stored episodes whose id starts with one of these")
 
 	f.Group("provider", "-provider docker -provider-opt image=forkline/chromium -replicas 8 -standby 2")
 	f.String(&c.Provider, "provider", "NAME", "sandbox provider: "+strings.Join(providers.Names(), ", ")+" (docs/providers.md)")
@@ -224,8 +224,8 @@ func (o *collectOptions) parse(inv *cli.Invocation) error {
 			return err
 		}
 	}
-	if o.from != "" {
-		return fmt.Errorf("%s: -from %s: branching from a stored dataset is not carried out by this version; collect with -branch at=K,width=N instead (docs/branching.md)", inv.Prefix(), o.from)
+	if o.cfg.From != "" && inv.Given("repeats") {
+		return fmt.Errorf("%s: -from %s: -repeats is not for a run from a stored dataset (each stored episode is one root)", inv.Prefix(), o.cfg.From)
 	}
 	if cfg.Branch, err = collect.ParseBranchPlan(o.branch); err != nil {
 		return err

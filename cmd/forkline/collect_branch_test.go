@@ -110,9 +110,14 @@ func TestCollectRefusesWhatBranchingDoesNotDoYet(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-branch", "tree=2x3x2"}, "tree plans"},
-		{[]string{"-branch", "at=2,size=3"}, `unknown key "size" (keys: at, width)`},
-		{[]string{"-from", "runs/old", "-branch", "at=2,width=2"}, "-from runs/old: branching from a stored dataset is not carried out by this version"},
+		{[]string{"-branch", "tree=2x3x2"}, "a tree is given as every=K,width=N,depth=D,max=M"},
+		{[]string{"-branch", "at=2,size=3"}, `unknown key "size" (keys: at, every, width, depth, max)`},
+		{[]string{"-branch", "every=2,width=3,depth=2"}, "max is missing"},
+		{[]string{"-from", "runs/old", "-branch", "at=2,width=2"}, "-from runs/old"},
+		{[]string{"-from", "runs/old"}, "give -branch at=K,width=N"},
+		{[]string{"-from", "runs/old", "-branch", "at=2,width=2", "-repeats", "2"}, "-repeats is not for a run from a stored dataset"},
+		{[]string{"-from", "runs/old", "-branch", "every=2,width=2,depth=2,max=7"}, "trees from a stored dataset are not carried out"},
+		{[]string{"-episode", "abc"}, "no -from is given"},
 		{[]string{"-branch", "at=2,width=2", "-reset", "recreate"}, "cannot checkpoint"},
 	} {
 		r := execute(context.Background(), append([]string{"collect", "-tasks", "../../examples/tasks", "-out", out, "-workdir", t.TempDir()}, c.args...)...)
@@ -208,4 +213,99 @@ func TestDockerBranchingRunLeavesNothing(t *testing.T) {
 	for _, e := range rep.Episodes {
 		require.Equal(t, 2+int(eps[e.EpisodeID].Steps), e.Steps, "prefix and own steps")
 	}
+}
+
+// forkline collect -from branches a stored run's trajectories into a new
+// dataset, and the command it prints to resume such a run names -from
+// (never -repeats, which -from refuses).
+func TestCollectFromAStoredRun(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "files.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(`id: files
+instruction: write a file in three steps
+solution:
+  - {kind: exec, cmd: echo one > f}
+  - {kind: exec, cmd: echo two >> f}
+  - {kind: exec, cmd: echo three >> f}
+  - {kind: done}
+verify:
+  cmd: test "$(cat f)" = "$(printf 'one\ntwo\nthree')"
+  reward: exit
+`), 0o644))
+	src, out := filepath.Join(dir, "src"), filepath.Join(dir, "new")
+	r := execute(context.Background(), "collect", "-tasks", spec, "-out", src, "-repeats", "2", "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = execute(context.Background(), "collect", "-tasks", spec, "-from", src, "-branch", "at=2,width=2", "-out", out, "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, r.code, r.stderr)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	n, branched := 0, 0
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		n++
+		if e.ExitReason == string(runtime.ExitBranched) {
+			branched++
+		}
+	}
+	require.Equal(t, 2*(1+2), n)
+	require.Equal(t, 2, branched)
+	vr, err := shard.Verify(out)
+	require.NoError(t, err)
+	require.True(t, vr.OK(), "%v", vr.Problems)
+
+	cmd := resumeCommand(collect.Config{Tasks: spec, Out: out, Provider: "local", Replicas: 1, Repeats: 1, Policy: "script",
+		From: src, FromEpisodes: []string{"ab", "cd"}, Branch: mustBranch(t, "at=2,width=2")}, true, false)
+	require.Contains(t, cmd, "-from "+src)
+	require.Contains(t, cmd, "-episode ab,cd")
+	require.NotContains(t, cmd, "-repeats")
+}
+
+func mustBranch(t *testing.T, s string) collect.BranchPlan {
+	t.Helper()
+	p, err := collect.ParseBranchPlan(s)
+	require.NoError(t, err)
+	return p
+}
+
+// A depth-2 tree through the command: replay re-executes every leaf as its
+// root's steps, its parent's, then its own; inspect prints the whole tree.
+func TestCollectTreeReplayAndInspect(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "deep.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(`id: deep
+instruction: build a file in six steps
+solution:
+  - {kind: exec, cmd: echo 1 > f}
+  - {kind: exec, cmd: echo 2 >> f}
+  - {kind: exec, cmd: echo 3 >> f}
+  - {kind: exec, cmd: echo 4 >> f}
+  - {kind: exec, cmd: cat f}
+  - {kind: exec, cmd: echo 5 >> f}
+  - {kind: done}
+verify:
+  cmd: test "$(cat f)" = "$(printf '1\n2\n3\n4\n5')"
+  reward: exit
+`), 0o644))
+	out := filepath.Join(dir, "run")
+	r := execute(context.Background(), "collect", "-tasks", spec, "-out", out, "-repeats", "1", "-branch", "every=2,width=2,depth=2,max=7", "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, r.code, r.stderr)
+	rep, err := replay.Run(context.Background(), replay.Config{In: out, Provider: "local", Mode: replay.Normalized, WorkDir: t.TempDir()})
+	require.NoError(t, err)
+	require.Equal(t, 4, rep.Identical, "%+v", rep.Episodes)
+	for _, e := range rep.Episodes {
+		require.Equal(t, 7, e.Steps, "the root's steps, the parent's and its own")
+	}
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	var leaf string
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		if e.BranchStep != nil && *e.BranchStep == 4 {
+			leaf = e.EpisodeID
+		}
+	}
+	r = execute(context.Background(), "inspect", out, "-episode", leaf)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "      branch 0 at step 4", "a leaf sits under its parent, under the root")
+	require.Contains(t, r.stdout, "<- this episode")
 }

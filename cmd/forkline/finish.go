@@ -26,8 +26,18 @@ func resumeCommand(cfg collect.Config, quiet, asJSON bool) string {
 	for _, k := range slices.Sorted(maps.Keys(cfg.ProviderParams)) {
 		args = append(args, "-provider-opt", k+"="+cfg.ProviderParams[k])
 	}
-	args = append(args, "-replicas", strconv.Itoa(cfg.Replicas), "-repeats", strconv.Itoa(cfg.Repeats),
-		"-seed", strconv.FormatInt(cfg.Seed, 10), "-policy", cfg.Policy)
+	args = append(args, "-replicas", strconv.Itoa(cfg.Replicas))
+	if cfg.From != "" {
+		// A run from a stored dataset takes its roots from it, not from
+		// -repeats (which it refuses).
+		args = append(args, "-from", absPath(cfg.From))
+		if len(cfg.FromEpisodes) > 0 {
+			args = append(args, "-episode", strings.Join(cfg.FromEpisodes, ","))
+		}
+	} else {
+		args = append(args, "-repeats", strconv.Itoa(cfg.Repeats))
+	}
+	args = append(args, "-seed", strconv.FormatInt(cfg.Seed, 10), "-policy", cfg.Policy)
 	for _, k := range slices.Sorted(maps.Keys(cfg.PolicyOptions)) {
 		v := cfg.PolicyOptions[k]
 		if k == "system_prompt_file" {
