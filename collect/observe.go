@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -125,12 +126,17 @@ func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(ti
 
 // lineLog is an io.Writer whose every line is a log record at info: how a
 // provider's progress lines (written for a terminal) join the run's log.
+// A provider writes from the goroutines that get its images ready in
+// parallel, so writes are serialized.
 type lineLog struct {
 	log     *slog.Logger
+	mu      sync.Mutex
 	partial []byte
 }
 
 func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.partial = append(l.partial, p...)
 	for {
 		i := bytes.IndexByte(l.partial, '\n')
@@ -146,6 +152,8 @@ func (l *lineLog) Write(p []byte) (int, error) {
 
 // flush logs a last line that had no newline.
 func (l *lineLog) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if line := strings.TrimSpace(string(l.partial)); line != "" {
 		l.log.Info(line)
 	}
