@@ -236,30 +236,49 @@ func (o *collectOptions) parse(inv *cli.Invocation) error {
 	if cfg.Reset, err = pool.ParseStrategy(o.reset); err != nil {
 		return err
 	}
-	if cfg.Capture.TextCap, err = capture.ParseText(o.text); err != nil {
+	if err := applyCapture(inv, &cfg.Capture, o.text, o.captureFile); err != nil {
 		return err
 	}
-	if o.captureFile != "" {
-		flags := cfg.Capture
-		if cfg.Capture, err = capture.Load(o.captureFile); err != nil {
-			return err
-		}
-		// A capture flag given beside the file wins over the file.
-		for name, apply := range map[string]func(){
-			"text":   func() { cfg.Capture.TextCap = flags.TextCap },
-			"pixels": func() { cfg.Capture.Pixels = flags.Pixels },
-			"a11y":   func() { cfg.Capture.A11y = flags.A11y },
-			"tokens": func() { cfg.Capture.Tokens = flags.Tokens },
-		} {
-			if inv.Given(name) {
-				apply()
-			}
+	cfg.Shards = shardConfig(o.rollMB, o.rollEvery)
+	return nil
+}
+
+// applyCapture completes the capture policy the typed flags (-pixels,
+// -a11y, -tokens) put in p: the -text cap, then, with -capture FILE, the
+// file's policy, where a capture flag given beside the file wins. collect
+// and serve take the same flags.
+func applyCapture(inv *cli.Invocation, p *capture.Policy, text, file string) error {
+	var err error
+	if p.TextCap, err = capture.ParseText(text); err != nil {
+		return err
+	}
+	if file == "" {
+		return nil
+	}
+	flags := *p
+	if *p, err = capture.Load(file); err != nil {
+		return err
+	}
+	for name, apply := range map[string]func(){
+		"text":   func() { p.TextCap = flags.TextCap },
+		"pixels": func() { p.Pixels = flags.Pixels },
+		"a11y":   func() { p.A11y = flags.A11y },
+		"tokens": func() { p.Tokens = flags.Tokens },
+	} {
+		if inv.Given(name) {
+			apply()
 		}
 	}
-	cfg.Shards = shard.DefaultConfig()
-	cfg.Shards.RollBytes = o.rollMB << 20
-	cfg.Shards.RollInterval = o.rollEvery
 	return nil
+}
+
+// shardConfig is the shard writer's settings from -roll-mb and
+// -roll-interval.
+func shardConfig(rollMB int64, every time.Duration) shard.Config {
+	c := shard.DefaultConfig()
+	c.RollBytes = rollMB << 20
+	c.RollInterval = every
+	return c
 }
 
 // applyLLM copies the shorthand flags that were given into the policy

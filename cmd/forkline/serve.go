@@ -11,7 +11,6 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
-	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
@@ -160,27 +159,9 @@ func (o *serveOptions) parse(inv *cli.Invocation) error {
 	if cfg.Reset, err = pool.ParseStrategy(o.reset); err != nil {
 		return err
 	}
-	if cfg.Capture.TextCap, err = capture.ParseText(o.text); err != nil {
+	if err := applyCapture(inv, &cfg.Capture, o.text, o.captureFile); err != nil {
 		return err
 	}
-	if o.captureFile != "" {
-		flags := cfg.Capture
-		if cfg.Capture, err = capture.Load(o.captureFile); err != nil {
-			return err
-		}
-		for name, apply := range map[string]func(){
-			"text":   func() { cfg.Capture.TextCap = flags.TextCap },
-			"pixels": func() { cfg.Capture.Pixels = flags.Pixels },
-			"a11y":   func() { cfg.Capture.A11y = flags.A11y },
-			"tokens": func() { cfg.Capture.Tokens = flags.Tokens },
-		} {
-			if inv.Given(name) {
-				apply()
-			}
-		}
-	}
-	cfg.Shards = shard.DefaultConfig()
-	cfg.Shards.RollBytes = o.rollMB << 20
-	cfg.Shards.RollInterval = o.rollEvery
+	cfg.Shards = shardConfig(o.rollMB, o.rollEvery)
 	return nil
 }

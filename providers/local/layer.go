@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -170,84 +169,6 @@ func (s *sandbox) freezeUpper(layer string, layers []string, extra string) (froz
 		return false, restore(err)
 	}
 	return true, reopen()
-}
-
-// copyLayer copies an overlay upper layer: the tree as copyTree copies it,
-// plus what only an upper layer has — whiteouts (character devices 0/0,
-// which mark a deleted lower file) and the overlay's extended attributes
-// (an opaque directory hides the lower one it replaced).
-func (c *copier) copyLayer(ctx context.Context, src, dst string) error {
-	asRoot := os.Geteuid() == 0
-	var dirs []dirMeta
-	n := 0
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if n++; n%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st, ok := info.Sys().(*syscall.Stat_t)
-		if !ok {
-			return fmt.Errorf("no stat for %s", p)
-		}
-		switch mode := info.Mode(); {
-		case mode.IsDir():
-			if err := os.Mkdir(to, 0o700); err != nil {
-				return err
-			}
-			dirs = append(dirs, dirMeta{to, st})
-		case mode.IsRegular():
-			if err := c.copyFile(p, to, st, asRoot); err != nil {
-				return err
-			}
-		case mode&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(target, to); err != nil {
-				return err
-			}
-			if err := setMeta(to, st, asRoot, false); err != nil {
-				return err
-			}
-		case mode&fs.ModeCharDevice != 0 && st.Rdev == 0:
-			if err := unix.Mknod(to, unix.S_IFCHR|(st.Mode&0o7777), 0); err != nil {
-				return fmt.Errorf("copying the whiteout %s: %w", rel, err)
-			}
-		case mode&fs.ModeNamedPipe != 0:
-			if err := unix.Mkfifo(to, 0o600); err != nil {
-				return err
-			}
-			if err := setMeta(to, st, asRoot, true); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
-		return copyOverlayXattrs(p, to)
-	})
-	if err != nil {
-		return err
-	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := setMeta(dirs[i].path, dirs[i].st, asRoot, true); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // copyOverlayXattrs copies the overlay's own extended attributes

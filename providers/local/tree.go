@@ -31,6 +31,21 @@ type dirMeta struct {
 // copyTree copies the tree at src to dst, which must not exist, and returns
 // the bytes of regular files copied.
 func (c *copier) copyTree(ctx context.Context, src, dst string) (int64, error) {
+	return c.copyWalk(ctx, src, dst, false)
+}
+
+// copyLayer copies an overlay upper layer: the tree as copyTree copies it,
+// plus what only an upper layer has — whiteouts (character devices 0/0,
+// which mark a deleted lower file) and the overlay's extended attributes
+// (an opaque directory hides the lower one it replaced).
+func (c *copier) copyLayer(ctx context.Context, src, dst string) error {
+	_, err := c.copyWalk(ctx, src, dst, true)
+	return err
+}
+
+// copyWalk is copyTree, and with layer copyLayer: one walk, so the two
+// copies cannot drift apart.
+func (c *copier) copyWalk(ctx context.Context, src, dst string, layer bool) (int64, error) {
 	asRoot := os.Geteuid() == 0
 	var size int64
 	var dirs []dirMeta
@@ -63,10 +78,11 @@ func (c *copier) copyTree(ctx context.Context, src, dst string) (int64, error) {
 				return err
 			}
 			dirs = append(dirs, dirMeta{to, st})
-			return nil
 		case mode.IsRegular():
 			size += info.Size()
-			return c.copyFile(p, to, st, asRoot)
+			if err := c.copyFile(p, to, st, asRoot); err != nil {
+				return err
+			}
 		case mode&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {
@@ -75,14 +91,27 @@ func (c *copier) copyTree(ctx context.Context, src, dst string) (int64, error) {
 			if err := os.Symlink(target, to); err != nil {
 				return err
 			}
-			return setMeta(to, st, asRoot, false)
+			if err := setMeta(to, st, asRoot, false); err != nil {
+				return err
+			}
+		case layer && mode&fs.ModeCharDevice != 0 && st.Rdev == 0:
+			if err := unix.Mknod(to, unix.S_IFCHR|(st.Mode&0o7777), 0); err != nil {
+				return fmt.Errorf("copying the whiteout %s: %w", rel, err)
+			}
 		case mode&fs.ModeNamedPipe != 0:
 			if err := unix.Mkfifo(to, 0o600); err != nil {
 				return err
 			}
-			return setMeta(to, st, asRoot, true)
+			if err := setMeta(to, st, asRoot, true); err != nil {
+				return err
+			}
+		default:
+			return nil // sockets and devices have no meaning in a copy
 		}
-		return nil // sockets and devices have no meaning in a copy
+		if layer {
+			return copyOverlayXattrs(p, to)
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, err
