@@ -510,6 +510,7 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	defer cancelRun()
 	halt := &halter{sched: sched, stop: stopScheduling, cancelRun: cancelRun, log: inv.logf}
 	stopGrace := context.AfterFunc(ctx, func() {
+		halt.signalled.Store(true)
 		if cfg.Grace <= 0 {
 			cancelRun()
 			return

@@ -69,6 +69,9 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 			ScaffoldLoss: exit.ScaffoldLoss(), Steps: len(ep.Capture.Steps()), Kept: false})
 		return pool.Done
 	}
+	if detail, hit := er.halt.stopHit(ep); hit {
+		ep.Interrupted(detail)
+	}
 	batch, keep := ep.Rows()
 	if !keep {
 		er.obs.Observe(observe.EpisodeEnded{Task: p.task.ID, EpisodeID: p.id, Exit: ep.Row.ExitReason, Kept: false})

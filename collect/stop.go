@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+
+	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/runtime"
 )
 
 // Whose failure is it? An episode's own failures are part of the data: a
@@ -119,6 +123,10 @@ type halter struct {
 	cancelRun context.CancelFunc
 	log       func(format string, args ...any)
 
+	// signalled is set when the run's stop signal came (the first
+	// SIGINT/SIGTERM), while episodes may still be in flight.
+	signalled atomic.Bool
+
 	mu          sync.Mutex
 	unavailable error // the first error that marked a service unavailable
 	writeErr    error
@@ -128,6 +136,40 @@ type halter struct {
 // stopped reports whether scheduling has stopped (for any reason, a signal
 // included): an episode that has not started yet is then left for a resume.
 func (h *halter) stopped() bool { return h.sched.Err() != nil }
+
+// Decision: after the stop signal, an episode still in flight whose
+// command or verifier was killed by SIGHUP, SIGINT or SIGTERM, or which
+// failed the way a killed process fails it (a scaffold loss: the sandbox,
+// browser or model server went away), is kept as cancelled, not as a
+// trajectory. A batch system delivers its stop to every process of the job
+// — Slurm's scancel signals all of them, forkline's children included, and
+// a local sandbox's commands and a host Chromium are forkline's children —
+// so the grace period's episodes may end with observations the agent never
+// caused: a killed `sleep` read as a failed step, a killed verifier read
+// as reward 0. Telling those apart from the agent's own doing is not
+// possible from outside, and running the episode again on -resume costs
+// one episode, while keeping it would train on a fault.
+func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
+	if !h.signalled.Load() {
+		return "", false
+	}
+	if exit := runtime.ExitReason(ep.Row.ExitReason); exit.ScaffoldLoss() {
+		return fmt.Sprintf("ended as %s after the stop signal, which reaches the sandbox's processes too (%s); -resume runs it again", exit, ep.Row.Detail), true
+	}
+	for _, st := range ep.Capture.Steps() {
+		if stopSignal(st.ExitCode) {
+			return fmt.Sprintf("step %d's command was killed by signal %d after the stop signal; -resume runs it again", st.StepIndex, st.ExitCode-128), true
+		}
+	}
+	if r := ep.Reward; r != nil && stopSignal(r.ExitCode) {
+		return fmt.Sprintf("the verifier was killed by signal %d after the stop signal; -resume runs it again", r.ExitCode-128), true
+	}
+	return "", false
+}
+
+// stopSignal reports whether a shell exit status is a death by SIGHUP,
+// SIGINT or SIGTERM (128+1, 128+2, 128+15).
+func stopSignal(code int32) bool { return code == 129 || code == 130 || code == 143 }
 
 func (h *halter) serviceUnavailable(err error) {
 	h.mu.Lock()

@@ -123,6 +123,14 @@ func (e *Episode) NoReplica(ctx context.Context, err error) {
 	e.Row.Detail = err.Error()
 }
 
+// Interrupted records that the episode cannot be trusted as a trajectory
+// (detail says why) although it ran to an end: it is kept as cancelled,
+// without its reward, so that a resume runs it again.
+func (e *Episode) Interrupted(detail string) {
+	e.Row.ExitReason, e.Row.Detail = string(runtime.ExitCancelled), detail
+	e.Reward, e.Metrics = nil, nil
+}
+
 // PolicyFailed records that the episode's policy could not be made.
 func (e *Episode) PolicyFailed(err error) {
 	e.Row.ExitReason, e.Row.Detail = string(runtime.ExitPolicyError), err.Error()

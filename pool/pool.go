@@ -206,7 +206,7 @@ func (p *Pool) Occupancy() Occupancy {
 	p.statsMu.Unlock()
 	p.mu.Lock()
 	for _, sb := range p.standbys {
-		o.Standby += len(sb.ready)
+		o.Standby += sb.readyCount()
 	}
 	p.mu.Unlock()
 	return o
@@ -427,7 +427,7 @@ func (p *Pool) replica(ctx context.Context, t *Template, attempt int) (Replica, 
 		p.mu.Unlock()
 		if sb != nil {
 			began := time.Now()
-			if r, ok := sb.take(); ok {
+			if r, ok := sb.take(ctx); ok {
 				r.Reset = time.Since(began)
 				return r, nil
 			}

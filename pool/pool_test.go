@@ -191,7 +191,7 @@ func TestStandbyHandsOffPreparedReplicas(t *testing.T) {
 	defer cancel()
 	p.Expect(ctx, tmpl, 5)
 	// Wait until the standby is full, so the first job must be a hand-off.
-	require.Eventually(t, func() bool { return len(p.standbys["t"].ready) == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return p.standbys["t"].readyCount() == 2 }, 5*time.Second, time.Millisecond)
 	var jobs []Job
 	for range 5 {
 		jobs = append(jobs, Job{Template: tmpl})
@@ -209,6 +209,81 @@ func TestStandbyHandsOffPreparedReplicas(t *testing.T) {
 	require.NoError(t, p.Close(context.Background()))
 	require.EqualValues(t, 5, f.forks.Load(), "no replica was forked beyond the expected jobs")
 	require.Equal(t, 0, f.openCount(), "standby leftovers are closed")
+}
+
+// TestJobWaitsForTheReplicaInTheMaking: a job that finds no ready replica
+// while the standby is making one claims that one instead of forking cold.
+// Forking cold beside it left the made replica with no job at the end of a
+// run: one fork for nothing (seen as 6 forks for 5 jobs).
+func TestJobWaitsForTheReplicaInTheMaking(t *testing.T) {
+	f := newFake(true)
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 8)
+	f.forkHook = func(ctx context.Context) error {
+		entered <- struct{}{}
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	p, err := New(Config{Provider: f, Replicas: 1, Standby: 1})
+	require.NoError(t, err)
+	tmpl := &Template{Key: "t"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.Expect(ctx, tmpl, 1)
+	<-entered // the standby is making the one replica the job will need
+	done := make(chan []ran)
+	go func() { done <- collectReplicas(t, p, ctx, []Job{{Template: tmpl}}) }()
+	select {
+	case <-entered:
+		t.Fatal("the job forked cold beside the replica being made for it")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gate)
+	got := <-done
+	require.Len(t, got, 1)
+	require.NoError(t, got[0].err)
+	require.True(t, got[0].r.Standby, "the job was handed the replica it waited for")
+	require.NoError(t, p.Close(context.Background()))
+	require.EqualValues(t, 1, f.forks.Load(), "one job, one fork")
+	require.Equal(t, 0, f.openCount())
+}
+
+// TestWaitingJobForksColdWhenTheMakingFails: the claimed replica's fork
+// fails, so the waiting job is released to make its own.
+func TestWaitingJobForksColdWhenTheMakingFails(t *testing.T) {
+	f := newFake(true)
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 8)
+	var n atomic.Int32
+	f.forkHook = func(ctx context.Context) error {
+		if n.Add(1) > 1 {
+			return nil // the cold fork after the failure
+		}
+		entered <- struct{}{}
+		<-gate
+		return errors.New("fork failed")
+	}
+	p, err := New(Config{Provider: f, Replicas: 1, Standby: 1, Log: func(string, ...any) {}})
+	require.NoError(t, err)
+	tmpl := &Template{Key: "t"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.Expect(ctx, tmpl, 1)
+	<-entered
+	done := make(chan []ran)
+	go func() { done <- collectReplicas(t, p, ctx, []Job{{Template: tmpl}}) }()
+	time.Sleep(50 * time.Millisecond) // let the job claim the replica in the making
+	close(gate)
+	got := <-done
+	require.Len(t, got, 1)
+	require.NoError(t, got[0].err)
+	require.False(t, got[0].r.Standby, "the job made its own replica")
+	require.NoError(t, p.Close(context.Background()))
+	require.Equal(t, 0, f.openCount())
 }
 
 // ran is what the episode function was given, recorded for the test
@@ -257,7 +332,7 @@ func (p *Pool) readyStandbys(key string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sb := p.standbys[key]; sb != nil {
-		return len(sb.ready)
+		return sb.readyCount()
 	}
 	return 0
 }

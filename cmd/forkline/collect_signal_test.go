@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -203,5 +204,122 @@ func TestSIGKILLLosesAtMostTheOpenGenerationThenResumeCompletes(t *testing.T) {
 	require.Equal(t, expectedIDs(t, out), got, "exactly the planned episodes, none twice or corrupt")
 	for _, id := range before {
 		require.Contains(t, got, id, "episodes kept before the kill are kept")
+	}
+}
+
+// signalTree sends sig to pid and every process descending from it, the
+// way Slurm's scancel does (proctrack/linuxproc and cgroup signal every
+// process of the job): a local sandbox's commands are the collector's
+// children, in process groups of their own, and get the signal too.
+func signalTree(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	parents := map[int][]int{}
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	require.NoError(t, err)
+	for _, st := range stats {
+		data, err := os.ReadFile(st)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after
+		// its closing parenthesis.
+		i := strings.LastIndexByte(string(data), ')')
+		var child, ppid int
+		var state string
+		if i < 0 {
+			continue
+		}
+		if _, err := fmt.Sscan(strings.TrimSpace(string(data[:strings.IndexByte(string(data), ' ')])), &child); err != nil {
+			continue
+		}
+		if _, err := fmt.Sscan(string(data[i+1:]), &state, &ppid); err != nil {
+			continue
+		}
+		parents[ppid] = append(parents[ppid], child)
+	}
+	tree := []int{pid}
+	for i := 0; i < len(tree); i++ {
+		tree = append(tree, parents[tree[i]]...)
+	}
+	require.Greater(t, len(tree), 1, "the collector has children to signal")
+	for _, p := range tree {
+		_ = syscall.Kill(p, sig)
+	}
+}
+
+// TestSIGTERMToEveryProcessKeepsHitEpisodesAsCancelled: a batch system's
+// stop reaches the sandbox's commands too, not only the collector. An
+// episode in flight then sees its `sleep` die of SIGTERM during the grace
+// period and goes on to done with a step the agent never failed; it was
+// kept as a trajectory, and a resume skipped it (seen on a Slurm array
+// whose cancelled element's merge differed from a one-machine run). Such
+// an episode is kept as cancelled, and the resume runs it again to the
+// outcome a run without the signal has.
+func TestSIGTERMToEveryProcessKeepsHitEpisodesAsCancelled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the collector for seconds")
+	}
+	dir, work := t.TempDir(), t.TempDir()
+	started := filepath.Join(dir, "started")
+	spec := filepath.Join(dir, "hit.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(`id: hit
+instruction: wait, then say so
+solution:
+  - {kind: exec, cmd: 'touch `+started+`; sleep 3'}
+  - {kind: exec, cmd: echo awake > awake.txt}
+  - {kind: done}
+verify: {cmd: 'test -s awake.txt', reward: exit}
+`), 0o644))
+	out := filepath.Join(dir, "run")
+	args := []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-grace", "30s"}
+	cmd := collectProcess(args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, time.Minute, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the sleeps are surely running
+	signalTree(t, cmd.Process.Pid, syscall.SIGTERM)
+	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), "%s", stderr.String())
+
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	killed := 0
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		if s.ExitCode == 143 {
+			killed++
+		}
+	}
+	require.Positive(t, killed, "the signal reached a sandbox's command")
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.Equal(t, string(runtime.ExitCancelled), e.ExitReason, "episode %s, in flight at the signal, is no trajectory: %s", e.EpisodeID, e.Detail)
+		require.Contains(t, e.Detail, "killed by signal 15 after the stop signal")
+	}
+	for r, err := range ds.Rewards() {
+		require.NoError(t, err)
+		t.Errorf("a hit episode kept its reward: %+v", r)
+	}
+
+	cmd = collectProcess(append(args, "-resume")...)
+	outb, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", outb)
+	ds, err = shard.Open(out)
+	require.NoError(t, err)
+	n := 0
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		n++
+		require.Equal(t, string(runtime.ExitDone), e.ExitReason, "resume ran %s again to its end", e.EpisodeID)
+	}
+	require.Equal(t, 4, n)
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		require.Contains(t, []int32{0, -1}, s.ExitCode, "episode %s step %d: a command that succeeded, or the done call", s.EpisodeID, s.StepIndex)
+	}
+	for r, err := range ds.Rewards() {
+		require.NoError(t, err)
+		require.NotNil(t, r.Value)
+		require.Equal(t, 1.0, *r.Value, "episode %s", r.EpisodeID)
 	}
 }
