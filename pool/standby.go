@@ -101,17 +101,24 @@ func (s *standby) take(ctx context.Context) (Replica, bool) {
 	case <-ctx.Done():
 	}
 	// Cancelled while waiting: withdraw the claim, or, when the replica
-	// arrived meanwhile, give it back for another job (or stop to close).
+	// arrived meanwhile, give it back for another job — or close it, once
+	// stop has closed the ready ones.
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i, w := range s.waiting {
 		if w == ch {
 			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+			s.mu.Unlock()
 			return Replica{}, false
 		}
 	}
-	if got := <-ch; got.ok {
+	got := <-ch // sent before the claim was taken off the list
+	if got.ok && !s.stopped {
 		s.ready = append(s.ready, got.r)
+		got.ok = false
+	}
+	s.mu.Unlock()
+	if got.ok {
+		got.r.Sandbox.Close(context.WithoutCancel(ctx))
 	}
 	return Replica{}, false
 }
