@@ -347,21 +347,20 @@ func TestRetryLeavesTheStandbyAlone(t *testing.T) {
 	p, err := New(Config{Provider: f, Replicas: 1, Standby: 1, MaxAttempts: 3})
 	require.NoError(t, err)
 	tmpl := &Template{Key: "t"}
-	gate := make(chan struct{})
+	fillCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var jobForks atomic.Int32
 	f.forkHook = func(ctx context.Context) error {
-		if ctx.Value(jobCtxKey{}) == nil { // the standby filler
-			select {
-			case <-gate:
-			case <-ctx.Done():
-			}
-			return ctx.Err()
+		if ctx.Value(jobCtxKey{}) == nil {
+			return nil // the standby filler
 		}
 		if jobForks.Add(1) == 1 {
-			// The first job's first, cold reset: let the standby make its
+			// The first job's first reset is cold: the second job is
+			// expected only now, so no replica was in the making for the
+			// first to wait for. Let the standby make the second job's
 			// replica, and fail once it is ready, so the job retries while
 			// a standby replica waits.
-			close(gate)
+			p.Expect(fillCtx, tmpl, 1)
 			if !waitUntil(func() bool { return p.readyStandbys("t") == 1 }) {
 				return errors.New("the standby never got ready")
 			}
@@ -369,9 +368,6 @@ func TestRetryLeavesTheStandbyAlone(t *testing.T) {
 		}
 		return nil
 	}
-	fillCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p.Expect(fillCtx, tmpl, 2)
 	jobCtx := context.WithValue(context.Background(), jobCtxKey{}, true)
 	got := collectReplicas(t, p, jobCtx, []Job{{Template: tmpl}, {Template: tmpl}})
 	require.NoError(t, p.Close(context.Background()))
