@@ -508,15 +508,28 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	defer stopScheduling(nil)
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
-	halt := &halter{sched: sched, stop: stopScheduling, cancelRun: cancelRun, log: inv.logf}
+	halt := &halter{sched: sched, stop: stopScheduling, cancelRun: cancelRun, log: inv.logf,
+		canary: startCanary(), hostProcesses: env.prov.Capabilities().Isolation == "none"}
+	defer halt.canary.stop()
 	stopGrace := context.AfterFunc(ctx, func() {
-		halt.signalled.Store(true)
+		halt.signal()
 		if cfg.Grace <= 0 {
 			cancelRun()
 			return
 		}
 		inv.logf("stopping: no new episodes; episodes in flight get %s to finish", cfg.Grace)
 		time.AfterFunc(cfg.Grace, cancelRun)
+		if halt.hostProcesses {
+			go func() {
+				if halt.canary.reached(time.Now()) {
+					// Their commands were killed with the collector's
+					// children: finishing them is no use (stopHit keeps
+					// them as cancelled).
+					inv.logf("the stop reached the sandboxes' processes too (a signal to every process of the job): the episodes in flight are cancelled now; -resume runs them again")
+					cancelRun()
+				}
+			}()
+		}
 	})
 	defer stopGrace()
 

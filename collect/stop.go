@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/runtime"
@@ -123,12 +125,14 @@ type halter struct {
 	cancelRun context.CancelFunc
 	log       func(format string, args ...any)
 
-	// signalled is set when the run's stop signal came (the first
-	// SIGINT/SIGTERM), while episodes may still be in flight.
-	signalled atomic.Bool
+	// canary and hostProcesses tell whether a stop signal reached the
+	// sandboxes' processes (stopHit).
+	canary        *canary
+	hostProcesses bool
 
 	mu          sync.Mutex
-	unavailable error // the first error that marked a service unavailable
+	signalled   time.Time // when the run's stop signal (the first SIGINT/SIGTERM) came
+	unavailable error     // the first error that marked a service unavailable
 	writeErr    error
 	maxLoss     bool
 }
@@ -137,39 +141,118 @@ type halter struct {
 // included): an episode that has not started yet is then left for a resume.
 func (h *halter) stopped() bool { return h.sched.Err() != nil }
 
-// Decision: after the stop signal, an episode still in flight whose
-// command or verifier was killed by SIGHUP, SIGINT or SIGTERM, or which
-// failed the way a killed process fails it (a scaffold loss: the sandbox,
-// browser or model server went away), is kept as cancelled, not as a
-// trajectory. A batch system delivers its stop to every process of the job
-// — Slurm's scancel signals all of them, forkline's children included, and
-// a local sandbox's commands and a host Chromium are forkline's children —
-// so the grace period's episodes may end with observations the agent never
-// caused: a killed `sleep` read as a failed step, a killed verifier read
-// as reward 0. Telling those apart from the agent's own doing is not
-// possible from outside, and running the episode again on -resume costs
-// one episode, while keeping it would train on a fault.
-func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
-	if !h.signalled.Load() {
-		return "", false
+// Decision: a stop may reach more than the collector. A batch system
+// delivers its stop to every process of the job — Slurm's scancel signals
+// all of them (proctrack linuxproc and cgroup), and a kill of a process
+// group does the same — and a local sandbox's commands and a host Chromium
+// are the collector's children. The grace period's episodes then end with
+// observations the agent never caused: a killed `sleep` read as a failed
+// step, a verifier whose `cat` was killed read as reward 0. The shell's
+// exit status does not tell (a killed child of a shell leaves the shell
+// exiting 1), so the collector finds out whether the stop reached its
+// children from a canary: a child of its own, in a process group of its
+// own like a sandbox's commands, that does nothing but wait. When the stop
+// killed the canary and the sandboxes are host processes (Isolation
+// "none"), every episode in flight at the signal is kept as cancelled,
+// without its reward, and -resume runs it again; so is, whatever the
+// provider, an episode that ended as a scaffold loss after such a stop (a
+// model server in the same job). Running an episode again costs one
+// episode; keeping it would train on a fault. A stop that reached the
+// collector alone (an operator's kill PID, Kubernetes' SIGTERM to the
+// container's first process) keeps -grace as it is.
+
+// canary is the child whose fate says whether a stop reached the
+// collector's children too.
+type canary struct {
+	cmd  *exec.Cmd
+	gone chan struct{} // closed when the canary has exited
+	hit  bool          // it died of a signal nobody in the collector sent; read after gone
+}
+
+// startCanary starts the canary; nil when the host has no sleep(1), and a
+// stop is then taken to reach the children (the safe side).
+func startCanary() *canary {
+	path, err := exec.LookPath("sleep")
+	if err != nil {
+		return nil
 	}
-	if exit := runtime.ExitReason(ep.Row.ExitReason); exit.ScaffoldLoss() {
-		return fmt.Sprintf("ended as %s after the stop signal, which reaches the sandbox's processes too (%s); -resume runs it again", exit, ep.Row.Detail), true
+	c := &canary{cmd: exec.Command(path, "2147483647"), gone: make(chan struct{})}
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if c.cmd.Start() != nil {
+		return nil
 	}
-	for _, st := range ep.Capture.Steps() {
-		if stopSignal(st.ExitCode) {
-			return fmt.Sprintf("step %d's command was killed by signal %d after the stop signal; -resume runs it again", st.StepIndex, st.ExitCode-128), true
+	go func() {
+		_ = c.cmd.Wait()
+		if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() != syscall.SIGKILL {
+			c.hit = true
+		}
+		close(c.gone)
+	}()
+	return c
+}
+
+// canaryWait is how long after the stop signal the collector waits for
+// the canary's fate before it takes the stop to have reached the collector
+// alone: a signal sent to every process of a job arrives at once, and
+// reaping the canary takes milliseconds.
+const canaryWait = time.Second
+
+// reached reports whether the stop reached the collector's children; it
+// waits up to canaryWait after since for the canary to tell.
+func (c *canary) reached(since time.Time) bool {
+	if c == nil {
+		return true
+	}
+	select {
+	case <-c.gone:
+		return c.hit
+	case <-time.After(time.Until(since.Add(canaryWait))):
+		select {
+		case <-c.gone:
+			return c.hit
+		default:
+			return false
 		}
 	}
-	if r := ep.Reward; r != nil && stopSignal(r.ExitCode) {
-		return fmt.Sprintf("the verifier was killed by signal %d after the stop signal; -resume runs it again", r.ExitCode-128), true
+}
+
+// stop ends the canary (SIGKILL: not a hit).
+func (c *canary) stop() {
+	if c == nil {
+		return
+	}
+	_ = c.cmd.Process.Kill()
+	<-c.gone
+}
+
+// stopHit reports whether episode ep, which was in flight when the stop
+// signal came, is to be kept as cancelled (the decision above), and why.
+func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
+	at, ok := h.signalledAt()
+	if !ok || !h.canary.reached(at) {
+		return "", false
+	}
+	if h.hostProcesses {
+		return "in flight when the stop signal, which reached the sandbox's processes too, came; -resume runs it again", true
+	}
+	if exit := runtime.ExitReason(ep.Row.ExitReason); exit.ScaffoldLoss() {
+		return fmt.Sprintf("ended as %s after the stop signal, which reached the collector's children too (%s); -resume runs it again", exit, ep.Row.Detail), true
 	}
 	return "", false
 }
 
-// stopSignal reports whether a shell exit status is a death by SIGHUP,
-// SIGINT or SIGTERM (128+1, 128+2, 128+15).
-func stopSignal(code int32) bool { return code == 129 || code == 130 || code == 143 }
+// signal records the moment of the run's stop signal.
+func (h *halter) signal() {
+	h.mu.Lock()
+	h.signalled = time.Now()
+	h.mu.Unlock()
+}
+
+func (h *halter) signalledAt() (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.signalled, !h.signalled.IsZero()
+}
 
 func (h *halter) serviceUnavailable(err error) {
 	h.mu.Lock()

@@ -225,8 +225,9 @@ func TestSlurmArrayOfTheREADME(t *testing.T) {
 		require.Less(t, cut.Episodes, cut.Planned, "cancelled mid-run")
 		// (The episodes in flight finished within -grace: SIGTERM stops
 		// scheduling, and Slurm's KillWait is longer than the grace. The
-		// SIGTERM reaches the element's sandbox commands too: an episode
-		// it hit is kept as cancelled, so the resume runs it again.)
+		// SIGTERM reaches the element's sandbox commands too: the
+		// collector's canary sees it, and the episodes in flight are kept
+		// as cancelled, so the resume runs them again.)
 
 		cluster.Run("scontrol", "requeue", victim)
 		// A requeued job waits about two minutes before it is eligible;

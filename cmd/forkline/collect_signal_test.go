@@ -249,20 +249,23 @@ func signalTree(t *testing.T, pid int, sig syscall.Signal) {
 
 // TestSIGTERMToEveryProcessKeepsHitEpisodesAsCancelled: a batch system's
 // stop reaches the sandbox's commands too, not only the collector. An
-// episode in flight then sees its `sleep` die of SIGTERM during the grace
-// period and goes on to done with a step the agent never failed; it was
-// kept as a trajectory, and a resume skipped it (seen on a Slurm array
-// whose cancelled element's merge differed from a one-machine run). Such
-// an episode is kept as cancelled, and the resume runs it again to the
-// outcome a run without the signal has.
+// episode in flight then saw its `sleep` die of SIGTERM during the grace
+// period and went on to done with a step the agent never failed (or, when
+// the signal hit a verifier's `cat`, to reward 0); it was kept as a
+// trajectory, and a resume skipped it (seen on a Slurm array whose
+// cancelled element's merge differed from a one-machine run). Such
+// episodes are kept as cancelled, and the resume runs them again to the
+// outcome a run without the signal has. A SIGTERM to the collector alone
+// keeps the grace period: the episodes in flight finish as trajectories.
 func TestSIGTERMToEveryProcessKeepsHitEpisodesAsCancelled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the collector for seconds")
 	}
-	dir, work := t.TempDir(), t.TempDir()
-	started := filepath.Join(dir, "started")
-	spec := filepath.Join(dir, "hit.yaml")
-	require.NoError(t, os.WriteFile(spec, []byte(`id: hit
+	start := func(t *testing.T) (cmd *exec.Cmd, args []string, out string, stderr *strings.Builder) {
+		dir, work := t.TempDir(), t.TempDir()
+		started := filepath.Join(dir, "started")
+		spec := filepath.Join(dir, "hit.yaml")
+		require.NoError(t, os.WriteFile(spec, []byte(`id: hit
 instruction: wait, then say so
 solution:
   - {kind: exec, cmd: 'touch `+started+`; sleep 3'}
@@ -270,56 +273,80 @@ solution:
   - {kind: done}
 verify: {cmd: 'test -s awake.txt', reward: exit}
 `), 0o644))
-	out := filepath.Join(dir, "run")
-	args := []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-grace", "30s"}
-	cmd := collectProcess(args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, time.Minute, 10*time.Millisecond)
-	time.Sleep(200 * time.Millisecond) // the sleeps are surely running
-	signalTree(t, cmd.Process.Pid, syscall.SIGTERM)
-	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), "%s", stderr.String())
-
-	ds, err := shard.Open(out)
-	require.NoError(t, err)
-	killed := 0
-	for s, err := range ds.Steps() {
+		out = filepath.Join(dir, "run")
+		args = []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-grace", "30s"}
+		cmd = collectProcess(args...)
+		stderr = &strings.Builder{}
+		cmd.Stderr = stderr
+		require.NoError(t, cmd.Start())
+		require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, time.Minute, 10*time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the sleeps are surely running
+		return cmd, args, out, stderr
+	}
+	episodes := func(t *testing.T, out string) map[string]string {
+		ds, err := shard.Open(out)
 		require.NoError(t, err)
-		if s.ExitCode == 143 {
-			killed++
+		got := map[string]string{}
+		for e, err := range ds.Episodes() {
+			require.NoError(t, err)
+			got[e.EpisodeID] = e.ExitReason
+			require.Positive(t, e.Steps, "%s keeps its steps", e.EpisodeID)
+			if e.ExitReason == string(runtime.ExitCancelled) {
+				require.Contains(t, e.Detail, "reached the sandbox's processes too", e.EpisodeID)
+			}
 		}
-	}
-	require.Positive(t, killed, "the signal reached a sandbox's command")
-	for e, err := range ds.Episodes() {
-		require.NoError(t, err)
-		require.Equal(t, string(runtime.ExitCancelled), e.ExitReason, "episode %s, in flight at the signal, is no trajectory: %s", e.EpisodeID, e.Detail)
-		require.Contains(t, e.Detail, "killed by signal 15 after the stop signal")
-	}
-	for r, err := range ds.Rewards() {
-		require.NoError(t, err)
-		t.Errorf("a hit episode kept its reward: %+v", r)
+		return got
 	}
 
-	cmd = collectProcess(append(args, "-resume")...)
-	outb, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", outb)
-	ds, err = shard.Open(out)
-	require.NoError(t, err)
-	n := 0
-	for e, err := range ds.Episodes() {
+	t.Run("every process", func(t *testing.T) {
+		cmd, args, out, stderr := start(t)
+		signalTree(t, cmd.Process.Pid, syscall.SIGTERM)
+		require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), "%s", stderr.String())
+		require.Contains(t, stderr.String(), "the stop reached the sandboxes' processes too")
+		got := episodes(t, out)
+		require.NotEmpty(t, got, "the episodes in flight are kept")
+		for id, exit := range got {
+			require.Equal(t, string(runtime.ExitCancelled), exit, "episode %s, in flight at the signal, is no trajectory", id)
+		}
+		ds, err := shard.Open(out)
 		require.NoError(t, err)
-		n++
-		require.Equal(t, string(runtime.ExitDone), e.ExitReason, "resume ran %s again to its end", e.EpisodeID)
-	}
-	require.Equal(t, 4, n)
-	for s, err := range ds.Steps() {
+		for r, err := range ds.Rewards() {
+			require.NoError(t, err)
+			t.Errorf("a hit episode kept its reward: %+v", r)
+		}
+
+		outb, err := collectProcess(append(args, "-resume")...).CombinedOutput()
+		require.NoError(t, err, "%s", outb)
+		got = episodes(t, out)
+		require.Len(t, got, 4)
+		for id, exit := range got {
+			require.Equal(t, string(runtime.ExitDone), exit, "resume ran %s again to its end", id)
+		}
+		ds, err = shard.Open(out)
 		require.NoError(t, err)
-		require.Contains(t, []int32{0, -1}, s.ExitCode, "episode %s step %d: a command that succeeded, or the done call", s.EpisodeID, s.StepIndex)
-	}
-	for r, err := range ds.Rewards() {
-		require.NoError(t, err)
-		require.NotNil(t, r.Value)
-		require.Equal(t, 1.0, *r.Value, "episode %s", r.EpisodeID)
-	}
+		for s, err := range ds.Steps() {
+			require.NoError(t, err)
+			require.Contains(t, []int32{0, -1}, s.ExitCode, "episode %s step %d: a command that succeeded, or the done call", s.EpisodeID, s.StepIndex)
+		}
+		n := 0
+		for r, err := range ds.Rewards() {
+			require.NoError(t, err)
+			require.NotNil(t, r.Value)
+			require.Equal(t, 1.0, *r.Value, "episode %s", r.EpisodeID)
+			n++
+		}
+		require.Equal(t, 4, n)
+	})
+
+	t.Run("the collector alone", func(t *testing.T) {
+		cmd, _, out, stderr := start(t)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), "%s", stderr.String())
+		require.NotContains(t, stderr.String(), "reached the sandboxes' processes")
+		got := episodes(t, out)
+		require.NotEmpty(t, got)
+		for id, exit := range got {
+			require.Equal(t, string(runtime.ExitDone), exit, "episode %s finished within the grace period", id)
+		}
+	})
 }
