@@ -71,6 +71,12 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 	}
 	if detail, hit := er.halt.stopHit(ep); hit {
 		ep.Interrupted(detail)
+		if branched != nil {
+			// A root kept as cancelled branches when a resume runs it
+			// again, not from this run's checkpoint.
+			branched.release(ctx, er.log)
+			branched = nil
+		}
 	}
 	batch, keep := ep.Rows()
 	if !keep {

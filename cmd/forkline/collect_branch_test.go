@@ -104,6 +104,35 @@ func TestSIGTERMBranchingRunResumesToThePlannedTree(t *testing.T) {
 	require.Contains(t, r.stderr, `-branch: the run used "at=2,width=3", this command gives ""`)
 }
 
+// A stop sent to every process of the job (as Slurm's scancel does) in a
+// branching run: the roots in flight, branched or not, are kept as
+// cancelled, their branch points are released with nothing left behind,
+// and the resume grows the planned tree.
+func TestJobWideSIGTERMBranchingRunResumesToThePlannedTree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the collector for seconds")
+	}
+	work := t.TempDir()
+	cmd, spec, out := startCollect(t, work, "-grace", "30s", "-branch", "at=2,width=3", "-repeats", "4")
+	waitStarted(t, spec)
+	time.Sleep(600 * time.Millisecond) // past the first branch point
+	signalTree(t, cmd.Process.Pid, syscall.SIGTERM)
+	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))
+	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
+	left, err := os.ReadDir(work)
+	require.NoError(t, err)
+	require.Empty(t, left, "sandboxes or branch layers left in the workdir after the stop")
+
+	cmd = collectProcess("-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-resume", "-branch", "at=2,width=3")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
+	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
+	require.Len(t, branchTree(t, out, 4, 2, 3), 4*(1+3))
+	left, err = os.ReadDir(work)
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
 func TestCollectRefusesWhatBranchingDoesNotDoYet(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	for _, c := range []struct {
