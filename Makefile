@@ -17,7 +17,7 @@ help: ## list the targets
 build: ## build forkline into bin/
 	$(GO) build -o $(BIN)/forkline ./cmd/forkline
 
-test: ## run every test (about 3-6 minutes on 2 cores)
+test: ## run every test (about 7 minutes on 2 cores with every component; less when some skip)
 	$(GO) test $(TESTFLAGS) -count=1 -timeout 14m ./...
 
 test-race: ## every test under the race detector (slower: about 3x)
