@@ -199,9 +199,13 @@ func TestForkBombAndMemoryHog(t *testing.T) {
 			}
 		}()
 		obs, err := sb.Act(t.Context(), runtime.Action{Kind: runtime.ActExec,
-			// exec, not a fork: the command itself must outlive the bomb,
-			// so that only the timeout ends it.
-			Cmd: `bomb() { bomb | bomb & }; bomb; exec sleep 60`, TimeoutMS: 4000})
+			// The command forks the bomb once, then execs sleep: it must
+			// outlive the bomb, so that only the timeout ends it. The bomb
+			// runs in a subshell because a shell forks each side of a
+			// pipeline itself: in the command's own shell, the bomb could
+			// fill the limit between those two forks and make the command
+			// exit 2 (seen once on local).
+			Cmd: `(bomb() { bomb | bomb & }; bomb) & exec sleep 60`, TimeoutMS: 4000})
 		close(stop)
 		<-sampled
 		require.NoError(t, err, "a fork bomb is the action's failure, not the sandbox's")

@@ -135,7 +135,11 @@ func TestForkBombLocal(t *testing.T) {
 		}
 	}()
 	obs, err := sb.Act(t.Context(), runtime.Action{Kind: runtime.ActExec,
-		Cmd: `bomb() { bomb | bomb & }; bomb; exec sleep 60`, TimeoutMS: 3000})
+		// The command forks once, then only sleeps: the shell forks
+		// each side of a pipeline itself, so a bomb started in the
+		// command's own shell could fill the limit between its two forks
+		// and make that shell exit 2 (seen once on local).
+		Cmd: `(bomb() { bomb | bomb & }; bomb) & exec sleep 60`, TimeoutMS: 3000})
 	close(stop)
 	<-sampled
 	require.NoError(t, sampleErr, "sampling pids.current")
