@@ -509,7 +509,7 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	halt := &halter{sched: sched, stop: stopScheduling, cancelRun: cancelRun, log: inv.logf,
-		canary: startCanary(), hostProcesses: env.prov.Capabilities().Isolation == "none"}
+		canary: startCanary(), hostProcesses: env.prov.Capabilities().Isolation == "none", signalCame: make(chan struct{})}
 	defer halt.canary.stop()
 	stopGrace := context.AfterFunc(ctx, func() {
 		halt.signal()
@@ -641,12 +641,21 @@ func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, commit
 }
 
 // outcome decides the run's status and error. The run is complete when
-// every planned episode is kept, whatever its outcome — even if a stop came
-// during the grace period.
+// every planned episode is kept and finished, whatever its outcome — even
+// if a stop came during the grace period. An episode kept as cancelled is
+// not finished: a resume runs it again, so a run that holds one is partial
+// even when no planned episode is missing (a stop that cancelled every
+// episode of a small part).
 func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) (shard.Status, error) {
 	sum, plan := out.sum, out.sum.planned()
-	kept := len(out.committed) + sum.Done()
+	kept, cancelled := len(out.committed)+sum.Done(), sum.cancelled()
+	// finished counts kept episodes that a resume leaves alone.
+	finished := kept - cancelled
 	unavailable, writeErr, maxLoss := halt.state()
+	cancelledNote := ""
+	if cancelled > 0 {
+		cancelledNote = fmt.Sprintf(", %d of them cancelled (-resume runs them again)", cancelled)
+	}
 	switch rep := sum.Report(); {
 	case out.rec.failed() != nil || writeErr != nil:
 		// The writer broke: no new episode was started after it.
@@ -654,13 +663,13 @@ func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) 
 	case unavailable != nil:
 		return shard.StatusPartial, fmt.Errorf("%w: %d episodes were not kept and %d of %d planned episodes are kept; run again with -resume once it is back: %w",
 			ErrUnavailable, rep.NotRun, kept, plan, unavailable)
-	case kept < plan && ctx.Err() != nil:
-		return shard.StatusPartial, fmt.Errorf("collect: %w (%d of %d planned episodes kept)", context.Canceled, kept, plan)
-	case kept < plan && maxLoss:
-		return shard.StatusPartial, fmt.Errorf("%w %s: %d scaffold losses in this invocation; %d of %d planned episodes kept (-resume continues)",
-			ErrMaxLoss, inv.cfg.MaxLoss, sum.RanLosses(), kept, plan)
-	case kept < plan:
-		return shard.StatusPartial, fmt.Errorf("collect: %d of %d planned episodes are missing", plan-kept, plan)
+	case finished < plan && ctx.Err() != nil:
+		return shard.StatusPartial, fmt.Errorf("collect: %w (%d of %d planned episodes kept%s)", context.Canceled, kept, plan, cancelledNote)
+	case finished < plan && maxLoss:
+		return shard.StatusPartial, fmt.Errorf("%w %s: %d scaffold losses in this invocation; %d of %d planned episodes kept%s (-resume continues)",
+			ErrMaxLoss, inv.cfg.MaxLoss, sum.RanLosses(), kept, plan, cancelledNote)
+	case finished < plan:
+		return shard.StatusPartial, fmt.Errorf("collect: %d of %d planned episodes are missing or cancelled", plan-finished, plan)
 	case rep.Episodes > 0 && rep.Losses == rep.Episodes:
 		// Complete — every planned episode is kept — but nothing worked.
 		return shard.StatusComplete, fmt.Errorf("%w: all %d episodes of the run (%s)", ErrAllLost, rep.Episodes, mostCommonError(rep))

@@ -263,6 +263,49 @@ func TestCollectCancelThenResume(t *testing.T) {
 	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
 }
 
+// A stop that catches every planned episode in flight keeps them all as
+// cancelled: no planned episode is missing, but none is finished, so the
+// run is partial (CI once saw it called complete, exit 0, for a part of two
+// episodes on two replicas), and a resume finishes it.
+func TestAStopThatCancelsEveryPlannedEpisodeLeavesTheRunPartial(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "slow.yaml")
+	started := filepath.Join(dir, "started")
+	spec0 := strings.Replace(slowTask, "{kind: exec, cmd: sleep 0.2}", "{kind: exec, cmd: 'touch "+started+"; sleep 0.2'}", 1)
+	require.NoError(t, os.WriteFile(spec, []byte(spec0), 0o644))
+	cfg := baseConfig(t, spec)
+	cfg.Replicas, cfg.Repeats, cfg.Grace = 2, 2, 0
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			if _, err := os.Stat(started); err == nil {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	sum, err := Run(ctx, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+	rep := sum.Report()
+	require.Equal(t, 2, rep.Episodes, "both planned episodes are kept")
+	require.Equal(t, map[string]int{"cancelled": 2}, rep.ByExit, "and both were cancelled")
+	require.Equal(t, string(shard.StatusPartial), rep.Status)
+	require.Contains(t, err.Error(), "2 of 2 planned episodes kept, 2 of them cancelled (-resume runs them again)")
+	ds, err := shard.Open(cfg.Out)
+	require.NoError(t, err)
+	require.Equal(t, shard.StatusPartial, ds.Manifest().Status)
+
+	cfg.Resume = true
+	sum, err = Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"done": 2}, sum.Report().ByExit)
+	ds, err = shard.Open(cfg.Out)
+	require.NoError(t, err)
+	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
+}
+
 func TestFailingSetupAndHangingCommandsAreObservations(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte(`id: broken

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -131,8 +132,9 @@ type halter struct {
 	hostProcesses bool
 
 	mu          sync.Mutex
-	signalled   time.Time // when the run's stop signal (the first SIGINT/SIGTERM) came
-	unavailable error     // the first error that marked a service unavailable
+	signalled   time.Time     // when the run's stop signal (the first SIGINT/SIGTERM) came
+	signalCame  chan struct{} // closed at that moment
+	unavailable error         // the first error that marked a service unavailable
 	writeErr    error
 	maxLoss     bool
 }
@@ -161,12 +163,26 @@ func (h *halter) stopped() bool { return h.sched.Err() != nil }
 // collector alone (an operator's kill PID, Kubernetes' SIGTERM to the
 // container's first process) keeps -grace as it is.
 
+//
+// The collector may learn of the stop after its children: Slurm's
+// proctrack/linuxproc signals a job's process tree deepest first, so a
+// verifier's `cat` dies, its shell exits 1 and the episode ends while the
+// collector's own SIGTERM is still on its way. An episode that ends before
+// the collector has seen a stop therefore asks the canary too: a canary
+// already struck (a signal pending, dying, or dead of a signal) means a
+// stop is under way, and the episode waits for the collector's signal
+// before it is judged. The canary is the collector's child, signalled in
+// the same sweep as the sandboxes' commands, microseconds apart; the
+// episode's end takes a shell's exit and the verifier's scoring after its
+// command died, which is longer.
+
 // canary is the child whose fate says whether a stop reached the
 // collector's children too.
 type canary struct {
-	cmd  *exec.Cmd
-	gone chan struct{} // closed when the canary has exited
-	hit  bool          // it died of a signal nobody in the collector sent; read after gone
+	cmd    *exec.Cmd
+	gone   chan struct{} // closed when the canary has exited
+	hit    bool          // it died of a signal nobody in the collector sent; read after gone
+	diedAt time.Time     // when it was reaped; read after gone
 }
 
 // startCanary starts the canary; nil when the host has no sleep(1), and a
@@ -186,6 +202,7 @@ func startCanary() *canary {
 		if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() != syscall.SIGKILL {
 			c.hit = true
 		}
+		c.diedAt = time.Now()
 		close(c.gone)
 	}()
 	return c
@@ -197,23 +214,60 @@ func startCanary() *canary {
 // reaping the canary takes milliseconds.
 const canaryWait = time.Second
 
-// reached reports whether the stop reached the collector's children; it
-// waits up to canaryWait after since for the canary to tell.
+// reached reports whether the stop that came at since reached the
+// collector's children; it waits up to canaryWait after since for the
+// canary to tell. A canary that died of a signal long before the stop (a
+// `pkill sleep` on the host an hour ago) tells nothing about it.
 func (c *canary) reached(since time.Time) bool {
 	if c == nil {
 		return true
 	}
 	select {
 	case <-c.gone:
-		return c.hit
 	case <-time.After(time.Until(since.Add(canaryWait))):
 		select {
 		case <-c.gone:
-			return c.hit
 		default:
 			return false
 		}
 	}
+	return c.hit && c.diedAt.After(since.Add(-canaryWait))
+}
+
+// struck reports, without waiting, whether something is happening to the
+// canary: it died of a signal, or, read from /proc, a signal is pending on
+// it or it is no longer asleep (dying, a zombie not yet reaped). It is a
+// hint that a stop is under way, not a verdict: the verdict is reached's,
+// once the collector has its own signal.
+func (c *canary) struck() bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c.gone:
+		return c.hit
+	default:
+	}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/status")
+	if err != nil {
+		// Gone from /proc: it has exited and is being reaped.
+		return true
+	}
+	for line := range strings.Lines(string(status)) {
+		key, value, _ := strings.Cut(strings.TrimSpace(line), ":")
+		value = strings.TrimSpace(value)
+		switch key {
+		case "State":
+			if !strings.HasPrefix(value, "S") {
+				return true
+			}
+		case "SigPnd", "ShdPnd":
+			if strings.Trim(value, "0") != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // stop ends the canary (SIGKILL: not a hit).
@@ -229,6 +283,16 @@ func (c *canary) stop() {
 // signal came, is to be kept as cancelled (the decision above), and why.
 func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
 	at, ok := h.signalledAt()
+	if !ok && h.canary.struck() {
+		// The stop reached the canary before the collector (above): wait
+		// for the collector's own signal. None within canaryWait means
+		// the canary alone was killed, and nothing stops.
+		select {
+		case <-h.signalCame:
+			at, ok = h.signalledAt()
+		case <-time.After(canaryWait):
+		}
+	}
 	if !ok || !h.canary.reached(at) {
 		return "", false
 	}
@@ -244,8 +308,11 @@ func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
 // signal records the moment of the run's stop signal.
 func (h *halter) signal() {
 	h.mu.Lock()
-	h.signalled = time.Now()
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	if h.signalled.IsZero() {
+		h.signalled = time.Now()
+		close(h.signalCame)
+	}
 }
 
 func (h *halter) signalledAt() (time.Time, bool) {

@@ -177,6 +177,16 @@ func (s *Summary) Done() int {
 	return s.Ran
 }
 
+// cancelled returns how many episodes of the dataset are kept as
+// cancelled: a resume removes the ones an earlier invocation kept (they
+// are not tallied), so these are this invocation's, and a resume runs
+// them again.
+func (s *Summary) cancelled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ByExit[string(runtime.ExitCancelled)]
+}
+
 // RanLosses returns how many of them are scaffold losses.
 func (s *Summary) RanLosses() int {
 	s.mu.Lock()

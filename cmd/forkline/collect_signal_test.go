@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -213,6 +214,29 @@ func TestSIGKILLLosesAtMostTheOpenGenerationThenResumeCompletes(t *testing.T) {
 // children, in process groups of their own, and get the signal too.
 func signalTree(t *testing.T, pid int, sig syscall.Signal) {
 	t.Helper()
+	for _, p := range processTree(t, pid) {
+		_ = syscall.Kill(p, sig)
+	}
+}
+
+// signalTreeDeepestFirst signals pid's descendants deepest first and pid
+// itself last, after lag: the order of Slurm's proctrack/linuxproc (its
+// kill list is built by prepending each level's children before their own
+// descendants), with the collector's signal late, as when the sweep is
+// slow or the collector's notification is.
+func signalTreeDeepestFirst(t *testing.T, pid int, sig syscall.Signal, lag time.Duration) {
+	t.Helper()
+	tree := processTree(t, pid)
+	for _, p := range slices.Backward(tree[1:]) {
+		_ = syscall.Kill(p, sig)
+	}
+	time.Sleep(lag)
+	_ = syscall.Kill(pid, sig)
+}
+
+// processTree lists pid and its descendants, breadth first.
+func processTree(t *testing.T, pid int) []int {
+	t.Helper()
 	parents := map[int][]int{}
 	stats, err := filepath.Glob("/proc/[0-9]*/stat")
 	require.NoError(t, err)
@@ -242,9 +266,7 @@ func signalTree(t *testing.T, pid int, sig syscall.Signal) {
 		tree = append(tree, parents[tree[i]]...)
 	}
 	require.Greater(t, len(tree), 1, "the collector has children to signal")
-	for _, p := range tree {
-		_ = syscall.Kill(p, sig)
-	}
+	return tree
 }
 
 // TestSIGTERMToEveryProcessKeepsHitEpisodesAsCancelled: a batch system's
@@ -336,6 +358,21 @@ verify: {cmd: 'test -s awake.txt', reward: exit}
 			n++
 		}
 		require.Equal(t, 4, n)
+	})
+
+	// Slurm's order, with the collector's own signal 400 ms after its
+	// children's: the first episodes end (their killed sleep read as a
+	// failed step, then echo, done and the verifier) before the collector
+	// knows of any stop. CI saw such an episode kept with reward 0.
+	t.Run("children first, the collector late", func(t *testing.T) {
+		cmd, _, out, stderr := start(t)
+		signalTreeDeepestFirst(t, cmd.Process.Pid, syscall.SIGTERM, 400*time.Millisecond)
+		require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), "%s", stderr.String())
+		got := episodes(t, out)
+		require.NotEmpty(t, got, "the episodes in flight are kept")
+		for id, exit := range got {
+			require.Equal(t, string(runtime.ExitCancelled), exit, "episode %s, in flight at the signal, is no trajectory", id)
+		}
 	})
 
 	t.Run("the collector alone", func(t *testing.T) {
