@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -333,7 +334,15 @@ func TestConcurrentSessionsEarnTheScriptedRewardsAndAreRecorded(t *testing.T) {
 
 	replayed, err := replay.Run(context.Background(), replay.Config{In: out, WorkDir: t.TempDir(), Replicas: 2})
 	require.NoError(t, err)
-	require.Equal(t, sessions*len(specs), replayed.Identical, "replay: %d identical, %d diverged, %d errored", replayed.Identical, replayed.Diverged, replayed.Errored)
+	var odd []string
+	for _, e := range replayed.Episodes {
+		if e.Status != replay.Identical {
+			b, _ := json.Marshal(e)
+			odd = append(odd, string(b))
+		}
+	}
+	require.Equal(t, sessions*len(specs), replayed.Identical, "replay: %d identical, %d diverged, %d errored; the others:\n%s",
+		replayed.Identical, replayed.Diverged, replayed.Errored, strings.Join(odd, "\n"))
 }
 
 // checkRecorded reads the dataset back and compares it with what the
