@@ -162,7 +162,6 @@ func (h *halter) stopped() bool { return h.sched.Err() != nil }
 // episode; keeping it would train on a fault. A stop that reached the
 // collector alone (an operator's kill PID, Kubernetes' SIGTERM to the
 // container's first process) keeps -grace as it is.
-
 //
 // The collector may learn of the stop after its children: Slurm's
 // proctrack/linuxproc signals a job's process tree deepest first, so a
@@ -239,19 +238,30 @@ func (c *canary) reached(since time.Time) bool {
 // it or it is no longer asleep (dying, a zombie not yet reaped). It is a
 // hint that a stop is under way, not a verdict: the verdict is reached's,
 // once the collector has its own signal.
+//
+// A canary that died long ago (a `pkill sleep` on the host) is not struck:
+// otherwise every later episode would wait canaryWait for a signal that
+// never comes. The guard is blind from then on, as without a canary.
 func (c *canary) struck() bool {
 	if c == nil {
 		return false
 	}
+	recent := func() bool { return c.hit && time.Since(c.diedAt) < canaryWait }
 	select {
 	case <-c.gone:
-		return c.hit
+		return recent()
 	default:
 	}
 	status, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/status")
 	if err != nil {
-		// Gone from /proc: it has exited and is being reaped.
-		return true
+		// Gone from /proc: it has exited and is being reaped (or /proc
+		// cannot be read, and nothing is known).
+		select {
+		case <-c.gone:
+			return recent()
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
 	}
 	for line := range strings.Lines(string(status)) {
 		key, value, _ := strings.Cut(strings.TrimSpace(line), ":")
