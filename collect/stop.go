@@ -241,7 +241,8 @@ func (c *canary) reached(since time.Time) bool {
 //
 // A canary that died long ago (a `pkill sleep` on the host) is not struck:
 // otherwise every later episode would wait canaryWait for a signal that
-// never comes. The guard is blind from then on, as without a canary.
+// never comes. The guard is blind from then on: a later stop is taken
+// to reach the collector alone (reached).
 func (c *canary) struck() bool {
 	if c == nil {
 		return false
