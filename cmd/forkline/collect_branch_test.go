@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -76,27 +77,43 @@ func branchTree(t *testing.T, out string, repeats, at, width int) map[string]sch
 	return eps
 }
 
-func TestSIGTERMBranchingRunResumesToThePlannedTree(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the collector for seconds")
-	}
-	work := t.TempDir()
-	cmd, spec, out := startCollect(t, work, "-grace", "0s", "-branch", "at=2,width=3", "-repeats", "4")
+// stopBranchingRunThenResume starts a branching run (-branch at=2,width=3,
+// 4 roots of the slow task) with grace, stops it past the first branch
+// point with stop, requires a partial run and, when check is given, runs
+// it on the stopped run; then resumes it and requires the planned tree of
+// 4×(1+3) episodes with nothing left in the workdir. It returns the
+// task spec, output and workdir.
+func stopBranchingRunThenResume(t *testing.T, grace string, stop func(*exec.Cmd), check func(work string)) (spec, out, work string) {
+	t.Helper()
+	work = t.TempDir()
+	cmd, spec, out := startCollect(t, work, "-grace", grace, "-branch", "at=2,width=3", "-repeats", "4")
 	waitStarted(t, spec)
 	time.Sleep(600 * time.Millisecond) // past the first branch point
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	stop(cmd)
 	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))
 	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
+	if check != nil {
+		check(work)
+	}
 
 	cmd = collectProcess("-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-resume", "-branch", "at=2,width=3")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
 	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
-	eps := branchTree(t, out, 4, 2, 3)
-	require.Len(t, eps, 4*(1+3), "every root of the slow task runs past step 2")
+	require.Len(t, branchTree(t, out, 4, 2, 3), 4*(1+3), "every root of the slow task runs past step 2")
 	left, err := os.ReadDir(work)
 	require.NoError(t, err)
 	require.Empty(t, left, "sandboxes or branch layers left in the workdir")
+	return spec, out, work
+}
+
+func TestSIGTERMBranchingRunResumesToThePlannedTree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the collector for seconds")
+	}
+	spec, out, work := stopBranchingRunThenResume(t, "0s", func(cmd *exec.Cmd) {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	}, nil)
 
 	// A resume without the plan is refused, and says which.
 	r := execute(context.Background(), "collect", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-resume")
@@ -112,25 +129,13 @@ func TestJobWideSIGTERMBranchingRunResumesToThePlannedTree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the collector for seconds")
 	}
-	work := t.TempDir()
-	cmd, spec, out := startCollect(t, work, "-grace", "30s", "-branch", "at=2,width=3", "-repeats", "4")
-	waitStarted(t, spec)
-	time.Sleep(600 * time.Millisecond) // past the first branch point
-	signalTree(t, cmd.Process.Pid, syscall.SIGTERM)
-	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))
-	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
-	left, err := os.ReadDir(work)
-	require.NoError(t, err)
-	require.Empty(t, left, "sandboxes or branch layers left in the workdir after the stop")
-
-	cmd = collectProcess("-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-resume", "-branch", "at=2,width=3")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
-	require.Equal(t, shard.StatusComplete, manifestStatus(t, out))
-	require.Len(t, branchTree(t, out, 4, 2, 3), 4*(1+3))
-	left, err = os.ReadDir(work)
-	require.NoError(t, err)
-	require.Empty(t, left)
+	stopBranchingRunThenResume(t, "30s", func(cmd *exec.Cmd) {
+		signalTree(t, cmd.Process.Pid, syscall.SIGTERM)
+	}, func(work string) {
+		left, err := os.ReadDir(work)
+		require.NoError(t, err)
+		require.Empty(t, left, "sandboxes or branch layers left in the workdir after the stop")
+	})
 }
 
 func TestCollectRefusesWhatBranchingDoesNotDoYet(t *testing.T) {
