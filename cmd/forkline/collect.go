@@ -58,7 +58,7 @@ ends partial and the command that finishes it is printed. A second signal exits 
 			"forkline collect -tasks tasks/ -policy openai -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -out runs/rl",
 		},
 		Exits: []cli.Exit{
-			{Code: cli.ExitOK, Meaning: "complete: every planned episode is kept, whatever its outcome; or a resumed run was complete already (nothing to do)"},
+			{Code: cli.ExitOK, Meaning: "complete: every planned episode is kept and finished (none kept as cancelled), whatever its outcome; or a resumed run was complete already (nothing to do)"},
 			{Code: cli.ExitFailed, Meaning: "failed or partial for another reason (the dataset could not be written, episodes missing); the printed command finishes it once the cause is fixed"},
 			{Code: cli.ExitBadInput, Meaning: "bad input: flags, task files, unknown names, an output directory holding another run, a -resume that does not match the run; nothing was changed"},
 			{Code: cli.ExitLosses, Meaning: "every episode of the complete run is a scaffold loss, or -max-loss stopped the run (partial)"},
