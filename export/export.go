@@ -8,7 +8,7 @@
 // Out (and never over an input, or over anything export did not write: see
 // output.go), and the registry of targets (Targets, Describe) that hands each
 // selected episode, as an export/model Episode with the conversation its
-// policy recorded (policy.Record), to a writer in formats/.
+// policy recorded (manifest.Policy), to a writer in formats/.
 //
 // It reads datasets only through formats/shard and their manifests; it must
 // not know how a dataset was collected (providers, pools, policies at run

@@ -9,6 +9,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/task"
 )
@@ -20,7 +21,7 @@ type input struct {
 	m     shard.Manifest
 	tasks map[string]task.Spec
 	// conversation is how the run's policy talked to its model, as the
-	// manifest's policy record shows it (policy.Record.Shown).
+	// manifest's policy record shows it (manifest.Policy.Shown).
 	conversation policy.Conversation
 	noPixels     bool // capture pixels=none: hashes without blobs
 	read         int64
@@ -64,14 +65,14 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 // readPolicy takes what shaped the model's conversation from the policy
 // record the manifest holds: the conversation the collector recorded, or
 // for older manifests and other tools' what the options say (see
-// policy.Record.Shown). A manifest without a policy entry had none: no
+// manifest.Policy.Shown). A manifest without a policy entry had none: no
 // system message, every action as a function, whole observations,
 // enable_thinking unknown.
 func readPolicy(in *input) error {
 	if len(in.m.Policy) == 0 {
 		return nil
 	}
-	rec, err := policy.DecodeRecord(in.m.Policy)
+	rec, err := manifest.DecodePolicy(in.m.Policy)
 	if err != nil {
 		return err
 	}

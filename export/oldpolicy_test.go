@@ -16,12 +16,12 @@ import (
 
 // A dataset whose manifest holds the policy entry in the form collectors
 // wrote before the conversation was typed (every value a string; the
-// manifest is policy/testdata's, from commit e227819, an openai run with
+// manifest is manifest/testdata's, from commit e227819, an openai run with
 // tool_mode=text, three actions and a 4096-byte observation cap) exports
 // the conversation its model had: the recorded system prompt, calls in
 // the text, observations as user messages capped as recorded, no tools.
 func TestOldFormPolicyEntryExports(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "policy", "testdata", "manifest-e227819-openai.json"))
+	raw, err := os.ReadFile(filepath.Join("..", "manifest", "testdata", "manifest-e227819-openai.json"))
 	require.NoError(t, err)
 	var m struct {
 		Policy map[string]any `json:"policy"`

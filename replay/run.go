@@ -3,7 +3,6 @@ package replay
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
@@ -141,11 +141,14 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	if cfg.Provider == "" {
-		var rec struct {
-			Name string `json:"name"`
+		cfg.Provider = "local"
+		if len(m.Provider) > 0 {
+			rec, err := manifest.DecodeProvider(m.Provider)
+			if err != nil {
+				return nil, fmt.Errorf("replay: %s: %w", cfg.In, err)
+			}
+			cfg.Provider = cmp.Or(rec.Name, cfg.Provider)
 		}
-		json.Unmarshal(m.Provider, &rec)
-		cfg.Provider = cmp.Or(rec.Name, "local")
 	}
 	rp := &replayer{cfg: cfg, specs: specs, blob: ds.Blob, templates: map[string]*pool.Template{}, compare: recorded, replayed: m.RunID}
 	rp.compare.Pixels = capture.PixelsNone
