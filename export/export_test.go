@@ -708,7 +708,11 @@ func TestPairPlan(t *testing.T) {
 		"g1": {members: []member{{"e3", 0.5}, {"e1", 1}, {"e2", 1}, {"e4", 0}, {"e5", 0}}},
 		"g2": {members: []member{{"u1", 1}, {"u2", 1}}},
 		"g3": {members: []member{{"s1", 1}}, unrated: 1},
-	}, order: []string{"g1", "g2", "g3"}}
+		// A group with no rated episode: a branched root (its reward is
+		// its branches'), or a task without verify:. It pairs nothing and
+		// must not be indexed (it panicked: index out of range [0]).
+		"g4": {unrated: 2},
+	}, order: []string{"g1", "g2", "g3", "g4"}}
 	pl := g.plan(PairsMax)
 	assert.Equal(t, []plannedPair{{"g1", "e1", "e4"}}, pl.pairs)
 	assert.Equal(t, map[string]string{"e2": RefusedNotExtreme, "e3": RefusedNotExtreme, "e5": RefusedNotExtreme,
