@@ -257,12 +257,17 @@ var options = map[string]option{
 		c.ToolMode = policy.ToolMode(v)
 		return nil
 	}},
-	"actions": {"comma-separated canonical actions offered to the model, the same for every task (default: the actions each task allows)", func(c *Config, v string) error {
+	"actions": {"comma-separated canonical actions offered to the model, the same for every task; done is always offered, added last when not listed (default: the actions each task allows)", func(c *Config, v string) error {
 		c.Actions = []runtime.ActionKind{}
 		for _, k := range strings.Split(v, ",") {
 			if k = strings.TrimSpace(k); k != "" {
 				c.Actions = append(c.Actions, runtime.ActionKind(k))
 			}
+		}
+		// Every task allows done (docs/TASKS.md): without it a model can
+		// never finish, and every episode would end no_action.
+		if len(c.Actions) > 0 && !slices.Contains(c.Actions, runtime.ActDone) {
+			c.Actions = append(c.Actions, runtime.ActDone)
 		}
 		return nil
 	}},
