@@ -210,17 +210,33 @@ func (p *Policy) generate(ctx context.Context, info serverInfo, prompt []int32) 
 	case generateInference:
 		return p.generateInference(ctx, info, prompt)
 	case generateSGLang:
-		return p.generateSGLang(ctx, prompt)
+		return p.generateSGLang(ctx, info, prompt)
 	}
 	return p.generateCompletions(ctx, info, prompt)
 }
 
-func (p *Policy) maxTokens() *int {
-	if p.cfg.MaxTokens > 0 {
-		n := p.cfg.MaxTokens
-		return &n
+// maxTokens is the most tokens a generation from a prompt of promptLen ids
+// may add: the user's cap (max_tokens), bounded by what the prompt leaves
+// of the server's context when the server says how long it is; without a
+// cap, all that is left. nil when neither is known, for the routes whose
+// servers then give the rest of the context themselves (vLLM's
+// /inference/v1/generate, SGLang's /generate); the probe refuses
+// /v1/completions that way, where it would be 16.
+func (p *Policy) maxTokens(info serverInfo, promptLen int) (*int, error) {
+	n := p.cfg.MaxTokens
+	if info.maxModelLen > 0 {
+		left := info.maxModelLen - promptLen
+		if left < 1 {
+			return nil, fmt.Errorf("openai: tito: the episode's %d tokens fill the model's context (max_model_len %d)", promptLen, info.maxModelLen)
+		}
+		if n == 0 || n > left {
+			n = left
+		}
 	}
-	return nil
+	if n == 0 {
+		return nil, nil
+	}
+	return &n, nil
 }
 
 // generateCompletions is POST /v1/completions with the prompt as ids. The
@@ -228,8 +244,12 @@ func (p *Policy) maxTokens() *int {
 // prompt_token_ids): one that added a token of its own (a BOS) would make
 // the record a lie.
 func (p *Policy) generateCompletions(ctx context.Context, info serverInfo, prompt []int32) (generation, error) {
+	budget, err := p.maxTokens(info, len(prompt))
+	if err != nil {
+		return generation{}, err
+	}
 	req := completionsRequest{
-		Model: p.cfg.Model, Prompt: prompt, MaxTokens: p.maxTokens(), Temperature: p.cfg.Temperature,
+		Model: p.cfg.Model, Prompt: prompt, MaxTokens: budget, Temperature: p.cfg.Temperature,
 		TopP: p.cfg.TopP, Seed: p.cfg.Seed, ReturnTokenIDs: true,
 	}
 	if p.cfg.Logprobs {
@@ -307,8 +327,12 @@ func checkGeneration(g *generation, url string) error {
 // only: unless the server parses (derender), the text comes from
 // /detokenize.
 func (p *Policy) generateInference(ctx context.Context, info serverInfo, prompt []int32) (generation, error) {
+	budget, err := p.maxTokens(info, len(prompt))
+	if err != nil {
+		return generation{}, err
+	}
 	req := inferenceRequest{Model: p.cfg.Model, TokenIDs: prompt, SamplingParams: samplingParams{
-		MaxTokens: p.maxTokens(), Temperature: p.cfg.Temperature, TopP: p.cfg.TopP, Seed: p.cfg.Seed,
+		MaxTokens: budget, Temperature: p.cfg.Temperature, TopP: p.cfg.TopP, Seed: p.cfg.Seed,
 	}}
 	if p.cfg.Logprobs {
 		zero := 0
@@ -356,9 +380,13 @@ func (p *Policy) generateInference(ctx context.Context, info serverInfo, prompt 
 }
 
 // generateSGLang is SGLang's native POST /generate with input_ids.
-func (p *Policy) generateSGLang(ctx context.Context, prompt []int32) (generation, error) {
+func (p *Policy) generateSGLang(ctx context.Context, info serverInfo, prompt []int32) (generation, error) {
+	budget, err := p.maxTokens(info, len(prompt))
+	if err != nil {
+		return generation{}, err
+	}
 	req := sglangRequest{InputIDs: prompt, ReturnLogprob: p.cfg.Logprobs, SamplingParams: sglangSampling{
-		MaxNewTokens: p.maxTokens(), Temperature: p.cfg.Temperature, TopP: p.cfg.TopP, SamplingSeed: p.cfg.Seed,
+		MaxNewTokens: budget, Temperature: p.cfg.Temperature, TopP: p.cfg.TopP, SamplingSeed: p.cfg.Seed,
 	}}
 	var resp sglangResponse
 	url := p.client.urls.root(generateSGLang)
