@@ -159,6 +159,9 @@ type turn struct {
 	// truncated, when set, says why the reply is cut and must not be
 	// executed.
 	truncated string
+	// lost, when set, says why the turn's token ids are lost and the
+	// episode cannot go on (token in, token out).
+	lost string
 }
 
 // Decide sends the conversation so far, or in token-in-token-out mode the
@@ -248,6 +251,9 @@ func (p *Policy) decision(h runtime.History, info serverInfo, t *turn) (runtime.
 	ev := t.ev
 	stop := func(exit runtime.ExitReason, detail string) (runtime.Decision, error) {
 		return runtime.Decision{Stop: exit, Model: ev, Detail: detail}, nil
+	}
+	if t.lost != "" {
+		return stop(runtime.ExitPolicyError, t.lost)
 	}
 	if t.truncated != "" {
 		return stop(runtime.ExitOutputTruncated, t.truncated)

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,6 +86,9 @@ func (p *Policy) titoTurn(ctx context.Context, info serverInfo, fresh []chatMess
 	endpoints := []string{info.render}
 	began := time.Now()
 	gen, err := p.generate(ctx, info, prompt)
+	if errors.Is(err, errNoTokenIDs) {
+		return p.lostTurn(info, prompt, gen, began, append(endpoints, gen.endpoints...), err), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +144,23 @@ func (p *Policy) titoTurn(ctx context.Context, info serverInfo, fresh []chatMess
 	p.ids = append(slices.Clip(slices.Clone(prompt)), gen.ids...)
 	p.turnEnd = gen.ids[len(gen.ids)-1]
 	return t, nil
+}
+
+// lostTurn is a turn the server answered without token ids that could not
+// be read back either (no return_token_ids, no token-named logprobs): the
+// policy cannot continue the episode's ids, so the episode ends
+// policy_error, and the turn is recorded with its prompt and no response
+// ids, so that its token record is cut there (missing_ids) and flagged, as
+// chat mode flags the same fault, rather than kept whole up to the turn
+// before as if nothing had been lost.
+func (p *Policy) lostTurn(info serverInfo, prompt []int32, gen generation, began time.Time, endpoints []string, err error) *turn {
+	model := cmp.Or(gen.model, p.cfg.Model)
+	ev := &runtime.ModelEvent{
+		Model: model, PromptIDs: prompt, FinishReason: gen.finish, Latency: time.Since(began), RawText: gen.text,
+		Usage:      runtime.Usage{PromptTokens: len(prompt)},
+		Provenance: runtime.Provenance{Path: runtime.TokenPathTITO, Endpoints: endpoints, TemplateSHA256: info.templateSHA},
+	}
+	return &turn{ev: ev, lost: fmt.Sprintf("openai: tito: %v; the episode's token ids cannot go on without them (the record is cut here, missing_ids)", err)}
 }
 
 // newTurn is the ids the template writes after the last reply for fresh
@@ -311,11 +332,15 @@ func idsFromTokenNames(names []string) []int32 {
 	return out
 }
 
-// checkGeneration refuses a reply without ids or with a finish this policy
-// cannot continue from.
+// errNoTokenIDs is a generation answered without token ids (and none could
+// be read off its logprobs).
+var errNoTokenIDs = errors.New("the reply carries no token ids")
+
+// checkGeneration refuses a reply without ids (errNoTokenIDs) or with a
+// finish this policy cannot continue from.
 func checkGeneration(g *generation, url string) error {
 	if len(g.ids) == 0 {
-		return fmt.Errorf("%w: POST %s: the reply carries no token ids", ErrBadResponse, pathOf(url))
+		return fmt.Errorf("%w: POST %s: %w", ErrBadResponse, pathOf(url), errNoTokenIDs)
 	}
 	if g.finish != "stop" && g.finish != "length" {
 		return fmt.Errorf("%w: POST %s: finish_reason %q", ErrBadResponse, pathOf(url), g.finish)
