@@ -58,3 +58,30 @@ func TestOldFormPolicyEntryExports(t *testing.T) {
 		assert.Empty(t, msg.ToolCalls, "message %d", i+2)
 	}
 }
+
+// A run whose policy talked to no model (the script policy: no recorded
+// conversation) exports the tools each task allows (docs/TASKS.md): a shell
+// task's SFT rows offer exec, read_file, write_file and done, never the
+// browser tools. They offered all eleven before.
+func TestScriptRunExportsTheTasksTools(t *testing.T) {
+	dir := t.TempDir()
+	run := writeRun(t, dir, runSpec{runID: "run-script", policy: map[string]any{"name": "script", "script_file": "", "script_sha256": "", "options": map[string]string{}},
+		episodes: []shard.EpisodeBatch{episodeBatch("script-0", epOpts{task: "shell", exit: "done", turns: 0, reward: ptr(1.0)})}})
+	out := filepath.Join(t.TempDir(), "chat")
+	exportOK(t, Options{Inputs: []string{run}, Target: "chat-jsonl", Out: out})
+	data, err := os.ReadFile(filepath.Join(out, "train.jsonl"))
+	require.NoError(t, err)
+	var line struct {
+		Tools []struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(data), &line))
+	var names []string
+	for _, tl := range line.Tools {
+		names = append(names, tl.Function.Name)
+	}
+	assert.ElementsMatch(t, []string{"exec", "read_file", "write_file", "done"}, names)
+}
