@@ -256,6 +256,13 @@ func (p *Policy) decision(h runtime.History, info serverInfo, t *turn) (runtime.
 		return stop(runtime.ExitPolicyError, t.lost)
 	}
 	if t.truncated != "" {
+		// Never run, but recorded as generated: a call the parser read
+		// from the cut reply is kept on the event (not as an action), so
+		// the message exports write the cut turn as the token exports keep
+		// its ids (docs/exports.md).
+		if p.cfg.ToolMode == ToolsNative && len(t.calls) > 0 {
+			ev.ToolCalls = recordCalls(t.calls)
+		}
 		return stop(runtime.ExitOutputTruncated, t.truncated)
 	}
 	calls, native, err := p.calls(t)

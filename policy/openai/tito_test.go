@@ -375,6 +375,12 @@ func TestCutToolCallIsNotExecuted(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, runtime.ExitOutputTruncated, d.Stop, mode)
 		require.Empty(t, d.Action.Kind)
+		// The cut reply is recorded as generated — the call the parser
+		// read from it, never run — so that the message exports write it
+		// as the last assistant turn, as the token exports keep its ids.
+		require.Len(t, d.Model.ToolCalls, 1, "%s: the cut call is recorded", mode)
+		require.Equal(t, "exec", d.Model.ToolCalls[0].Name, mode)
+		require.Empty(t, d.Model.Actions, "%s: and not as an action", mode)
 		if mode == "chat" {
 			g := generations(s)[0]
 			require.Contains(t, string(g.Response), `"finish_reason":"tool_calls"`, "the server reports the cut call as a call")
