@@ -108,7 +108,7 @@ func TestSummarize(t *testing.T) {
 		"steps     3 shards",
 		"provider  local (fork=copy)",
 		"policy    openai (base_url=http://127.0.0.1:8000/v1, model=m)",
-		"conversation: actions=exec,done, enable_thinking=false, observation_cap=12,\n                          system_prompt=You are careful., tool_mode=native",
+		"conversation: actions=exec,done, enable_thinking=false, observation_cap=12, observe=text,\n                          system_prompt=You are careful., tool_mode=native",
 		"capture   a11y full, pixels hash, text full, tokens keep",
 		"verify    ok",
 		"episodes: 6, 8 steps; scaffold losses: 1",

@@ -453,6 +453,9 @@ func conversationSettings(c policy.Conversation) []string {
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return []string{"(unreadable: " + err.Error() + ")"}
 	}
+	// What the model was shown of GUI observations, also where a manifest
+	// that predates the field left it out (text).
+	fields["observe"], _ = json.Marshal(c.Shows())
 	var parts []string
 	for _, k := range sortedKeys(fields) {
 		raw := fields[k]
