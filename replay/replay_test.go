@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/observe"
 
 	_ "github.com/forkline/forkline/providers/all"
 )
@@ -25,9 +26,20 @@ func collectRun(t *testing.T, tasks string) string {
 func TestReplayOnSameProviderIsIdentical(t *testing.T) {
 	run := collectRun(t, "../examples/tasks")
 	for _, mode := range []Mode{Exact, Normalized, Hash} {
-		rep, err := Run(context.Background(), Config{In: run, Mode: mode, WorkDir: t.TempDir()})
+		var started []observe.RunStarted
+		rep, err := Run(context.Background(), Config{In: run, Mode: mode, WorkDir: t.TempDir(),
+			Observer: observe.Func(func(e observe.Event) {
+				if s, ok := e.(observe.RunStarted); ok {
+					started = append(started, s)
+				}
+			})})
 		require.NoError(t, err)
 		require.Equal(t, 6, rep.Identical, "mode %s: %+v", mode, rep.Episodes)
+		// The progress line's total and the start record's count: the
+		// episodes to replay (it said 0, and progress showed "6/0").
+		require.Len(t, started, 1)
+		require.Equal(t, 6, started[0].Todo)
+		require.Equal(t, 6, started[0].Planned)
 		require.Zero(t, rep.Diverged+rep.Errored)
 		for _, e := range rep.Episodes {
 			require.Equal(t, e.Steps, e.Matched)

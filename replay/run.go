@@ -395,8 +395,13 @@ func (rp *replayer) observeEnded(er EpisodeReport) {
 // countSelected counts the episodes the replay will run (the progress's
 // total), from the episode rows only.
 func (rp *replayer) countSelected(src episodeSource) (int, error) {
-	ds, ok := src.(*shard.Dataset)
-	if !ok {
+	var ds *shard.Dataset
+	switch s := src.(type) {
+	case *shard.Dataset:
+		ds = s
+	case trajectories:
+		ds = s.ds // what Run replays: it counted 0 before, "6/0 episodes"
+	default:
 		return 0, nil
 	}
 	n := 0
