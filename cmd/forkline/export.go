@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -124,11 +125,16 @@ func runExport(ctx context.Context, inv *cli.Invocation, e *exportOptions) int {
 	}
 	var meter *progress.Meter
 	if !inv.Quiet {
-		opts := progress.Options{Command: "export", TTY: isTerminal(inv.Stderr)}
+		var opts progress.Options
+		var w io.Writer
 		if inv.LogJSON() {
-			opts.Logger = inv.Logger()
+			opts, w = progress.Options{Command: "export", Logger: inv.Logger()}, inv.Stderr
+		} else {
+			var tty bool
+			w, tty = progressStream(inv)
+			opts = progress.Options{Command: "export", TTY: tty}
 		}
-		meter = progress.New(inv.Stderr, opts)
+		meter = progress.New(w, opts)
 		begun := false
 		o.Progress = func(read, total int64) {
 			if !begun {

@@ -136,7 +136,8 @@ func runReplay(ctx context.Context, inv *cli.Invocation, o *replayOptions) int {
 	}
 	defer stopMetrics()
 	if !inv.Quiet && !inv.LogJSON() {
-		m := progress.New(inv.Stderr, progress.Options{Command: "replay", TTY: isTerminal(inv.Stderr)})
+		w, tty := progressStream(inv)
+		m := progress.New(w, progress.Options{Command: "replay", TTY: tty, EndLogged: true})
 		defer m.Close()
 		cfg.Observer = observe.Multi{cfg.Observer, m}
 	}
