@@ -246,7 +246,7 @@ func planRun(cfg Config) (*invocation, error) {
 		}
 	}
 	inv.specs = specs
-	if inv.policies, inv.policy, err = openPolicy(cfg, specs, inv.logf); err != nil {
+	if inv.policies, inv.policy, err = openPolicy(cfg, specs, inv.logf, func(format string, args ...any) { inv.log.Info(fmt.Sprintf(format, args...)) }); err != nil {
 		return nil, badInput(err)
 	}
 	if cfg.From != "" {

@@ -13,9 +13,10 @@ import (
 // openPolicy opens cfg.Policy with cfg's options, checks it against every
 // task before the run starts (a script policy on a task without a
 // solution is refused here, not episode by episode), and makes the record
-// the manifest keeps. Retries and other warnings of the policy go to logf.
-func openPolicy(cfg Config, specs []task.Spec, logf func(string, ...any)) (policy.Source, manifest.Policy, error) {
-	opts := policy.Options{Params: cfg.PolicyOptions, ScriptFile: cfg.ScriptFile, Log: logf}
+// the manifest keeps. Retries and other warnings of the policy go to logf,
+// its notes (the token path it chose) to infof.
+func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any)) (policy.Source, manifest.Policy, error) {
+	opts := policy.Options{Params: cfg.PolicyOptions, ScriptFile: cfg.ScriptFile, Log: logf, Info: infof}
 	src, err := policy.Open(cfg.Policy, opts)
 	if err != nil {
 		return nil, manifest.Policy{}, fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err)

@@ -137,7 +137,7 @@ func TestResumeComparesAnOldFormPolicyRecord(t *testing.T) {
 			"tool_mode": "text", "actions": "exec,write_file,done", "observation_cap": "4096", "system_prompt_file": prompt, "temperature": "0.7"}}
 	check := func(cfg Config) error {
 		t.Helper()
-		_, rec, err := openPolicy(cfg, nil, nil)
+		_, rec, err := openPolicy(cfg, nil, nil, nil)
 		require.NoError(t, err)
 		return compatible(m, nil, cfg, rec)
 	}

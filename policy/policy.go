@@ -40,6 +40,9 @@ type Options struct {
 	// Log, when set, receives warnings (a retried request), one line each,
 	// without a trailing newline. It never sees a secret.
 	Log func(format string, args ...any)
+	// Info, when set, receives notes that warn of nothing (which token
+	// path the policy chose), one line each; without it they go to Log.
+	Info func(format string, args ...any)
 }
 
 // Episode is what a policy is told of the episode it decides: enough to

@@ -95,6 +95,15 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 			cfg.Logf(format, args...)
 		}
 	}
+	// infof notes a choice that warns of nothing: token in, token out is
+	// what tokens=auto is for.
+	infof := func(format string, args ...any) {
+		if cfg.Infof != nil {
+			cfg.Infof(format, args...)
+			return
+		}
+		logf(format, args...)
+	}
 	if cfg.Tokens == policy.TokensChat || !cfg.TokenIDs {
 		return info, nil
 	}
@@ -174,11 +183,11 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 			// The one choice auto makes that a model can defeat: say so.
 			parsing = fmt.Sprintf(", parsing replies client-side (tool_parser=%s, reasoning_parser=%s; a model that writes its tool calls otherwise needs tool_parser=server or tokens=chat)", cfg.ToolParser, cfg.ReasoningParser)
 		}
-		logf("openai: tokens=auto: token in, token out, rendering new turns with %s and generating with %s%s",
+		infof("openai: tokens=auto: token in, token out, rendering new turns with %s and generating with %s%s",
 			info.render, info.generate, parsing)
 	}
 	if !renderServed && info.render == renderTokenize {
-		logf("openai: the scale-out routes are not served (%s): rendering with /tokenize", renderWhy)
+		infof("openai: the scale-out routes are not served (%s): rendering with /tokenize", renderWhy)
 	}
 	return info, nil
 }

@@ -116,6 +116,25 @@ func TestTITOOverTokenizeAndCompletions(t *testing.T) {
 	require.Contains(t, logs.l[1], "the scale-out routes are not served (POST /v1/chat/completions/render answered 404)")
 }
 
+// Choosing token in, token out is a note, not a warning: with an info
+// channel (collect's info records) the choice goes there, and the warnings
+// channel stays for what warns. It was a WARN record of every run.
+func TestTheTokenPathChoiceIsANote(t *testing.T) {
+	s := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true,
+		Respond: vllmsim.Replies(vllmsim.Reply{Text: think + qwenDone})})
+	cfg, err := ParseOptions(map[string]string{"base_url": s.URL + "/v1", "actions": "exec,done", "max_tokens": "200"})
+	require.NoError(t, err)
+	warn, info := &lines{}, &lines{}
+	cfg.Logf, cfg.Infof = warn.logf, info.logf
+	p, err := New(cfg)
+	require.NoError(t, err)
+	_, err = p.Decide(context.Background(), runtime.History{Instruction: "List the files in the working directory."})
+	require.NoError(t, err)
+	require.Empty(t, warn.l, "nothing to warn of")
+	require.Len(t, info.l, 2)
+	require.Contains(t, info.l[0], "tokens=auto: token in, token out")
+}
+
 // Without max_tokens, a token-in-token-out turn on a plain vLLM asks
 // /v1/completions for what the prompt leaves of the context (max_model_len,
 // which /v1/models and /tokenize report, minus the prompt), since vLLM
