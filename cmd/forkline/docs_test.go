@@ -69,6 +69,10 @@ func TestCLIDocMatchesTheHelp(t *testing.T) {
 			t.Errorf("docs/cli.md shows %q, which is not a help this test knows", line)
 		}
 	}
+	// The table at the top lists every subcommand (serve was missing).
+	for _, c := range subcommands() {
+		assert.True(t, strings.Contains(doc, "| [`"+c+"`](#forkline-"+c+") |"), "docs/cli.md's table lists %s", c)
+	}
 	if *update {
 		require.NoError(t, os.WriteFile(cliDoc, []byte(out), 0o644))
 	}
