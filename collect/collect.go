@@ -530,7 +530,9 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	runner := episodeRunner{cfg: cfg, runner: episode.Runner{RunID: inv.runID, Provider: env.prov.Name(), Capture: cfg.Capture},
 		rec: out.rec, policies: inv.policies, log: inv.logf, logger: inv.log, obs: inv.obs, live: live, halt: halt, todo: todo,
 		pool: env.pool, queue: queue, templates: inv.templates}
-	env.pool.Run(runCtx, inv.feedJobs(sched, out.committed, out.remakes, queue), runner.run)
+	// Once scheduling stops, a job the pool took but has not started does
+	// not start (no golden of the next task is built after a stop).
+	env.pool.RunScheduled(runCtx, sched, inv.feedJobs(sched, out.committed, out.remakes, queue), runner.run)
 	out.sum.finish(time.Since(began), env.pool.Stats())
 	logErrorCounts(out.sum, inv.logf)
 	return halt
