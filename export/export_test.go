@@ -325,7 +325,7 @@ func TestVerlAgentRefusesARunWithoutTokens(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
 	exportBad(t, Options{Inputs: []string{f.runA}, Target: "verl-agent", Out: out, Where: []Where{where(t, "has_tokens=false")}},
-		"refused every one of the 1 selected episodes (1 no token record); nothing written")
+		"refused every one of the 1 selected episodes (1 no token record (only a -policy openai run against a server that returns token ids")
 	assert.NoDirExists(t, out)
 }
 
