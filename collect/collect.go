@@ -238,6 +238,11 @@ func planRun(cfg Config) (*invocation, error) {
 	}
 	inv := &invocation{cfg: cfg, runID: newRunID(), templates: map[string]*pool.Template{}, obs: observe.Or(cfg.Observer)}
 	inv.setLogger()
+	for _, dir := range task.NotRead(cfg.Tasks) {
+		// Not recursive: say what is left out rather than skip it
+		// silently (make demo left examples/tasks/web out unsaid).
+		inv.log.Info(fmt.Sprintf("-tasks %s: %s holds task files and is not read (a directory's tasks are its own *.yaml files and Harbor task folders); -tasks %s runs them", cfg.Tasks, dir, dir))
+	}
 	inv.obs, inv.closeProgress = inv.observers()
 	for i := range specs {
 		specs[i] = specs[i].WithDefaults()
