@@ -66,7 +66,7 @@ func setupReplay(f *cli.FlagSet) cli.Runner {
 	f.Group("input", "")
 	f.String(&c.In, "in", "DIR", "the dataset to replay").Require()
 
-	f.Group("tasks", "-tasks examples/tasks -task fix-sum -episode 3fa2,9c01")
+	f.Group("tasks", "-tasks examples/tasks -task fix-sum -episode 7ff7,9713")
 	f.String(&c.TaskFiles, "tasks", "FILE|DIR", "replay with these task specs instead of the recorded ones (the same task ids; e.g. a changed setup)")
 	f.List(&c.Tasks, "task", "ID,...", "only episodes of these tasks")
 	f.List(&c.EpisodeIDs, "episode", "PREFIX,...", "only episodes whose id starts with one of these")
