@@ -285,7 +285,9 @@ func DecodeConversation(fields map[string]json.RawMessage) (Conversation, error)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("policy: manifest policy chat_template_kwargs: %w", err))
 		}
-		c.ChatTemplateKwargs = kw
+		if len(kw) > 0 { // {} sends nothing: none, as the typed form writes it
+			c.ChatTemplateKwargs = kw
+		}
 	}
 	if raw, ok := fields["send_reasoning"]; ok && !isNull(raw) {
 		v, err := decodeBool(raw)
