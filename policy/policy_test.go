@@ -10,13 +10,9 @@ import (
 	"github.com/forkline/forkline/runtime"
 )
 
-type fixedSource struct{ conv *Conversation }
+type fixedSource struct{}
 
 func (s fixedSource) NewPolicy(Episode) (runtime.Policy, error) { return nil, nil }
-
-type talkingSource struct{ fixedSource }
-
-func (s talkingSource) Conversation() (Conversation, error) { return *s.conv, nil }
 
 func TestRegisterRefusesProgrammingErrors(t *testing.T) {
 	ok := func(Options) (Source, error) { return fixedSource{}, nil }

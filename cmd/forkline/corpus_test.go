@@ -64,8 +64,8 @@ type corpusKind struct {
 type corpus struct {
 	root   string
 	parent *testing.T // the corpus test: what outlives one kind's build
-	mu   sync.Mutex
-	dirs map[string]string // kind → dataset
+	mu     sync.Mutex
+	dirs   map[string]string // kind → dataset
 	// parts of the merged kind, and the script dataset -from branches.
 	partDirs []string
 	model    *vllmsim.Server
