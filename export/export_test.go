@@ -627,7 +627,7 @@ func TestValidate(t *testing.T) {
 		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `-rows "turn" for hf (known: episode, step)`},
 		{"step rows have no messages", Options{Inputs: in, Target: "hf", Out: out, Rows: "step", Reasoning: model.ReasoningAll}, "-reasoning shapes the messages of episode rows"},
 		{"unknown tool args", Options{Inputs: in, Target: "chat-jsonl", Out: out, ToolArgs: "yaml"}, `-tool-args "yaml" (known: object, string)`},
-		{"unknown call content", Options{Inputs: in, Target: "chat-jsonl", Out: out, CallContent: "none"}, `-call-content "none" (known: empty, null)`},
+		{"unknown call content", Options{Inputs: in, Target: "chat-jsonl", Out: out, CallContent: "none"}, `-call-content "none" (known: empty, null, split)`},
 		{"unknown reasoning", Options{Inputs: in, Target: "hf", Out: out, Reasoning: "some"}, `-reasoning "some" (known: shown, all, none)`},
 		{"unknown advantage", Options{Inputs: in, Target: "verl-agent", Out: out, Advantage: "ppo"}, `-advantage "ppo" (known: none, grpo, rloo)`},
 		{"negative limit", Options{Inputs: in, Target: "verl-agent", Out: out, MaxPromptTokens: -1}, "must not be negative"},
