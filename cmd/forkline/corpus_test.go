@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -45,6 +46,10 @@ import (
 // FuzzDecodeManifest, manifest's FuzzReadEntries): -update writes them
 // (testdata/fuzz/*/corpus-KIND); without it the test requires one per kind
 // it built, so a new kind brings its seed.
+
+// corpusMatrixEnv names the file the matrix is written to, besides the
+// test log.
+const corpusMatrixEnv = "FORKLINE_CORPUS_MATRIX"
 
 // corpusKind is one kind of dataset.
 type corpusKind struct {
@@ -176,16 +181,34 @@ func (c *corpus) modelServer(t *testing.T) *vllmsim.Server {
 		return c.model
 	}
 	requireOracle(t)
-	script := [][2]string{{"exec", `{"cmd": "ls -la"}`}, {"write_file", `{"path": "out.txt", "content": "2\n"}`}, {"done", `{"answer": "2"}`}}
+	// The count task's episodes alternate between a right answer (after
+	// ls -la) and a wrong one (after ls -l), so that each run's group of
+	// count episodes has rewards that differ and dpo finds a pair.
+	var firsts atomic.Int32
 	respond := func(turn vllmsim.Turn) (vllmsim.Reply, error) {
 		i := strings.Count(turn.Prompt, "<|im_start|>assistant") - 1
-		switch {
-		case strings.Contains(turn.Prompt, "Corpus task mute"):
+		if strings.Contains(turn.Prompt, "Corpus task mute") {
 			return vllmsim.Reply{Text: "Hello! I have nothing to run."}, nil
-		case strings.Contains(turn.Prompt, "Corpus task count") && i >= 0 && i < len(script):
-			return vllmsim.Reply{Text: call(script[i][0], script[i][1])}, nil
 		}
-		return vllmsim.Reply{}, fmt.Errorf("corpus: no scripted reply for turn %d of %.80q", i, turn.Prompt)
+		if !strings.Contains(turn.Prompt, "Corpus task count") {
+			return vllmsim.Reply{}, fmt.Errorf("corpus: no scripted reply for %.80q", turn.Prompt)
+		}
+		right := strings.Contains(turn.Prompt, `"ls -la"`)
+		switch i {
+		case 0:
+			if firsts.Add(1)%2 == 1 {
+				return vllmsim.Reply{Text: call("exec", `{"cmd": "ls -la"}`)}, nil
+			}
+			return vllmsim.Reply{Text: call("exec", `{"cmd": "ls -l"}`)}, nil
+		case 1:
+			if right {
+				return vllmsim.Reply{Text: call("write_file", `{"path": "out.txt", "content": "2\n"}`)}, nil
+			}
+			return vllmsim.Reply{Text: call("write_file", `{"path": "out.txt", "content": "3\n"}`)}, nil
+		case 2:
+			return vllmsim.Reply{Text: call("done", `{"answer": "done"}`)}, nil
+		}
+		return vllmsim.Reply{}, fmt.Errorf("corpus: no scripted turn %d", i)
 	}
 	// The server outlives the subtest that starts it: the tito kind is
 	// built after the chat one.
@@ -523,24 +546,47 @@ func TestDatasetCorpus(t *testing.T) {
 		}
 	})
 
-	// The matrix: kinds down, readers across.
+	// The matrix: kinds down, readers across, each cell ok, refused (exit
+	// 2 with a reason), n/a or FAIL; what the cells say besides, below it.
 	var b strings.Builder
 	b.WriteString("\ndataset corpus: kind × reader\n")
-	w := 0
+	short := func(r string) string { return strings.TrimPrefix(strings.TrimPrefix(r, "export "), "inspect ") }
+	widths := make([]int, len(readers))
+	w := len("kind")
 	for _, k := range kinds {
 		w = max(w, len(k.name))
 	}
+	fmt.Fprintf(&b, "%-*s", w, "kind")
+	for i, r := range readers {
+		widths[i] = max(len(short(r.name)), len("refused"))
+		fmt.Fprintf(&b, "  %-*s", widths[i], short(r.name))
+	}
+	b.WriteString("\n")
+	var notes []string
 	for _, k := range kinds {
+		fmt.Fprintf(&b, "%-*s", w, k.name)
 		if why, ok := skipped[k.name]; ok {
-			fmt.Fprintf(&b, "%-*s  %s\n", w, k.name, why)
+			fmt.Fprintf(&b, "  %s\n", why)
 			continue
 		}
-		fmt.Fprintf(&b, "%-*s\n", w, k.name)
-		for _, r := range readers {
-			fmt.Fprintf(&b, "%-*s    %-18s %s\n", w, "", r.name, cells[k.name][r.name])
+		for i, r := range readers {
+			cell := cells[k.name][r.name]
+			word, rest, _ := strings.Cut(cell, " ")
+			word = strings.TrimSuffix(word, ":")
+			fmt.Fprintf(&b, "  %-*s", widths[i], word)
+			if rest != "" {
+				notes = append(notes, fmt.Sprintf("  %s / %s: %s", k.name, r.name, strings.Trim(rest, "()")))
+			}
 		}
+		b.WriteString("\n")
 	}
+	b.WriteString(strings.Join(notes, "\n") + "\n")
 	t.Log(b.String())
+	// go test shows a passing package's log only with -v: CI names a file
+	// to print the matrix from after the suite (.ci/run).
+	if path := os.Getenv(corpusMatrixEnv); path != "" {
+		require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	}
 	failed := 0
 	for _, row := range cells {
 		for _, cell := range row {
