@@ -14,6 +14,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
@@ -46,7 +47,7 @@ type priorRun struct {
 // inspectResume reads the run in cfg.Out without changing it, refuses it
 // when it cannot be resumed with cfg and its policy record pol, and tallies
 // the episodes it keeps.
-func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol policy.Record) (*priorRun, error) {
+func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manifest.Policy) (*priorRun, error) {
 	ds, err := shard.Open(cfg.Out)
 	if errors.Is(err, shard.ErrNoDataset) {
 		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
@@ -111,13 +112,6 @@ func (p *priorRun) nothingToDo(plan []planned, branch BranchPlan) bool {
 		}
 	}
 	return true
-}
-
-// providerRecord is the manifest's provider entry as the resume check
-// reads it. The policy entry is a policy.Record.
-type providerRecord struct {
-	Name   string            `json:"name"`
-	Params map[string]string `json:"params"`
 }
 
 // providerParamShapes says, per provider and setting, whether a different
@@ -242,7 +236,7 @@ func providerSettingShapes(provider, key string) bool {
 // what it does (now is this command's policy record), another capture
 // policy. Every difference is listed, each with the run's value and this
 // command's.
-func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Record) error {
+func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now manifest.Policy) error {
 	var diffs []string
 	differ := func(format string, args ...any) { diffs = append(diffs, fmt.Sprintf(format, args...)) }
 
@@ -265,18 +259,14 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 		differ("task %s of the run being resumed is missing from -tasks", id)
 	}
 
-	var plan planRecord
-	if err := json.Unmarshal(m.Plan, &plan); err == nil {
+	if plan, err := manifest.DecodePlan(m.Plan); err == nil {
 		if plan.Repeats != cfg.Repeats {
 			differ("-repeats: the run used %d, this command gives %d", plan.Repeats, cfg.Repeats)
 		}
 		if plan.Seed != cfg.Seed {
 			differ("-seed: the run used %d, this command gives %d", plan.Seed, cfg.Seed)
 		}
-		if plan.Part.Count == 0 {
-			plan.Part = Whole
-		}
-		if plan.Part != cfg.Part {
+		if plan.Part != manifest.Part(cfg.Part) {
 			differ("-shard: the run collected part %s, this command collects part %s", plan.Part, cfg.Part)
 		}
 		if now := cfg.Branch.String(); plan.Branch != now {
@@ -308,8 +298,8 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 	// recorded them only then: nothing to compare, and Run records this
 	// command's.
 	if m.Provider != nil {
-		var was providerRecord
-		if err := json.Unmarshal(m.Provider, &was); err != nil {
+		was, err := manifest.DecodeProvider(m.Provider)
+		if err != nil {
 			return fmt.Errorf("%w: the manifest's provider entry is unreadable: %v", ErrIncompatibleResume, err)
 		}
 		if was.Name != cfg.Provider {
@@ -326,7 +316,7 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 		}
 	}
 	if m.Policy != nil {
-		was, err := policy.DecodeRecord(m.Policy)
+		was, err := manifest.DecodePolicy(m.Policy)
 		if err != nil {
 			return fmt.Errorf("%w: the manifest's policy entry is unreadable: %v", ErrIncompatibleResume, err)
 		}

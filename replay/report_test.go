@@ -147,3 +147,17 @@ func uniform(img image.Image) bool {
 	}
 	return true
 }
+
+// A count of zero is not an alarm: its badge is neutral, not red (the
+// errored: 0 badge was red).
+func TestZeroCountsHaveNeutralBadges(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, WriteHTML(&buf, &Report{Dataset: "d", Provider: "local", Mode: Exact, Identical: 3}))
+	page := buf.String()
+	require.Contains(t, page, `<span class="none">errored: <b id="errored">0</b></span>`)
+	require.Contains(t, page, `<span class="none">diverged: <b id="diverged">0</b></span>`)
+	buf.Reset()
+	require.NoError(t, WriteHTML(&buf, &Report{Dataset: "d", Provider: "local", Mode: Exact, Errored: 1, Diverged: 2}))
+	require.Contains(t, buf.String(), `<span class="error">errored: <b id="errored">1</b></span>`)
+	require.Contains(t, buf.String(), `<span class="diverged">diverged: <b id="diverged">2</b></span>`)
+}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/replay"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
@@ -355,7 +355,7 @@ func checkRecorded(t *testing.T, dir string, byID map[string]transcript) {
 	require.NoError(t, err)
 	m := ds.Manifest()
 	require.Equal(t, shard.StatusComplete, m.Status)
-	pol, err := policy.DecodeRecord(m.Policy)
+	pol, err := manifest.DecodePolicy(m.Policy)
 	require.NoError(t, err)
 	require.Equal(t, "external", pol.Name, "the policy entry says an external client acted")
 

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
@@ -191,10 +192,13 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // providerRecord is the manifest's provider entry, as collect writes it.
-func (s *Server) providerRecord() json.RawMessage {
-	rec, _ := json.Marshal(map[string]any{"name": s.prov.Name(), "capabilities": s.prov.Capabilities(),
-		"params": s.cfg.ProviderParams, "reset": s.pool.Strategy()})
-	return rec
+func (s *Server) providerRecord() manifest.Provider {
+	caps := s.prov.Capabilities()
+	params := maps.Clone(s.cfg.ProviderParams)
+	if params == nil {
+		params = map[string]string{}
+	}
+	return manifest.Provider{Name: s.prov.Name(), Capabilities: &caps, Params: params, Reset: string(s.pool.Strategy())}
 }
 
 // serve accepts connections until ctx is cancelled, then drains.

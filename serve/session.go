@@ -163,7 +163,7 @@ func (ss *session) run() {
 			return
 		case err := <-readErr:
 			why := "the connection dropped: " + err.Error()
-			if st := websocket.CloseStatus(err); st == websocket.StatusNormalClosure || st == websocket.StatusGoingAway {
+			if cleanClose(err) {
 				why = "the client closed the connection"
 			} else {
 				ss.srv.stats.dropped()
@@ -341,4 +341,16 @@ func (it *idleTimer) Stop() {
 	if it.t != nil {
 		it.t.Stop()
 	}
+}
+
+// cleanClose reports whether a read ended with the client's close frame
+// rather than a dropped connection: normal closure, going away, or a close
+// frame without a status code (1005), which a WebSocket client's close()
+// with no code sends.
+func cleanClose(err error) bool {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
+		return true
+	}
+	return false
 }

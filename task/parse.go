@@ -119,6 +119,35 @@ func Load(path string) ([]Spec, error) {
 	return out, nil
 }
 
+// NotRead lists the subdirectories of the tasks directory path that Load
+// does not read although they hold task files (*.yaml or *.yml): Load is
+// not recursive, and only a subdirectory that is a Harbor task folder is a
+// task. A path that is not a directory, or that is a Harbor folder, has
+// none. Callers say so, so that tasks are never left out silently.
+func NotRead(path string) []string {
+	st, err := os.Stat(path)
+	if err != nil || !st.IsDir() || IsHarborFolder(path) {
+		return nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		full := filepath.Join(path, e.Name())
+		if !e.IsDir() || IsHarborFolder(full) {
+			continue
+		}
+		yamls, _ := filepath.Glob(filepath.Join(full, "*.yaml"))
+		ymls, _ := filepath.Glob(filepath.Join(full, "*.yml"))
+		if len(yamls)+len(ymls) > 0 {
+			out = append(out, full)
+		}
+	}
+	return out
+}
+
 // Parse reads every YAML document of data as a task spec. name is used in
 // errors. Unknown fields, wrong types and missing required fields are errors
 // naming the line and field.

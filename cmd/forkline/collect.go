@@ -155,8 +155,7 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 	}
 	defer stopMetrics()
 	if !inv.Quiet && !inv.LogJSON() {
-		cfg.Progress = inv.Stderr
-		cfg.ProgressTTY = isTerminal(inv.Stderr)
+		cfg.Progress, cfg.ProgressTTY = progressStream(inv)
 	}
 
 	finish := resumeCommand(*cfg, inv.Quiet, inv.JSON)

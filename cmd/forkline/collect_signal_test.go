@@ -296,7 +296,7 @@ solution:
 verify: {cmd: 'test -s awake.txt', reward: exit}
 `), 0o644))
 		out = filepath.Join(dir, "run")
-		args = []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-grace", "30s"}
+		args = []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-grace", "30s"}
 		cmd = collectProcess(args...)
 		stderr = &strings.Builder{}
 		cmd.Stderr = stderr

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/policy/openai"
+	"github.com/forkline/forkline/task"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated blocks of docs/cli.md from the binary's help")
@@ -69,6 +71,10 @@ func TestCLIDocMatchesTheHelp(t *testing.T) {
 			t.Errorf("docs/cli.md shows %q, which is not a help this test knows", line)
 		}
 	}
+	// The table at the top lists every subcommand (serve was missing).
+	for _, c := range subcommands() {
+		assert.True(t, strings.Contains(doc, "| [`"+c+"`](#forkline-"+c+") |"), "docs/cli.md's table lists %s", c)
+	}
 	if *update {
 		require.NoError(t, os.WriteFile(cliDoc, []byte(out), 0o644))
 	}
@@ -81,5 +87,59 @@ func TestPolicyDocListsEveryOption(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range openai.OptionNames() {
 		assert.Contains(t, string(data), "| `"+name+"` |", "docs/policies.md documents option %s", name)
+	}
+}
+
+// The episode ids the helps' examples name are ids a run gives: those of
+// make demo (examples/tasks, 8 repeats, seed 0) and of the browser tasks
+// (examples/tasks/web), as episode ids are derived from the task.
+func TestHelpExampleEpisodesExist(t *testing.T) {
+	var ids []string
+	for _, dir := range []string{"../../examples/tasks", "../../examples/tasks/web"} {
+		specs, err := task.Load(dir)
+		require.NoError(t, err)
+		for _, s := range specs {
+			s = s.WithDefaults()
+			for r := range 8 {
+				ids = append(ids, collect.EpisodeID(s.ID, s.Hash(), r, 0))
+			}
+		}
+	}
+	doc, err := os.ReadFile(cliDoc)
+	require.NoError(t, err)
+	seen := 0
+	for _, m := range regexp.MustCompile(`-episode ([0-9a-f]{4,}(,[0-9a-f]{4,})*)`).FindAllStringSubmatch(string(doc), -1) {
+		for _, prefix := range strings.Split(m[1], ",") {
+			seen++
+			assert.True(t, slices.ContainsFunc(ids, func(id string) bool { return strings.HasPrefix(id, prefix) }),
+				"docs/cli.md: -episode %s names no episode of make demo or of examples/tasks/web", prefix)
+		}
+	}
+	require.NotZero(t, seen)
+}
+
+// The README's tutorial shows episode ids a run of its task gives (ids are
+// derived from the task spec, repeat and seed: 4 repeats, seed 0), and
+// names them by prefixes that match one.
+func TestREADMETutorialIDsAreTheTasks(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	readme := string(data)
+	m := regexp.MustCompile("(?s)```yaml\n(id: count-lines\n.*?)```").FindStringSubmatch(readme)
+	require.NotNil(t, m, "the README's tutorial task")
+	specs, err := task.Parse("README.md", []byte(m[1]))
+	require.NoError(t, err)
+	s := specs[0].WithDefaults()
+	var ids []string
+	for r := range 4 {
+		ids = append(ids, collect.EpisodeID(s.ID, s.Hash(), r, 0))
+	}
+	named := regexp.MustCompile(`\b[0-9a-f]{32}\b`).FindAllString(readme, -1)
+	for _, p := range regexp.MustCompile(`-episode ([0-9a-f]{4,})`).FindAllStringSubmatch(readme, -1) {
+		named = append(named, p[1])
+	}
+	require.NotEmpty(t, named)
+	for _, id := range named {
+		assert.True(t, slices.ContainsFunc(ids, func(x string) bool { return strings.HasPrefix(x, id) }), "README: %s is no episode of the tutorial's run", id)
 	}
 }

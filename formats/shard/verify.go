@@ -30,6 +30,10 @@ type Report struct {
 	// not problems, but RemoveDataset refuses to delete a dataset that
 	// holds any.
 	Foreign []string
+	// Manifest is the manifest checked, for callers that check its
+	// entries too (the provider, policy, plan and summary records, which
+	// this package stores as given: see package manifest).
+	Manifest Manifest
 }
 
 // OK reports whether Verify found no problem.
@@ -72,7 +76,7 @@ func Verify(dir string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Status: m.Status, Rows: zeroCounts()}
+	rep := Report{Status: m.Status, Rows: zeroCounts(), Manifest: m.Clone()}
 	problem := func(format string, args ...any) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
 	}

@@ -65,6 +65,7 @@ type Invocation struct {
 	flags   *FlagSet
 	sig     *signals
 	logger  *slog.Logger
+	logOut  *lockedWriter // where the text logger writes: Stderr, or what SetStderr gave
 	logJSON bool
 }
 

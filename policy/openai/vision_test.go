@@ -147,6 +147,16 @@ func TestVisionOptions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, aci.ObserveA11y, conv.Observe)
 	require.True(t, conv.TaskActions, "no actions option: each task's own")
+
+	// By default a model reads the page: the accessibility tree as text,
+	// which every model can read (text showed the url and title only, so
+	// a model on a browser task saw nothing of the page); the manifest
+	// records the mode.
+	c, err = ParseOptions(map[string]string{"base_url": base})
+	require.NoError(t, err)
+	conv, err = c.Conversation()
+	require.NoError(t, err)
+	require.Equal(t, aci.ObserveA11y, conv.Observe, "the default observe mode")
 	for name, tc := range map[string]struct {
 		opts map[string]string
 		want string

@@ -336,3 +336,27 @@ func TestUpload(t *testing.T) {
 	require.NoError(t, up.Upload(t.Context(), "", []providers.File{{Path: "sub/in-workspace.txt", Data: []byte("w")}}))
 	require.Equal(t, "w", sh(t, sb, "cat /workspace/sub/in-workspace.txt").Text())
 }
+
+// A Dockerfile built FROM one of forkline's images that the engine lacks
+// is refused before the engine is asked (it would try Docker Hub: "lookup
+// registry-1.docker.io ... no such host"), saying which image to build and
+// how, as a task's image: does.
+func TestBuildFromAMissingOwnImageSaysWhichToBuild(t *testing.T) {
+	engine(t)
+	missing := ImageDebian + ":forkline-test-never-built"
+	ctxDir := writeContext(t, map[string]string{"Dockerfile": "FROM " + missing + " AS base\nFROM base\nRUN true\n"})
+	p := newProvider(t, nil)
+	p.dir = t.TempDir()
+	t.Cleanup(func() { p.Close(context.Background()) })
+	err := p.Prepare(t.Context(), []providers.Spec{{Build: &providers.Build{Context: ctxDir}}}, nil)
+	require.ErrorIs(t, err, ErrImageMissing)
+	require.ErrorContains(t, err, "its Dockerfile builds FROM "+missing)
+	require.ErrorContains(t, err, "build it with make images-debian (forkline images -image forkline/debian)")
+	entries, _ := os.ReadDir(p.dir)
+	require.Empty(t, entries, "no build was started (no build log)")
+}
+
+func TestFromImages(t *testing.T) {
+	require.Equal(t, []string{"forkline/debian", "golang:1.26"}, fromImages(
+		"# syntax is not read\nFROM --platform=linux/amd64 forkline/debian AS base\nARG V\nfrom golang:1.26 as build\nFROM base\nFROM $V\nFROM build\n"))
+}
