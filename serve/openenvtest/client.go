@@ -285,13 +285,13 @@ func (m *MCPClient) EnsureSession() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := rpcFailure("Failed to create MCP session", data); err != nil {
+	if err := rpcFailure("openenvtest: creating the MCP session", data); err != nil {
 		return "", err
 	}
 	result, _ := data["result"].(map[string]any)
 	id, _ := result["session_id"].(string)
 	if id == "" {
-		return "", fmt.Errorf("Failed to create MCP session: missing session_id")
+		return "", fmt.Errorf("openenvtest: failed to create MCP session: missing session_id")
 	}
 	m.SessionID = id
 	return id, nil
