@@ -247,8 +247,9 @@ func TestMCPSessionsAsOpenEnvsMCPToolClientDrivesThem(t *testing.T) {
 	got, err = c.CallTool("exec", map[string]any{"cmd": "true"})
 	require.NoError(t, err)
 	require.Equal(t, true, got.(map[string]any)["isError"], "a step after the end is a tool error")
-	_, err = c.Request("tools/call", map[string]any{"name": "exec", "arguments": map[string]any{"cmd": "true"}, "session_id": c.SessionID, "task_id": "fix-sum"})
+	answer, err = c.Request("tools/call", map[string]any{"name": "exec", "arguments": map[string]any{"cmd": "true"}, "session_id": c.SessionID, "task_id": "fix-sum"})
 	require.NoError(t, err)
+	require.Equal(t, -32602.0, rpcErrorCode(t, answer), "a session's task was chosen when it was created")
 
 	id := c.SessionID
 	require.NoError(t, c.Close())
