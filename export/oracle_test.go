@@ -258,9 +258,7 @@ var expectedCalls = map[string][][2]string{
 
 func TestConversationExportsUnderRealTemplates(t *testing.T) {
 	oracle.Require(t)
-	if err := loadertest.PythonAvailable(); err != nil {
-		testenv.Missing(t, testenv.Templates, err.Error())
-	}
+	testenv.Need(t, testenv.Templates, loadertest.PythonAvailable)
 	native, text := oracleRun(t)
 	for _, tc := range templateCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -527,9 +525,7 @@ func rawConcat(t *testing.T, a, b json.RawMessage) json.RawMessage {
 // the documented agent loop; verl's MultiTurnSFTDataset through the
 // documented dataset class).
 func TestConsumersLoadEveryExport(t *testing.T) {
-	if err := loadertest.PythonAvailable(); err != nil {
-		testenv.Missing(t, testenv.Templates, err.Error())
-	}
+	testenv.Need(t, testenv.Templates, loadertest.PythonAvailable)
 	f := newFixture(t)
 	for _, target := range append(slices.Clone(dirTargets), "hf/step", "hf-disk/step", "verl-agent/turn", "sft-tokens/turn") {
 		t.Run(strings.ReplaceAll(target, "/", "-"), func(t *testing.T) {

@@ -65,10 +65,7 @@ func TestRecordWritesTheReplayAsADataset(t *testing.T) {
 }
 
 func TestHTMLReportOpensInChromium(t *testing.T) {
-	chromium := "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		testenv.Missing(t, "chromium", chromium+" is not installed (bash .ci/chromium-up.sh)")
-	}
+	chromium := testenv.NeedChromium(t)
 	rep := changedSetupReport(t)
 	// Give one divergence screenshots, as a browser task's would have.
 	rep.Episodes[0].First.RecordedPNG = solidPNG(t, 64, 48, color.RGBA{200, 30, 30, 255})

@@ -121,12 +121,16 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 	obs := Observation{EpisodeID: ep.Row.EpisodeID, TaskID: l.t.spec.ID, Step: l.stepCount(), ExitReason: ep.Row.ExitReason,
 		Detail: ep.Row.Detail, Answer: ep.Row.Answer}
 	if r := ep.Reward; r != nil {
-		res.Reward = r.Value
+		res.Reward = rewardOf(r.Value)
 		obs.RewardDetail = r.Detail
 	}
 	res.Observation = obs
 	l.final = &res
-	s.stats.episodeEnded(ep.Row.ExitReason, res.Reward, keep)
+	var reward *float64
+	if ep.Reward != nil {
+		reward = ep.Reward.Value
+	}
+	s.stats.episodeEnded(ep.Row.ExitReason, reward, keep)
 	s.cfg.Log.Debug("serve: episode ended", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "exit", ep.Row.ExitReason,
 		"steps", l.drv.Steps(), "detail", ep.Row.Detail)
 }

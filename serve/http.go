@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,11 +141,12 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	req, err := parseReset(data)
+	req, ignored, err := parseReset(data)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
+	s.oneShotKeys.note(s.cfg.Log, "POST /reset", ignored, "episode_id", optional(req.EpisodeID))
 	if err := s.takeSlot(); err != nil {
 		httpError(w, err)
 		return
@@ -170,6 +172,8 @@ type stepRequest struct {
 	resetRequest
 }
 
+// stepKeys are the keys a one-shot step takes; others are dropped, as
+// OpenEnv's StepRequest (extra="allow") takes and drops them.
 var stepKeys = []string{"action", "episode_id", "request_id", "seed", "task_id", "timeout_s"}
 
 // handleStep is OpenEnv's stateless POST /step: its server builds a fresh
@@ -186,24 +190,36 @@ func (s *Server) handleStep(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	req, dec, err := parseStepRequest(data)
+	req, dec, ignored, err := parseStepRequest(data)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	if err := s.takeSlot(); err != nil {
+	s.oneShotKeys.note(s.cfg.Log, "POST /step", ignored, "episode_id", optional(req.EpisodeID))
+	res, err := s.oneShot(r.Context(), "one-shot HTTP /step", req, dec)
+	if err != nil {
 		httpError(w, err)
 		return
+	}
+	writeHTTP(w, http.StatusOK, res)
+}
+
+// oneShot runs dec as a one-step episode in a fresh fork of the task req
+// picks (POST /step, and MCP's stateless tools/call): the action runs
+// (req.TimeoutS caps its time, at most the task's action timeout), a done
+// action is verified, and the fork is destroyed. what names the caller in
+// the episode's detail.
+func (s *Server) oneShot(ctx context.Context, what string, req stepRequest, dec runtime.Decision) (StepResult, error) {
+	if err := s.takeSlot(); err != nil {
+		return StepResult{}, err
 	}
 	defer s.releaseSlot()
-	l, _, err := s.begin(r.Context(), req.resetRequest, func() {})
+	l, _, err := s.begin(ctx, req.resetRequest, func() {})
 	if err != nil {
-		httpError(w, err)
-		return
+		return StepResult{}, err
 	}
 	if l.final != nil {
-		writeHTTP(w, http.StatusOK, *l.final)
-		return
+		return *l.final, nil
 	}
 	if req.TimeoutS != nil {
 		limit := time.Duration(*req.TimeoutS * float64(time.Second))
@@ -211,58 +227,60 @@ func (s *Server) handleStep(w http.ResponseWriter, r *http.Request) {
 			dec.Action.TimeoutMS = max(limit.Milliseconds(), 1)
 		}
 	}
-	res, err := s.step(r.Context(), l, dec)
+	res, err := s.step(ctx, l, dec)
 	if err != nil {
-		s.finish(l, runtime.ExitCancelled, "one-shot HTTP /step: the client went away before its action was taken")
-		httpError(w, err)
-		return
+		s.finish(l, runtime.ExitCancelled, what+": the client went away before its action was taken")
+		return StepResult{}, err
 	}
 	if l.final == nil {
-		s.finish(l, runtime.ExitCancelled, "one-shot HTTP /step: its environment is closed after its one step")
+		s.finish(l, runtime.ExitCancelled, what+": its environment is closed after its one step")
 	}
-	writeHTTP(w, http.StatusOK, res)
+	return res, nil
 }
 
 // parseStepRequest reads a one-shot step: the action, and the reset's
-// keys; request_id names the episode unless episode_id does.
-func parseStepRequest(data []byte) (stepRequest, runtime.Decision, error) {
+// keys; request_id names the episode unless episode_id does. ignored are
+// the keys it dropped.
+func parseStepRequest(data []byte) (stepRequest, runtime.Decision, []string, error) {
 	var req stepRequest
 	fields, err := objectFields(data, "step request")
 	if err != nil {
-		return req, runtime.Decision{}, err
+		return req, runtime.Decision{}, nil, err
 	}
-	if err := onlyKeys(fields, stepKeys, "step request"); err != nil {
-		return req, runtime.Decision{}, err
+	if _, ok := fields["from_checkpoint"]; ok {
+		// forkline's own key, not an extra one: refused, not dropped.
+		return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: from_checkpoint: a one-shot step runs in a fresh fork of a task; branching needs a /ws session")
 	}
+	ignored := dropUnknown(fields, stepKeys)
 	action, ok := fields["action"]
 	if !ok {
-		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: no action")
+		return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: no action")
 	}
 	delete(fields, "action")
 	if v, ok := fields["timeout_s"]; ok {
 		if err := json.Unmarshal(v, &req.TimeoutS); err != nil {
-			return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: timeout_s: %v", err)
+			return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: timeout_s: %v", err)
 		}
 		delete(fields, "timeout_s")
 	}
 	if v, ok := fields["request_id"]; ok {
 		if err := json.Unmarshal(v, &req.RequestID); err != nil {
-			return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: request_id: %v", err)
+			return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: request_id: %v", err)
 		}
 		delete(fields, "request_id")
 	}
 	if req.TimeoutS != nil && !(*req.TimeoutS > 0) {
-		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: timeout_s %v: want a number > 0", *req.TimeoutS)
+		return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: timeout_s %v: want a number > 0", *req.TimeoutS)
 	}
 	if err := decodeFields(fields, &req.resetRequest); err != nil {
-		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: %v", err)
+		return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: %v", err)
 	}
 	if req.EpisodeID == nil && req.RequestID != nil {
 		req.EpisodeID = req.RequestID
 	}
 	if err := checkReset(req.resetRequest); err != nil {
-		return req, runtime.Decision{}, err
+		return req, runtime.Decision{}, nil, err
 	}
 	dec, err := parseAction(action)
-	return req, dec, err
+	return req, dec, ignored, err
 }

@@ -79,6 +79,13 @@ type Server struct {
 	// prefix it continues (a crash loses the held rows with the parent).
 	holdMu  sync.Mutex
 	holding map[string][]shard.EpisodeBatch
+
+	// oneShotKeys logs the envelope keys the one-shot HTTP forms and the
+	// stateless MCP calls dropped (each key once per server).
+	oneShotKeys keyLog
+	// mcpSessions are the sessions opened over POST /mcp with OpenEnv's
+	// openenv/session/create, by id (under mu).
+	mcpSessions map[string]*mcpSession
 }
 
 // served is one task as the server serves it.
@@ -254,6 +261,9 @@ func (s *Server) drain() {
 	}
 	s.mu.Unlock()
 	s.cfg.Log.Info("serve: stopping: steps in flight finish, then every session is closed", "sessions", len(open), "grace", s.cfg.Grace.String())
+	// MCP sessions between calls end now, before the grace can interrupt
+	// anything; those in a call end once it is answered (below).
+	s.closeMCPSessions("the server stopped", false)
 	grace := time.AfterFunc(s.cfg.Grace, func() {
 		s.cfg.Log.Warn("serve: grace is over: interrupting what still runs")
 		s.cancelRun()
@@ -267,6 +277,9 @@ func (s *Server) drain() {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.Grace+10*time.Second)
 	s.http.Shutdown(shutdownCtx)
 	cancel()
+	// MCP sessions live between requests: with every request answered,
+	// they end here.
+	s.closeMCPSessions("the server stopped", true)
 	for _, ss := range open {
 		<-ss.done
 	}
@@ -312,15 +325,9 @@ func (s *Server) closeAll(sum *Summary) error {
 // Handler is the server's HTTP handler: /ws and the HTTP endpoints.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ws", s.handleWS)
-	mux.HandleFunc("GET /health", s.handleHealth)
-	mux.HandleFunc("GET /metadata", s.handleMetadata)
-	mux.HandleFunc("GET /schema", s.handleSchema)
-	mux.HandleFunc("GET /state", s.handleState)
-	mux.HandleFunc("GET /tasks", s.handleTasks)
-	mux.HandleFunc("GET /extensions", s.handleExtensions)
-	mux.HandleFunc("POST /reset", s.handleReset)
-	mux.HandleFunc("POST /step", s.handleStep)
+	for _, rt := range s.routes() { // the table GET /openapi.json describes
+		mux.HandleFunc(rt.method+" "+rt.path, rt.handler)
+	}
 	return mux
 }
 

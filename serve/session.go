@@ -35,6 +35,8 @@ type session struct {
 	// checkpoints are the ones this session made and holds (under
 	// Server.mu); they are released when it ends.
 	checkpoints map[string]*checkpoint
+	// ignored logs the reset keys this session sent that were dropped.
+	ignored keyLog
 }
 
 // liveEpisode is a session's episode: its runner pieces, the driver the
@@ -240,10 +242,11 @@ func writeJSON(ctx context.Context, conn *websocket.Conn, m serverMessage) error
 // one on a fork of the chosen task's golden checkpoint. Bad parameters
 // leave the running episode as it was.
 func (ss *session) reset(data []byte) (any, error) {
-	req, err := parseReset(data)
+	req, ignored, err := parseReset(data)
 	if err != nil {
 		return nil, err
 	}
+	ss.ignored.note(ss.srv.cfg.Log, "/ws reset", ignored, "episode_id", optional(req.EpisodeID))
 	if ss.srv.isDraining() {
 		return nil, errStopping
 	}

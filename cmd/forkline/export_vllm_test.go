@@ -143,9 +143,7 @@ func joinRaw(ms []json.RawMessage) string {
 
 func requireOracle(t *testing.T) {
 	oracle.Require(t)
-	if err := loadertest.PythonAvailable(); err != nil {
-		testenv.Missing(t, testenv.Templates, err.Error())
-	}
+	testenv.Need(t, testenv.Templates, loadertest.PythonAvailable)
 }
 
 // The first turns and every later one: what chat-jsonl, hf and verl-sft

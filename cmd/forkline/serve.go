@@ -38,7 +38,10 @@ that picks a task, and an optional episode_id) hands the session a fork of the t
 checkpoint — from the warm standby when one is ready — and answers with the instruction; a step
 takes one canonical action (the /schema action schema) and answers with its observation; done (or a
 limit) runs the task's verifier and answers with the reward. /health, /metadata, /schema, /state,
-/tasks and the stateless one-shot POST /reset and /step are HTTP.
+/tasks, /openapi.json and the stateless one-shot POST /reset and /step are HTTP; POST /mcp speaks
+MCP: the task's actions are its tools and a tool call is a step (one-shot without a session, or in
+a session opened with OpenEnv's openenv/session/create). Extra keys beside a reset's or a step's
+(OpenEnv's extra="allow") are ignored and logged once per session.
 
 With -out, every served episode is recorded into a forkline dataset (the shards and manifest of
 collect; the trainer's episode ids kept; token ids attached in an action's metadata kept as a

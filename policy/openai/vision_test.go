@@ -183,6 +183,7 @@ func TestVisionOptions(t *testing.T) {
 // turn is in it. With max_images, an image leaving the context rewrites an
 // earlier message: the record is cut there, as it must be.
 func TestImageTokenRecordUnderGemma3(t *testing.T) {
+	oracle.Require(t) // oracle.TokenID below runs before vllmsim.Start, which would require it too
 	call := func(name, args string) vllmsim.Reply {
 		return vllmsim.Reply{Text: "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>"}
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/runtime"
 )
@@ -158,7 +159,7 @@ func checkpoint(t *testing.T, p providers.Provider, sb providers.Sandbox, label 
 	if !caps.Checkpoint {
 		require.ErrorIs(t, err, providers.ErrNotSupported,
 			"Capabilities().Checkpoint is false, so Checkpoint must fail with ErrNotSupported")
-		t.Skipf("provider %s cannot checkpoint (Checkpoint returned ErrNotSupported as it must): fork tests skipped", p.Name())
+		testenv.Inapplicable(t, fmt.Sprintf("provider %s cannot checkpoint (Checkpoint returned ErrNotSupported as it must): fork tests skipped", p.Name()))
 	}
 	require.NoError(t, err, "Checkpoint")
 	require.NotEmpty(t, cp.ID, "checkpoint id")
@@ -168,7 +169,7 @@ func checkpoint(t *testing.T, p providers.Provider, sb providers.Sandbox, label 
 		_, err := p.Fork(t.Context(), cp)
 		require.ErrorIs(t, err, providers.ErrNotSupported,
 			"Capabilities().Fork is false, so Fork must fail with ErrNotSupported")
-		t.Skipf("provider %s cannot fork (Fork returned ErrNotSupported as it must): fork tests skipped", p.Name())
+		testenv.Inapplicable(t, fmt.Sprintf("provider %s cannot fork (Fork returned ErrNotSupported as it must): fork tests skipped", p.Name()))
 	}
 	t.Cleanup(func() {
 		ctx, cancel := cleanupCtx()
@@ -935,7 +936,7 @@ func (s *suite) testNoLeaks(t *testing.T) {
 	p := s.provider(t)
 	lc, ok := providers.As[LeakChecker](p)
 	if !ok {
-		t.Skipf("provider %s does not implement providertest.LeakChecker: leak checks skipped", p.Name())
+		testenv.Inapplicable(t, fmt.Sprintf("provider %s does not implement providertest.LeakChecker: leak checks skipped", p.Name()))
 	}
 	ctx := t.Context()
 	sb, err := p.Create(ctx, providers.Spec{Files: map[string][]byte{"f": []byte("x")}})
