@@ -58,6 +58,15 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 	if err := compatible(m, specs, cfg, pol); err != nil {
 		return nil, err
 	}
+	// A complete run reads only its episodes and rewards to find there is
+	// nothing to do: every shard is checked first, so that a damaged steps
+	// shard is refused as it is in a partial run, whose shards the writer
+	// checks when it resumes (shard.Resume).
+	if m.Status == shard.StatusComplete {
+		if err := ds.Check(); err != nil {
+			return nil, fmt.Errorf("collect: -resume: %w", err)
+		}
+	}
 	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tree: map[string]treeNode{}, tally: newSummary(0, 0)}
 	for e, err := range ds.Episodes() {
 		if err != nil {
