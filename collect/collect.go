@@ -486,6 +486,7 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 			ev.Bytes += info.Bytes
 			ev.Rows += info.Rows
 		}
+		out.sum.addShards(ev.Bytes)
 		inv.obs.Observe(ev)
 	})
 	if cfg.Capture.Pixels == capture.PixelsHash {
@@ -682,6 +683,10 @@ func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) 
 func (inv *invocation) closeDataset(out *dataset, status shard.Status, runErr error) (*Summary, error) {
 	sum := out.sum
 	sum.Status, sum.RunID = string(status), inv.runID
+	// The open generation closes first, so that the summary the manifest
+	// records counts its shards' bytes on disk (a broken writer refuses,
+	// and Close reports why).
+	_ = out.w.Roll()
 	sumJSON, _ := json.Marshal(sum.Report())
 	out.w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
 	err := out.w.Close(status)

@@ -52,12 +52,15 @@ type Summary struct {
 	BlobsStored    int64
 	// Bytes are the rows this invocation committed (steps, episodes,
 	// rewards, blobs) as the shard writer measures them (the schemas row
-	// types' Size), so bytes per step is what rolled its shards.
-	Bytes  int64
-	Drift  int
-	Wall   time.Duration
-	Pool   pool.Stats
-	Status string
+	// types' Size, uncompressed): what rolled its shards.
+	Bytes int64
+	// DiskBytes are the bytes of the shards this invocation closed: what
+	// its rows take on disk, zstd Parquet.
+	DiskBytes int64
+	Drift     int
+	Wall      time.Duration
+	Pool      pool.Stats
+	Status    string
 	// NothingToDo is set when a resumed run was already complete: nothing
 	// ran and nothing was changed.
 	NothingToDo bool
@@ -138,6 +141,13 @@ func (s *Summary) addEpisode(b shard.EpisodeBatch) (firstError bool) {
 	s.BlobsStored += int64(len(b.Blobs))
 	s.Bytes += b.Size()
 	return firstError
+}
+
+// addShards counts the bytes of shards this invocation closed.
+func (s *Summary) addShards(bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.DiskBytes += bytes
 }
 
 // addUnavailable counts an episode ended, and not kept, because a service
@@ -293,23 +303,24 @@ type Report struct {
 	Losses      int            `json:"scaffold_losses"`
 	// Errors are the scaffold losses grouped by identical detail, most
 	// frequent first; OtherErrors counts losses whose detail did not fit.
-	Errors         []ErrorCount       `json:"errors"`
-	OtherErrors    int                `json:"errors_other,omitempty"`
-	Unavailable    []ErrorCount       `json:"unavailable,omitempty"` // this invocation: why NotRun episodes were not kept
-	RewardMean     *float64           `json:"reward_mean"`
-	Rewarded       int                `json:"rewarded"`
-	RewardsMissing int                `json:"rewards_missing"`
-	ResetMS        map[string]Latency `json:"reset_ms"`
-	GoldenBuildMS  map[string]float64 `json:"golden_build_ms"`
-	StepsPerSec    float64            `json:"steps_per_s"`    // this invocation
-	EpisodesPerSec float64            `json:"episodes_per_s"` // this invocation
-	WallSec        float64            `json:"wall_s"`         // this invocation
-	Screenshots    int64              `json:"screenshots"`    // this invocation
-	BlobsStored    int64              `json:"blobs_stored"`   // this invocation
-	DedupRatio     float64            `json:"dedup_ratio"`    // screenshots per blob stored (pixels hash); 0 when none was
-	BytesPerStep   float64            `json:"bytes_per_step"` // this invocation: every row committed, as the shard writer estimates it, per step
-	TokenDrift     int                `json:"episodes_with_token_drift"`
-	Replacements   int                `json:"replicas_replaced"` // this invocation
+	Errors          []ErrorCount       `json:"errors"`
+	OtherErrors     int                `json:"errors_other,omitempty"`
+	Unavailable     []ErrorCount       `json:"unavailable,omitempty"` // this invocation: why NotRun episodes were not kept
+	RewardMean      *float64           `json:"reward_mean"`
+	Rewarded        int                `json:"rewarded"`
+	RewardsMissing  int                `json:"rewards_missing"`
+	ResetMS         map[string]Latency `json:"reset_ms"`
+	GoldenBuildMS   map[string]float64 `json:"golden_build_ms"`
+	StepsPerSec     float64            `json:"steps_per_s"`        // this invocation
+	EpisodesPerSec  float64            `json:"episodes_per_s"`     // this invocation
+	WallSec         float64            `json:"wall_s"`             // this invocation
+	Screenshots     int64              `json:"screenshots"`        // this invocation
+	BlobsStored     int64              `json:"blobs_stored"`       // this invocation
+	DedupRatio      float64            `json:"dedup_ratio"`        // screenshots per blob stored (pixels hash); 0 when none was
+	BytesPerStep    float64            `json:"bytes_per_step"`     // this invocation: the shards it closed (steps, episodes, rewards, blobs), bytes on disk per step
+	RowBytesPerStep float64            `json:"row_bytes_per_step"` // this invocation: every row committed, uncompressed, as the shard writer estimates it to roll generations, per step
+	TokenDrift      int                `json:"episodes_with_token_drift"`
+	Replacements    int                `json:"replicas_replaced"` // this invocation
 }
 
 // Latency is a distribution summary in milliseconds.
@@ -350,7 +361,8 @@ func (s *Summary) Report() Report {
 		r.EpisodesPerSec = float64(s.Ran) / s.Wall.Seconds()
 	}
 	if s.RanSteps > 0 {
-		r.BytesPerStep = float64(s.Bytes) / float64(s.RanSteps)
+		r.BytesPerStep = float64(s.DiskBytes) / float64(s.RanSteps)
+		r.RowBytesPerStep = float64(s.Bytes) / float64(s.RanSteps)
 	}
 	if s.BlobsStored > 0 {
 		r.DedupRatio = float64(s.Screenshots) / float64(s.BlobsStored)

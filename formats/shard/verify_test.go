@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -137,7 +138,7 @@ func TestDecodePanicRecovered(t *testing.T) {
 		victim := (&Dataset{m: m}).Shards(table)[0]
 		clean, err := os.ReadFile(filepath.Join(orig, victim.File))
 		require.NoError(t, err)
-		for _, dmg := range damages(len(clean)) {
+		for _, dmg := range append(damages(len(clean)), offsetIndexDamages(t, clean)...) {
 			dir := filepath.Join(t.TempDir(), "run")
 			copyTree(t, orig, dir)
 			data := append([]byte(nil), clean...)
@@ -174,6 +175,28 @@ func TestDecodePanicRecovered(t *testing.T) {
 		}
 	}
 	assert.Greater(t, recovered, 0, "no damage made the decoder panic: the recover is not exercised")
+}
+
+// offsetIndexDamages flips a byte three quarters into the offset index
+// (page locations: offset, size, first row) of each column of the shard's
+// first row group, wherever the layout puts it: a page location that
+// points into the wrong bytes is what made parquet-go's page decoder panic
+// (unsafe.Slice on a nil pointer), found by flipping every byte of a steps
+// shard. Fixed offsets found it only while the layout put an offset index
+// there (page statistics, since left out, moved it).
+func offsetIndexDamages(t *testing.T, clean []byte) []damage {
+	t.Helper()
+	pf, err := openParquet(bytes.NewReader(clean), int64(len(clean)))
+	require.NoError(t, err)
+	var out []damage
+	for _, c := range pf.Metadata().RowGroups[0].Columns {
+		if c.OffsetIndexLength < 4 {
+			continue
+		}
+		off := c.OffsetIndexOffset + int64(c.OffsetIndexLength)*3/4
+		out = append(out, damage{fmt.Sprintf("offset-index-flip@%d", off), func(data []byte) { data[off] ^= 0x01 }})
+	}
+	return out
 }
 
 // An episode kept as done whose verifier errored (its reward row holds the
