@@ -260,6 +260,15 @@ func planRun(cfg Config) (*invocation, error) {
 		}
 	}
 	inv.specs = specs
+	if cfg.From == "" {
+		warning, err := cfg.Branch.reach(specs)
+		if err != nil {
+			return nil, badInput(err)
+		}
+		if warning != "" {
+			inv.logf("%s", warning)
+		}
+	}
 	if inv.policies, inv.policy, err = openPolicy(cfg, specs, inv.logf); err != nil {
 		return nil, badInput(err)
 	}
