@@ -828,6 +828,21 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 	if err != nil {
 		return nil, err
 	}
+	// Another collect (or serve) writing into the same directory is said
+	// so, whatever it has written yet: without this the loser of two
+	// collects started at once was told the directory "holds no forkline
+	// run" (a directory made, no manifest yet) or "holds another run". It
+	// is asked again before each refusal below, since the other may have
+	// taken the directory meanwhile.
+	busy := func() error {
+		if err := shard.CheckFree(cfg.Out); err != nil {
+			return fmt.Errorf("collect: -out %s: %w", cfg.Out, err)
+		}
+		return nil
+	}
+	if err := busy(); err != nil {
+		return nil, err
+	}
 	_, statErr := os.Stat(filepath.Join(cfg.Out, "manifest.json"))
 	exists := statErr == nil
 	switch {
@@ -855,11 +870,17 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 			return nil, fmt.Errorf("collect: -force refuses to clear %s: %w", cfg.Out, err)
 		}
 	case exists:
+		if err := busy(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %s", ErrOutputExists, cfg.Out)
 	case cfg.Resume:
-		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
+		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
 	}
 	if entries, err := os.ReadDir(cfg.Out); err == nil && len(entries) > 0 {
+		if err := busy(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("collect: output directory %s is not empty and holds no forkline run; choose an empty or new directory (-force replaces only a forkline run)", cfg.Out)
 	}
 	m := shard.Manifest{

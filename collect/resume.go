@@ -47,6 +47,9 @@ type priorRun struct {
 // when it cannot be resumed with cfg and its policy record pol, and tallies
 // the episodes it keeps.
 func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol policy.Record) (*priorRun, error) {
+	if err := shard.CheckFree(cfg.Out); err != nil {
+		return nil, fmt.Errorf("collect: -resume: -out %s: %w", cfg.Out, err)
+	}
 	ds, err := shard.Open(cfg.Out)
 	if errors.Is(err, shard.ErrNoDataset) {
 		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)

@@ -3,7 +3,9 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -42,4 +44,44 @@ func TestHarborSymlinkToAHostFileIsRefused(t *testing.T) {
 	require.Equal(t, cli.ExitBadInput, r.code, r.stderr)
 	require.Contains(t, r.stderr, "tests/shadow leads outside the task's folder")
 	require.NotContains(t, r.stdout+r.stderr, "HOST-SECRET")
+}
+
+// The loser of two collects into one -out is told that another is writing
+// there — whatever the winner has written yet — and changes nothing.
+// Before the fix it was told the directory "holds no forkline run" (the
+// winner had made it, not yet its manifest) or "holds another run (use
+// --resume ...)", neither true.
+func TestTheLoserOfTwoCollectsIsToldAnotherIsWriting(t *testing.T) {
+	tasks := exampleTasks(t)
+	t.Run("made, no manifest yet", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "run")
+		require.NoError(t, os.MkdirAll(filepath.Join(out, "steps"), 0o755))
+		d, err := os.Open(out)
+		require.NoError(t, err)
+		defer d.Close()
+		require.NoError(t, syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), "the winner's lock")
+		before := treeHash(t, out)
+		r := execute(t.Context(), "collect", "-tasks", tasks, "-out", out, "-workdir", t.TempDir(), "-quiet")
+		require.Equal(t, cli.ExitBadInput, r.code, r.stderr)
+		require.Contains(t, r.stderr, "another forkline collect or serve is writing it now")
+		require.NotContains(t, r.stderr, "holds no forkline run")
+		require.Equal(t, before, treeHash(t, out))
+	})
+	t.Run("two processes", func(t *testing.T) {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "run")
+		slow := filepath.Join(dir, "slow.yaml")
+		require.NoError(t, os.WriteFile(slow, []byte("id: slow\ninstruction: wait\nsolution:\n  - {kind: exec, cmd: sleep 3}\n  - {kind: done}\n"), 0o644))
+		winner := collectProcess("-tasks", slow, "-out", out, "-workdir", t.TempDir(), "-quiet")
+		require.NoError(t, winner.Start())
+		t.Cleanup(func() { winner.Process.Kill() })
+		require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(out, "manifest.json")); return err == nil }, time.Minute, 10*time.Millisecond)
+		for _, extra := range [][]string{nil, {"-resume"}, {"-force"}} {
+			r := execute(t.Context(), append([]string{"collect", "-tasks", slow, "-out", out, "-workdir", t.TempDir(), "-quiet"}, extra...)...)
+			require.Equal(t, cli.ExitBadInput, r.code, "%v: %s", extra, r.stderr)
+			require.Contains(t, r.stderr, "in use by another writer", "%v", extra)
+			require.NotContains(t, r.stderr, "holds another run", "%v", extra)
+		}
+		require.NoError(t, winner.Wait())
+	})
 }
