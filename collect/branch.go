@@ -471,7 +471,7 @@ func (inv *invocation) loadRemakes(ctx context.Context, kept map[string]bool) (m
 	}
 	ds, err := shard.Open(inv.cfg.Out)
 	if err != nil {
-		return nil, fmt.Errorf("collect: --resume: reading the branch points to remake: %w", err)
+		return nil, fmt.Errorf("collect: -resume: reading the branch points to remake: %w", err)
 	}
 	own := map[string][]schemas.StepRow{}
 	took := map[string]float64{}
@@ -485,7 +485,7 @@ func (inv *invocation) loadRemakes(ctx context.Context, kept map[string]bool) (m
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("collect: --resume: reading the branch points to remake: %w", err)
+		return nil, fmt.Errorf("collect: -resume: reading the branch points to remake: %w", err)
 	}
 	out := map[string][]*remakeJob{}
 	for _, id := range slices.Sorted(maps.Keys(wants)) {

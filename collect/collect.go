@@ -112,7 +112,7 @@ type Config struct {
 
 // ErrOutputExists is returned when Out holds another run and neither Resume
 // nor Force is set.
-var ErrOutputExists = errors.New("collect: output directory holds another run (use --resume to finish it or --force to replace it)")
+var ErrOutputExists = errors.New("collect: output directory holds another run (use -resume to finish it or -force to replace it)")
 
 // ErrConfig is wrapped by every error that comes from bad input — flags,
 // task files, names of providers or policies, the output directory — as
@@ -808,7 +808,7 @@ func validate(cfg *Config) error {
 		cfg.Shards = shard.DefaultConfig()
 	}
 	if cfg.Resume && cfg.Force {
-		return errors.New("collect: --resume and --force contradict each other")
+		return errors.New("collect: -resume and -force contradict each other")
 	}
 	return cfg.Shards.Validate()
 }

@@ -138,7 +138,7 @@ func TestCollectRefusesOccupiedOutput(t *testing.T) {
 
 	_, err = Run(context.Background(), cfg)
 	require.ErrorIs(t, err, ErrOutputExists)
-	require.ErrorContains(t, err, "--resume")
+	require.ErrorContains(t, err, "-resume")
 
 	// Resume of a complete run runs nothing and duplicates nothing.
 	cfg.Resume = true

@@ -52,10 +52,10 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 	}
 	ds, err := shard.Open(cfg.Out)
 	if errors.Is(err, shard.ErrNoDataset) {
-		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
+		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("collect: --resume: %w", err)
+		return nil, fmt.Errorf("collect: -resume: %w", err)
 	}
 	m := ds.Manifest()
 	if err := compatible(m, specs, cfg, pol); err != nil {
@@ -73,10 +73,10 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tree: map[string]treeNode{}, tally: newSummary(0, 0)}
 	for e, err := range ds.Episodes() {
 		if err != nil {
-			return nil, fmt.Errorf("collect: --resume: reading the kept episodes: %w", err)
+			return nil, fmt.Errorf("collect: -resume: reading the kept episodes: %w", err)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("collect: --resume: %w", err)
+			return nil, fmt.Errorf("collect: -resume: %w", err)
 		}
 		if e.ExitReason == string(runtime.ExitCancelled) {
 			p.cancelled[e.EpisodeID] = true
@@ -95,7 +95,7 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 	}
 	for r, err := range ds.Rewards() {
 		if err != nil {
-			return nil, fmt.Errorf("collect: --resume: reading the kept rewards: %w", err)
+			return nil, fmt.Errorf("collect: -resume: reading the kept rewards: %w", err)
 		}
 		if p.kept[r.EpisodeID] {
 			p.tally.addReward(r)
