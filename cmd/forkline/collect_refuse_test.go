@@ -228,6 +228,12 @@ func TestResumeOfACompleteRunChangesNothing(t *testing.T) {
 // complete; only a partial run's resume checked the shards.
 func TestResumeOfADamagedRunIsRefused(t *testing.T) {
 	tasks := exampleTasks(t)
+	orig := filepath.Join(t.TempDir(), "run")
+	base := func(out string) []string {
+		return []string{"-tasks", tasks, "-out", out, "-workdir", t.TempDir(), "-quiet", "-replicas", "2", "-repeats", "2"}
+	}
+	code, printed := runCaptured(t, base(orig)...)
+	require.Equal(t, cli.ExitOK, code, printed)
 	for _, status := range []string{"complete", "partial"} {
 		for _, c := range []struct {
 			name   string
@@ -243,9 +249,7 @@ func TestResumeOfADamagedRunIsRefused(t *testing.T) {
 		} {
 			t.Run(status+"/"+c.name, func(t *testing.T) {
 				out := filepath.Join(t.TempDir(), "run")
-				base := []string{"-tasks", tasks, "-out", out, "-workdir", t.TempDir(), "-quiet", "-replicas", "2", "-repeats", "2"}
-				code, printed := runCaptured(t, base...)
-				require.Equal(t, cli.ExitOK, code, printed)
+				require.NoError(t, os.CopyFS(out, os.DirFS(orig)))
 				if status == "partial" {
 					m, err := os.ReadFile(filepath.Join(out, "manifest.json"))
 					require.NoError(t, err)
@@ -260,7 +264,7 @@ func TestResumeOfADamagedRunIsRefused(t *testing.T) {
 				require.NoError(t, os.WriteFile(path, c.damage(data), 0o644))
 				before := treeHash(t, out)
 
-				code, printed = runCaptured(t, append(base, "-resume")...)
+				code, printed := runCaptured(t, append(base(out), "-resume")...)
 				require.Equal(t, cli.ExitBadInput, code, printed)
 				require.Contains(t, printed, filepath.FromSlash(file))
 				require.Contains(t, printed, "the manifest says")

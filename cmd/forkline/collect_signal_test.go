@@ -409,7 +409,7 @@ instruction: answer, then wait for the grade
 solution:
   - {kind: exec, cmd: echo answer > answer.txt}
   - {kind: done}
-verify: {cmd: 'touch `+verifying+`; sleep 2; test -s answer.txt && echo 0.5', reward: number}
+verify: {cmd: 'touch `+verifying+`; sleep 1.5; test -s answer.txt && echo 0.5', reward: number}
 `), 0o644))
 		out = filepath.Join(dir, "run")
 		args = []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-grace", grace}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -84,7 +83,6 @@ func TestServePeakMemoryWithEveryLargestMessageAtOnce(t *testing.T) {
 	}
 	baseline := procKB(t, pid, "VmRSS")
 	var wg sync.WaitGroup
-	var answered atomic.Int64
 	start := make(chan struct{})
 	errs := make([]error, sessions)
 	for i, c := range clients {
@@ -100,26 +98,11 @@ func TestServePeakMemoryWithEveryLargestMessageAtOnce(t *testing.T) {
 				}
 			}
 			errs[i] = err
-			answered.Add(1)
 		}()
 	}
 	began := time.Now()
-	sampling := make(chan struct{})
-	if os.Getenv("SERVE_MEMORY_TRACE") != "" {
-		go func() {
-			for {
-				select {
-				case <-sampling:
-					return
-				case <-time.After(500 * time.Millisecond):
-				}
-				t.Logf("%5.1fs answered %2d RSS %d MB", time.Since(began).Seconds(), answered.Load(), procKB(t, pid, "VmRSS")/1024)
-			}
-		}()
-	}
 	close(start)
 	wg.Wait()
-	close(sampling)
 	t.Logf("%d sessions × %d bytes answered in %s", sessions, len(payload), time.Since(began))
 	for i, err := range errs {
 		require.NoError(t, err, "session %d: %v", i, err)
