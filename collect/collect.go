@@ -113,7 +113,7 @@ type Config struct {
 
 // ErrOutputExists is returned when Out holds another run and neither Resume
 // nor Force is set.
-var ErrOutputExists = errors.New("collect: output directory holds another run (use --resume to finish it or --force to replace it)")
+var ErrOutputExists = errors.New("collect: output directory holds another run (use -resume to finish it or -force to replace it)")
 
 // ErrConfig is wrapped by every error that comes from bad input — flags,
 // task files, names of providers or policies, the output directory — as
@@ -251,6 +251,15 @@ func planRun(cfg Config) (*invocation, error) {
 		}
 	}
 	inv.specs = specs
+	if cfg.From == "" {
+		warning, err := cfg.Branch.reach(specs)
+		if err != nil {
+			return nil, badInput(err)
+		}
+		if warning != "" {
+			inv.logf("%s", warning)
+		}
+	}
 	if inv.policies, inv.policy, err = openPolicy(cfg, specs, inv.logf, func(format string, args ...any) { inv.log.Info(fmt.Sprintf(format, args...)) }); err != nil {
 		return nil, badInput(err)
 	}
@@ -477,6 +486,7 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 			ev.Bytes += info.Bytes
 			ev.Rows += info.Rows
 		}
+		out.sum.addShards(ev.Bytes)
 		inv.obs.Observe(ev)
 	})
 	if cfg.Capture.Pixels == capture.PixelsHash {
@@ -675,6 +685,10 @@ func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) 
 func (inv *invocation) closeDataset(out *dataset, status shard.Status, runErr error) (*Summary, error) {
 	sum := out.sum
 	sum.Status, sum.RunID = string(status), inv.runID
+	// The open generation closes first, so that the summary the manifest
+	// records counts its shards' bytes on disk (a broken writer refuses,
+	// and Close reports why).
+	_ = out.w.Roll()
 	rep := sum.Report()
 	if sumJSON, err := (manifest.Summary{Collect: &rep}).Encode(); err == nil {
 		out.w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
@@ -791,7 +805,7 @@ func validate(cfg *Config) error {
 		cfg.Shards = shard.DefaultConfig()
 	}
 	if cfg.Resume && cfg.Force {
-		return errors.New("collect: --resume and --force contradict each other")
+		return errors.New("collect: -resume and -force contradict each other")
 	}
 	return cfg.Shards.Validate()
 }
@@ -810,6 +824,21 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 	providerRec, policyRec := prov.Encode(), pol.Encode()
 	tasksRec, err := task.EncodeRecords(specs)
 	if err != nil {
+		return nil, err
+	}
+	// Another collect (or serve) writing into the same directory is said
+	// so, whatever it has written yet: without this the loser of two
+	// collects started at once was told the directory "holds no forkline
+	// run" (a directory made, no manifest yet) or "holds another run". It
+	// is asked again before each refusal below, since the other may have
+	// taken the directory meanwhile.
+	busy := func() error {
+		if err := shard.CheckFree(cfg.Out); err != nil {
+			return fmt.Errorf("collect: -out %s: %w", cfg.Out, err)
+		}
+		return nil
+	}
+	if err := busy(); err != nil {
 		return nil, err
 	}
 	_, statErr := os.Stat(filepath.Join(cfg.Out, "manifest.json"))
@@ -839,11 +868,17 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 			return nil, fmt.Errorf("collect: -force refuses to clear %s: %w", cfg.Out, err)
 		}
 	case exists:
+		if err := busy(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %s", ErrOutputExists, cfg.Out)
 	case cfg.Resume:
-		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
+		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
 	}
 	if entries, err := os.ReadDir(cfg.Out); err == nil && len(entries) > 0 {
+		if err := busy(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("collect: output directory %s is not empty and holds no forkline run; choose an empty or new directory (-force replaces only a forkline run)", cfg.Out)
 	}
 	m := shard.Manifest{

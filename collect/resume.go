@@ -48,24 +48,36 @@ type priorRun struct {
 // when it cannot be resumed with cfg and its policy record pol, and tallies
 // the episodes it keeps.
 func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manifest.Policy) (*priorRun, error) {
+	if err := shard.CheckFree(cfg.Out); err != nil {
+		return nil, fmt.Errorf("collect: -resume: -out %s: %w", cfg.Out, err)
+	}
 	ds, err := shard.Open(cfg.Out)
 	if errors.Is(err, shard.ErrNoDataset) {
-		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
+		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("collect: --resume: %w", err)
+		return nil, fmt.Errorf("collect: -resume: %w", err)
 	}
 	m := ds.Manifest()
 	if err := compatible(m, specs, cfg, pol); err != nil {
 		return nil, err
 	}
+	// A complete run reads only its episodes and rewards to find there is
+	// nothing to do: every shard is checked first, so that a damaged steps
+	// shard is refused as it is in a partial run, whose shards the writer
+	// checks when it resumes (shard.Resume).
+	if m.Status == shard.StatusComplete {
+		if err := ds.Check(); err != nil {
+			return nil, fmt.Errorf("collect: -resume: %w", err)
+		}
+	}
 	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tree: map[string]treeNode{}, tally: newSummary(0, 0)}
 	for e, err := range ds.Episodes() {
 		if err != nil {
-			return nil, fmt.Errorf("collect: --resume: reading the kept episodes: %w", err)
+			return nil, fmt.Errorf("collect: -resume: reading the kept episodes: %w", err)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("collect: --resume: %w", err)
+			return nil, fmt.Errorf("collect: -resume: %w", err)
 		}
 		if e.ExitReason == string(runtime.ExitCancelled) {
 			p.cancelled[e.EpisodeID] = true
@@ -84,7 +96,7 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manif
 	}
 	for r, err := range ds.Rewards() {
 		if err != nil {
-			return nil, fmt.Errorf("collect: --resume: reading the kept rewards: %w", err)
+			return nil, fmt.Errorf("collect: -resume: reading the kept rewards: %w", err)
 		}
 		if p.kept[r.EpisodeID] {
 			p.tally.addReward(r)

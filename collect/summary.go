@@ -50,12 +50,15 @@ type Summary struct {
 	BlobsStored    int64
 	// Bytes are the rows this invocation committed (steps, episodes,
 	// rewards, blobs) as the shard writer measures them (the schemas row
-	// types' Size), so bytes per step is what rolled its shards.
-	Bytes  int64
-	Drift  int
-	Wall   time.Duration
-	Pool   pool.Stats
-	Status string
+	// types' Size, uncompressed): what rolled its shards.
+	Bytes int64
+	// DiskBytes are the bytes of the shards this invocation closed: what
+	// its rows take on disk, zstd Parquet.
+	DiskBytes int64
+	Drift     int
+	Wall      time.Duration
+	Pool      pool.Stats
+	Status    string
 	// NothingToDo is set when a resumed run was already complete: nothing
 	// ran and nothing was changed.
 	NothingToDo bool
@@ -136,6 +139,13 @@ func (s *Summary) addEpisode(b shard.EpisodeBatch) (firstError bool) {
 	s.BlobsStored += int64(len(b.Blobs))
 	s.Bytes += b.Size()
 	return firstError
+}
+
+// addShards counts the bytes of shards this invocation closed.
+func (s *Summary) addShards(bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.DiskBytes += bytes
 }
 
 // addUnavailable counts an episode ended, and not kept, because a service
@@ -278,7 +288,8 @@ func (s *Summary) Report() Report {
 		r.EpisodesPerSec = float64(s.Ran) / s.Wall.Seconds()
 	}
 	if s.RanSteps > 0 {
-		r.BytesPerStep = float64(s.Bytes) / float64(s.RanSteps)
+		r.BytesPerStep = float64(s.DiskBytes) / float64(s.RanSteps)
+		r.RowBytesPerStep = float64(s.Bytes) / float64(s.RanSteps)
 	}
 	if s.BlobsStored > 0 {
 		r.DedupRatio = float64(s.Screenshots) / float64(s.BlobsStored)

@@ -76,9 +76,12 @@ type Collect struct {
 	Screenshots    int64              `json:"screenshots"`    // this invocation
 	BlobsStored    int64              `json:"blobs_stored"`   // this invocation
 	DedupRatio     float64            `json:"dedup_ratio"`    // screenshots per blob stored (pixels hash); 0 when none was
-	BytesPerStep   float64            `json:"bytes_per_step"` // this invocation: every row committed, as the shard writer estimates it, per step
-	TokenDrift     int                `json:"episodes_with_token_drift"`
-	Replacements   int                `json:"replicas_replaced"` // this invocation
+	BytesPerStep   float64            `json:"bytes_per_step"` // this invocation: the shards it closed (steps, episodes, rewards, blobs), bytes on disk per step
+	// RowBytesPerStep is every row this invocation committed, uncompressed,
+	// as the shard writer estimates it to roll generations, per step.
+	RowBytesPerStep float64 `json:"row_bytes_per_step"`
+	TokenDrift      int     `json:"episodes_with_token_drift"`
+	Replacements    int     `json:"replicas_replaced"` // this invocation
 }
 
 // Print writes the human summary.

@@ -5,17 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 )
-
-// maxRequestBytes bounds a one-shot HTTP request's body.
-const maxRequestBytes = MaxMessageBytes
 
 func writeHTTP(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -122,13 +119,27 @@ func (s *Server) handleTasks(w http.ResponseWriter, _ *http.Request) {
 	writeHTTP(w, http.StatusOK, out)
 }
 
-// readBody reads a one-shot request's JSON object.
-func readBody(r *http.Request) ([]byte, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxRequestBytes))
-	if err != nil {
-		return nil, refuse(codeValidation, "serve: request body: %v", err)
+// readBody reads a one-shot request's JSON object as a WebSocket message
+// is read: at most MaxMessageBytes, within the message budget, and whole
+// within MessageTimeout. release gives its budget share back once the
+// request is answered.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
+	if r.ContentLength > s.cfg.MaxMessageBytes {
+		return nil, nil, refuse(codeValidation, "serve: request body: %d bytes; at most %d (-max-message-mb)", r.ContentLength, s.cfg.MaxMessageBytes)
 	}
-	return data, nil
+	// The body's whole arrival is bounded by the connection's read
+	// deadline (the budget's clock cannot stop it: a request's body is
+	// small next to the budget, so it rarely waits).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.MessageTimeout))
+	data, release, err = s.budget.read(r.Context(), r.Body, nil)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("%w (%s, -message-timeout)", errMessageTimeout, s.cfg.MessageTimeout)
+		}
+		return nil, nil, refuse(codeValidation, "serve: request body: %v", err)
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return data, release, nil
 }
 
 // handleReset is OpenEnv's stateless POST /reset: its server builds an
@@ -136,11 +147,12 @@ func readBody(r *http.Request) ([]byte, error) {
 // task's golden (a standby hand-off when ready), the first observation,
 // and the fork destroyed; no episode is recorded (it took no step).
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
-	data, err := readBody(r)
+	data, release, err := s.readBody(w, r)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
+	defer release()
 	req, ignored, err := parseReset(data)
 	if err != nil {
 		httpError(w, err)
@@ -185,11 +197,12 @@ var stepKeys = []string{"action", "episode_id", "request_id", "seed", "task_id",
 // destroyed. The episode is recorded (as done, or as cancelled after its
 // one step), with episode_id, else request_id, as its id.
 func (s *Server) handleStep(w http.ResponseWriter, r *http.Request) {
-	data, err := readBody(r)
+	data, release, err := s.readBody(w, r)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
+	defer release()
 	req, dec, ignored, err := parseStepRequest(data)
 	if err != nil {
 		httpError(w, err)

@@ -130,11 +130,12 @@ func (s *Server) handleMCP(w http.ResponseWriter, r *http.Request) {
 			Error: rpcFail(rpcInvalidRequest, "serve: /mcp: MCP-Protocol-Version %s is not spoken here (spoken: %s)", v, strings.Join(mcpVersions, ", "))})
 		return
 	}
-	data, err := readBody(r)
+	data, release, err := s.readBody(w, r)
 	if err != nil {
 		writeHTTP(w, http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: null, Error: rpcFail(rpcParseError, "%v", err)})
 		return
 	}
+	defer release()
 	req, notification, rerr := parseRPC(data)
 	if rerr != nil {
 		writeHTTP(w, http.StatusOK, rpcResponse{JSONRPC: "2.0", ID: null, Error: rerr})

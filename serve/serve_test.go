@@ -311,7 +311,7 @@ func TestConcurrentSessionsEarnTheScriptedRewardsAndAreRecorded(t *testing.T) {
 	byID := map[string]transcript{}
 	for _, rs := range results {
 		for _, tr := range rs {
-			require.True(t, sameReward(want[tr.taskID], tr.reward), "task %s: reward %v, the scripted solution earns %v", tr.taskID, tr.reward, want[tr.taskID])
+			require.True(t, sameReward(want[tr.taskID], tr.reward), "task %s: reward %s, the scripted solution earns %s (%+v)", tr.taskID, fmtReward(tr.reward), fmtReward(want[tr.taskID]), tr)
 			require.Equal(t, "done", tr.exit)
 			byID[tr.episodeID] = tr
 		}
@@ -401,4 +401,11 @@ func checkRecorded(t *testing.T, dir string, byID map[string]transcript) {
 		total += len(tr.actions)
 	}
 	require.Equal(t, total, n)
+}
+
+func fmtReward(r *float64) string {
+	if r == nil {
+		return "null"
+	}
+	return fmt.Sprint(*r)
 }

@@ -62,7 +62,8 @@ type Server struct {
 	cancelRun context.CancelFunc
 	http      *http.Server
 
-	slots chan struct{} // MaxSessions
+	slots  chan struct{} // MaxSessions
+	budget *budget       // the bytes of messages in flight (limits.go)
 
 	mu         sync.Mutex
 	sessions   map[*session]bool
@@ -109,7 +110,8 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, tasks: map[string]*served{}, jobs: make(chan pool.Job), poolDone: make(chan struct{}),
 		slots: make(chan struct{}, cfg.MaxSessions), sessions: map[*session]bool{}, ids: map[string]bool{}, stats: newStats(),
-		checkpoints: map[string]*checkpoint{}, holding: map[string][]shard.EpisodeBatch{}}
+		checkpoints: map[string]*checkpoint{}, holding: map[string][]shard.EpisodeBatch{},
+		budget: newBudget(cfg.MessageBudget, cfg.MaxMessageBytes)}
 	for i := range specs {
 		sp := specs[i].WithDefaults()
 		tmpl, err := episode.Template(&sp)

@@ -22,7 +22,8 @@ is forkline's and holds together, and its provider, policy, plan, capture and su
 as every command reads them; every listed shard exists with its recorded size and sha256
 (re-hashed), its footer's row count, schema version, table and run id; the rows add up to the
 manifest's counts; every generation has its episodes shard, episode ids are unique, and every step
-and reward row belongs to an episode of its generation. Leftovers of a crash (unlisted shards,
+and reward row belongs to an episode of its generation; no episode is kept as done while its
+verifier errored (its reward would be missing, not the task's outcome). Leftovers of a crash (unlisted shards,
 temporary files) and foreign files are listed, not problems.`,
 		Args: "DIR", ArgsFirst: true, MaxArgs: 1,
 		Arguments: []cli.Argument{{Name: "DIR", Usage: "the dataset directory (or -in DIR)"}},

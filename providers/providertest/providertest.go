@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) providers.Provider) {
 	t.Run("WorkspaceAbsolutePath", s.testAbsolutePath)
 	t.Run("UnsupportedActions", s.testUnsupported)
 	t.Run("NULBytes", s.testNULBytes)
+	t.Run("LongCommands", s.testLongCommands)
 	t.Run("BadSpec", s.testBadSpec)
 	t.Run("GUI", s.testGUI)
 	t.Run("Checkpoint", s.testCheckpoint)
@@ -550,6 +551,25 @@ func (s *suite) testNULBytes(t *testing.T) {
 	write(t, sb, "data.bin", "a\x00b")
 	require.Equal(t, "a\x00b", read(t, sb, "data.bin"), "a NUL in file content is data")
 	require.Equal(t, "3\n", run(t, sb, "wc -c < data.bin | tr -d ' '"))
+}
+
+// testLongCommands: a command longer than one execve argument may be
+// (Linux: 128 KiB) is a model's action like any other — a long heredoc, a
+// file pasted into an echo — and runs: never an infrastructure error
+// ("argument list too long" made it env_error, a scaffold loss that
+// replaced the replica), with the shell semantics of a short one.
+func (s *suite) testLongCommands(t *testing.T) {
+	p := s.provider(t)
+	sb := create(t, p, providers.Spec{})
+	long := strings.Repeat("x", 200<<10)
+	require.Equal(t, fmt.Sprintf("%d\n", len(long)+1), run(t, sb, "echo "+long+" | wc -c | tr -d ' '"), "a 200 KB echo runs")
+	body := strings.Repeat("line of a long heredoc\n", 15000) // 345 KB
+	require.Equal(t, fmt.Sprintf("%d\n", len(body)), run(t, sb, "cat > big.txt <<'EOF'\n"+body+"EOF\nwc -c < big.txt | tr -d ' '"))
+	obs := act(t, sb, runtime.Action{Kind: runtime.ActExec, Cmd: ": " + long + "; echo \"$0 $#\"; exit 7"})
+	require.Equal(t, 7, obs.ExitCode, "exit ends the command with its status: %s", obs.Text())
+	require.Equal(t, run(t, sb, `echo "$0 $#"`), obs.Text(), "the same $0 and arguments as a short command")
+	huge := act(t, sb, runtime.Action{Kind: runtime.ActExec, Cmd: ": '" + strings.Repeat("y", 60<<20) + "'; echo done"})
+	require.Equal(t, "done\n", huge.Text(), "a 60 MiB command runs")
 }
 
 // testBadSpec: a spec no command could run under is refused by Create,

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -162,8 +163,35 @@ func (c *Client) Disconnect() {
 }
 
 // Drop closes the TCP connection with no close message or frame: a
-// trainer process that died.
+// trainer process that died (the kernel sends FIN).
 func (c *Client) Drop() { c.conn.UnderlyingConn().Close() }
+
+// DropReset closes the TCP connection with a reset (RST: SO_LINGER 0), as
+// a host that lost the process's socket state does.
+func (c *Client) DropReset() {
+	if tc, ok := c.conn.UnderlyingConn().(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.conn.UnderlyingConn().Close()
+}
+
+// Send sends a message without waiting for its answer (a step whose
+// client goes away while it runs).
+func (c *Client) Send(msg map[string]any) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	return c.conn.WriteMessage(websocket.TextMessage, b)
+}
+
+// SendBytes sends b as one text message without waiting for its answer
+// (Receive reads it): many sessions can send one prepared payload.
+func (c *Client) SendBytes(b []byte) error { return c.conn.WriteMessage(websocket.TextMessage, b) }
+
+// Raw is the underlying connection, for tests that write bytes a
+// WebSocket library would not (a frame that stops half-way).
+func (c *Client) Raw() net.Conn { return c.conn.UnderlyingConn() }
 
 // WaitClosed reads until the server closes the connection and returns the
 // close frame's code and text (-1 when the connection ended without one).
