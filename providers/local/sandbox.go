@@ -167,19 +167,23 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	}
 	cmd.Dir = s.ws
 	cmd.Env = append(s.env[:len(s.env):len(s.env)], execMarker+"="+mark)
-	// The same writer for both makes os/exec share one pipe between them, so
-	// the output is interleaved exactly as the command wrote it.
-	cmd.Stdout, cmd.Stderr = out, out
+	pipe, err := newOutputPipe(out)
+	if err != nil {
+		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
+	}
+	cmd.Stdout, cmd.Stderr = pipe.w, pipe.w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	cmd.WaitDelay = PipeGrace
-	err := cmd.Start()
+	err = cmd.Start()
 	if gate != nil {
 		gate.Close() // the child has its own copy
 	}
 	if err != nil {
+		pipe.abandon()
 		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
 	}
+	pipe.started()
 	pgid := cmd.Process.Pid
 	if gated {
 		// The command's shell waits on the gate: nothing of it runs before
@@ -187,6 +191,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		if err := s.limit.limit(pgid); err != nil {
 			_ = killGroup(pgid)
 			_ = cmd.Wait()
+			pipe.finish(0)
 			return runtime.Observation{}, err
 		}
 		_, _ = release.Write([]byte("\n"))
@@ -207,6 +212,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		_ = killGroup(pgid)     // members that escaped the first kill by forking
 		killMarked(mark, false) // and those that left the group (setsid)
 	}
+	pipe.finish(PipeGrace)
 	s.groupDone(pgid)
 
 	if ctx.Err() != nil {
