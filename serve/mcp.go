@@ -515,7 +515,12 @@ func (s *Server) mcpSessionCreate(ctx context.Context, params map[string]json.Ra
 	if err := s.takeSlot(); err != nil {
 		return nil, err
 	}
-	l, res, err := s.begin(ctx, req, func() {})
+	// The session's episode outlives the request that opens it: its steps
+	// arrive in later requests, so it is not ended when this one is (as a
+	// WebSocket session's ends with its connection). It ends when the
+	// session is closed, reaped idle, or the server stops. A client gone
+	// while the session is made leaves it to the idle reaper.
+	l, res, err := s.begin(context.WithoutCancel(ctx), req, func() {})
 	if err != nil {
 		s.releaseSlot()
 		return nil, err
