@@ -19,6 +19,9 @@
 //	                 python3-jinja2 (bash .ci/oracle-up.sh)
 //	slurm            Debian's slurm-wlm and munge, run as root: each test starts its own
 //	                 one-node cluster on 127.0.0.1 (internal/slurmtest; bash .ci/slurm-up.sh)
+//	agents           the agent harnesses Claude Code, Codex and opencode installed from npm
+//	                 at their pinned versions into forkline's cache (internal/agenttest;
+//	                 bash .ci/agents-up.sh, which runs forkline images -agent)
 package testenv
 
 import (
@@ -31,6 +34,10 @@ import (
 // chat templates and tokenizers, rendered by Python's Jinja2 and by
 // @huggingface/jinja.
 const Templates = "templates"
+
+// Agents is the component name of the agent harnesses installed from npm
+// (forkline images -agent claude-code,codex,opencode).
+const Agents = "agents"
 
 // RequireEnv is the environment variable listing required components,
 // comma-separated (e.g. "docker,chromium,overlay"), or "all".
