@@ -2,6 +2,7 @@ package collect
 
 import (
 	"fmt"
+	"github.com/forkline/forkline/runtime"
 
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/task"
@@ -20,8 +21,12 @@ func openPolicy(cfg Config, specs []task.Spec, logf func(string, ...any)) (polic
 		return nil, policy.Record{}, fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err)
 	}
 	for i := range specs {
-		if _, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed)); err != nil {
+		pol, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed))
+		if err != nil {
 			return nil, policy.Record{}, fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err)
+		}
+		if _, ok := pol.(runtime.SelfDriving); ok && (cfg.Branch.IsSet() || cfg.From != "") {
+			return nil, policy.Record{}, fmt.Errorf("collect: -policy %s runs its episodes itself (an agent harness inside the sandbox), so they cannot branch (-branch, -from): forks copy files, not the harness's process", cfg.Policy)
 		}
 	}
 	rec, err := policy.NewRecord(cfg.Policy, opts, src)

@@ -114,7 +114,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	} {
 		v := new(string)
 		o.llm = append(o.llm, llmFlag{flag: l.flag, key: l.key, value: v})
-		f.String(v, l.flag, l.arg, "for -policy openai: "+openai.OptionHelp(l.key)+" (= -policy-opt "+l.key+"=...)")
+		f.String(v, l.flag, l.arg, "for -policy openai and agent: "+openai.OptionHelp(l.key)+" (= -policy-opt "+l.key+"=...)")
 	}
 
 	f.Group("capture", "-text cap:65536 -pixels hash -a11y none -tokens keep")
@@ -290,8 +290,8 @@ func (o *collectOptions) applyLLM(inv *cli.Invocation) error {
 		if !inv.Given(l.flag) {
 			continue
 		}
-		if cfg.Policy != "openai" {
-			return fmt.Errorf("%s: -%s is for -policy openai (the policy is %q)", inv.Prefix(), l.flag, cfg.Policy)
+		if cfg.Policy != "openai" && cfg.Policy != "agent" {
+			return fmt.Errorf("%s: -%s is for -policy openai and -policy agent (the policy is %q)", inv.Prefix(), l.flag, cfg.Policy)
 		}
 		if old, ok := cfg.PolicyOptions[l.key]; ok && old != *l.value {
 			return fmt.Errorf("%s: -%s %q and -policy-opt %s=%q disagree", inv.Prefix(), l.flag, *l.value, l.key, old)

@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/forkline/forkline/harness"
+	"github.com/forkline/forkline/internal/oracle/vllmsim"
 	"github.com/forkline/forkline/internal/testenv"
 )
 
@@ -110,4 +112,61 @@ func Contains(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+// Title is what the script answers a call without tools (opencode's
+// title call).
+const Title = "Fix the sum script"
+
+// workdirs are where each harness's prompt names its working directory.
+var workdirs = []*regexp.Regexp{
+	regexp.MustCompile(`Primary working directory: (\S+)`), // Claude Code
+	regexp.MustCompile(`<cwd>([^<]+)</cwd>`),               // Codex
+	regexp.MustCompile(`Working directory: (\S+)`),         // opencode
+}
+
+// Workdir is the working directory a harness's rendered prompt names, ""
+// when it names none.
+func Workdir(prompt string) string {
+	for _, re := range workdirs {
+		if m := re.FindStringSubmatch(prompt); m != nil {
+			return strings.TrimSpace(m[1])
+		}
+	}
+	return ""
+}
+
+// FixSum is a scripted Qwen3 that solves examples/tasks/fix-sum.yaml with
+// harness h's own tools, one call per turn, reading which turn it is from
+// the rendered prompt (the tool results in it): it reads sum.sh, edits
+// its loop bound, runs it, and answers. A call without tools in its
+// prompt (a title) gets Title. Its replies think first (<think>), as
+// Qwen3 does.
+func FixSum(h string) vllmsim.Responder {
+	return func(t vllmsim.Turn) (vllmsim.Reply, error) {
+		if !strings.Contains(t.Prompt, "<tools>") {
+			return vllmsim.Reply{Text: "<think>\nA short title.\n</think>\n\n" + Title}, nil
+		}
+		n := strings.Count(t.Prompt, "<tool_response>")
+		ws := Workdir(t.Prompt)
+		think := fmt.Sprintf("<think>\nStep %d of fixing sum.sh.\n</think>\n\n", n+1)
+		var name, args string
+		switch n {
+		case 0:
+			name, args = Shell(h, "cat sum.sh")
+			if rn, ra, ok := Read(h, filepath.Join(ws, "sum.sh")); ok && ws != "" {
+				name, args = rn, ra
+			}
+		case 1:
+			name, args = Shell(h, `sed -i 's/-lt "$n"/-le "$n"/' sum.sh`)
+			if en, ea, ok := Edit(h, filepath.Join(ws, "sum.sh"), `-lt "$n"`, `-le "$n"`); ok && ws != "" {
+				name, args = en, ea
+			}
+		case 2:
+			name, args = Shell(h, "sh sum.sh 3")
+		default:
+			return vllmsim.Reply{Text: think + "Fixed the loop bound in sum.sh (-lt -> -le): sh sum.sh 3 prints 6."}, nil
+		}
+		return vllmsim.Reply{Text: think + HermesCall(name, args)}, nil
+	}
 }
