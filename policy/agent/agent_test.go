@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/forkline/forkline/harness"
 	"github.com/forkline/forkline/internal/agenttest"
 	"github.com/forkline/forkline/internal/oracle/vllmsim"
+	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -45,7 +47,7 @@ func fixSum(t *testing.T) string {
 }
 
 // collectAgent runs collect with -policy agent on provider prov.
-func collectAgent(t *testing.T, prov string, sim *vllmsim.Server, opts map[string]string, repeats, replicas int) (string, *collect.Summary, string, error) {
+func collectAgent(t *testing.T, prov string, sim *vllmsim.Server, opts map[string]string, repeats, replicas int, provOpts ...string) (string, *collect.Summary, string, error) {
 	t.Helper()
 	log := &lockedBuffer{}
 	params := map[string]string{"base_url": sim.URL + "/v1", "model": "Qwen/Qwen3-8B", "max_tokens": "400"}
@@ -56,6 +58,10 @@ func collectAgent(t *testing.T, prov string, sim *vllmsim.Server, opts map[strin
 		Tasks: fixSum(t), Out: filepath.Join(t.TempDir(), "run"), Provider: prov, WorkDir: t.TempDir(),
 		Replicas: replicas, Repeats: repeats, Policy: "agent", Capture: capture.DefaultPolicy(),
 		PolicyOptions: params, Shards: shard.Config{Compression: "none"}, Log: log, Progress: log,
+		ProviderParams: map[string]string{},
+	}
+	for i := 0; i+1 < len(provOpts); i += 2 {
+		cfg.ProviderParams[provOpts[i]] = provOpts[i+1]
 	}
 	sum, err := collect.Run(context.Background(), cfg)
 	return cfg.Out, sum, log.String(), err
@@ -131,4 +137,60 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// requireDocker skips (or fails under FORKLINE_REQUIRE) without an engine
+// that has forkline's images.
+func requireDocker(t *testing.T, image string) {
+	t.Helper()
+	if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
+		testenv.Missing(t, "docker", "no engine answers `docker version`: "+strings.TrimSpace(string(out)))
+	}
+	if err := exec.Command("docker", "image", "inspect", image).Run(); err != nil {
+		component := "docker"
+		if image == "forkline/debian" {
+			component = "docker-debian"
+		}
+		testenv.Missing(t, component, "image "+image+" is missing (make images-debian builds it)")
+	}
+}
+
+// imageFor is the image a harness runs in on docker: Codex is a static
+// executable and runs in busybox; Claude Code's and opencode's need glibc.
+func imageFor(h string) string {
+	if h == harness.Codex {
+		return "forkline/busybox"
+	}
+	return "forkline/debian"
+}
+
+// TestHarnessFixesSumOnDocker: the same in docker forks (network none),
+// the harness reaching the gateway through the relay.
+func TestHarnessFixesSumOnDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	var relay string
+	parent := t
+	for _, h := range harness.Installable() {
+		t.Run(h, func(t *testing.T) {
+			agenttest.Require(t, h)
+			requireDocker(t, imageFor(h))
+			if relay == "" {
+				relay = agenttest.StaticForkline(parent)
+			}
+			sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, Respond: agenttest.FixSum(h)})
+			out, sum, log, err := collectAgent(t, "docker", sim, map[string]string{"harness": h, "relay": relay}, 1, 1, "image", imageFor(h))
+			require.NoError(t, err, log)
+			require.Equal(t, 1, sum.Episodes, log)
+			eps, steps, rewards, _ := readRun(t, out)
+			ep := eps[0]
+			require.Equal(t, "done", ep.ExitReason, ep.Detail)
+			rw := rewards[ep.EpisodeID]
+			require.NotNil(t, rw.Value, rw.Detail)
+			require.Equal(t, 1.0, *rw.Value, rw.Detail)
+			require.Len(t, steps[ep.EpisodeID], 4)
+			require.False(t, ep.TokenDrift, "token cut: %v", deref(ep.TokenCut))
+		})
+	}
 }
