@@ -136,12 +136,17 @@ func Workdir(prompt string) string {
 	return ""
 }
 
+// Probe is the first command FixSum runs: what the harness's tools see of
+// the sandbox's environment and the harness's configuration files (a key
+// that leaked into the sandbox would be there).
+const Probe = `env; cat "$HOME/.codex/config.toml" "$HOME/.config/opencode/opencode.json" 2>/dev/null; true`
+
 // FixSum is a scripted Qwen3 that solves examples/tasks/fix-sum.yaml with
 // harness h's own tools, one call per turn, reading which turn it is from
-// the rendered prompt (the tool results in it): it reads sum.sh, edits
-// its loop bound, runs it, and answers. A call without tools in its
-// prompt (a title) gets Title. Its replies think first (<think>), as
-// Qwen3 does.
+// the rendered prompt (the tool results in it): it runs Probe, reads
+// sum.sh, edits its loop bound, runs it, and answers (five model calls).
+// A call without tools in its prompt (a title) gets Title. Its replies
+// think first (<think>), as Qwen3 does.
 func FixSum(h string) vllmsim.Responder {
 	return func(t vllmsim.Turn) (vllmsim.Reply, error) {
 		if !strings.Contains(t.Prompt, "<tools>") {
@@ -153,20 +158,37 @@ func FixSum(h string) vllmsim.Responder {
 		var name, args string
 		switch n {
 		case 0:
+			name, args = Shell(h, Probe)
+		case 1:
 			name, args = Shell(h, "cat sum.sh")
 			if rn, ra, ok := Read(h, filepath.Join(ws, "sum.sh")); ok && ws != "" {
 				name, args = rn, ra
 			}
-		case 1:
+		case 2:
 			name, args = Shell(h, `sed -i 's/-lt "$n"/-le "$n"/' sum.sh`)
 			if en, ea, ok := Edit(h, filepath.Join(ws, "sum.sh"), `-lt "$n"`, `-le "$n"`); ok && ws != "" {
 				name, args = en, ea
 			}
-		case 2:
+		case 3:
 			name, args = Shell(h, "sh sum.sh 3")
 		default:
 			return vllmsim.Reply{Text: think + "Fixed the loop bound in sum.sh (-lt -> -le): sh sum.sh 3 prints 6."}, nil
 		}
 		return vllmsim.Reply{Text: think + HermesCall(name, args)}, nil
 	}
+}
+
+// FakeHarness builds internal/agenttest/fakeharness (statically) into a
+// test directory and returns its path.
+func FakeHarness(t testing.TB) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "fakeharness")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/forkline/forkline/internal/agenttest/fakeharness")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	_, file, _, _ := runtime.Caller(0)
+	cmd.Dir = filepath.Dir(file)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building fakeharness: %v\n%s", err, b)
+	}
+	return out
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os/exec"
+	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,11 +17,10 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/harness"
 	"github.com/forkline/forkline/internal/agenttest"
 	"github.com/forkline/forkline/internal/oracle/vllmsim"
-	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/schemas"
 )
 
@@ -38,33 +39,6 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// fixSum is examples/tasks/fix-sum.yaml.
-func fixSum(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "examples", "tasks", "fix-sum.yaml")
-}
-
-// collectAgent runs collect with -policy agent on provider prov.
-func collectAgent(t *testing.T, prov string, sim *vllmsim.Server, opts map[string]string, repeats, replicas int, provOpts ...string) (string, *collect.Summary, string, error) {
-	t.Helper()
-	log := &lockedBuffer{}
-	params := map[string]string{"base_url": sim.URL + "/v1", "model": "Qwen/Qwen3-8B", "max_tokens": "400"}
-	for k, v := range opts {
-		params[k] = v
-	}
-	cfg := collect.Config{
-		Tasks: fixSum(t), Out: filepath.Join(t.TempDir(), "run"), Provider: prov, WorkDir: t.TempDir(),
-		Replicas: replicas, Repeats: repeats, Policy: "agent", Capture: capture.DefaultPolicy(),
-		PolicyOptions: params, Shards: shard.Config{Compression: "none"}, Log: log, Progress: log,
-		ProviderParams: map[string]string{},
-	}
-	for i := 0; i+1 < len(provOpts); i += 2 {
-		cfg.ProviderParams[provOpts[i]] = provOpts[i+1]
-	}
-	sum, err := collect.Run(context.Background(), cfg)
-	return cfg.Out, sum, log.String(), err
 }
 
 func readRun(t *testing.T, dir string) ([]schemas.EpisodeRow, map[string][]schemas.StepRow, map[string]schemas.RewardRow, map[string]schemas.BlobRow) {
@@ -94,44 +68,6 @@ func readRun(t *testing.T, dir string) ([]schemas.EpisodeRow, map[string][]schem
 	return eps, steps, rewards, blobs
 }
 
-// TestHarnessFixesSumLocally: each real harness fixes fix-sum in a local
-// fork against a vLLM-like server with Qwen3's real template, through the
-// gateway; the episode is verified (reward 1) and recorded.
-func TestHarnessFixesSumLocally(t *testing.T) {
-	for _, h := range harness.Installable() {
-		t.Run(h, func(t *testing.T) {
-			agenttest.Require(t, h)
-			sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, Respond: agenttest.FixSum(h)})
-			out, sum, log, err := collectAgent(t, "local", sim, map[string]string{"harness": h}, 1, 1)
-			require.NoError(t, err, log)
-			require.Equal(t, 1, sum.Episodes, log)
-			eps, steps, rewards, blobs := readRun(t, out)
-			ep := eps[0]
-			require.Equal(t, "done", ep.ExitReason, ep.Detail)
-			rw := rewards[ep.EpisodeID]
-			require.NotNil(t, rw.Value, rw.Detail)
-			require.Equal(t, 1.0, *rw.Value, rw.Detail)
-			require.NotNil(t, ep.Agent)
-			var rec schemas.AgentRecord
-			require.NoError(t, json.Unmarshal([]byte(*ep.Agent), &rec))
-			t.Logf("%s: %+v", h, rec)
-			st := steps[ep.EpisodeID]
-			require.Len(t, st, 4)
-			require.NotNil(t, st[0].ToolCalls)
-			require.NotNil(t, st[0].HarnessInput)
-			require.Contains(t, blobs, rec.LogSHA256)
-			for _, s := range st {
-				if s.HistoryCut != nil {
-					t.Logf("step %d cut %s: input %.3000s", s.StepIndex, *s.HistoryCut, *s.HarnessInput)
-				}
-			}
-			require.False(t, ep.TokenDrift, "token cut: %v", deref(ep.TokenCut))
-			require.Greater(t, len(ep.ResponseIDs), 0)
-			_ = strings.Contains
-		})
-	}
-}
-
 func deref(s *string) string {
 	if s == nil {
 		return "<nil>"
@@ -139,58 +75,162 @@ func deref(s *string) string {
 	return *s
 }
 
-// requireDocker skips (or fails under FORKLINE_REQUIRE) without an engine
-// that has forkline's images.
-func requireDocker(t *testing.T, image string) {
-	t.Helper()
-	if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
-		testenv.Missing(t, "docker", "no engine answers `docker version`: "+strings.TrimSpace(string(out)))
-	}
-	if err := exec.Command("docker", "image", "inspect", image).Run(); err != nil {
-		component := "docker"
-		if image == "forkline/debian" {
-			component = "docker-debian"
+// twoTasks writes two tasks that each run the fake harness in another mode
+// (their env says which).
+func twoTasks(t *testing.T, modes ...string) string {
+	var b strings.Builder
+	for i, m := range modes {
+		if i > 0 {
+			b.WriteString("---\n")
 		}
-		testenv.Missing(t, component, "image "+image+" is missing (make images-debian builds it)")
+		fmt.Fprintf(&b, "id: task-%s\ninstruction: Do the %s thing.\nenv: {FAKE_MODE: %s}\nverify: {cmd: 'true', reward: exit}\nlimits: {max_steps: 10}\n", m, m, m)
 	}
+	p := filepath.Join(t.TempDir(), "tasks.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(b.String()), 0o644))
+	return p
 }
 
-// imageFor is the image a harness runs in on docker: Codex is a static
-// executable and runs in busybox; Claude Code's and opencode's need glibc.
-func imageFor(h string) string {
-	if h == harness.Codex {
-		return "forkline/busybox"
+// collectFake runs collect with harness=command running the fake harness.
+func collectFake(t *testing.T, sim *vllmsim.Server, tasks string) (string, string, error) {
+	t.Helper()
+	fake := agenttest.FakeHarness(t)
+	log := &lockedBuffer{}
+	cfg := collect.Config{
+		Tasks: tasks, Out: filepath.Join(t.TempDir(), "run"), Provider: "local", WorkDir: t.TempDir(),
+		Replicas: 2, Repeats: 1, Policy: "agent", Capture: capture.DefaultPolicy(),
+		PolicyOptions: map[string]string{"harness": "command", "cmd": fake + ` "$FAKE_MODE"`,
+			"base_url": sim.URL + "/v1", "model": "Qwen/Qwen3-8B", "max_tokens": "200"},
+		Shards: shard.Config{Compression: "none"}, Log: log, Progress: log,
 	}
-	return "forkline/debian"
+	_, err := collect.Run(context.Background(), cfg)
+	return cfg.Out, log.String(), err
 }
 
-// TestHarnessFixesSumOnDocker: the same in docker forks (network none),
-// the harness reaching the gateway through the relay.
-func TestHarnessFixesSumOnDocker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts containers")
+// runCall is the fake harness's tool, called as Qwen3 writes calls.
+var runCall = vllmsim.Reply{Text: "<think>\nok\n</think>\n\n" + agenttest.HermesCall("run", `{"cmd": "ls"}`)}
+
+// TestRewrittenHistoryIsCutAndFlagged: a harness that drops its earlier
+// turns for a summary, then changes its system prompt, gives steps flagged
+// history_rewritten and system_changed, each holding its whole new
+// conversation; the token record is cut before the first (the server's
+// ids of the two calls before it, exactly), and the exported conversation
+// is the trajectory before it: never glued.
+func TestRewrittenHistoryIsCutAndFlagged(t *testing.T) {
+	sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true,
+		Respond: func(vllmsim.Turn) (vllmsim.Reply, error) { return runCall, nil }})
+	out, log, err := collectFake(t, sim, twoTasks(t, "rewrite"))
+	require.NoError(t, err, log)
+	eps, steps, _, blobs := readRun(t, out)
+	require.Len(t, eps, 1)
+	ep := eps[0]
+	require.Equal(t, "done", ep.ExitReason, ep.Detail)
+	st := steps[ep.EpisodeID]
+	require.Len(t, st, 4)
+	require.Nil(t, st[0].HistoryCut)
+	require.Nil(t, st[1].HistoryCut)
+	require.Equal(t, "history_rewritten", deref(st[2].HistoryCut))
+	require.Equal(t, "system_changed", deref(st[3].HistoryCut))
+	require.Contains(t, *st[2].HarnessInput, "Summary of the work so far", "a cut step holds the whole new conversation")
+	require.True(t, strings.HasPrefix(*st[2].HarnessInput, `[{"role":"system"`))
+	require.Contains(t, *st[3].HarnessInput, "You are a careful test harness.")
+	require.JSONEq(t, `[{"role":"tool","content":"ok: {\"cmd\": \"ls\"}","tool_call_id":"`+firstCallID(t, st[0])+`"}]`, *st[1].HarnessInput,
+		"a step that continues holds only what the harness added: the previous call's result")
+
+	require.True(t, ep.TokenDrift)
+	require.Equal(t, "history_rewritten", deref(ep.TokenCut))
+	require.EqualValues(t, 2, ep.TokenTurns)
+	gens := []vllmsim.Received{}
+	for _, r := range sim.Requests() {
+		if r.Reply != nil {
+			gens = append(gens, r)
+		}
 	}
-	var relay string
-	parent := t
-	for _, h := range harness.Installable() {
-		t.Run(h, func(t *testing.T) {
-			agenttest.Require(t, h)
-			requireDocker(t, imageFor(h))
-			if relay == "" {
-				relay = agenttest.StaticForkline(parent)
-			}
-			sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, Respond: agenttest.FixSum(h)})
-			out, sum, log, err := collectAgent(t, "docker", sim, map[string]string{"harness": h, "relay": relay}, 1, 1, "image", imageFor(h))
-			require.NoError(t, err, log)
-			require.Equal(t, 1, sum.Episodes, log)
-			eps, steps, rewards, _ := readRun(t, out)
-			ep := eps[0]
+	require.Len(t, gens, 4)
+	require.Equal(t, gens[0].PromptIDs, ep.PromptIDs)
+	rest := gens[1].PromptIDs[len(gens[0].PromptIDs)+len(gens[0].GeneratedIDs):]
+	want := append(append(append([]int32{}, gens[0].GeneratedIDs...), rest...), gens[1].GeneratedIDs...)
+	require.Equal(t, want, ep.ResponseIDs, "the record holds the two calls before the cut, as the server saw them")
+	require.False(t, slices.Equal(gens[2].PromptIDs[:len(gens[0].PromptIDs)], gens[0].PromptIDs), "the rewritten call was rendered afresh")
+
+	e := &model.Episode{Row: ep, Steps: st, Blob: func(h string) ([]byte, error) { return blobs[h].Data, nil }}
+	msgs, err := model.Messages(e, model.Options{})
+	require.NoError(t, err)
+	for _, m := range msgs {
+		require.NotContains(t, m.Content, "Summary of the work so far", "the export stops at the cut")
+		require.NotContains(t, m.Content, "careful test harness")
+	}
+	require.Equal(t, []string{"system", "user", "assistant", "tool", "assistant"}, roles(msgs))
+	require.JSONEq(t, `[`+string(runTool)+`]`, string(e.Tools()))
+}
+
+var runTool = []byte(`{"type":"function","function":{"name":"run","description":"Run a command","parameters":{"type":"object","properties":{"cmd":{"type":"string"}},"required":["cmd"]}}}`)
+
+func roles(msgs []model.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Role
+	}
+	return out
+}
+
+func firstCallID(t *testing.T, s schemas.StepRow) string {
+	var calls []struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(*s.ToolCalls), &calls))
+	return calls[0].ID
+}
+
+// TestSideCallsAreRecordedApart: a call without tools (a title) is
+// answered, kept in the side-calls blob, and is no step.
+func TestSideCallsAreRecordedApart(t *testing.T) {
+	sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, Respond: func(tr vllmsim.Turn) (vllmsim.Reply, error) {
+		if !strings.Contains(tr.Prompt, "<tools>") {
+			return vllmsim.Reply{Text: "<think>\nt\n</think>\n\nA title"}, nil
+		}
+		return runCall, nil
+	}})
+	out, log, err := collectFake(t, sim, twoTasks(t, "title"))
+	require.NoError(t, err, log)
+	eps, steps, _, blobs := readRun(t, out)
+	ep := eps[0]
+	require.Equal(t, "done", ep.ExitReason, ep.Detail)
+	require.Len(t, steps[ep.EpisodeID], 2, "the title call is no step")
+	require.False(t, ep.TokenDrift)
+	var rec schemas.AgentRecord
+	require.NoError(t, json.Unmarshal([]byte(*ep.Agent), &rec))
+	require.Equal(t, 1, rec.SideCalls)
+	require.Equal(t, 2, rec.Calls)
+	side := blobs[rec.SideCallsSHA256]
+	require.Equal(t, schemas.MediaNDJSON, side.Media)
+	var call struct {
+		Kind  string
+		Reply struct{ Content string }
+	}
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(side.Data), &call))
+	require.Equal(t, "untooled", call.Kind)
+	require.Contains(t, call.Reply.Content, "A title")
+}
+
+// TestUntranslatableCallIsTheEpisodesPolicyError: a call the gateway
+// cannot translate (an image) ends its episode as a policy error saying
+// so; the run's other episode goes on.
+func TestUntranslatableCallIsTheEpisodesPolicyError(t *testing.T) {
+	sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true,
+		Respond: func(vllmsim.Turn) (vllmsim.Reply, error) { return runCall, nil }})
+	out, log, err := collectFake(t, sim, twoTasks(t, "image", "rewrite"))
+	require.NoError(t, err, log)
+	eps, _, _, _ := readRun(t, out)
+	require.Len(t, eps, 2)
+	for _, ep := range eps {
+		switch ep.TaskID {
+		case "task-image":
+			require.Equal(t, "policy_error", ep.ExitReason)
+			require.Contains(t, ep.Detail, "could not translate")
+			require.Contains(t, ep.Detail, "image_url")
+			var rec schemas.AgentRecord
+			require.NoError(t, json.Unmarshal([]byte(*ep.Agent), &rec))
+			require.Len(t, rec.Refused, 1)
+		case "task-rewrite":
 			require.Equal(t, "done", ep.ExitReason, ep.Detail)
-			rw := rewards[ep.EpisodeID]
-			require.NotNil(t, rw.Value, rw.Detail)
-			require.Equal(t, 1.0, *rw.Value, rw.Detail)
-			require.Len(t, steps[ep.EpisodeID], 4)
-			require.False(t, ep.TokenDrift, "token cut: %v", deref(ep.TokenCut))
-		})
+		}
 	}
 }
