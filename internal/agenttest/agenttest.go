@@ -192,3 +192,21 @@ func FakeHarness(t testing.TB) string {
 	}
 	return out
 }
+
+// WhereAmI is a scripted Qwen3 for concurrency tests: harness h's first
+// call runs pwd with its shell tool; its second answers with the working
+// directory its own prompt names. An episode whose calls were mixed up
+// with another's would hold two directories.
+func WhereAmI(h string) vllmsim.Responder {
+	return func(t vllmsim.Turn) (vllmsim.Reply, error) {
+		if !strings.Contains(t.Prompt, "<tools>") {
+			return vllmsim.Reply{Text: "<think>\nt\n</think>\n\n" + Title}, nil
+		}
+		think := "<think>\nWhere am I?\n</think>\n\n"
+		if strings.Count(t.Prompt, "<tool_response>") == 0 {
+			name, args := Shell(h, "pwd")
+			return vllmsim.Reply{Text: think + HermesCall(name, args)}, nil
+		}
+		return vllmsim.Reply{Text: think + "workspace: " + Workdir(t.Prompt)}, nil
+	}
+}

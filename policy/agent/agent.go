@@ -56,8 +56,9 @@ func init() { policy.Register(Name, Open) }
 
 // Defaults.
 const (
-	// DefaultEpisodeTimeout bounds an episode whose task sets no time
-	// limit: a harness has no step of its own to bound.
+	// DefaultEpisodeTimeout bounds an episode run with no time limit (the
+	// task's limits.episode_timeout, 10m unless it says, is the limit in a
+	// collection): a harness has no step of its own to bound.
 	DefaultEpisodeTimeout = 30 * time.Minute
 	// DefaultGatewayPort is the loopback port the relay listens on inside
 	// a sandbox with its own network namespace.
@@ -82,7 +83,6 @@ const (
 var ownOptions = map[string]string{
 	"harness":         "the harness that runs each episode inside its fork: " + strings.Join(harness.Names(), ", ") + " (required)",
 	"cmd":             "for harness=command: the command line (run by sh in the workspace, the instruction as $1 and in FORKLINE_INSTRUCTION)",
-	"episode_timeout": "wall-clock limit of an episode whose task sets none, a Go duration (default 30m); the harness is killed then",
 	"agents_dir":      "the harness install cache (default $" + harness.DirEnv + ", else forkline/agents under the user's cache directory)",
 	"relay":           "a statically linked forkline to run the relay inside sandboxes that have a network of their own (default: this forkline)",
 	"gateway_port":    "the loopback port the relay listens on inside such sandboxes (default " + strconv.Itoa(DefaultGatewayPort) + ")",
@@ -132,12 +132,6 @@ func Open(opts policy.Options) (policy.Source, error) {
 			cfg.harness = v
 		case "cmd":
 			cfg.cmd = v
-		case "episode_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("agent: episode_timeout %q: want a positive Go duration such as 30m", v)
-			}
-			cfg.episodeTimeout = d
 		case "agents_dir":
 			cfg.agentsDir = v
 		case "relay":
