@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -226,6 +225,7 @@ func TestAgentHarnessesFixSum(t *testing.T) {
 					require.False(t, bytes.Contains(f, []byte(key)), "a dataset file holds the key")
 				}
 				checkAgentExports(t, r, h)
+				checkAgentTranscript(t, r, h)
 				if prov == "docker" {
 					require.Empty(t, labelled(t, r.manifestRunID), "containers or images of the run are left")
 				}
@@ -286,8 +286,33 @@ func checkAgentExports(t *testing.T, r agentRun, h string) {
 	}
 }
 
-var _ = fmt.Sprint
-var _ = exec.Command
+// checkAgentTranscript reads the episode back with inspect: the harness,
+// each call in its tool's name, the results it sent back.
+func checkAgentTranscript(t *testing.T, r agentRun, h string) {
+	t.Helper()
+	res := execute(t.Context(), "inspect", r.out, "-episode", r.ep.EpisodeID[:12])
+	require.Equal(t, cli.ExitOK, res.code, res.stderr)
+	require.Contains(t, res.stdout, "agent harness "+h)
+	for _, name := range fixSumTools[h] {
+		require.Contains(t, res.stdout, "tool call: "+name+" ")
+	}
+	require.Contains(t, res.stdout, "as the harness sent it back")
+	res = execute(t.Context(), "inspect", r.out, "-episode", r.ep.EpisodeID[:12], "-json")
+	require.Equal(t, cli.ExitOK, res.code, res.stderr)
+	var tr []struct {
+		Agent struct{ Harness string } `json:"agent"`
+		Steps []struct {
+			ToolCalls    json.RawMessage `json:"tool_calls"`
+			HarnessInput json.RawMessage `json:"harness_input"`
+			Observation  string          `json:"observation"`
+		} `json:"steps"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &tr), res.stdout)
+	require.Equal(t, h, tr[0].Agent.Harness)
+	require.Len(t, tr[0].Steps, 5)
+	require.Contains(t, tr[0].Steps[1].Observation, `-lt "$n"`)
+	require.NotEmpty(t, tr[0].Steps[0].HarnessInput)
+}
 
 // TestAgentConcurrentEpisodesKeepTheirCalls: 16 episodes of one harness
 // run at once against one gateway; every call reaches its own episode:
