@@ -361,3 +361,40 @@ func TestAgentConcurrentEpisodesKeepTheirCalls(t *testing.T) {
 	require.Equal(t, n, eps)
 	require.Len(t, mainGenerations(sim), 2*n, "two model calls per episode, none lost or doubled")
 }
+
+// TestAgentEpisodeReplays: forkline replay runs an agent episode's harness
+// again in a fresh fork against the record; its tool results match the
+// recorded ones under the normalized comparison (with masks for what
+// differs from run to run: Codex's wall time, output chunk id and token
+// count, and in the probe step's environment the gateway's port and the
+// ids of the run), and the verifier's reward is the same.
+func TestAgentEpisodeReplays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an agent harness")
+	}
+	h := harness.Codex
+	agenttest.Require(t, h)
+	sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, Respond: agenttest.FixSum(h)})
+	r := collectFixSum(t, "local", h, sim, "sk-unused")
+	gens := len(sim.Requests())
+	res := execute(t.Context(), "replay", "-in", r.out, "-workdir", t.TempDir(), "-compare", "normalized",
+		"-mask", `wall=Wall time: [0-9.]+ seconds`, "-mask", `chunk=Chunk ID: \w+`, "-mask", `count=Original token count: \d+`,
+		// The probe step prints the environment and the harness's
+		// configuration: the gateway's port, the harness's PATH and the
+		// ids Codex makes per run differ from run to run.
+		"-mask", `env=(?m)^([A-Z_]*(ID|SESSION)[A-Z_]*|PATH|FORKLINE_EXEC)=.*$`, "-mask", `port=127\.0\.0\.1:\d+`, "-json")
+	require.Equal(t, cli.ExitOK, res.code, "%s\n%s", res.stdout, res.stderr)
+	var rep struct {
+		Identical int
+		Episodes  []struct {
+			Status  string
+			Matched int                    `json:"steps_matched"`
+			First   *struct{ Diff string } `json:"first_divergence"`
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &rep), res.stdout)
+	require.Len(t, rep.Episodes, 1)
+	require.Equal(t, 1, rep.Identical, "%+v", rep.Episodes[0].First)
+	require.Equal(t, 5, rep.Episodes[0].Matched)
+	require.Len(t, sim.Requests(), gens, "the replay asked the model server nothing")
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/forkline/forkline/gateway"
 	"github.com/forkline/forkline/harness"
 	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 )
@@ -25,6 +26,8 @@ import (
 type episodePolicy struct {
 	src *source
 	ep  policy.Episode
+	// replay, when set, answers the harness from a recorded episode.
+	replay *recorded
 
 	record schemas.AgentRecord
 	blobs  []schemas.BlobRow
@@ -82,10 +85,12 @@ func (p *episodePolicy) RunEpisode(ctx context.Context, s runtime.Session, start
 	if timeout <= 0 {
 		timeout = p.src.cfg.episodeTimeout
 	}
-	rec, err := newRecorder(p.src, p.ep.ID, lim.MaxSteps)
+	main, side, err := p.models()
 	if err != nil {
 		return finish(runtime.ExitPolicyError, err.Error(), err)
 	}
+	rec := newRecorder(p.src, p.ep.ID, lim.MaxSteps, main)
+	rec.sideModel = side
 	cred, unregister := gw.Register(rec)
 	defer unregister()
 	var nonce [8]byte
@@ -211,6 +216,19 @@ wait:
 	}
 	res.Answer = answer
 	return finish(runtime.ExitDone, "", nil)
+}
+
+// models are the episode's models: threads of the run's model server, or
+// in a replay its recorded replies.
+func (p *episodePolicy) models() (main model, side func(n int) (model, error), err error) {
+	if p.replay != nil {
+		return p.replay.main(), p.replay.sideModel, nil
+	}
+	th, err := openai.NewThread(p.src.llm, p.ep.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return th, func(n int) (model, error) { return openai.NewThread(p.src.llm, fmt.Sprintf("%s/side/%d", p.ep.ID, n)) }, nil
 }
 
 // startHint says why a harness may not start in a sandbox.

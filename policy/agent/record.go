@@ -38,9 +38,11 @@ type recorder struct {
 	episode  string
 	maxSteps int
 	maxSide  int
+	// sideModel makes the model of side call n.
+	sideModel func(n int) (model, error)
 
 	mainMu sync.Mutex // one trajectory call at a time
-	main   *openai.Thread
+	main   model
 
 	mu         sync.Mutex
 	held       []gateway.Message // the trajectory's conversation: the last call's messages and the reply
@@ -91,12 +93,14 @@ type sideCall struct {
 	ResponseIDs []int32           `json:"response_ids,omitempty"`
 }
 
-func newRecorder(src *source, episode string, maxSteps int) (*recorder, error) {
-	th, err := openai.NewThread(src.llm, episode)
-	if err != nil {
-		return nil, err
-	}
-	return &recorder{src: src, episode: episode, maxSteps: maxSteps, maxSide: maxSteps + 8, main: th, notify: make(chan struct{}, 1)}, nil
+// model answers calls: a thread of the openai policy (the run's model
+// server), or in a replay the recorded replies (recordedModel).
+type model interface {
+	Call(ctx context.Context, fresh []openai.ThreadMessage, tools []json.RawMessage, restart bool) (*openai.ThreadReply, error)
+}
+
+func newRecorder(src *source, episode string, maxSteps int, main model) *recorder {
+	return &recorder{src: src, episode: episode, maxSteps: maxSteps, maxSide: maxSteps + 8, main: main, notify: make(chan struct{}, 1)}
 }
 
 // Call answers one call of the harness.
@@ -200,7 +204,7 @@ func (r *recorder) sideCall(ctx context.Context, c *gateway.Call, kind string) (
 	for _, t := range c.Tools {
 		rec.Tools = append(rec.Tools, t.Name)
 	}
-	th, err := openai.NewThread(r.src.llm, fmt.Sprintf("%s/side/%d", r.episode, n))
+	th, err := r.sideModel(n)
 	var rep *openai.ThreadReply
 	if err == nil {
 		rep, err = th.Call(ctx, threadMessages(c.Messages), chatTools(c.Tools), false)
