@@ -5,6 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -231,5 +235,43 @@ func TestUntranslatableCallIsTheEpisodesPolicyError(t *testing.T) {
 		case "task-rewrite":
 			require.Equal(t, "done", ep.ExitReason, ep.Detail)
 		}
+	}
+}
+
+// TestModelServerGoneMidRunIsTheRunsFailure: a model server that stops
+// answering after the harness's first call ends the run as unavailable;
+// the episode is not kept, so a resume runs it whole.
+func TestModelServerGoneMidRunIsTheRunsFailure(t *testing.T) {
+	sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true,
+		Respond: func(vllmsim.Turn) (vllmsim.Reply, error) { return runCall, nil }})
+	target, err := url.Parse(sim.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewUnstartedServer(nil)
+	front.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxy.ServeHTTP(w, r)
+		if r.URL.Path == "/v1/completions" || r.URL.Path == "/v1/chat/completions" {
+			go front.Close() // gone after the first generation
+		}
+	})
+	front.Start()
+	defer front.Close()
+	fake := agenttest.FakeHarness(t)
+	log := &lockedBuffer{}
+	cfg := collect.Config{
+		Tasks: twoTasks(t, "rewrite"), Out: filepath.Join(t.TempDir(), "run"), Provider: "local", WorkDir: t.TempDir(),
+		Replicas: 1, Repeats: 1, Policy: "agent", Capture: capture.DefaultPolicy(),
+		PolicyOptions: map[string]string{"harness": "command", "cmd": fake + ` "$FAKE_MODE"`,
+			"base_url": front.URL + "/v1", "model": "Qwen/Qwen3-8B", "max_tokens": "200", "retries": "0"},
+		Log: log, Progress: log,
+	}
+	_, err = collect.Run(context.Background(), cfg)
+	require.ErrorIs(t, err, collect.ErrUnavailable, log.String())
+	require.Contains(t, log.String(), "of task-rewrite not kept: policy_error", "the episode ran, and lost its server")
+	ds, err := shard.Open(cfg.Out)
+	require.NoError(t, err)
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		t.Fatalf("episode %s (%s) was kept", e.EpisodeID, e.ExitReason)
 	}
 }
