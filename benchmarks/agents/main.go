@@ -133,9 +133,8 @@ func stubServer() (*http.Server, string, error) {
 // through one thread, as the agent policy's recorder forwards a
 // trajectory's calls (its bookkeeping aside).
 type forwarder struct {
-	th    *openai.Thread
-	sent  int
-	tools []json.RawMessage
+	th   *openai.Thread
+	sent int
 }
 
 func (f *forwarder) Call(ctx context.Context, c *gateway.Call) (*gateway.Reply, error) {
@@ -175,9 +174,8 @@ func conversation(turns int) (sys string, tools []gateway.Tool, msgs []gateway.M
 			Parameters: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`)})
 	}
 	msgs = []gateway.Message{{Role: "system", Content: sys}, {Role: "user", Content: "Fix the bug."}}
-	for i := range turns {
-		id := fmt.Sprintf("call_x") // the stub's id
-		_ = i
+	for range turns {
+		const id = "call_x" // the stub's
 		msgs = append(msgs, gateway.Message{Role: "assistant", ToolCalls: []gateway.ToolCall{{ID: id, Name: "Bash", Arguments: `{"command":"ls"}`}}},
 			gateway.Message{Role: "tool", ToolCallID: id, Content: strings.Repeat("output line\n", 170)})
 	}

@@ -56,6 +56,7 @@ ends partial and the command that finishes it is printed. A second signal exits 
 			"forkline collect -tasks examples/tasks -replicas 4 -repeats 8 -out runs/demo",
 			"forkline collect -tasks examples/tasks/web -provider docker -provider-opt image=forkline/chromium -out runs/web",
 			"forkline collect -tasks tasks/ -policy openai -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -out runs/rl",
+			"forkline collect -tasks tasks/ -policy agent -policy-opt harness=codex -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -out runs/codex",
 		},
 		Exits: []cli.Exit{
 			{Code: cli.ExitOK, Meaning: "complete: every planned episode is kept and finished (none kept as cancelled), whatever its outcome; or a resumed run was complete already (nothing to do)"},

@@ -81,11 +81,11 @@ const (
 // forwards the harness's calls (base_url, model, api_key_env, sampling,
 // tokens, parsers, retries).
 var ownOptions = map[string]string{
-	"harness":         "the harness that runs each episode inside its fork: " + strings.Join(harness.Names(), ", ") + " (required)",
-	"cmd":             "for harness=command: the command line (run by sh in the workspace, the instruction as $1 and in FORKLINE_INSTRUCTION)",
-	"agents_dir":      "the harness install cache (default $" + harness.DirEnv + ", else forkline/agents under the user's cache directory)",
-	"relay":           "a statically linked forkline to run the relay inside sandboxes that have a network of their own (default: this forkline)",
-	"gateway_port":    "the loopback port the relay listens on inside such sandboxes (default " + strconv.Itoa(DefaultGatewayPort) + ")",
+	"harness":      "the harness that runs each episode inside its fork: " + strings.Join(harness.Names(), ", ") + " (required)",
+	"cmd":          "for harness=command: the command line (run by sh in the workspace, the instruction as $1 and in FORKLINE_INSTRUCTION)",
+	"agents_dir":   "the harness install cache (default $" + harness.DirEnv + ", else forkline/agents under the user's cache directory)",
+	"relay":        "a statically linked forkline to run the relay inside sandboxes that have a network of their own (default: this forkline)",
+	"gateway_port": "the loopback port the relay listens on inside such sandboxes (default " + strconv.Itoa(DefaultGatewayPort) + ")",
 }
 
 // The openai options that do not apply: the harness brings its own.

@@ -118,7 +118,7 @@ func main() {
 			fmt.Println("fakeharness: done")
 			return
 		}
-		conv = append(append(conv, r2), results(r2)...)
+		_ = r2 // its result is dropped with the turns before it:
 		// Compaction: the turns so far become one summary.
 		compacted := []message{sys, user, {Role: "user", Content: str("Summary of the work so far: two commands ran.")}}
 		r3 := call(compacted, true)
