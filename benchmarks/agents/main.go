@@ -83,11 +83,13 @@ func main() {
 		provs = append(provs, "docker")
 	}
 	for _, p := range provs {
-		r, err := resets(ctx, p, *image, *resetN)
-		if err != nil {
-			fail(fmt.Errorf("%s resets: %w", p, err))
+		for _, setup := range []struct{ name, cmd string }{{"fix-sum", fixSumSetup}, {"setup 2s", slowSetup}} {
+			r, err := resets(ctx, p, *image, *resetN, setup.name, setup.cmd)
+			if err != nil {
+				fail(fmt.Errorf("%s resets: %w", p, err))
+			}
+			ms = append(ms, r...)
 		}
-		ms = append(ms, r...)
 	}
 	printTable(os.Stdout, ms)
 	if *md != "" {
@@ -345,8 +347,12 @@ var fixSumFiles = map[string][]byte{"sum.sh": []byte("#!/bin/sh\nn=$1; i=1; tota
 
 const fixSumSetup = "chmod +x sum.sh"
 
+// slowSetup stands for a task whose setup does work (installs, builds):
+// about 2 s and files left behind, as benchmarks/docker's recreate.
+const slowSetup = `chmod +x sum.sh; sleep 2; mkdir -p src; i=0; while [ $i -lt 20 ]; do head -c 4096 /dev/zero | tr '\000' x > src/file$i.txt; i=$((i+1)); done`
+
 // resets measures a harness episode's reset on provider name.
-func resets(ctx context.Context, name, image string, n int) ([]measure, error) {
+func resets(ctx context.Context, name, image string, n int, setupName, setup string) ([]measure, error) {
 	dir, err := os.MkdirTemp("", "forkline-bench-agents-")
 	if err != nil {
 		return nil, err
@@ -392,7 +398,7 @@ func resets(ctx context.Context, name, image string, n int) ([]measure, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: fixSumSetup, TimeoutMS: 30_000}); err != nil {
+		if _, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: setup, TimeoutMS: 30_000}); err != nil {
 			return nil, err
 		}
 		if err := ready(sb); err != nil {
@@ -406,7 +412,7 @@ func resets(ctx context.Context, name, image string, n int) ([]measure, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := golden.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: fixSumSetup, TimeoutMS: 30_000}); err != nil {
+	if _, err := golden.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: setup, TimeoutMS: 30_000}); err != nil {
 		return nil, err
 	}
 	cp, err := p.Checkpoint(ctx, golden, "bench-agents")
@@ -430,8 +436,8 @@ func resets(ctx context.Context, name, image string, n int) ([]measure, error) {
 	_ = p.Release(ctx, cp)
 	fs, ks := stats(fresh), stats(forks)
 	return []measure{
-		{Group: "reset/" + name, Name: "fresh", What: "a new sandbox per rollout from the base image: create, the task's files, its setup, a first command (the baseline); mounted: " + mounted, N: n, P50MS: fs[0], P95MS: fs[1], Ratio: 1},
-		{Group: "reset/" + name, Name: "fork", What: "a fork of the task's golden checkpoint, a first command; mounted: " + mounted, N: n, P50MS: ks[0], P95MS: ks[1], Ratio: ks[0] / fs[0]},
+		{Group: "reset/" + name + " (" + setupName + ")", Name: "fresh", What: "a new sandbox per rollout from the base image: create, the task's files, its setup (" + setupName + "), a first command (the baseline); mounted: " + mounted, N: n, P50MS: fs[0], P95MS: fs[1], Ratio: 1},
+		{Group: "reset/" + name + " (" + setupName + ")", Name: "fork", What: "a fork of the task's golden checkpoint (its setup done once), a first command; mounted: " + mounted, N: n, P50MS: ks[0], P95MS: ks[1], Ratio: ks[0] / fs[0]},
 	}, nil
 }
 
@@ -504,6 +510,8 @@ runner that starts a new container (or workspace) for every rollout pays before 
 starts; "fork" is what -policy agent pays: the task's golden checkpoint, its setup done once,
 forked. The harness itself is mounted read-only in both (forkline installs it once, forkline
 images -agent): a runner that installs it into each fresh container pays an npm install on top
-(tens of seconds for these packages). fix-sum's setup is one chmod; a task whose setup installs
-dependencies widens the gap by exactly that setup's time per rollout.
+(tens of seconds for these packages). fix-sum's setup is one chmod, so on docker a fork and a
+fresh container cost about the same (both are a container start); "setup 2s" stands for a task
+whose setup does work (installs, builds): a fresh container pays it on every rollout, a fork
+never.
 `
