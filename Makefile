@@ -19,8 +19,8 @@ help: ## list the targets
 build: ## build forkline into bin/ (statically linked)
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/forkline ./cmd/forkline
 
-test: ## run every test (about 7 minutes on 2 cores with every component; less when some skip)
-	$(GO) test $(TESTFLAGS) -count=1 -timeout 14m ./...
+test: ## run every test (about 10 minutes on 2 cores with every component, agent harnesses included; less when some skip)
+	$(GO) test $(TESTFLAGS) -count=1 -timeout 20m ./...
 
 test-race: ## every test under the race detector (slower: about 3x)
 	$(GO) test $(TESTFLAGS) -race -count=1 -timeout 40m ./...

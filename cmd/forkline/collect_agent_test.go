@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -224,8 +223,12 @@ func TestAgentHarnessesFixSum(t *testing.T) {
 				for _, f := range r.files {
 					require.False(t, bytes.Contains(f, []byte(key)), "a dataset file holds the key")
 				}
-				checkAgentExports(t, r, h)
-				checkAgentTranscript(t, r, h)
+				if prov == "local" {
+					// What a dataset holds does not depend on the
+					// provider: read back once per harness.
+					checkAgentExports(t, r, h)
+					checkAgentTranscript(t, r, h)
+				}
 				if prov == "docker" {
 					require.Empty(t, labelled(t, r.manifestRunID), "containers or images of the run are left")
 				}
@@ -312,54 +315,6 @@ func checkAgentTranscript(t *testing.T, r agentRun, h string) {
 	require.Len(t, tr[0].Steps, 5)
 	require.Contains(t, tr[0].Steps[1].Observation, `-lt "$n"`)
 	require.NotEmpty(t, tr[0].Steps[0].HarnessInput)
-}
-
-// TestAgentConcurrentEpisodesKeepTheirCalls: 16 episodes of one harness
-// run at once against one gateway; every call reaches its own episode:
-// each episode's answer names the directory its own pwd printed.
-func TestAgentConcurrentEpisodesKeepTheirCalls(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs 16 agent harnesses")
-	}
-	const n = 16
-	h := harness.Codex
-	agenttest.Require(t, h)
-	sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, Respond: agenttest.WhereAmI(h)})
-	out := filepath.Join(t.TempDir(), "run")
-	cmd := collectProcess("-tasks", "../../examples/tasks/fix-sum.yaml", "-out", out, "-workdir", t.TempDir(),
-		"-replicas", fmt.Sprint(n), "-repeats", fmt.Sprint(n), "-policy", "agent", "-policy-opt", "harness="+h,
-		"-base-url", sim.URL+"/v1", "-model", "Qwen/Qwen3-8B", "-max-tokens", "200", "-quiet")
-	var b bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &b, &b
-	// The verifier fails (nothing fixed sum.sh): every episode ends done
-	// with reward 0, which is no scaffold loss.
-	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()), b.String())
-	ds, err := shard.Open(out)
-	require.NoError(t, err)
-	steps := map[string][]schemas.StepRow{}
-	for s, err := range ds.Steps() {
-		require.NoError(t, err)
-		steps[s.EpisodeID] = append(steps[s.EpisodeID], s)
-	}
-	cwd := regexp.MustCompile(`<cwd>([^<]+)</cwd>`)
-	seen := map[string]string{}
-	eps := 0
-	for e, err := range ds.Episodes() {
-		require.NoError(t, err)
-		eps++
-		require.Equal(t, "done", e.ExitReason, e.Detail)
-		st := steps[e.EpisodeID]
-		require.Len(t, st, 2, "episode %s", e.EpisodeID)
-		m := cwd.FindStringSubmatch(*st[0].HarnessInput)
-		require.NotNil(t, m, "step 0's input names the harness's working directory")
-		dir := m[1]
-		require.Contains(t, st[0].Output, dir, "the pwd this episode ran printed its own directory")
-		require.Equal(t, "workspace: "+dir, strings.TrimSpace(*st[1].ModelText), "the answer to this episode's own prompt")
-		require.NotContains(t, seen, dir, "two episodes in one directory")
-		seen[dir] = e.EpisodeID
-	}
-	require.Equal(t, n, eps)
-	require.Len(t, mainGenerations(sim), 2*n, "two model calls per episode, none lost or doubled")
 }
 
 // TestAgentEpisodeReplays: forkline replay runs an agent episode's harness

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -274,4 +276,53 @@ func TestModelServerGoneMidRunIsTheRunsFailure(t *testing.T) {
 		require.NoError(t, err)
 		t.Fatalf("episode %s (%s) was kept", e.EpisodeID, e.ExitReason)
 	}
+}
+
+// TestConcurrentEpisodesKeepTheirCalls: 16 episodes of one real harness
+// (Codex) run at once against one gateway; every call reaches its own
+// episode: each episode's answer names the directory its own pwd printed,
+// and the server answered exactly two calls per episode.
+func TestConcurrentEpisodesKeepTheirCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 16 agent harnesses")
+	}
+	const n = 16
+	h := "codex"
+	agenttest.Require(t, h)
+	sim := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, Respond: agenttest.WhereAmI(h)})
+	log := &lockedBuffer{}
+	_, file, _, _ := goruntime.Caller(0)
+	cfg := collect.Config{
+		Tasks: filepath.Join(filepath.Dir(file), "..", "..", "examples", "tasks", "fix-sum.yaml"), Out: filepath.Join(t.TempDir(), "run"),
+		Provider: "local", WorkDir: t.TempDir(), Replicas: n, Repeats: n, Policy: "agent", Capture: capture.DefaultPolicy(),
+		PolicyOptions: map[string]string{"harness": h, "base_url": sim.URL + "/v1", "model": "Qwen/Qwen3-8B", "max_tokens": "200"},
+		Log:           log, Progress: log,
+	}
+	// The verifier fails (nothing fixed sum.sh): every episode ends done
+	// with reward 0, which is no scaffold loss.
+	_, err := collect.Run(context.Background(), cfg)
+	require.NoError(t, err, log.String())
+	eps, steps, _, _ := readRun(t, cfg.Out)
+	require.Len(t, eps, n)
+	cwd := regexp.MustCompile(`<cwd>([^<]+)</cwd>`)
+	seen := map[string]string{}
+	for _, e := range eps {
+		require.Equal(t, "done", e.ExitReason, e.Detail)
+		st := steps[e.EpisodeID]
+		require.Len(t, st, 2, "episode %s", e.EpisodeID)
+		m := cwd.FindStringSubmatch(*st[0].HarnessInput)
+		require.NotNil(t, m, "step 0's input names the harness's working directory")
+		dir := m[1]
+		require.Contains(t, st[0].Output, dir, "the pwd this episode ran printed its own directory")
+		require.Equal(t, "workspace: "+dir, strings.TrimSpace(*st[1].ModelText), "the answer to this episode's own prompt")
+		require.NotContains(t, seen, dir, "two episodes in one directory")
+		seen[dir] = e.EpisodeID
+	}
+	calls := 0
+	for _, r := range sim.Requests() {
+		if r.Reply != nil && strings.Contains(r.Prompt, "<tools>") {
+			calls++
+		}
+	}
+	require.Equal(t, 2*n, calls, "two model calls per episode, none lost or doubled")
 }
