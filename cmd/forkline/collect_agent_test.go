@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/export/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/harness"
 	"github.com/forkline/forkline/internal/agenttest"
@@ -280,13 +281,35 @@ func checkAgentExports(t *testing.T, r agentRun, h string) {
 			require.Equal(t, "assistant", last["role"])
 		case "verl-sft", "hf", "hf-disk":
 			require.True(t, bytes.Contains(all.Bytes(), []byte(name)), "%s holds the harness's tool %s", target, name)
-		case "verl-agent", "sft-tokens":
+		case "verl-agent":
+			// verl's AgentLoopOutput: the episode's record, the server's
+			// ids, mask 1 on generated tokens only.
+			var rows []map[string]any
+			for _, split := range []string{"train", "test"} {
+				if tab, err := tabletest.ReadParquetFile(filepath.Join(dir, split+".parquet")); err == nil {
+					rows = append(rows, tab.Rows...)
+				}
+			}
+			require.Len(t, rows, 1)
+			require.Equal(t, int32s(r.ep.PromptIDs), rows[0]["prompt_ids"])
+			require.Equal(t, int32s(r.ep.ResponseIDs), rows[0]["response_ids"])
+			require.Equal(t, int32s(r.ep.ResponseMask), rows[0]["response_mask"])
+		case "sft-tokens":
 			require.NotZero(t, all.Len())
 		case "jsonl":
 			require.True(t, bytes.Contains(all.Bytes(), []byte(`"harness_input"`)))
 		}
 		require.False(t, bytes.Contains(all.Bytes(), []byte("sk-model-server-")), "export %s holds the model server's key", target)
 	}
+}
+
+// int32s is ids as tabletest reads a list of int32 back.
+func int32s(ids []int32) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
 }
 
 // checkAgentTranscript reads the episode back with inspect: the harness,
