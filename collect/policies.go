@@ -2,9 +2,10 @@ package collect
 
 import (
 	"fmt"
-	"github.com/forkline/forkline/runtime"
 
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
 
 	_ "github.com/forkline/forkline/policy/all" // the policies Config.Policy names
@@ -13,25 +14,26 @@ import (
 // openPolicy opens cfg.Policy with cfg's options, checks it against every
 // task before the run starts (a script policy on a task without a
 // solution is refused here, not episode by episode), and makes the record
-// the manifest keeps. Retries and other warnings of the policy go to logf.
-func openPolicy(cfg Config, specs []task.Spec, logf func(string, ...any)) (policy.Source, policy.Record, error) {
-	opts := policy.Options{Params: cfg.PolicyOptions, ScriptFile: cfg.ScriptFile, Log: logf}
+// the manifest keeps. Retries and other warnings of the policy go to logf,
+// its notes (the token path it chose) to infof.
+func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any)) (policy.Source, manifest.Policy, error) {
+	opts := policy.Options{Params: cfg.PolicyOptions, ScriptFile: cfg.ScriptFile, Log: logf, Info: infof}
 	src, err := policy.Open(cfg.Policy, opts)
 	if err != nil {
-		return nil, policy.Record{}, fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err)
+		return nil, manifest.Policy{}, fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err)
 	}
 	for i := range specs {
 		pol, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed))
 		if err != nil {
-			return nil, policy.Record{}, fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err)
+			return nil, manifest.Policy{}, fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err)
 		}
 		if _, ok := pol.(runtime.SelfDriving); ok && (cfg.Branch.IsSet() || cfg.From != "") {
-			return nil, policy.Record{}, fmt.Errorf("collect: -policy %s runs its episodes itself (an agent harness inside the sandbox), so they cannot branch (-branch, -from): forks copy files, not the harness's process", cfg.Policy)
+			return nil, manifest.Policy{}, fmt.Errorf("collect: -policy %s runs its episodes itself (an agent harness inside the sandbox), so they cannot branch (-branch, -from): forks copy files, not the harness's process", cfg.Policy)
 		}
 	}
-	rec, err := policy.NewRecord(cfg.Policy, opts, src)
+	rec, err := manifest.NewPolicy(cfg.Policy, opts, src)
 	if err != nil {
-		return nil, policy.Record{}, fmt.Errorf("collect: %w", err)
+		return nil, manifest.Policy{}, fmt.Errorf("collect: %w", err)
 	}
 	return src, rec, nil
 }

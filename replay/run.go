@@ -3,11 +3,8 @@ package replay
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/forkline/forkline/policy"
-	"github.com/forkline/forkline/policy/agent"
 	"log/slog"
 	"sort"
 	"strings"
@@ -17,7 +14,9 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/observe"
+	"github.com/forkline/forkline/policy/agent"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
@@ -146,11 +145,14 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	if cfg.Provider == "" {
-		var rec struct {
-			Name string `json:"name"`
+		cfg.Provider = "local"
+		if len(m.Provider) > 0 {
+			rec, err := manifest.DecodeProvider(m.Provider)
+			if err != nil {
+				return nil, fmt.Errorf("replay: %s: %w", cfg.In, err)
+			}
+			cfg.Provider = cmp.Or(rec.Name, cfg.Provider)
 		}
-		json.Unmarshal(m.Provider, &rec)
-		cfg.Provider = cmp.Or(rec.Name, "local")
 	}
 	rp := &replayer{cfg: cfg, specs: specs, blob: ds.Blob, templates: map[string]*pool.Template{}, compare: recorded, replayed: m.RunID}
 	rp.compare.Pixels = capture.PixelsNone
@@ -165,7 +167,7 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 			return nil, fmt.Errorf("replay: task %s: %w", id, err)
 		}
 	}
-	if pr, err := policy.DecodeRecord(m.Policy); err == nil && pr.Name == agent.Name {
+	if pr, err := manifest.DecodePolicy(m.Policy); err == nil && pr.Name == agent.Name {
 		// Agent episodes replay by running their harness again against
 		// the record (policy/agent's replay).
 		if rp.agents, err = agent.OpenReplay(pr.Options); err != nil {
@@ -414,8 +416,13 @@ func (rp *replayer) observeEnded(er EpisodeReport) {
 // countSelected counts the episodes the replay will run (the progress's
 // total), from the episode rows only.
 func (rp *replayer) countSelected(src episodeSource) (int, error) {
-	ds, ok := src.(*shard.Dataset)
-	if !ok {
+	var ds *shard.Dataset
+	switch s := src.(type) {
+	case *shard.Dataset:
+		ds = s
+	case trajectories:
+		ds = s.ds // what Run replays: it counted 0 before, "6/0 episodes"
+	default:
 		return 0, nil
 	}
 	n := 0

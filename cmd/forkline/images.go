@@ -28,7 +28,9 @@ default socket when unset), without a registry or a Dockerfile: each is imported
 filesystem made on the host. forkline/busybox is Debian's static busybox (seconds; needs
 busybox-static). forkline/debian is debootstrap --variant=minbase bookworm and forkline/chromium
 that plus Debian's chromium, for browser tasks (minutes; root, debootstrap and a reachable Debian
-mirror, FORKLINE_DEBIAN_MIRROR to choose one). An image already on the engine is kept unless -force.
+mirror, FORKLINE_DEBIAN_MIRROR to choose one). forkline/chromium starts from forkline/debian's files
+when that image is on the engine (name it first: -image forkline/debian,forkline/chromium), and
+debootstraps only when it is not. An image already on the engine is kept unless -force.
 
 -agent installs agent harnesses for -policy agent (docs/agents.md) instead: each from npm, at the
 version forkline pins with a lockfile (npm ci; needs npm), into a cache directory named after the
@@ -36,7 +38,7 @@ lockfile's content ($FORKLINE_AGENTS_DIR, else forkline/agents under the user's 
 which sandboxes mount read-only. An install already there is kept; no Docker engine is needed.`,
 		Examples: []string{
 			"forkline images",
-			"forkline images -image forkline/chromium",
+			"forkline images -image forkline/debian,forkline/chromium",
 			"forkline images -image forkline/busybox,forkline/debian -force",
 			"forkline images -agent claude-code,codex,opencode",
 		},
