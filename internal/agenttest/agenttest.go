@@ -21,14 +21,16 @@ import (
 	"github.com/forkline/forkline/internal/testenv"
 )
 
-// Require returns the install of harness name, or skips (fails in CI) when
-// it is not installed.
+// Require returns the install of harness name, or skips naming the agents
+// component (fails when FORKLINE_REQUIRE names it) when it is not
+// installed or FORKLINE_HIDE hides it.
 func Require(t testing.TB, name string) harness.Installed {
 	t.Helper()
-	in, err := harness.Find(name, "")
-	if err != nil {
-		testenv.Missing(t, testenv.Agents, err.Error()+" (.ci/agents-up.sh installs every harness)")
-	}
+	var in harness.Installed
+	testenv.Need(t, testenv.Agents, func() (err error) {
+		in, err = harness.Find(name, "")
+		return err
+	})
 	return in
 }
 
