@@ -97,6 +97,22 @@ func (p Policy) Row(episodeID, taskID string, s runtime.Step, seen BlobIndex) (s
 		row.TokenPath = optStr(m.Provenance.Path)
 		row.TokenEndpoints = optStr(strings.Join(m.Provenance.Endpoints, ","))
 		row.ChatTemplateSHA256 = optStr(m.Provenance.TemplateSHA256)
+		if h := m.Harness; h != nil {
+			// An agent harness's call: what it sent is the record of the
+			// conversation (kept whatever the text cap: exports rebuild
+			// the harness's messages from it), its tools a blob once per
+			// content.
+			row.HarnessInput = optStr(h.Input)
+			row.HistoryCut = optStr(h.Cut)
+			if len(h.Tools) > 0 {
+				sum := sha256.Sum256(h.Tools)
+				hash := hex.EncodeToString(sum[:])
+				row.ToolsSHA256 = &hash
+				if seen == nil || seen.Add(hash) {
+					blobs = append(blobs, schemas.BlobRow{SHA256: hash, Media: schemas.MediaJSON, Data: h.Tools})
+				}
+			}
+		}
 		if p.Tokens == TokensKeep {
 			row.PromptIDs = m.PromptIDs
 			row.ResponseIDs = m.ResponseIDs

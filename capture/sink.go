@@ -38,9 +38,29 @@ func (b *Sink) WriteStep(_ context.Context, s runtime.Step) error {
 	// that came back without them must cut the record, not vanish into the
 	// next prompt as environment tokens.
 	if m := s.Model; m != nil && b.policy.Tokens == TokensKeep {
-		b.turns = append(b.turns, tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs})
+		b.turns = append(b.turns, turnOf(m))
 	}
 	return nil
+}
+
+// turnOf is a model turn for the assembler: an agent harness's call that
+// did not continue the one before cuts the record there.
+func turnOf(m *runtime.ModelEvent) tokens.Turn {
+	t := tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs}
+	if m.Harness != nil {
+		t.Cut = m.Harness.Cut
+	}
+	return t
+}
+
+// AddBlobs keeps blobs the episode's record names besides its steps' (an
+// agent harness's output and side calls), each distinct payload once.
+func (b *Sink) AddBlobs(blobs []schemas.BlobRow) {
+	for _, bl := range blobs {
+		if b.seen.Add(bl.SHA256) {
+			b.blobs = append(b.blobs, bl)
+		}
+	}
 }
 
 // Prefix tells the sink that its episode is a branch continuing from
@@ -51,7 +71,7 @@ func (b *Sink) WriteStep(_ context.Context, s runtime.Step) error {
 func (b *Sink) Prefix(steps []runtime.Step) {
 	for _, s := range steps {
 		if m := s.Model; m != nil && b.policy.Tokens == TokensKeep && (len(m.PromptIDs) > 0 || len(m.ResponseIDs) > 0) {
-			b.turns = append(b.turns, tokens.Turn{PromptIDs: m.PromptIDs, ResponseIDs: m.ResponseIDs, Logprobs: m.Logprobs})
+			b.turns = append(b.turns, turnOf(m))
 		}
 	}
 }

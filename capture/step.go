@@ -14,8 +14,9 @@ import (
 // (the output as captured, capped as the capture policy capped it; a
 // screenshot's size and, under pixels=full, its PNG; the accessibility
 // tree) and its model turn (text, reasoning, token ids, mask and logprobs,
-// usage). What a row never holds (a hashed screenshot's PNG, the server's
-// tool-call ids) is left empty. A branch re-made from a dataset continues
+// usage, the recorded tool calls, an agent harness's input and cut). What
+// a row never holds (a hashed screenshot's PNG, a harness call's tools,
+// which are a blob) is left empty. A branch re-made from a dataset continues
 // from these steps (its policy rebuilds its conversation from them); an
 // action_json that is not a canonical action is an error naming the step.
 func Step(r schemas.StepRow) (runtime.Step, error) {
@@ -51,7 +52,7 @@ func Step(r schemas.StepRow) (runtime.Step, error) {
 // modelEvent is the model turn a row records, nil when it records none.
 func modelEvent(r schemas.StepRow, a runtime.Action) *runtime.ModelEvent {
 	if r.Model == nil && r.ModelText == nil && r.Reasoning == nil && r.FinishReason == nil &&
-		len(r.PromptIDs) == 0 && len(r.ResponseIDs) == 0 {
+		len(r.PromptIDs) == 0 && len(r.ResponseIDs) == 0 && r.HarnessInput == nil && r.ToolCalls == nil {
 		return nil
 	}
 	m := &runtime.ModelEvent{
@@ -75,6 +76,16 @@ func modelEvent(r schemas.StepRow, a runtime.Action) *runtime.ModelEvent {
 	}
 	if r.ModelMS != nil {
 		m.Latency = time.Duration(*r.ModelMS * float64(time.Millisecond))
+	}
+	if r.HarnessInput != nil || r.HistoryCut != nil {
+		// The tools are a blob: the row names them (ToolsSHA256).
+		m.Harness = &runtime.HarnessCall{Input: deref(r.HarnessInput), Cut: deref(r.HistoryCut)}
+	}
+	if r.ToolCalls != nil {
+		var calls []runtime.ToolCall
+		if json.Unmarshal([]byte(*r.ToolCalls), &calls) == nil {
+			m.ToolCalls = calls
+		}
 	}
 	return m
 }

@@ -185,6 +185,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 		return done, err
 	}
+	defer closePolicy(inv.policies, inv.logf)
 	if err := inv.checkPolicy(ctx); err != nil {
 		return nil, err
 	}
@@ -347,6 +348,12 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 		return nil, badInput(err)
 	}
 	env.prov = wired
+	// Policies whose sandboxes need something of them (an agent harness's
+	// install and gateway, mounted) say so now that the provider is known.
+	if err := episode.ShapeTemplates(inv.policies, env.prov, inv.templates); err != nil {
+		env.close()
+		return nil, badInput(fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err))
+	}
 	env.pool, err = pool.New(pool.Config{Provider: env.prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf,
 		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates, MaxBranches: cfg.Branch.maxLive(cfg.Replicas), OnGolden: onGolden(inv.obs, inv.log)})
 	if err != nil {
@@ -367,6 +374,16 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 		return nil, err
 	}
 	return env, nil
+}
+
+// closePolicy closes a policy source that holds something for the run (the
+// agent policy's gateway).
+func closePolicy(src policy.Source, logf func(string, ...any)) {
+	if c, ok := src.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			logf("closing the policy: %v", err)
+		}
+	}
 }
 
 // checkPolicy asks the policy's service, when it has one (a model server),

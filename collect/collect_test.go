@@ -110,7 +110,7 @@ func TestCollectBadInput(t *testing.T) {
 		want []string
 	}{
 		{"unknown provider", func(c *Config) { c.Provider = "nope" }, []string{`unknown provider "nope"`, "known: ", "local"}},
-		{"unknown policy", func(c *Config) { c.Policy = "gpt" }, []string{`unknown policy "gpt"`, "known: openai, script"}},
+		{"unknown policy", func(c *Config) { c.Policy = "gpt" }, []string{`unknown policy "gpt"`, "known: agent, openai, script"}},
 		{"malformed task", func(c *Config) { c.Tasks = bad }, []string{"bad.yaml:4:3", "limits.max_stepz", "unknown field"}},
 		{"unknown provider setting", func(c *Config) { c.ProviderParams = map[string]string{"frok": "copy"} }, []string{`"frok"`, "known: "}},
 		{"bad capture", func(c *Config) { c.Capture.Pixels = "jpeg"; c.Capture.A11y = "full"; c.Capture.Tokens = "keep" }, []string{`pixels "jpeg"`}},

@@ -5,6 +5,7 @@ import (
 
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
 
 	_ "github.com/forkline/forkline/policy/all" // the policies Config.Policy names
@@ -22,8 +23,12 @@ func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any))
 		return nil, manifest.Policy{}, fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err)
 	}
 	for i := range specs {
-		if _, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed)); err != nil {
+		pol, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed))
+		if err != nil {
 			return nil, manifest.Policy{}, fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err)
+		}
+		if _, ok := pol.(runtime.SelfDriving); ok && (cfg.Branch.IsSet() || cfg.From != "") {
+			return nil, manifest.Policy{}, fmt.Errorf("collect: -policy %s runs its episodes itself (an agent harness inside the sandbox), so they cannot branch (-branch, -from): forks copy files, not the harness's process", cfg.Policy)
 		}
 	}
 	rec, err := manifest.NewPolicy(cfg.Policy, opts, src)

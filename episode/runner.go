@@ -187,6 +187,13 @@ func (e *Episode) Rollout(ctx context.Context, pol runtime.Policy, h runtime.His
 		h.Start = &start
 	}
 	res, err := runtime.Rollout(ctx, e.Replica.Sandbox, pol, h, lim, sink)
+	if rec, ok := pol.(Recorded); ok {
+		agent, blobs := rec.EpisodeRecord()
+		if agent != "" {
+			e.Row.Agent = &agent
+		}
+		e.Capture.AddBlobs(blobs)
+	}
 	if err != nil {
 		res.Exit, res.Detail = runtime.ExitUnknown, err.Error()
 		e.Broken = true
@@ -203,6 +210,39 @@ func (e *Episode) Rollout(ctx context.Context, pol runtime.Policy, h runtime.His
 	}
 	if res.Err != nil && errors.Is(res.Err, runtime.ErrUnavailable) {
 		return res.Err
+	}
+	return nil
+}
+
+// Recorded is a policy that keeps a record of its episode beside the
+// steps: the agent policy's (the episodes table's agent column, as JSON)
+// and the blobs it names (the harness's output, its side calls). The
+// runner asks for it once the rollout returned.
+type Recorded interface {
+	EpisodeRecord() (agentJSON string, blobs []schemas.BlobRow)
+}
+
+// SpecShaper is a policy source whose policies need something of every
+// sandbox they run in, shaped into its Spec once the provider is known —
+// the agent policy: its harness's install, forkline's relay and the
+// gateway's socket, mounted read-only (nothing on the local provider,
+// whose commands see the host). ShapeSpec is called for every template
+// before the first sandbox is made; an error refuses the run.
+type SpecShaper interface {
+	ShapeSpec(prov providers.Provider, spec *providers.Spec) error
+}
+
+// ShapeTemplates applies src's ShapeSpec, when it has one, to every
+// template.
+func ShapeTemplates(src any, prov providers.Provider, templates map[string]*pool.Template) error {
+	sh, ok := src.(SpecShaper)
+	if !ok {
+		return nil
+	}
+	for _, t := range templates {
+		if err := sh.ShapeSpec(prov, &t.Spec); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -217,12 +217,24 @@ func (t *Transcript) WriteText(w io.Writer) {
 	if t.Detail != "" {
 		writeBlock(w, "  detail: ", t.Detail)
 	}
+	if a := t.Agent; a != nil {
+		fmt.Fprintf(w, "  agent harness %s", a.Harness)
+		if a.Version != "" {
+			fmt.Fprintf(w, " %s (%s)", a.Version, a.Package)
+		}
+		fmt.Fprintf(w, " over %s: exit %d, %d model calls, %d side calls, output %d bytes\n", orNone(a.API, "no API"), a.ExitCode, a.Calls, a.SideCalls, a.LogBytes)
+		if len(a.Dropped) > 0 {
+			writeWrappedList(w, "  tools not offered to the model: ", a.Dropped)
+		}
+	}
 	if t.System != "" {
 		fmt.Fprintf(w, "\n[system]\n")
 		writeBlock(w, "  ", t.System)
 	}
-	fmt.Fprintf(w, "\n[user: the task's instruction]\n")
-	writeBlock(w, "  ", orNone(t.Instruction, "(not recorded)"))
+	if t.Agent == nil {
+		fmt.Fprintf(w, "\n[user: the task's instruction]\n")
+		writeBlock(w, "  ", orNone(t.Instruction, "(not recorded)"))
+	}
 	if t.Start != "" {
 		fmt.Fprintf(w, "\n[the start page, before any action]\n")
 		writeBlock(w, "  ", t.Start)
@@ -250,9 +262,33 @@ func (t *Transcript) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  reasoning:\n")
 			writeBlock(w, "    ", s.Reasoning)
 		}
+		if s.HarnessInput != nil {
+			if s.Index == 0 || s.HistoryCut != "" {
+				if s.HistoryCut != "" {
+					fmt.Fprintf(w, "  the harness started over (%s): its whole conversation now\n", s.HistoryCut)
+				}
+				writeHarnessMessages(w, s.HarnessInput, false)
+			} else {
+				writeHarnessMessages(w, s.HarnessInput, true)
+			}
+		}
 		if s.ModelText != "" {
 			fmt.Fprintf(w, "  model:\n")
 			writeBlock(w, "    ", s.ModelText)
+		}
+		if s.HarnessInput != nil {
+			var calls []runtime.ToolCall
+			_ = json.Unmarshal(s.ToolCalls, &calls)
+			for _, c := range calls {
+				fmt.Fprintf(w, "  tool call: %s %s\n", c.Name, c.Arguments)
+			}
+			if len(calls) == 0 {
+				fmt.Fprintf(w, "  no tool call: the harness's last model call\n")
+			}
+			for _, r := range s.Rewards {
+				fmt.Fprintf(w, "  reward %s = %s\n", r.Name, fmtMean(r.Value))
+			}
+			continue
 		}
 		switch {
 		case s.ActionKind == "":
@@ -309,6 +345,29 @@ func (t *Transcript) WriteText(w io.Writer) {
 	}
 	if t.Tree != nil {
 		writeTree(w, t.Tree, t.EpisodeID)
+	}
+}
+
+// writeHarnessMessages writes what a harness sent with a call: its
+// messages, or (tools) the tool results and what followed them, which the
+// step before's calls got back.
+func writeHarnessMessages(w io.Writer, raw json.RawMessage, results bool) {
+	var msgs []struct {
+		Role       string `json:"role"`
+		Content    string `json:"content"`
+		ToolCallID string `json:"tool_call_id"`
+	}
+	_ = json.Unmarshal(raw, &msgs)
+	for _, m := range msgs {
+		switch {
+		case m.Role == "tool":
+			fmt.Fprintf(w, "  [result of %s, as the harness sent it back]\n", m.ToolCallID)
+		case results:
+			fmt.Fprintf(w, "  [%s, added by the harness]\n", m.Role)
+		default:
+			fmt.Fprintf(w, "  [%s]\n", m.Role)
+		}
+		writeBlock(w, "    ", m.Content)
 	}
 }
 

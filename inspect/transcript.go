@@ -60,6 +60,10 @@ type Transcript struct {
 	Parent     string    `json:"parent_episode_id,omitempty"`
 	BranchStep int       `json:"branch_step,omitempty"`
 	Tree       *TreeNode `json:"tree,omitempty"`
+
+	// Agent is how an agent harness ran the episode (its agent column),
+	// nil for other policies'; its steps are the harness's model calls.
+	Agent *schemas.AgentRecord `json:"agent,omitempty"`
 }
 
 // Step is one step of a transcript.
@@ -93,6 +97,14 @@ type Step struct {
 	// carried as images, in order (none for a text-only prompt).
 	PromptImages []string `json:"prompt_images,omitempty"`
 	Rewards      []Reward `json:"rewards,omitempty"` // step-level rewards
+
+	// An agent harness's model call: its tool calls as the harness got
+	// them (the observation is their results, as the harness sent them
+	// back), what the harness added before the call (chat messages), and
+	// why the call did not continue the previous one.
+	ToolCalls    json.RawMessage `json:"tool_calls,omitempty"`
+	HarnessInput json.RawMessage `json:"harness_input,omitempty"`
+	HistoryCut   string          `json:"history_cut,omitempty"`
 }
 
 // Screenshot is a step's screenshot and where its pixels are.
@@ -310,6 +322,13 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 	if sp, ok := specs[ep.TaskID]; ok {
 		t.Instruction = sp.Instruction
 	}
+	if ep.Agent != nil {
+		var rec schemas.AgentRecord
+		if err := json.Unmarshal([]byte(*ep.Agent), &rec); err != nil {
+			return nil, fmt.Errorf("%w: episode %s: agent: %v", shard.ErrCorrupt, ep.EpisodeID, err)
+		}
+		t.Agent = &rec
+	}
 	if ep.StartOutput != nil {
 		t.Start = *ep.StartOutput
 	}
@@ -323,6 +342,20 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 			ActionKind: s.ActionKind, Action: s.ActionJSON,
 			ExitCode: s.ExitCode, IsError: s.IsError, TimedOut: s.TimedOut, Truncated: s.Truncated,
 			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree), PromptImages: s.PromptImages}
+		if s.HarnessInput != nil {
+			if !json.Valid([]byte(*s.HarnessInput)) {
+				return nil, fmt.Errorf("%w: episode %s step %d: harness_input is not JSON", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex)
+			}
+			st.HarnessInput = json.RawMessage(*s.HarnessInput)
+			st.HistoryCut = deref(s.HistoryCut)
+			st.Observation = s.Output // the results, as the harness sent them back
+		}
+		if s.ToolCalls != nil {
+			if !json.Valid([]byte(*s.ToolCalls)) {
+				return nil, fmt.Errorf("%w: episode %s step %d: tool_calls is not JSON", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex)
+			}
+			st.ToolCalls = json.RawMessage(*s.ToolCalls)
+		}
 		if s.ActionKind != "" {
 			args, err := model.Arguments(s.ActionJSON)
 			if err != nil {

@@ -139,12 +139,25 @@ type Spec struct {
 	// build (Preparer); providers without images refuse a Spec with Build
 	// (ErrNotSupported).
 	Build *Build
+	// Mounts are host paths bound read-only into the sandbox and every
+	// fork of it (an agent harness's install, forkline's relay and its
+	// model gateway's socket). Providers whose sandboxes see the host's
+	// filesystem (local) refuse a Spec with mounts (ErrNotSupported): the
+	// host path is already there.
+	Mounts []Mount
 	// SetupNetwork is the network of a sandbox made by Create, which is set
 	// up and becomes a golden checkpoint; forks of its checkpoints get
 	// Resources.Network. "" = Resources.Network. A golden may then install
 	// packages while its episodes stay offline. A sandbox made by Create
 	// that runs an episode itself must not have one (the pool refuses it).
 	SetupNetwork string
+}
+
+// Mount is a host path bound read-only at Target, an absolute path in
+// the sandbox.
+type Mount struct {
+	Source string // absolute host path: a directory, a file or a socket
+	Target string
 }
 
 // Build says how to build a sandbox's image from a Dockerfile.
@@ -230,6 +243,11 @@ func (s Spec) Validate() error {
 	}
 	if s.OutputCap < 0 {
 		errs = append(errs, fmt.Errorf("providers: OutputCap %d: want >= 0 (0 = DefaultOutputCap)", s.OutputCap))
+	}
+	for i, m := range s.Mounts {
+		if !strings.HasPrefix(m.Source, "/") || !strings.HasPrefix(m.Target, "/") || m.Target == "/" {
+			errs = append(errs, fmt.Errorf("providers: Mounts[%d] %s -> %s: want an absolute host path and an absolute target below /", i, m.Source, m.Target))
+		}
 	}
 	if s.Build != nil && s.Image != "" {
 		errs = append(errs, fmt.Errorf("providers: a Spec gives Image (%s) or Build, not both", s.Image))

@@ -1,11 +1,13 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/policy/script"
 	"github.com/forkline/forkline/pool"
@@ -28,15 +30,30 @@ func (rp *replayer) episode(ctx context.Context, j *recorded, r pool.Replica, ac
 		er.Status, er.Error = Errored, err.Error()
 		return er, pool.Done
 	}
+	// What the replay runs: the recorded actions through the script
+	// policy, or for an agent episode its harness against the record.
+	var pol runtime.Policy = script.New(actions)
+	expected := len(actions)
+	if j.ep.Agent != nil {
+		if rp.agents == nil {
+			er.Status, er.Error = Errored, "an agent episode in a run whose policy was not agent"
+			return er, pool.Done
+		}
+		if pol, err = rp.agentPolicy(j); err != nil {
+			er.Status, er.Error = Errored, err.Error()
+			return er, pool.Done
+		}
+		expected = len(j.steps)
+	}
 	// The replay is the same episode (identity) run again: how this run
 	// went — replica, reset, golden, timings — is the replay's own.
 	ep := rp.runner.Begin(episode.Identity{EpisodeID: j.ep.EpisodeID, TaskHash: j.ep.TaskHash, Repeat: int(j.ep.Repeat), Seed: j.ep.Seed}, j.spec, r)
 	cmp := &comparer{cfg: rp.cfg, capture: rp.compare, rec: j.steps, blob: rp.blob}
 	lim := j.spec.Limits.Runtime()
-	lim.MaxSteps = len(actions) + 1
+	lim.MaxSteps = expected + 1
 	// An unavailable backend ends the rollout as env_error, reported below.
 	watch := episode.ChainSinks(cmp, episode.StepObserver(rp.obs, j.ep.TaskID, j.ep.EpisodeID))
-	err = ep.Rollout(ctx, script.New(actions), runtime.History{Instruction: j.spec.Instruction}, lim, watch)
+	err = ep.Rollout(ctx, pol, runtime.History{Instruction: j.spec.Instruction}, lim, watch)
 	er.exit = ep.Row.ExitReason
 	if err != nil && !errors.Is(err, runtime.ErrUnavailable) {
 		er.Status, er.Error = Errored, err.Error()
@@ -48,9 +65,13 @@ func (rp *replayer) episode(ctx context.Context, j *recorded, r pool.Replica, ac
 		er.Status, er.Error = Errored, "sandbox failed: "+res.Detail
 		return er, pool.Broken
 	}
-	if er.First == nil && cmp.seen < len(actions) {
-		er.First = &StepDiff{Step: cmp.seen, Field: "steps", Recorded: fmt.Sprint(len(actions)), Replayed: fmt.Sprint(cmp.seen),
-			Diff: fmt.Sprintf("the replay ended after %d of %d recorded actions (%s: %s)", cmp.seen, len(actions), res.Exit, res.Detail)}
+	if er.First == nil && cmp.seen < expected {
+		er.First = &StepDiff{Step: cmp.seen, Field: "steps", Recorded: fmt.Sprint(expected), Replayed: fmt.Sprint(cmp.seen),
+			Diff: fmt.Sprintf("the replay ended after %d of %d recorded steps (%s: %s)", cmp.seen, expected, res.Exit, res.Detail)}
+	}
+	if er.First == nil && j.ep.Agent != nil && res.Exit != runtime.ExitDone {
+		er.First = &StepDiff{Step: cmp.seen, Field: "exit_reason", Recorded: j.ep.ExitReason, Replayed: string(res.Exit),
+			Diff: fmt.Sprintf("the harness ended %s (%s)", res.Exit, res.Detail)}
 	}
 	if j.hasReward {
 		ran, err := ep.Verify(ctx)
@@ -62,7 +83,7 @@ func (rp *replayer) episode(ctx context.Context, j *recorded, r pool.Replica, ac
 			er.RewardReplayed = ep.Reward.Value
 			er.RewardChanged = !sameReward(j.reward, ep.Reward.Value)
 			if er.RewardChanged && er.First == nil {
-				er.First = &StepDiff{Step: len(actions), Field: "reward", Recorded: fmtReward(j.reward), Replayed: fmtReward(ep.Reward.Value),
+				er.First = &StepDiff{Step: expected, Field: "reward", Recorded: fmtReward(j.reward), Replayed: fmtReward(ep.Reward.Value),
 					Diff: "the final verification reward changed although every step matched"}
 			}
 		}
@@ -98,4 +119,45 @@ func recordedActions(steps []schemas.StepRow) ([]runtime.Action, error) {
 		actions = append(actions, a)
 	}
 	return actions, nil
+}
+
+// agentPolicy is the policy that replays agent episode j: its harness run
+// again, each model call answered with the recorded reply, each side call
+// with the recorded side reply.
+func (rp *replayer) agentPolicy(j *recorded) (runtime.Policy, error) {
+	steps := make([]runtime.Step, len(j.steps))
+	for i, r := range j.steps {
+		st, err := capture.Step(r)
+		if err != nil {
+			return nil, err
+		}
+		if st.Model == nil {
+			return nil, fmt.Errorf("step %d of the agent episode records no model call", r.StepIndex)
+		}
+		steps[i] = st
+	}
+	var side []string
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal([]byte(*j.ep.Agent), &rec); err != nil {
+		return nil, fmt.Errorf("the episode's agent record: %v", err)
+	}
+	if rec.SideCallsSHA256 != "" && rp.blob != nil {
+		data, err := rp.blob(rec.SideCallsSHA256)
+		if err != nil {
+			return nil, fmt.Errorf("the side calls blob: %w", err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		for dec.More() {
+			var c struct {
+				Reply struct {
+					Content string `json:"content"`
+				} `json:"reply"`
+			}
+			if err := dec.Decode(&c); err != nil {
+				return nil, fmt.Errorf("the side calls blob: %v", err)
+			}
+			side = append(side, c.Reply.Content)
+		}
+	}
+	return rp.agents.Policy(j.ep.EpisodeID, steps, side), nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/observe"
+	"github.com/forkline/forkline/policy/agent"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
@@ -123,7 +124,10 @@ type replayer struct {
 	// sides of a comparison keep the same view of every observation (a
 	// capped recording against the same cap); screenshots are compared by
 	// their hash, which is always kept.
-	compare  capture.Policy
+	compare capture.Policy
+	// agents replays agent episodes (their harness run again against the
+	// record); nil when the run's policy was not agent.
+	agents   *agent.ReplaySource
 	rec      *recording // nil unless Config.Record
 	obs      observe.Observer
 	log      *slog.Logger
@@ -163,6 +167,13 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 			return nil, fmt.Errorf("replay: task %s: %w", id, err)
 		}
 	}
+	if pr, err := manifest.DecodePolicy(m.Policy); err == nil && pr.Name == agent.Name {
+		// Agent episodes replay by running their harness again against
+		// the record (policy/agent's replay).
+		if rp.agents, err = agent.OpenReplay(pr.Options); err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+	}
 	rp.obs = observe.Or(cfg.Observer)
 	rp.log = replayLogger(cfg, m.RunID)
 	logf := func(format string, args ...any) { rp.log.Warn(fmt.Sprintf(format, args...)) }
@@ -185,6 +196,13 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 	if rp.prov, err = episode.Environment(prov, list); err != nil {
 		prov.Close(context.WithoutCancel(ctx))
 		return nil, err
+	}
+	if rp.agents != nil {
+		if err := episode.ShapeTemplates(rp.agents, rp.prov, rp.templates); err != nil {
+			rp.prov.Close(context.WithoutCancel(ctx))
+			rp.agents.Close()
+			return nil, fmt.Errorf("replay: %w", err)
+		}
 	}
 	if rp.pool, err = pool.New(pool.Config{Provider: rp.prov, Replicas: cfg.Replicas, Log: logf, OnGolden: rp.onGolden}); err != nil {
 		rp.prov.Close(context.WithoutCancel(ctx))
@@ -210,6 +228,9 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 func (rp *replayer) close(ctx context.Context) {
 	rp.pool.Close(ctx)
 	rp.prov.Close(ctx)
+	if rp.agents != nil {
+		rp.agents.Close()
+	}
 }
 
 // episodeSource yields stored episodes with their steps and rewards, in

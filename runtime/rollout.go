@@ -52,6 +52,19 @@ type Policy interface {
 	Decide(ctx context.Context, h History) (Decision, error)
 }
 
+// SelfDriving is a Policy that runs its episode itself rather than being
+// asked for one action at a time: an agent harness running inside the
+// sandbox, which executes its own tools and whose model calls are the
+// episode's steps. Rollout hands it the whole episode — the session, the
+// history it starts from, the limits and the sink — and returns what it
+// returns. RunEpisode keeps Rollout's contract: every step goes to the
+// sink in order, from the calling goroutine, as soon as it is complete;
+// the error is the sink's only; everything else is in Result.
+type SelfDriving interface {
+	Policy
+	RunEpisode(ctx context.Context, s Session, start History, lim Limits, sink StepSink) (Result, error)
+}
+
 // StepSink receives every step of an episode, in order, as it happens, from
 // the goroutine running Rollout. An error from WriteStep means the step could
 // not be recorded; Rollout stops and returns it.
@@ -117,6 +130,9 @@ func Rollout(ctx context.Context, s Session, p Policy, start History, lim Limits
 	began := time.Now()
 	if lim.MaxSteps <= 0 {
 		lim.MaxSteps = DefaultMaxSteps
+	}
+	if sd, ok := p.(SelfDriving); ok {
+		return sd.RunEpisode(ctx, s, start, lim, sink)
 	}
 	epCtx := ctx
 	if lim.EpisodeTimeout > 0 {

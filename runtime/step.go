@@ -99,7 +99,41 @@ type ModelEvent struct {
 	// Provenance says where the turn's token ids came from; zero for a
 	// policy that reports none.
 	Provenance Provenance
+	// Harness is set on a model call an agent harness made (a program
+	// running in the sandbox that executes its own tools and calls its
+	// model through forkline's gateway): what the harness sent with it.
+	// Nil for every other policy's turns.
+	Harness *HarnessCall
 }
+
+// HarnessCall is what an agent harness sent with one model call, as
+// forkline's gateway translated it into the canonical conversation.
+type HarnessCall struct {
+	// Input is what the harness added to its conversation before this
+	// call, as a JSON array of chat messages ({"role", "content",
+	// "reasoning", "tool_calls": [{"id", "name", "arguments"}],
+	// "tool_call_id", "is_error"}): the whole conversation on the first
+	// call and after a cut, else the results of the previous call's tool
+	// calls and whatever the harness appended to them.
+	Input string
+	// Cut says why this call did not continue the previous one, "" when
+	// it did (HistoryRewritten, SystemChanged, ToolsChanged).
+	Cut string
+	// Tools are the tools offered with the call, as a JSON array of chat
+	// API tool objects ({"type": "function", "function": {...}}).
+	Tools []byte
+}
+
+// Why an agent harness's call did not continue the previous one
+// (HarnessCall.Cut): it rewrote or dropped earlier messages (compaction, a
+// dropped turn), changed its system prompt, or changed its tools (a
+// template renders them before the conversation). The token record is
+// cut there, never glued.
+const (
+	HistoryRewritten = "history_rewritten"
+	SystemChanged    = "system_changed"
+	ToolsChanged     = "tools_changed"
+)
 
 // ToolCall is one function call as a model's server returned it: the
 // server's call id, the function's name and its arguments exactly as sent

@@ -28,7 +28,26 @@ import (
 // prompt_images, let a branch episode's step indexes start at its
 // branch_step, and let the rewards table's name hold a verifier's metric
 // names.
-const Version = 2
+//
+// Version 3 added the record of agent harness episodes: the steps table's
+// harness_input, history_cut and tools_sha256, the episodes table's agent,
+// and the token_cut values of a harness's cut history.
+const Version = 3
+
+// ReadableVersions are the schema versions this build reads: a version-2
+// dataset reads as version 3 with the columns it lacks null. Writers write
+// Version only, so a run is resumed by a build of its own version.
+var ReadableVersions = []int{2, 3}
+
+// Readable reports whether this build reads schema version v.
+func Readable(v int) bool {
+	for _, r := range ReadableVersions {
+		if r == v {
+			return true
+		}
+	}
+	return false
+}
 
 // Parquet key/value metadata keys written into every shard.
 const (
@@ -102,6 +121,21 @@ type StepRow struct {
 	// names a step's screenshot_sha256 or the episode's
 	// start_screenshot_sha256. Empty for a text-only prompt.
 	PromptImages []string `parquet:"prompt_images,list" json:"prompt_images"`
+
+	// An agent harness's model call (runtime.HarnessCall), null on every
+	// other step. Added in schema version 3.
+	//
+	// HarnessInput is what the harness added to its conversation before
+	// the call, as a JSON array of chat messages: the whole conversation
+	// on the first call and after a cut, else the previous call's tool
+	// results and whatever followed them.
+	HarnessInput *string `parquet:"harness_input,optional" json:"harness_input,omitempty"`
+	// HistoryCut says why the call did not continue the previous one
+	// (runtime.HistoryRewritten, SystemChanged, ToolsChanged).
+	HistoryCut *string `parquet:"history_cut,optional" json:"history_cut,omitempty"`
+	// ToolsSHA256 names the blob holding the tools offered with the call
+	// (a JSON array of chat API tool objects), stored once per content.
+	ToolsSHA256 *string `parquet:"tools_sha256,optional" json:"tools_sha256,omitempty"`
 }
 
 // EpisodeRow is one row of the episodes table.
@@ -179,6 +213,9 @@ type EpisodeRow struct {
 	// every episode of the same task spec started from its golden (derived
 	// from task id and task hash). Null in rows that predate it.
 	GroupID *string `parquet:"group_id,optional" json:"group_id,omitempty"`
+	// Agent is the record of an episode an agent harness ran (AgentRecord
+	// as JSON); null for every other policy's. Added in schema version 3.
+	Agent *string `parquet:"agent,optional" json:"agent,omitempty"`
 }
 
 // Branched reports whether the episode is a branch of another (it has a
@@ -208,7 +245,46 @@ const (
 	// TokenCutMissingIDs: a model turn came back without token ids, so what
 	// the model generated there is unknown and no later turn can be masked.
 	TokenCutMissingIDs = "missing_ids"
+	// An agent harness's call did not continue the one before (its
+	// HistoryCut): it rewrote its history, changed its system prompt, or
+	// changed its tools. The record holds the turns before that call.
+	TokenCutHistoryRewritten = "history_rewritten"
+	TokenCutSystemChanged    = "system_changed"
+	TokenCutToolsChanged     = "tools_changed"
 )
+
+// AgentRecord is the episodes table's agent column: how an agent harness
+// ran the episode. Blobs it names are in the blobs table.
+type AgentRecord struct {
+	// Harness is claude-code, codex, opencode or command; Package and
+	// Version the npm package it was installed from ("" for command).
+	Harness string `json:"harness"`
+	Package string `json:"package,omitempty"`
+	Version string `json:"version,omitempty"`
+	// API is the API its model calls came in (anthropic-messages,
+	// openai-responses, openai-chat); "" when it made none.
+	API string `json:"api,omitempty"`
+	// ExitCode is the harness's exit status; -1 when it was killed (at the
+	// episode's time limit, or after its step limit) or never reported.
+	ExitCode int `json:"exit_code"`
+	// LogSHA256 names the blob of its stdout and stderr (interleaved,
+	// capped as a command's output is); LogBytes is their size before the
+	// cap.
+	LogSHA256 string `json:"log_sha256,omitempty"`
+	LogBytes  int64  `json:"log_bytes"`
+	// Calls are the model calls of its trajectory (the steps); SideCalls
+	// the others (a title, a summary, a sub-agent), kept out of the steps
+	// and of every export, each a line of the JSONL blob SideCallsSHA256.
+	Calls           int    `json:"calls"`
+	SideCalls       int    `json:"side_calls"`
+	SideCallsSHA256 string `json:"side_calls_sha256,omitempty"`
+	// Dropped are the tools the harness offered that the model was not
+	// offered (hosted tools, deferred ones, kinds a chat model cannot
+	// call), each "NAME (why)".
+	Dropped []string `json:"dropped_tools,omitempty"`
+	// Refused are the harness's requests the gateway refused, each why.
+	Refused []string `json:"refused,omitempty"`
+}
 
 // RewardRow is one row of the rewards table: a reward attached out-of-band to
 // an episode (StepIndex nil) or to one of its steps.
@@ -228,6 +304,15 @@ type BlobRow struct {
 	Media  string `parquet:"media_type" json:"media_type"`
 	Data   []byte `parquet:"data" json:"data"`
 }
+
+// The media types of blobs besides screenshots (image/png): an agent
+// harness's tool lists (MediaJSON), its output (MediaText) and its side
+// calls (MediaNDJSON).
+const (
+	MediaJSON   = "application/json"
+	MediaText   = "text/plain; charset=utf-8"
+	MediaNDJSON = "application/x-ndjson"
+)
 
 // Millis converts a duration to float64 milliseconds, the unit of every *_ms column.
 func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -29,6 +29,7 @@ func (r *StepRow) Size() int64 {
 		len(r.Output) + len(r.OutputRaw) + len(r.ErrorKind) + len(r.Screenshot) + len(r.ScreenHash) +
 		len(r.AXTree) + optLen(r.Model) + optLen(r.ModelText) + optLen(r.Reasoning) + optLen(r.ToolCalls) + optLen(r.FinishReason) +
 		optLen(r.TokenPath) + optLen(r.TokenEndpoints) + optLen(r.ChatTemplateSHA256) + 64*len(r.PromptImages) +
+		optLen(r.HarnessInput) + optLen(r.HistoryCut) + optLen(r.ToolsSHA256) +
 		tokenBytes*(len(r.PromptIDs)+len(r.ResponseIDs)+len(r.ResponseMask)+len(r.ResponseLogprobs))
 	return int64(n)
 }
@@ -38,7 +39,7 @@ func (r *EpisodeRow) Size() int64 {
 	n := episodeFixed + len(r.EpisodeID) + len(r.RunID) + len(r.TaskID) + len(r.TaskHash) +
 		len(r.Provider) + len(r.GoldenID) + len(r.ResetStrategy) + len(r.ResetOrigin) +
 		len(r.ExitReason) + len(r.Detail) + len(r.Answer) + optLen(r.ParentEpisodeID) + optLen(r.GroupID) + optLen(r.TokenCut) + optLen(r.Metadata) +
-		optLen(r.StartOutput) + len(r.StartScreenshot) + optLen(r.StartScreenHash) + optLen(r.StartAXTree) +
+		optLen(r.StartOutput) + len(r.StartScreenshot) + optLen(r.StartScreenHash) + optLen(r.StartAXTree) + optLen(r.Agent) +
 		tokenBytes*(len(r.PromptIDs)+len(r.ResponseIDs)+len(r.ResponseMask)+len(r.ResponseLogprobs))
 	return int64(n)
 }

@@ -30,6 +30,11 @@ type Turn struct {
 	PromptIDs   []int32
 	ResponseIDs []int32
 	Logprobs    []float32 // one per response id, or empty when not requested
+	// Cut, when set on a turn after the first, ends the record before it
+	// for the reason it names: the caller knows the turn does not continue
+	// the ones before (an agent harness rewrote its history), whatever
+	// its ids say.
+	Cut string
 }
 
 // Missing reports whether the turn lacks the ids a record needs.
@@ -75,6 +80,10 @@ func Assemble(turns []Turn) (Record, error) {
 	haveLogprobs := true
 	var seen []int32 // prompt + response ids so far, as the server saw them
 	for i, t := range turns {
+		if t.Cut != "" && r.Turns > 0 {
+			r.Drift, r.DriftTurn, r.Cut = true, i, t.Cut
+			break
+		}
 		if t.Missing() {
 			r.Drift, r.DriftTurn, r.Cut = true, i, CutMissingIDs
 			break

@@ -56,6 +56,7 @@ ends partial and the command that finishes it is printed. A second signal exits 
 			"forkline collect -tasks examples/tasks -replicas 4 -repeats 8 -out runs/demo",
 			"forkline collect -tasks examples/tasks/web -provider docker -provider-opt image=forkline/chromium -out runs/web",
 			"forkline collect -tasks tasks/ -policy openai -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -out runs/rl",
+			"forkline collect -tasks tasks/ -policy agent -policy-opt harness=codex -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -out runs/codex",
 		},
 		Exits: []cli.Exit{
 			{Code: cli.ExitOK, Meaning: "complete: every planned episode is kept and finished (none kept as cancelled), whatever its outcome; or a resumed run was complete already (nothing to do)"},
@@ -114,7 +115,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	} {
 		v := new(string)
 		o.llm = append(o.llm, llmFlag{flag: l.flag, key: l.key, value: v})
-		f.String(v, l.flag, l.arg, "for -policy openai: "+openai.OptionHelp(l.key)+" (= -policy-opt "+l.key+"=...)")
+		f.String(v, l.flag, l.arg, "for -policy openai and agent: "+openai.OptionHelp(l.key)+" (= -policy-opt "+l.key+"=...)")
 	}
 
 	f.Group("capture", "-text cap:65536 -pixels hash -a11y none -tokens keep")
@@ -289,8 +290,8 @@ func (o *collectOptions) applyLLM(inv *cli.Invocation) error {
 		if !inv.Given(l.flag) {
 			continue
 		}
-		if cfg.Policy != "openai" {
-			return fmt.Errorf("%s: -%s is for -policy openai (the policy is %q)", inv.Prefix(), l.flag, cfg.Policy)
+		if cfg.Policy != "openai" && cfg.Policy != "agent" {
+			return fmt.Errorf("%s: -%s is for -policy openai and -policy agent (the policy is %q)", inv.Prefix(), l.flag, cfg.Policy)
 		}
 		if old, ok := cfg.PolicyOptions[l.key]; ok && old != *l.value {
 			return fmt.Errorf("%s: -%s %q and -policy-opt %s=%q disagree", inv.Prefix(), l.flag, *l.value, l.key, old)

@@ -8,19 +8,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkline/forkline/harness"
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/providers/docker"
 )
 
 type imagesOptions struct {
-	names []string
-	force bool
+	names  []string
+	agents []string
+	force  bool
 }
 
 func imagesCommand() *cli.Command {
 	return &cli.Command{
 		Name:    "images",
-		Summary: "build forkline's Docker images: " + strings.Join(docker.KnownImages(), ", "),
+		Summary: "build forkline's Docker images (" + strings.Join(docker.KnownImages(), ", ") + ") and install agent harnesses",
 		About: `Builds the images the docker provider runs sandboxes in, on the engine DOCKER_HOST names (the
 default socket when unset), without a registry or a Dockerfile: each is imported from a root
 filesystem made on the host. forkline/busybox is Debian's static busybox (seconds; needs
@@ -28,16 +30,22 @@ busybox-static). forkline/debian is debootstrap --variant=minbase bookworm and f
 that plus Debian's chromium, for browser tasks (minutes; root, debootstrap and a reachable Debian
 mirror, FORKLINE_DEBIAN_MIRROR to choose one). forkline/chromium starts from forkline/debian's files
 when that image is on the engine (name it first: -image forkline/debian,forkline/chromium), and
-debootstraps only when it is not. An image already on the engine is kept unless -force.`,
+debootstraps only when it is not. An image already on the engine is kept unless -force.
+
+-agent installs agent harnesses for -policy agent (docs/agents.md) instead: each from npm, at the
+version forkline pins with a lockfile (npm ci; needs npm), into a cache directory named after the
+lockfile's content ($FORKLINE_AGENTS_DIR, else forkline/agents under the user's cache directory),
+which sandboxes mount read-only. An install already there is kept; no Docker engine is needed.`,
 		Examples: []string{
 			"forkline images",
 			"forkline images -image forkline/debian,forkline/chromium",
 			"forkline images -image forkline/busybox,forkline/debian -force",
+			"forkline images -agent claude-code,codex,opencode",
 		},
 		Exits: []cli.Exit{
 			{Code: cli.ExitOK, Meaning: "every image asked for is on the engine"},
 			{Code: cli.ExitFailed, Meaning: "a build failed (what it needs is named)"},
-			{Code: cli.ExitBadInput, Meaning: "an unknown image name (the known ones are listed)"},
+			{Code: cli.ExitBadInput, Meaning: "an unknown image or harness name (the known ones are listed)"},
 			{Code: cli.ExitUnavailable, Meaning: "no Docker engine answers"},
 			{Code: cli.ExitInterrupted, Meaning: "interrupted by SIGINT/SIGTERM"},
 		},
@@ -45,6 +53,7 @@ debootstraps only when it is not. An image already on the engine is kept unless 
 			o := &imagesOptions{}
 			f.Group("images", "-image forkline/busybox,forkline/chromium -force")
 			f.List(&o.names, "image", "NAME,...", "the images to build: "+strings.Join(docker.KnownImages(), ", ")).ShowDefault(docker.ImageBusybox)
+			f.List(&o.agents, "agent", "NAME,...", "install these agent harnesses from npm instead of building images: "+strings.Join(harness.Installable(), ", "))
 			f.Bool(&o.force, "force", "rebuild images that are already on the engine (replacing the tag)")
 			f.Logging()
 			return func(ctx context.Context, inv *cli.Invocation) int { return runImages(ctx, inv, o) }
@@ -61,6 +70,13 @@ type imageResult struct {
 }
 
 func runImages(ctx context.Context, inv *cli.Invocation, o *imagesOptions) int {
+	if len(o.agents) > 0 {
+		if len(o.names) > 0 || o.force {
+			inv.Errorf("-agent installs harnesses; build images (-image, -force) in another invocation")
+			return cli.ExitBadInput
+		}
+		return runAgentInstalls(ctx, inv, o.agents)
+	}
 	names := o.names
 	if len(names) == 0 {
 		names = []string{docker.ImageBusybox}
@@ -106,4 +122,49 @@ func runImages(ctx context.Context, inv *cli.Invocation, o *imagesOptions) int {
 	default:
 		return inv.Fail(cli.ExitFailed, err)
 	}
+}
+
+// agentResult is one harness install as -json prints it.
+type agentResult struct {
+	Name      string  `json:"name"`
+	Package   string  `json:"package"`
+	Version   string  `json:"version"`
+	Dir       string  `json:"dir"`
+	Installed bool    `json:"installed"`
+	Seconds   float64 `json:"seconds,omitempty"`
+}
+
+// runAgentInstalls installs the named harnesses (images -agent).
+func runAgentInstalls(ctx context.Context, inv *cli.Invocation, names []string) int {
+	known := harness.Installable()
+	for _, n := range names {
+		if !slices.Contains(known, n) {
+			inv.Errorf("-agent %s: unknown harness (known: %s)", n, strings.Join(known, ", "))
+			return cli.ExitBadInput
+		}
+	}
+	out := []agentResult{}
+	for _, n := range names {
+		st, err := harness.Install(ctx, n, "", inv.Notes())
+		if err != nil {
+			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+				return inv.Fail(cli.ExitInterrupted, err)
+			}
+			return inv.Fail(cli.ExitFailed, err)
+		}
+		out = append(out, agentResult{Name: n, Package: st.Package, Version: st.Version, Dir: st.Dir, Installed: st.Fresh,
+			Seconds: st.Took.Round(time.Millisecond).Seconds()})
+		if inv.JSON {
+			continue
+		}
+		if st.Fresh {
+			fmt.Fprintf(inv.Stdout, "%s: installed %s@%s in %s (%s)\n", n, st.Package, st.Version, st.Dir, st.Took.Round(time.Millisecond))
+		} else {
+			fmt.Fprintf(inv.Stdout, "%s: present (%s@%s in %s)\n", n, st.Package, st.Version, st.Dir)
+		}
+	}
+	if inv.JSON {
+		inv.PrintJSON(out)
+	}
+	return cli.ExitOK
 }

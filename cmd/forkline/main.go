@@ -44,6 +44,7 @@ func app() *cli.App {
 			replayCommand(),
 			serveCommand(),
 			imagesCommand(),
+			relayCommand(),
 			versionCommand(),
 		},
 		VersionCommand: "version",

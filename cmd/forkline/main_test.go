@@ -19,7 +19,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	forklineBin = filepath.Join(dir, "forkline")
-	out, err := exec.Command("go", "build", "-o", forklineBin, ".").CombinedOutput()
+	// Statically linked, as make build builds it: -policy agent runs it
+	// inside docker sandboxes as the relay.
+	build := exec.Command("go", "build", "-o", forklineBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
 	if err != nil {
 		panic("building forkline: " + err.Error() + "\n" + string(out))
 	}

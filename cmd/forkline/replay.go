@@ -42,7 +42,12 @@ changed task), forks replicas, re-executes every episode's recorded actions in o
 each new observation with the recorded one: exit code, error and timeout flags always, the output as
 -compare says, screenshots by hash (or within -pixel-tolerance). For each diverged episode it prints
 the first divergent step with a line diff and whether the verification reward changed. Usable as a
-CI gate for a new image, provider or forkline version.`,
+CI gate for a new image, provider or forkline version.
+
+An agent harness's episode (-policy agent) has no actions of forkline's to re-execute: its harness
+runs again in the fork (installed here, forkline images -agent), each model call answered with the
+recorded reply, and the tool results it sends back are the observations compared; the model
+server is not asked (docs/agents.md).`,
 		Sections: []cli.Section{{Title: "default masks (-compare normalized)", Entries: masks}},
 		Examples: []string{
 			"forkline replay -in runs/demo",

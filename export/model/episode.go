@@ -135,12 +135,19 @@ func (e *Episode) Screenshot(i int) ([]byte, error) {
 	return b, nil
 }
 
-// Tools returns the function tools the episode's policy offered
+// Tools returns, for an agent episode, the harness's tools as it offered
+// them (the first step's tools blob: chat API tool objects); else the
+// function tools the episode's policy offered
 // (Conversation.Actions, every canonical action when none are recorded) as
 // a JSON array in aci's key order (aci.OfferedToolsJSON, the order the policy sent
 // them in), or nil when it offered none as functions (tool calls written in
 // the text).
 func (e *Episode) Tools() json.RawMessage {
+	if e.IsAgent() {
+		// The harness's own (an unreadable blob is Messages' error).
+		t, _ := e.agentTools()
+		return t
+	}
 	if e.Conversation.TextToolCalls() {
 		return nil
 	}
@@ -157,6 +164,12 @@ func (e *Episode) offered() []runtime.ActionKind {
 
 // ToolsKey identifies the episode's tool list, for caching its encoding.
 func (e *Episode) ToolsKey() string {
+	if e.IsAgent() {
+		if len(e.Steps) > 0 && e.Steps[0].ToolsSHA256 != nil {
+			return "agent:" + *e.Steps[0].ToolsSHA256
+		}
+		return "agent:none"
+	}
 	if e.Conversation.TextToolCalls() {
 		return "text"
 	}

@@ -179,8 +179,15 @@ func (o Options) WithDefaults() Options {
 }
 
 // Prompt returns the messages before the first step: the system prompt,
-// when there is one, and the task's instruction.
+// when there is one, and the task's instruction; for an agent episode, the
+// messages of the harness's first call.
 func Prompt(ep *Episode) []Message {
+	if ep.IsAgent() {
+		// The harness's own first messages; an unreadable record is
+		// Messages' error to report.
+		msgs, _ := agentPrompt(ep)
+		return msgs
+	}
 	var out []Message
 	if sys := ep.Conversation.SystemPrompt; sys != "" {
 		out = append(out, Message{Role: RoleSystem, Content: sys, Step: -1})
@@ -281,6 +288,9 @@ func keepLatestImages(msgs []Message, max int) {
 // calls do not decode.
 func Messages(ep *Episode, o Options) ([]Message, error) {
 	o = o.WithDefaults()
+	if ep.IsAgent() {
+		return agentMessages(ep, o)
+	}
 	out := Prompt(ep)
 	text := ep.Conversation.TextToolCalls()
 	for i := range ep.Steps {

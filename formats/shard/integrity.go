@@ -167,8 +167,8 @@ func seekRow[T any](r *parquet.GenericReader[T], row int64) (err error) {
 // dataset's run id.
 func checkShardMeta(pf *parquet.File, s ShardInfo, runID, path string) error {
 	v, _ := pf.Lookup(schemas.MetaSchemaVersion)
-	if v != strconv.Itoa(schemas.Version) {
-		return fmt.Errorf("%w: %s has %s = %q; this build reads %d", ErrSchemaVersion, path, schemas.MetaSchemaVersion, v, schemas.Version)
+	if n, err := strconv.Atoi(v); err != nil || !schemas.Readable(n) {
+		return fmt.Errorf("%w: %s has %s = %q; this build reads versions %s", ErrSchemaVersion, path, schemas.MetaSchemaVersion, v, readableVersions())
 	}
 	if t, _ := pf.Lookup(schemas.MetaTable); t != s.Table {
 		return fmt.Errorf("%w: %s has %s = %q, the manifest says %q", ErrCorrupt, path, schemas.MetaTable, t, s.Table)

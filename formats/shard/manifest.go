@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/forkline/forkline/schemas"
@@ -144,9 +146,9 @@ func decodeManifest(name string, data []byte) (Manifest, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %s: %s", ErrCorrupt, name, jsonError(data, err))
 	}
-	if m.SchemaVersion != schemas.Version {
-		return Manifest{}, fmt.Errorf("%w: %s was written with schema version %d; this build of forkline reads version %d only",
-			ErrSchemaVersion, name, m.SchemaVersion, schemas.Version)
+	if !schemas.Readable(m.SchemaVersion) {
+		return Manifest{}, fmt.Errorf("%w: %s was written with schema version %d; this build of forkline reads versions %s",
+			ErrSchemaVersion, name, m.SchemaVersion, readableVersions())
 	}
 	if m.TasksFile != nil {
 		if len(m.Tasks) > 0 {
@@ -227,4 +229,13 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// readableVersions lists schemas.ReadableVersions for messages.
+func readableVersions() string {
+	parts := make([]string, len(schemas.ReadableVersions))
+	for i, v := range schemas.ReadableVersions {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, " and ")
 }

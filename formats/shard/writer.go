@@ -243,6 +243,10 @@ func Resume(dir string, cfg Config) (*Writer, error) {
 func resume(dir string, m Manifest, cfg Config, lock *os.File) (*Writer, error) {
 	// Read-only checks first: a refused Resume must leave every byte as it
 	// was.
+	if m.SchemaVersion != schemas.Version {
+		return nil, fmt.Errorf("%w: %s was written with schema version %d and this build writes version %d: a run keeps one version, so finish it with the forkline that started it (or collect it anew)",
+			ErrSchemaVersion, filepath.Join(dir, ManifestFile), m.SchemaVersion, schemas.Version)
+	}
 	nextGen := 0
 	for _, s := range m.Shards {
 		if err := checkShardEntry(s); err != nil {

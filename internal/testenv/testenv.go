@@ -1,7 +1,7 @@
 // Package testenv is the one place where a test learns whether an outside
 // component it needs (a Docker engine, an image, Chromium, mount rights, the
-// chat-template oracle, Slurm, the loopback registries) is there, and what
-// happens when it is not: a skip that names the component, the reason and
+// chat-template oracle, Slurm, the loopback registries, the agent harnesses)
+// is there, and what happens when it is not: a skip that names the component, the reason and
 // the command that installs it on a developer's machine; a failure under
 // CI, where FORKLINE_REQUIRE names the components that must be present
 // (restic's RESTIC_TEST_DISALLOW_SKIP habit). A green CI run therefore means
@@ -47,6 +47,8 @@ const (
 	Registry       = "registry"
 	Templates      = "templates"
 	Slurm          = "slurm"
+	// Agents: the agent harnesses installed from npm (forkline images -agent).
+	Agents = "agents"
 )
 
 // Component is an outside component some tests need.
@@ -69,6 +71,7 @@ var components = []Component{
 	{Registry, "two container registries on loopback, one open and one behind htpasswd", "bash .ci/registry-up.sh"},
 	{Templates, "the test oracle's real chat templates and tokenizers: Node.js with internal/oracle/js/node_modules, /usr/bin/python3 with python3-jinja2", "bash .ci/oracle-up.sh"},
 	{Slurm, "Debian's slurm-wlm and munge, run as root (each test starts a one-node cluster on 127.0.0.1)", "bash .ci/slurm-up.sh"},
+	{Agents, "the agent harnesses Claude Code, Codex and opencode, installed from npm at their pinned versions into forkline's cache (internal/agenttest)", "bash .ci/agents-up.sh (forkline images -agent claude-code,codex,opencode; needs npm)"},
 }
 
 // Components lists the components, in a fixed order.

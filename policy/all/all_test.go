@@ -10,5 +10,5 @@ import (
 )
 
 func TestRegistersEveryPolicy(t *testing.T) {
-	require.Equal(t, []string{"openai", "script"}, policy.Names())
+	require.Equal(t, []string{"agent", "openai", "script"}, policy.Names())
 }

@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -71,15 +70,15 @@ type toolCallFunc struct {
 }
 
 type chatRequest struct {
-	Model       string        `json:"model,omitempty"`
-	Messages    []chatMessage `json:"messages"`
-	Tools       []aci.Tool    `json:"tools,omitempty"`
-	Temperature *float64      `json:"temperature,omitempty"`
-	TopP        *float64      `json:"top_p,omitempty"`
-	MaxTokens   int           `json:"max_tokens,omitempty"`
-	Seed        *int64        `json:"seed,omitempty"`
-	Logprobs    bool          `json:"logprobs,omitempty"`
-	TopLogprobs *int          `json:"top_logprobs,omitempty"`
+	Model       string            `json:"model,omitempty"`
+	Messages    []chatMessage     `json:"messages"`
+	Tools       []json.RawMessage `json:"tools,omitempty"`
+	Temperature *float64          `json:"temperature,omitempty"`
+	TopP        *float64          `json:"top_p,omitempty"`
+	MaxTokens   int               `json:"max_tokens,omitempty"`
+	Seed        *int64            `json:"seed,omitempty"`
+	Logprobs    bool              `json:"logprobs,omitempty"`
+	TopLogprobs *int              `json:"top_logprobs,omitempty"`
 	// vLLM ≥ 0.10.2 and SGLang: token ids of the prompt and the response.
 	ReturnTokenIDs bool `json:"return_token_ids,omitempty"`
 	// SGLang: prompt ids per choice. Sent only to servers that may be

@@ -74,12 +74,15 @@ import (
 // Policy is an LLM policy for one episode. It is not safe for concurrent use:
 // Rollout calls Decide from one goroutine.
 type Policy struct {
-	cfg     Config
-	client  *client
-	probe   *prober
-	tools   []aci.Tool
-	offered map[runtime.ActionKind]bool
-	system  string
+	cfg    Config
+	client *client
+	probe  *prober
+	tools  []aci.Tool
+	// wireTools are the tools as requests carry them: tools, encoded
+	// once, or a Thread's caller's own schemas.
+	wireTools []json.RawMessage
+	offered   map[runtime.ActionKind]bool
+	system    string
 
 	msgs     []chatMessage
 	started  bool
@@ -139,7 +142,11 @@ func newPolicyWith(cfg Config, pr *prober) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Policy{cfg: cfg, client: c, probe: pr, tools: tools, offered: map[runtime.ActionKind]bool{}, answered: map[int]turnMeta{}}
+	wire, err := encodeTools(tools)
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{cfg: cfg, client: c, probe: pr, tools: tools, wireTools: wire, offered: map[runtime.ActionKind]bool{}, answered: map[int]turnMeta{}}
 	for _, k := range cfg.Actions {
 		p.offered[k] = true
 	}
@@ -284,13 +291,34 @@ func (p *Policy) decision(h runtime.History, info serverInfo, t *turn) (runtime.
 	}
 
 	meta := turnMeta{native: native}
+	reply := p.replyMessage(t, info, native, len(h.Steps))
+	if native {
+		for _, tc := range reply.ToolCalls {
+			meta.callIDs = append(meta.callIDs, tc.ID)
+		}
+		ev.ToolCallID = meta.callIDs[0]
+		ev.ToolCalls = recordCalls(reply.ToolCalls) // with the ids the history carries
+	}
+	p.msgs = append(p.msgs, reply)
+	p.lastReply = &reply
+	p.answered[len(h.Steps)] = meta
+	return runtime.Decision{Action: first, Model: ev}, nil
+}
+
+// replyMessage is a turn's answer as a chat client sends it back: its
+// native calls (when native) with an id each (invented, stable, from step,
+// when the server gave none), a type and arguments; content null beside
+// calls when the parsers left only whitespace, "" for a text answer
+// without content; and, in chat mode with SendReasoning, the reasoning in
+// the field the server returned it in.
+func (p *Policy) replyMessage(t *turn, info serverInfo, native bool, step int) chatMessage {
 	reply := chatMessage{Role: "assistant", Content: t.content}
 	if native {
 		for i, tc := range t.calls {
 			if tc.ID == "" {
 				// The tool message must name its call; invent a stable id
 				// when the server gave none.
-				tc.ID = fmt.Sprintf("call_%d_%d", len(h.Steps), i)
+				tc.ID = fmt.Sprintf("call_%d_%d", step, i)
 			}
 			if tc.Type == "" {
 				tc.Type = "function"
@@ -299,17 +327,15 @@ func (p *Policy) decision(h runtime.History, info serverInfo, t *turn) (runtime.
 				tc.Function.Arguments = json.RawMessage(`"{}"`)
 			}
 			reply.ToolCalls = append(reply.ToolCalls, tc)
-			meta.callIDs = append(meta.callIDs, tc.ID)
 		}
-		ev.ToolCallID = meta.callIDs[0]
-		ev.ToolCalls = recordCalls(reply.ToolCalls) // with the ids the history carries
 		// What the parsers left before the call may be only whitespace
 		// (the "\n\n" after </think>): a template writes "" and null the
 		// same way, but a blank string as text before the call.
-		if reply.Content != nil && strings.TrimSpace(*reply.Content) == "" {
+		if len(reply.ToolCalls) > 0 && reply.Content != nil && strings.TrimSpace(*reply.Content) == "" {
 			reply.Content = nil
 		}
-	} else if reply.Content == nil {
+	}
+	if reply.Content == nil && len(reply.ToolCalls) == 0 {
 		reply.Content = str("")
 	}
 	if p.cfg.SendReasoning && t.reasoning != nil && info.mode == policy.TokensChat {
@@ -321,10 +347,7 @@ func (p *Policy) decision(h runtime.History, info serverInfo, t *turn) (runtime.
 			reply.Reasoning = t.reasoning
 		}
 	}
-	p.msgs = append(p.msgs, reply)
-	p.lastReply = &reply
-	p.answered[len(h.Steps)] = meta
-	return runtime.Decision{Action: first, Model: ev}, nil
+	return reply
 }
 
 // calls returns the answer's tool calls: native ones when the server (or
@@ -428,11 +451,26 @@ func (p *Policy) withImages(msgs []chatMessage) ([]chatMessage, []string) {
 
 // offeredTools are the tools sent with a request: none in text mode, where
 // the system prompt describes them.
-func (p *Policy) offeredTools() []aci.Tool {
+func (p *Policy) offeredTools() []json.RawMessage {
 	if p.cfg.ToolMode == ToolsNative {
-		return p.tools
+		return p.wireTools
 	}
 	return nil
+}
+
+// encodeTools is tools as requests carry them, each encoded once the way a
+// request encodes its body (no HTML escaping), so a request's bytes are
+// the ones encoding the tools in place would give.
+func encodeTools(tools []aci.Tool) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, len(tools))
+	for i, t := range tools {
+		b, err := marshalNoEscape(t)
+		if err != nil {
+			return nil, fmt.Errorf("openai: encoding tool %s: %w", t.Function.Name, err)
+		}
+		out[i] = b
+	}
+	return out, nil
 }
 
 func (p *Policy) request(info serverInfo) *chatRequest {

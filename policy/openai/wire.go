@@ -2,8 +2,6 @@ package openai
 
 import (
 	"encoding/json"
-
-	"github.com/forkline/forkline/aci"
 )
 
 // The wire shapes of the token-in-token-out endpoints, as vLLM and SGLang
@@ -14,11 +12,11 @@ import (
 
 // tokenizeRequest is vLLM's POST /tokenize chat form (TokenizeChatRequest).
 type tokenizeRequest struct {
-	Model               string         `json:"model,omitempty"`
-	Messages            []chatMessage  `json:"messages"`
-	Tools               []aci.Tool     `json:"tools,omitempty"`
-	AddGenerationPrompt bool           `json:"add_generation_prompt"`
-	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs,omitempty"`
+	Model               string            `json:"model,omitempty"`
+	Messages            []chatMessage     `json:"messages"`
+	Tools               []json.RawMessage `json:"tools,omitempty"`
+	AddGenerationPrompt bool              `json:"add_generation_prompt"`
+	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs,omitempty"`
 }
 
 type tokenizeResponse struct {
@@ -31,11 +29,11 @@ type tokenizeResponse struct {
 // renderRequest is the chat completion request vLLM's render route takes;
 // only the fields that shape the prompt are sent.
 type renderRequest struct {
-	Model               string         `json:"model,omitempty"`
-	Messages            []chatMessage  `json:"messages"`
-	Tools               []aci.Tool     `json:"tools,omitempty"`
-	AddGenerationPrompt bool           `json:"add_generation_prompt"`
-	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs,omitempty"`
+	Model               string            `json:"model,omitempty"`
+	Messages            []chatMessage     `json:"messages"`
+	Tools               []json.RawMessage `json:"tools,omitempty"`
+	AddGenerationPrompt bool              `json:"add_generation_prompt"`
+	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs,omitempty"`
 }
 
 // renderResponse is the GenerateRequest the render route answers.
@@ -132,10 +130,10 @@ type derenderRequest struct {
 }
 
 type derenderChatRequest struct {
-	Model              string         `json:"model,omitempty"`
-	Messages           []chatMessage  `json:"messages"`
-	Tools              []aci.Tool     `json:"tools,omitempty"`
-	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
+	Model              string            `json:"model,omitempty"`
+	Messages           []chatMessage     `json:"messages"`
+	Tools              []json.RawMessage `json:"tools,omitempty"`
+	ChatTemplateKwargs map[string]any    `json:"chat_template_kwargs,omitempty"`
 }
 
 // detokenizeRequest is vLLM's POST /detokenize.

@@ -161,6 +161,9 @@ type sandboxSpec struct {
 	// root of file actions — the image's WORKDIR, or WorkspaceDir when the
 	// image sets none (or sets /).
 	workdir string
+	// mounts are Spec.Mounts, bound read-only into the sandbox and its
+	// forks.
+	mounts []providers.Mount
 }
 
 // New opens a docker provider on the engine named by the environment (see
@@ -343,6 +346,7 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 		network:   spec.Resources.Network,
 		labels:    copyLabels(spec.Labels),
 		workdir:   workspaceOf(entry.workdir),
+		mounts:    append([]providers.Mount(nil), spec.Mounts...),
 	}
 	if ss.network == "" {
 		ss.network = p.network
@@ -476,6 +480,9 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 	}
 	if outDir != "" {
 		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: outDir, Target: OutputDir, ReadOnly: true}}
+	}
+	for _, m := range ss.mounts {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: true})
 	}
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{

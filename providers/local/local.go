@@ -348,6 +348,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if spec.Build != nil {
 		return nil, fmt.Errorf("local: %w: the local provider has no images, so it cannot build one from %s (use -provider docker)", providers.ErrNotSupported, spec.Build.Context)
 	}
+	if len(spec.Mounts) > 0 {
+		return nil, fmt.Errorf("local: %w: the local provider's commands see the host's files, so it mounts nothing (%s)", providers.ErrNotSupported, spec.Mounts[0].Source)
+	}
 	files, err := specFiles(spec.Files)
 	if err != nil {
 		return nil, err
