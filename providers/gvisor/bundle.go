@@ -109,14 +109,15 @@ const reaperKeeper = `trap 'exit 0' TERM; while :; do sleep ` + keeperSeconds + 
 
 // hostPidsFactor and hostPidsSlack size the host cgroup's pids limit from
 // the sandbox's. gVisor's kernel enforces the sandbox's own limit
-// (RLIMIT_NPROC: see spec); on the host every sandbox task needs several
-// threads of gVisor's (its kernel's, and the ptrace platform's stubs: about
-// 5.5 per task measured, 1,430 host threads for a sandbox at 256 tasks),
-// and a sandbox whose gVisor cannot make a thread dies. So the host limit
-// is a backstop well above what the sandbox's own limit lets it reach.
+// (RLIMIT_NPROC: see spec); on the host, gVisor runs a sandbox's tasks on
+// threads of its own and of the ptrace platform's stub processes, and
+// under churn it needs many: a fork bomb held at 128 tasks made about 2,300
+// host threads here (about 800 without churn). A sandbox whose gVisor
+// cannot make a host thread dies (a panic in its kernel), so the host limit
+// is a backstop far above what the sandbox's own limit lets it reach.
 const (
-	hostPidsFactor = 8
-	hostPidsSlack  = 512
+	hostPidsFactor = 16
+	hostPidsSlack  = 8192
 )
 
 // spec is the OCI spec of one sandbox. cgroup is the sandbox's cgroup path

@@ -166,7 +166,11 @@ func parseDiag(b []byte) diagReport {
 // deadline on the whole exec. Errors mean the sandbox failed (or ctx
 // ended), never the command.
 func (s *sandbox) run(ctx context.Context, argv, env []string, stdin io.Reader, stdout, stderr io.Writer, limit time.Duration) (int, error) {
-	args := []string{"--root=" + s.p.rs.root, "exec", "--cwd", s.spec.fs.workdir}
+	args := s.p.rs.base()
+	if s.spec.netRaw() {
+		args = append(args, "--net-raw") // else runsc exec strips NET_RAW
+	}
+	args = append(args, "exec", "--cwd", s.spec.fs.workdir)
 	for _, kv := range env {
 		args = append(args, "--env", kv)
 	}

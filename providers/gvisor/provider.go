@@ -61,6 +61,10 @@ const (
 	// ParamBootTimeout bounds how long runsc may take to start or restore
 	// a sandbox (default DefaultBootTimeout).
 	ParamBootTimeout = "boot_timeout"
+	// ParamDebugLog is a directory where runsc writes its debug logs (one
+	// file per runsc process: runsc --debug --debug-log=DIR/), for a
+	// sandbox that fails in a way forkline cannot explain.
+	ParamDebugLog = "debug_log"
 	// ParamPids, ParamMemoryMB and ParamCPUs change the default limits, as
 	// on docker.
 	ParamPids     = docker.ParamPids
@@ -164,6 +168,9 @@ type sandboxSpec struct {
 	labels    map[string]string
 }
 
+// netRaw reports whether the sandbox keeps NET_RAW.
+func (ss sandboxSpec) netRaw() bool { return slices.Contains(ss.caps, "NET_RAW") }
+
 // New opens a gvisor provider. It finds runsc (ErrNoRunsc names the Debian
 // package when it is missing) and checks the params; it starts nothing and
 // removes nothing (see Sweep). Options.Dir is where the provider keeps its
@@ -171,7 +178,7 @@ type sandboxSpec struct {
 // Close) and the rootfs cache (default os.TempDir()).
 func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamRootfs, ParamNetwork, ParamPlatform, ParamRunsc,
-		ParamSweep, ParamBootTimeout, ParamPids, ParamMemoryMB, ParamCPUs); err != nil {
+		ParamSweep, ParamBootTimeout, ParamDebugLog, ParamPids, ParamMemoryMB, ParamCPUs); err != nil {
 		return nil, err
 	}
 	lim, err := parseLimitParams(opts.Params)
@@ -258,6 +265,17 @@ func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 		return nil, fmt.Errorf("gvisor: %w", err)
 	}
 	p.rs = &runsc{path: bin, root: filepath.Join(p.dir, "state"), platform: platform, version: version}
+	if v := opts.Params[ParamDebugLog]; v != "" {
+		abs, err := filepath.Abs(v)
+		if err == nil {
+			err = os.MkdirAll(abs, 0o700)
+		}
+		if err != nil {
+			_ = os.RemoveAll(p.dir)
+			return nil, fmt.Errorf("gvisor: param %s=%q: %w", ParamDebugLog, v, err)
+		}
+		p.rs.debugLog = abs + "/"
+	}
 	return p, nil
 }
 

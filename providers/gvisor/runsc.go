@@ -30,6 +30,16 @@ type runsc struct {
 	root     string // --root: the state directory of this provider's containers
 	platform string
 	version  string // "runsc version ..." first line, as the binary says it
+	debugLog string // --debug-log directory (with a trailing /), "" for none
+}
+
+// base is the flags of every invocation: the state root, and the debug log
+// when asked for.
+func (r *runsc) base() []string {
+	if r.debugLog == "" {
+		return []string{"--root=" + r.root}
+	}
+	return []string{"--root=" + r.root, "--debug", "--debug-log=" + r.debugLog}
 }
 
 // findRunsc locates the binary: param when given (a path or a name on
@@ -69,9 +79,14 @@ func runscVersion(ctx context.Context, path string) (string, error) {
 // global is the flags every invocation that makes or restores a sandbox
 // needs: its state root, the platform, the network and the overlay that
 // keeps the sandbox's file changes in its memory (so that a checkpoint
-// image holds them).
-func (r *runsc) global(network string) []string {
-	return []string{"--root=" + r.root, "--platform=" + r.platform, "--network=" + network, "--overlay2=root:memory"}
+// image holds them), and --net-raw when the sandbox keeps NET_RAW: runsc
+// strips that capability (no raw sockets) without it.
+func (r *runsc) global(network string, netRaw bool) []string {
+	g := append(r.base(), "--platform="+r.platform, "--network="+network, "--overlay2=root:memory")
+	if netRaw {
+		g = append(g, "--net-raw")
+	}
+	return g
 }
 
 // command makes an exec.Cmd for runsc with args, in a process group of its
@@ -88,7 +103,7 @@ func (r *runsc) command(ctx context.Context, args ...string) *exec.Cmd {
 // delete, checkpoint) and returns its stdout; a failure names the
 // subcommand and carries the end of what runsc said.
 func (r *runsc) simple(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := r.command(ctx, append([]string{"--root=" + r.root}, args...)...)
+	cmd := r.command(ctx, append(r.base(), args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -129,18 +144,18 @@ func (r *runsc) detached(ctx context.Context, logPath string, limit time.Duratio
 		return nil
 	}
 	said, _ := os.ReadFile(logPath)
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("gvisor: runsc %s: %w", args[len(r.global(""))], ctx.Err())
-	case tctx.Err() != nil:
-		return fmt.Errorf("%w after %s (platform %s)%s", errBootTimeout, limit, r.platform, sayIfAny(said))
-	}
 	sub := "run"
 	for _, a := range args {
 		if a == "run" || a == "restore" {
 			sub = a
 			break
 		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("gvisor: runsc %s: %w", sub, ctx.Err())
+	case tctx.Err() != nil:
+		return fmt.Errorf("%w after %s (platform %s)%s", errBootTimeout, limit, r.platform, sayIfAny(said))
 	}
 	return &runscError{sub: sub, err: runErr, said: lastLine(said)}
 }

@@ -78,7 +78,7 @@ func (s *sandbox) boot(ctx context.Context, network, imageDir string) error {
 	if err := writeBundle(s.dir, s.spec.spec(cgroup, s.p.annotations(s.spec, s.origin))); err != nil {
 		return err
 	}
-	args := s.p.rs.global(network)
+	args := s.p.rs.global(network, s.spec.netRaw())
 	if imageDir == "" {
 		args = append(args, "run", "--detach", "--bundle", s.dir, s.id)
 	} else {
