@@ -110,3 +110,75 @@ func TestParams(t *testing.T) {
 		require.ErrorContains(t, err, "needs /dev/kvm")
 	}
 }
+
+// A sandbox deleted behind the provider's back is ErrSandboxDied for every
+// action, not an observation, and Close still succeeds.
+func TestDeletedBehindOurBack(t *testing.T) {
+	p := open(t, nil)
+	sb := create(t, p, providers.Spec{})
+	require.NoError(t, p.rs.deleteContainer(t.Context(), sb.Info().ID))
+	for _, a := range []runtime.Action{
+		{Kind: runtime.ActExec, Cmd: "true"},
+		{Kind: runtime.ActReadFile, Path: "f"},
+		{Kind: runtime.ActWriteFile, Path: "f", Content: "x"},
+	} {
+		_, err := sb.Act(t.Context(), a)
+		require.ErrorIs(t, err, ErrSandboxDied, "%s", a.Kind)
+	}
+	require.NoError(t, sb.Close(t.Context()))
+}
+
+// Checkpoint details: the image's size and how it was made; a checkpoint
+// of a sandbox that has not acted since its last one is a link of the same
+// image; the checkpointed sandbox is restored, with its id, at its next
+// action; Release deletes the image and forks go on without it; a fork of
+// a released checkpoint fails by name; a corrupt image fails the fork
+// with runsc's reason and leaves nothing.
+func TestCheckpointDetails(t *testing.T) {
+	p := open(t, nil)
+	sb := create(t, p, providers.Spec{})
+	sh(t, sb, "echo one > f")
+	cp, err := p.Checkpoint(t.Context(), sb, "first")
+	require.NoError(t, err)
+	require.Equal(t, MethodCheckpoint, cp.Method)
+	require.Positive(t, cp.Bytes)
+	require.Positive(t, cp.Took)
+	again, err := p.Checkpoint(t.Context(), sb, "again")
+	require.NoError(t, err)
+	require.Equal(t, MethodLink, again.Method, "nothing ran since: the same image")
+	require.Equal(t, cp.Bytes, again.Bytes)
+	require.Equal(t, "one\n", sh(t, sb, "cat f").Text(), "the checkpointed sandbox is restored at its next action")
+	state, err := p.rs.containerState(t.Context(), sb.Info().ID)
+	require.NoError(t, err)
+	require.Equal(t, "running", state)
+
+	f, err := p.Fork(t.Context(), cp)
+	require.NoError(t, err)
+	defer f.Close(context.Background())
+	require.Equal(t, ForkMethod, f.Info().Origin)
+	require.NoError(t, p.Release(t.Context(), cp))
+	require.NoError(t, p.Release(t.Context(), again))
+	require.Equal(t, "one\n", sh(t, f, "cat f").Text(), "a fork outlives its checkpoint")
+	_, err = p.Fork(t.Context(), cp)
+	require.ErrorContains(t, err, "unknown or released checkpoint")
+
+	bad, err := p.Checkpoint(t.Context(), f, "to-corrupt")
+	require.NoError(t, err)
+	img := filepath.Join(p.dir, "checkpoints", bad.ID, imageFile)
+	b, err := os.ReadFile(img)
+	require.NoError(t, err)
+	for i := len(b) / 2; i < len(b)/2+4096 && i < len(b); i++ {
+		b[i] ^= 0xff
+	}
+	require.NoError(t, os.Remove(img)) // the fork's own link keeps the good bytes
+	require.NoError(t, os.WriteFile(img, b, 0o600))
+	before, err := p.Leftovers(t.Context())
+	require.NoError(t, err)
+	_, err = p.Fork(t.Context(), bad)
+	require.Error(t, err, "a corrupt image cannot be restored")
+	require.ErrorContains(t, err, "restoring")
+	after, err := p.Leftovers(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, before, after, "the failed fork left nothing")
+	require.Equal(t, "one\n", sh(t, f, "cat f").Text(), "the checkpointed fork resumes from its own copy")
+}

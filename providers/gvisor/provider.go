@@ -340,7 +340,7 @@ func (p *Provider) checkOpen() error {
 // resolveSpec turns a Spec into what the sandbox runs with: its rootfs,
 // limits (the spec's, else the provider's defaults), capabilities (docker's
 // default set plus the spec's) and network.
-func (p *Provider) resolveSpec(ctx context.Context, spec providers.Spec) (sandboxSpec, string, error) {
+func (p *Provider) resolveSpec(ctx context.Context, spec providers.Spec, progress io.Writer) (sandboxSpec, string, error) {
 	caps, err := providers.CanonicalCapabilities(spec.Resources.Capabilities)
 	if err != nil {
 		return sandboxSpec{}, "", fmt.Errorf("gvisor: %w", err)
@@ -384,7 +384,7 @@ func (p *Provider) resolveSpec(ctx context.Context, spec providers.Spec) (sandbo
 		return sandboxSpec{}, "", fmt.Errorf("gvisor: %w: a setup network (%s) apart from the episodes' (%s): the golden is a memory checkpoint, which cannot change network, and runsc cannot checkpoint a sandbox on the host's network; run setup on the episodes' network or use -provider docker",
 			providers.ErrCannotPrepare, setup, ss.network)
 	}
-	if ss.fs, err = p.rootfsOf(ctx, spec, nil); err != nil {
+	if ss.fs, err = p.rootfsOf(ctx, spec, progress); err != nil {
 		return sandboxSpec{}, "", err
 	}
 	return ss, setup, nil
@@ -430,7 +430,7 @@ func (p *Provider) Prepare(ctx context.Context, specs []providers.Spec, progress
 			continue
 		}
 		seen[key] = true
-		if _, _, err := p.resolveSpec(ctx, s); err != nil {
+		if _, _, err := p.resolveSpec(ctx, s, progress); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -480,7 +480,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if err := p.checkOpen(); err != nil {
 		return nil, err
 	}
-	ss, setup, err := p.resolveSpec(ctx, spec)
+	ss, setup, err := p.resolveSpec(ctx, spec, nil)
 	if err != nil {
 		return nil, err
 	}
