@@ -19,6 +19,11 @@
 //	                 python3-jinja2 (bash .ci/oracle-up.sh)
 //	slurm            Debian's slurm-wlm and munge, run as root: each test starts its own
 //	                 one-node cluster on 127.0.0.1 (internal/slurmtest; bash .ci/slurm-up.sh)
+//	gvisor           Debian's runsc (gVisor) running sandboxes as root: the gvisor provider
+//	                 (bash .ci/gvisor-up.sh)
+//	docker-runsc     a Docker engine with runsc registered as the runtime "runsc"
+//	                 (-provider-opt runtime=runsc; bash .ci/docker-up.sh registers it when
+//	                 it starts the engine)
 package testenv
 
 import (
