@@ -133,7 +133,7 @@ type Provider struct {
 	// take the engine's network namespace): its containers have no
 	// network whatever they ask, so another network is refused.
 	runtimeNoNetwork bool
-	dir      string // Options.Dir, where output directories live
+	dir              string // Options.Dir, where output directories live
 
 	// probeEvery and probeTimeout pace the engine watch (see watch).
 	probeEvery, probeTimeout time.Duration
