@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -56,6 +57,45 @@ func dirRootfs(dir string) (*rootfs, error) {
 		return nil, fmt.Errorf("gvisor: param %s=%q holds no bin/sh: every command and the sandbox's keeper run under sh", ParamRootfs, dir)
 	}
 	return &rootfs{dir: abs, env: []string{defaultPath}, workdir: workspaceDir, what: "directory " + abs}, nil
+}
+
+// BusyboxRootfs makes, in dir (created), a root filesystem of a static
+// busybox binary (Debian's busybox-static installs one at /bin/busybox): the
+// binary with a symlink per applet in bin, /workspace, /tmp, /etc/passwd
+// with root. It is the files of forkline/busybox, for the "rootfs" param
+// on a host without a Docker engine.
+func BusyboxRootfs(dir, busybox string) error {
+	data, err := os.ReadFile(busybox)
+	if err != nil {
+		return fmt.Errorf("gvisor: %w (on Debian: apt-get install busybox-static)", err)
+	}
+	out, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("gvisor: %s --list: %w", busybox, err)
+	}
+	for _, d := range []string{"bin", "workspace", "tmp", "etc", "root", "proc", "dev", "sys"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	files := map[string]string{"etc/passwd": "root:x:0:0:root:/root:/bin/sh\n", "etc/group": "root:x:0:\n"}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "busybox"), data, 0o755); err != nil {
+		return fmt.Errorf("gvisor: %w", err)
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet == "busybox" {
+			continue
+		}
+		if err := os.Symlink("busybox", filepath.Join(dir, "bin", applet)); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	return os.Chmod(filepath.Join(dir, "tmp"), 0o1777)
 }
 
 // imageRef is the image a Spec's sandboxes start from and, when it is built,

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/providers/gvisor"
+)
+
+// gvisorRootfs skips (or, under FORKLINE_REQUIRE=gvisor, fails) unless runsc
+// runs here as root, and returns a busybox root filesystem directory for
+// -provider-opt rootfs=DIR.
+func gvisorRootfs(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("runsc"); err != nil {
+		testenv.Missing(t, "gvisor", "runsc is not installed (apt-get install runsc; bash .ci/gvisor-up.sh)")
+	}
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "gvisor", "runsc runs sandboxes as root here")
+	}
+	dir := filepath.Join(t.TempDir(), "rootfs")
+	if err := gvisor.BusyboxRootfs(dir, "/bin/busybox"); err != nil {
+		testenv.Missing(t, "gvisor", err.Error())
+	}
+	return dir
+}
+
+// counterTask's start commands take about 2 s, then start a server that
+// keeps its count and a token only in memory (it answers a request file
+// with both, and its pid), and ask it once. The episode asks twice, and
+// writes a file of a name of its own. A second token, written by start to
+// a file, tells one run of start from another.
+const counterTask = `id: counter
+instruction: ask the counter server twice
+files:
+  server.sh: |
+    token=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+    n=0
+    while :; do
+      if [ -f req ]; then rm -f req; n=$((n+1)); echo "n=$n token=$token pid=$$" > resp.tmp; mv resp.tmp resp; fi
+      sleep 0.05
+    done
+  ask.sh: |
+    : > req; i=0
+    while [ ! -f resp ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+    cat resp; rm -f resp
+start:
+  - sleep 2
+  - od -An -N8 -tx8 /dev/urandom | tr -d ' ' > started
+  - sh server.sh >/dev/null 2>&1 &
+  - sh ask.sh
+solution:
+  - {kind: exec, cmd: "sh ask.sh; echo started=$(cat started)"}
+  - {kind: exec, cmd: "sh ask.sh; u=$(od -An -N4 -tx4 /dev/urandom | tr -d ' '); echo mine > mine.$u; echo mine=$(ls mine.* | wc -l)"}
+  - {kind: done}
+limits: {max_steps: 5, action_timeout: 60s}
+`
+
+// counterSay is what one step of the counter task printed.
+type counterSay struct{ n, token, pid, started, mine string }
+
+var counterRe = regexp.MustCompile(`n=(\d+) token=(\w+) pid=(\d+)\n(?:started=(\w+)|mine=\s*(\d+))`)
+
+// counterSteps reads, per episode, what its steps printed.
+func counterSteps(t *testing.T, out string) map[string][]counterSay {
+	t.Helper()
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	got := map[string][]counterSay{}
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		if s.ActionKind != "exec" {
+			continue
+		}
+		m := counterRe.FindStringSubmatch(s.Output)
+		require.NotNil(t, m, "step %d of %s printed %q", s.StepIndex, s.EpisodeID, s.Output)
+		for len(got[s.EpisodeID]) <= int(s.StepIndex) {
+			got[s.EpisodeID] = append(got[s.EpisodeID], counterSay{})
+		}
+		got[s.EpisodeID][s.StepIndex] = counterSay{n: m[1], token: m[2], pid: m[3], started: m[4], mine: m[5]}
+	}
+	return got
+}
+
+// The issue's demonstration, through the binary: on gvisor the counter
+// task's start runs once, in the golden; every fork answers from the
+// server's memory as the golden left it (the same token and pid, count 1
+// then its own 2 and 3: a fork's requests are invisible to its siblings),
+// its start ran before the fork (the same started token everywhere), and
+// a file one fork writes is not in another. On local, the same task
+// restarts the server in every fork: a new token and started token each
+// time, and a reset that waits for start's 2 s.
+func TestGvisorForksARunningServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	rootfs := gvisorRootfs(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "counter.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(counterTask), 0o644))
+
+	const repeats = 3
+	runOn := func(provider string, extra ...string) (string, map[string][]counterSay) {
+		out := filepath.Join(dir, provider)
+		args := append([]string{"-provider", provider, "-tasks", spec, "-out", out, "-repeats", fmt.Sprint(repeats), "-replicas", "2",
+			"-workdir", t.TempDir(), "-quiet"}, extra...)
+		cmd := collectProcess(args...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		require.Equal(t, cli.ExitOK, exitCode(cmd.Run()), "collect on %s", provider)
+		return out, counterSteps(t, out)
+	}
+
+	out, eps := runOn("gvisor", "-provider-opt", "rootfs="+rootfs)
+	require.Len(t, eps, repeats)
+	tokens, pids, started := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for id, steps := range eps {
+		require.Len(t, steps, 2, id)
+		require.Equal(t, "2", steps[0].n, "%s: the server's count from the golden (1), plus this fork's first request", id)
+		require.Equal(t, "3", steps[1].n, "%s: its second; no sibling's request reached this server", id)
+		require.Equal(t, steps[0].token, steps[1].token)
+		require.Equal(t, "1", steps[1].mine, "%s sees only its own file", id)
+		tokens[steps[0].token], pids[steps[0].pid], started[steps[0].started] = true, true, true
+	}
+	require.Len(t, tokens, 1, "every fork answers from the one server the golden started: its memory (the token) came with the fork")
+	require.Len(t, pids, 1, "the same process, restored")
+	require.Len(t, started, 1, "start ran once, before the golden's checkpoint, not in any fork")
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.Equal(t, "done", e.ExitReason, e.Detail)
+		require.Equal(t, gvisor.ForkMethod, e.ResetOrigin)
+		require.Equal(t, "fork", e.ResetStrategy)
+		t.Logf("gvisor episode %s: reset %.0f ms (golden %.0f ms, %d bytes)", e.EpisodeID, e.ResetMS, e.GoldenBuildMS, e.GoldenBytes)
+	}
+
+	out, eps = runOn("local")
+	require.Len(t, eps, repeats)
+	tokens, started = map[string]bool{}, map[string]bool{}
+	for id, steps := range eps {
+		require.Equal(t, "2", steps[0].n, "%s: start asked once, in this fork", id)
+		tokens[steps[0].token], started[steps[0].started] = true, true
+	}
+	require.Len(t, tokens, repeats, "on local every fork started its own server")
+	require.Len(t, started, repeats, "and ran start itself")
+	ds, err = shard.Open(out)
+	require.NoError(t, err)
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, e.ResetMS, 2000.0, "on local start's 2 s is in the reset")
+	}
+}
+
+// Branching on gvisor, through the binary: the branches of a step-1
+// checkpoint answer from the parent's server as it was after step 1 (its
+// count, its token); each branch's own request is its own.
+func TestGvisorBranchesCarryTheParentsMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	rootfs := gvisorRootfs(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "counter.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(counterTask), 0o644))
+	out := filepath.Join(dir, "run")
+	cmd := collectProcess("-provider", "gvisor", "-provider-opt", "rootfs="+rootfs, "-tasks", spec, "-out", out,
+		"-repeats", "1", "-branch", "at=1,width=3", "-workdir", t.TempDir(), "-quiet")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	require.Equal(t, cli.ExitOK, exitCode(cmd.Run()))
+	eps := branchTree(t, out, 1, 1, 3)
+	require.Len(t, eps, 4)
+	steps := counterSteps(t, out)
+	var root string
+	var branches []string
+	for id, e := range eps {
+		if e.ParentEpisodeID == nil {
+			root = id
+		} else {
+			branches = append(branches, id)
+		}
+	}
+	sort.Strings(branches)
+	require.Len(t, steps[root], 1, "the root ran its step 0, then branched")
+	parent := steps[root][0]
+	require.Equal(t, "2", parent.n)
+	for _, b := range branches {
+		s := steps[b]
+		require.Len(t, s, 2, b)
+		require.Equal(t, counterSay{}, s[0], "%s: step 0 is the parent's, stored once", b)
+		require.Equal(t, "3", s[1].n, "%s: the parent's server after step 0 (2), plus this branch's request", b)
+		require.Equal(t, parent.token, s[1].token, "%s: the parent's server, with its memory", b)
+		require.Equal(t, parent.pid, s[1].pid, b)
+		require.Equal(t, "1", strings.TrimSpace(s[1].mine), b)
+		require.Equal(t, "branch", eps[b].ResetStrategy)
+	}
+}
