@@ -113,6 +113,9 @@ type Replica struct {
 type Golden struct {
 	Checkpoint providers.Checkpoint
 	BuildTime  time.Duration // create + setup + checkpoint
+	// Stored: the provider had it from an earlier run
+	// (providers.GoldenStore); BuildTime is then the look-up.
+	Stored bool
 }
 
 // Outcome tells the pool what became of a replica after its episode.
@@ -558,6 +561,16 @@ func (p *Pool) buildGolden(ctx context.Context, t *Template) (g *Golden, err err
 			tell(GoldenProgress{Phase: GoldenBuilt, Took: g.BuildTime})
 		}
 	}()
+	if gs, ok := providers.As[providers.GoldenStore](p.cfg.Provider); ok {
+		cp, stored, err := gs.StoredGolden(ctx, t.Spec, t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("pool: golden for %s: %w", t.Key, err)
+		}
+		if stored {
+			p.cfg.Log("golden for %s: stored by an earlier run (%s), not built", t.Key, cp.ID)
+			return &Golden{Checkpoint: cp, BuildTime: time.Since(began), Stored: true}, nil
+		}
+	}
 	sb, err := p.cfg.Provider.Create(ctx, t.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("pool: golden for %s: create: %w", t.Key, err)

@@ -447,3 +447,44 @@ func TestMemoryForksRunStartOnceInTheGolden(t *testing.T) {
 	require.EqualValues(t, 4, f.ran.Load(), "recreating: setup and start in each of the two replicas")
 	require.NoError(t, q.Close(context.Background()))
 }
+
+// storeFake is a fakeProvider that has a stored golden for one label.
+type storeFake struct {
+	*fakeProvider
+	label string
+	asked atomic.Int32
+}
+
+func (s *storeFake) StoredGolden(ctx context.Context, spec providers.Spec, label string) (providers.Checkpoint, bool, error) {
+	s.asked.Add(1)
+	if label != s.label {
+		return providers.Checkpoint{}, false, nil
+	}
+	return providers.Checkpoint{ID: "stored", Provider: "fake"}, true, nil
+}
+
+// A provider that keeps goldens across runs (providers.GoldenStore) is
+// asked first: a stored golden is forked, never built; a template without
+// one is built as usual.
+func TestStoredGoldenIsNotBuilt(t *testing.T) {
+	f := &storeFake{fakeProvider: newFake(true), label: "kept"}
+	p, err := New(Config{Provider: f, Replicas: 1})
+	require.NoError(t, err)
+	kept := &Template{Key: "kept", Setup: []string{"touch built"}}
+	other := &Template{Key: "other", Setup: []string{"touch built"}}
+	got := collectReplicas(t, p, context.Background(), []Job{{Template: kept}, {Template: other}})
+	require.Len(t, got, 2)
+	for _, g := range got {
+		require.NoError(t, g.err)
+		if g.r.Golden.Checkpoint.ID == "stored" {
+			require.True(t, g.r.Golden.Stored)
+			require.Equal(t, map[string]bool{"stored": true}, g.files, "forked from the stored golden, no setup ran")
+		} else {
+			require.False(t, g.r.Golden.Stored)
+			require.True(t, g.files["built"])
+		}
+	}
+	require.EqualValues(t, 1, f.creates.Load(), "only the template without a stored golden was built")
+	require.EqualValues(t, 2, f.asked.Load())
+	require.NoError(t, p.Close(context.Background()))
+}

@@ -337,3 +337,17 @@ type File struct {
 type Sweeper interface {
 	Sweep(ctx context.Context) error
 }
+
+// GoldenStore is implemented by providers that keep golden checkpoints
+// across runs (gvisor with its "goldens" param): a golden made once — its
+// setup, and on a provider that forks memory its start commands — is
+// forked by later runs and resumed ones without being made again. The pool
+// finds it with As and asks before it builds a golden.
+type GoldenStore interface {
+	// StoredGolden returns a checkpoint of the golden stored for a sandbox
+	// of spec under label (the pool's template key, which names the task
+	// and its spec's hash), registered with the provider like one made by
+	// Checkpoint (fork it, release it). ok is false when none is stored.
+	// An error means a stored golden exists and cannot be used.
+	StoredGolden(ctx context.Context, spec Spec, label string) (cp Checkpoint, ok bool, err error)
+}

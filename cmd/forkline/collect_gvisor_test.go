@@ -205,3 +205,101 @@ func TestGvisorBranchesCarryTheParentsMemory(t *testing.T) {
 		require.Equal(t, "branch", eps[b].ResetStrategy)
 	}
 }
+
+// With -provider-opt goldens=DIR, a second run forks the golden the first
+// one stored: its start did not run again (the same started token, the
+// same server). A store holding a corrupt image, or one another runsc
+// version made, and the other bad inputs of the gvisor provider — no
+// runsc, a rootfs that is not a directory, an image that does not exist —
+// exit 2 before any episode and write nothing.
+func TestGvisorGoldenStoreAndBadInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	rootfs := gvisorRootfs(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "counter.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(counterTask), 0o644))
+	store := filepath.Join(dir, "goldens")
+	collectTo := func(out string, opts ...string) (int, string) {
+		args := []string{"-provider", "gvisor", "-provider-opt", "rootfs=" + rootfs, "-tasks", spec, "-out", out, "-repeats", "1", "-workdir", t.TempDir(), "-quiet"}
+		for _, o := range opts {
+			args = append(args, "-provider-opt", o)
+		}
+		return runCaptured(t, args...)
+	}
+	code, printed := collectTo(filepath.Join(dir, "first"), "goldens="+store)
+	require.Equal(t, cli.ExitOK, code, printed)
+	code, printed = collectTo(filepath.Join(dir, "second"), "goldens="+store)
+	require.Equal(t, cli.ExitOK, code, printed)
+	var first, second counterSay
+	for _, s := range counterSteps(t, filepath.Join(dir, "first")) {
+		first = s[0]
+	}
+	for _, s := range counterSteps(t, filepath.Join(dir, "second")) {
+		second = s[0]
+	}
+	require.NotEmpty(t, first.started)
+	require.Equal(t, first, second, "the second run forked the stored golden: the same server, the same start, the same count")
+
+	ents, err := os.ReadDir(store)
+	require.NoError(t, err)
+	require.Len(t, ents, 1)
+	img := filepath.Join(store, ents[0].Name(), "checkpoint.img")
+	good, err := os.ReadFile(img)
+	require.NoError(t, err)
+	bad := append([]byte(nil), good...)
+	bad[len(bad)/3] ^= 0x5a
+	require.NoError(t, os.Remove(img))
+	require.NoError(t, os.WriteFile(img, bad, 0o600))
+	meta := filepath.Join(store, ents[0].Name(), "golden.json")
+	metaBytes, err := os.ReadFile(meta)
+	require.NoError(t, err)
+
+	file := filepath.Join(dir, "a-file")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
+	cases := []struct {
+		name string
+		opts []string
+		prep func()
+		want string
+	}{
+		{"corruptGolden", []string{"goldens=" + store}, nil, "is corrupt"},
+		{"otherRunsc", []string{"goldens=" + store}, func() {
+			require.NoError(t, os.WriteFile(img, good, 0o600))
+			require.NoError(t, os.WriteFile(meta, []byte(strings.Replace(string(metaBytes), `"runsc_version": "runsc version`, `"runsc_version": "runsc version 1999 was`, 1)), 0o600))
+		}, "runsc restores only its own images"},
+		{"noRunsc", []string{"runsc=/nonexistent/runsc"}, nil, "apt-get install runsc"},
+		{"rootfsNotADirectory", []string{"rootfs=" + file}, nil, "is not a directory"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.prep != nil {
+				c.prep()
+			}
+			before := treeHash(t, store)
+			out := filepath.Join(t.TempDir(), "run")
+			args := []string{"-provider", "gvisor", "-tasks", spec, "-out", out, "-workdir", t.TempDir(), "-quiet"}
+			if !strings.HasPrefix(c.opts[0], "rootfs=") {
+				args = append(args, "-provider-opt", "rootfs="+rootfs)
+			}
+			for _, o := range c.opts {
+				args = append(args, "-provider-opt", o)
+			}
+			code, printed := runCaptured(t, args...)
+			require.Equal(t, cli.ExitBadInput, code, printed)
+			require.Contains(t, printed, c.want)
+			require.NoDirExists(t, out, "nothing written")
+			require.Equal(t, before, treeHash(t, store), "the store is untouched")
+		})
+	}
+	t.Run("missingImage", func(t *testing.T) {
+		imgSpec := filepath.Join(t.TempDir(), "img.yaml")
+		require.NoError(t, os.WriteFile(imgSpec, []byte("id: img\nimage: forkline/no-such-image-4242\ninstruction: x\nsolution:\n  - {kind: done}\n"), 0o644))
+		out := filepath.Join(t.TempDir(), "run")
+		code, printed := runCaptured(t, "-provider", "gvisor", "-tasks", imgSpec, "-out", out, "-workdir", t.TempDir(), "-quiet")
+		require.Equal(t, cli.ExitBadInput, code, printed)
+		require.Contains(t, printed, "forkline/no-such-image-4242")
+		require.NoDirExists(t, out, "nothing written")
+	})
+}

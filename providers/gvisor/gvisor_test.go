@@ -85,7 +85,7 @@ func TestParams(t *testing.T) {
 		params map[string]string
 		want   string
 	}{
-		{"unknown", map[string]string{"imagee": "x"}, `providers: gvisor has no setting "imagee" (known: boot_timeout, cpus, debug_log, image, memory_mb, network, pids, platform, rootfs, runsc, sweep)`},
+		{"unknown", map[string]string{"imagee": "x"}, `providers: gvisor has no setting "imagee" (known: boot_timeout, cpus, debug_log, goldens, image, memory_mb, network, pids, platform, rootfs, runsc, sweep)`},
 		{"rootfsFile", map[string]string{ParamRootfs: file}, "is not a directory"},
 		{"rootfsMissing", map[string]string{ParamRootfs: filepath.Join(empty, "nope")}, "no such file or directory"},
 		{"rootfsWithoutSh", map[string]string{ParamRootfs: empty}, "holds no bin/sh"},

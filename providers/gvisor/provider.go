@@ -61,6 +61,10 @@ const (
 	// ParamBootTimeout bounds how long runsc may take to start or restore
 	// a sandbox (default DefaultBootTimeout).
 	ParamBootTimeout = "boot_timeout"
+	// ParamGoldens is a directory that keeps goldens' checkpoint images
+	// across runs (see goldens.go): a later or resumed run forks the stored
+	// golden instead of running setup and start again.
+	ParamGoldens = "goldens"
 	// ParamDebugLog is a directory where runsc writes its debug logs (one
 	// file per runsc process: runsc --debug --debug-log=DIR/), for a
 	// sandbox that fails in a way forkline cannot explain.
@@ -124,6 +128,7 @@ type Provider struct {
 	limits      limits
 	sweep       bool
 	bootTimeout time.Duration
+	goldens     string // ParamGoldens, absolute; "" for none
 
 	engineMu sync.Mutex
 	docker   *docker.Provider // opened on first need of an image's files
@@ -178,7 +183,7 @@ func (ss sandboxSpec) netRaw() bool { return slices.Contains(ss.caps, "NET_RAW")
 // Close) and the rootfs cache (default os.TempDir()).
 func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamRootfs, ParamNetwork, ParamPlatform, ParamRunsc,
-		ParamSweep, ParamBootTimeout, ParamDebugLog, ParamPids, ParamMemoryMB, ParamCPUs); err != nil {
+		ParamSweep, ParamBootTimeout, ParamDebugLog, ParamGoldens, ParamPids, ParamMemoryMB, ParamCPUs); err != nil {
 		return nil, err
 	}
 	lim, err := parseLimitParams(opts.Params)
@@ -233,6 +238,16 @@ func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 			return nil, fmt.Errorf("gvisor: param %s=%q: want a duration > 0, e.g. 2m", ParamBootTimeout, v)
 		}
 		p.bootTimeout = d
+	}
+	if v := opts.Params[ParamGoldens]; v != "" {
+		abs, err := filepath.Abs(v)
+		if err == nil {
+			err = os.MkdirAll(abs, 0o700)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("gvisor: param %s=%q: %w", ParamGoldens, v, err)
+		}
+		p.goldens = abs
 	}
 	bin, err := findRunsc(opts.Params[ParamRunsc])
 	if err != nil {
@@ -411,6 +426,9 @@ func (p *Provider) Prepare(ctx context.Context, specs []providers.Spec, progress
 		return err
 	}
 	var errs []error
+	if err := p.checkStore(); err != nil {
+		errs = append(errs, err)
+	}
 	seen := map[string]bool{}
 	for _, s := range specs {
 		if s.GUI != nil {
@@ -559,6 +577,13 @@ func (p *Provider) Checkpoint(ctx context.Context, sb providers.Sandbox, label s
 		size = st.Size()
 	}
 	cp := providers.Checkpoint{ID: cpID, Label: label, Provider: Name, Bytes: size, Took: took, Method: method}
+	if p.goldens != "" && s.origin == OriginCreate {
+		// A golden: kept for later runs, as the goldens param asks.
+		if err := p.storeGolden(label, s.spec, dir); err != nil {
+			_ = os.RemoveAll(dir)
+			return providers.Checkpoint{}, fmt.Errorf("gvisor: keeping the golden %s in %s (param %s): %w", label, p.goldens, ParamGoldens, err)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

@@ -24,8 +24,8 @@ const orphanAge = 10 * time.Minute
 // named, it deletes the sandboxes of provider directories whose owner is a
 // dead process of this host (runsc delete --force of every container in
 // their state root: a run killed with SIGKILL leaves its sandboxes
-// running), then removes those directories, and the rootfs cache's
-// half-made exports of dead processes. Live runs, this one included, are
+// running), then removes those directories, and the half-made entries of
+// dead processes in the rootfs cache and the golden store. Live runs, this one included, are
 // left alone. With the "sweep" param off it does nothing.
 func (p *Provider) Sweep(ctx context.Context) error {
 	if !p.sweep {
@@ -65,14 +65,21 @@ func (p *Provider) Sweep(ctx context.Context) error {
 		}
 		errs = append(errs, p.sweepDir(ctx, dir))
 	}
-	if cache, err := os.ReadDir(p.cacheDir); err == nil {
-		for _, e := range cache {
+	for _, d := range []string{p.cacheDir, p.goldens} {
+		if d == "" {
+			continue
+		}
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
 			pid, _, ok := strings.Cut(strings.TrimPrefix(e.Name(), tmpPrefix), "-")
 			if !strings.HasPrefix(e.Name(), tmpPrefix) || !ok {
 				continue
 			}
 			if ownerDead(pid+"@"+host, host) {
-				errs = append(errs, os.RemoveAll(filepath.Join(p.cacheDir, e.Name())))
+				errs = append(errs, os.RemoveAll(filepath.Join(d, e.Name())))
 			}
 		}
 	}
