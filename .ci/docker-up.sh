@@ -15,9 +15,11 @@
 #      (.ci/gvisor-up.sh runs first), register it first as the runtime
 #      "runsc" in /etc/docker/daemon.json, added to what the file already
 #      holds (a runsc entry already there is left as it is), with
-#      --network=none: runsc cannot take the engine's network namespace
-#      here, and forkline's sandboxes have no network (-provider docker
-#      -provider-opt runtime=runsc);
+#      --network=none (runsc cannot take the engine's network namespace
+#      here, and forkline's sandboxes have no network) and
+#      --file-access=shared (the engine copies files into a running
+#      container for file actions; runsc's default exclusive access would
+#      not see them): -provider docker -provider-opt runtime=runsc;
 #   3. wait (bounded) until `docker version` answers, print the engine version;
 #   4. build the images with forkline's image builder (go run ./cmd/forkline images).
 set -euo pipefail
@@ -53,7 +55,7 @@ register_runsc() {
 	fi
 	"${sudo_[@]}" mkdir -p /etc/docker
 	if [ ! -s "$conf" ]; then
-		printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--network=none"]}}}\n' "$runsc" | "${sudo_[@]}" tee "$conf" >/dev/null
+		printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--network=none", "--file-access=shared"]}}}\n' "$runsc" | "${sudo_[@]}" tee "$conf" >/dev/null
 	else
 		command -v python3 >/dev/null 2>&1 || "${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-minimal >/dev/null
 		"${sudo_[@]}" python3 - "$conf" "$runsc" <<'PY'
@@ -61,7 +63,7 @@ import json, sys
 path, runsc = sys.argv[1], sys.argv[2]
 with open(path) as f:
     conf = json.load(f)
-conf.setdefault("runtimes", {})["runsc"] = {"path": runsc, "runtimeArgs": ["--network=none"]}
+conf.setdefault("runtimes", {})["runsc"] = {"path": runsc, "runtimeArgs": ["--network=none", "--file-access=shared"]}
 with open(path + ".forkline-tmp", "w") as f:
     json.dump(conf, f, indent=2)
     f.write("\n")
