@@ -293,6 +293,14 @@ func TestGvisorGoldenStoreAndBadInput(t *testing.T) {
 			require.Equal(t, before, treeHash(t, store), "the store is untouched")
 		})
 	}
+	t.Run("browserTask", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "run")
+		code, printed := runCaptured(t, "-provider", "gvisor", "-provider-opt", "rootfs="+rootfs, "-tasks", "../../examples/tasks/web",
+			"-out", out, "-workdir", t.TempDir(), "-quiet")
+		require.Equal(t, cli.ExitBadInput, code, printed)
+		require.Contains(t, printed, "no way to run chromium for this sandbox")
+		require.NoDirExists(t, out, "nothing written")
+	})
 	t.Run("missingImage", func(t *testing.T) {
 		imgSpec := filepath.Join(t.TempDir(), "img.yaml")
 		require.NoError(t, os.WriteFile(imgSpec, []byte("id: img\nimage: forkline/no-such-image-4242\ninstruction: x\nsolution:\n  - {kind: done}\n"), 0o644))

@@ -275,6 +275,14 @@ func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 				ParamRuntime, p.runtime, strings.Join(known, ", "), p.runtime)
 		}
 		p.runtimeNoNetwork = p.runtime != "" && slices.Contains(rt.Args, "--network=none")
+		if p.runtime != "" && path.Base(rt.Path) == "runsc" && !slices.Contains(rt.Args, "--file-access=shared") {
+			// File actions copy through the engine into the container's
+			// files; gVisor's default (exclusive) file access caches them
+			// and would not see those writes.
+			_ = cli.Close()
+			return nil, fmt.Errorf("docker: param %s=%s: the engine runs gVisor (%s) without --file-access=shared in its runtimeArgs, so the sandbox would not see the files the engine writes into it (write_file, hidden test files); add it to the runtime's \"runtimeArgs\" in /etc/docker/daemon.json and restart the engine",
+				ParamRuntime, p.runtime, rt.Path)
+		}
 		if initMode != InitOff {
 			p.initBinary = info.Info.InitBinary
 			p.useInit = p.initBinary != ""

@@ -174,7 +174,7 @@ func (s *sandbox) run(ctx context.Context, argv, env []string, stdin io.Reader, 
 	for _, kv := range env {
 		args = append(args, "--env", kv)
 	}
-	args = append(args, s.id)
+	args = append(args, s.cidNow())
 	args = append(args, argv...)
 	cmd := exec.Command(s.p.rs.path, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -116,7 +116,7 @@ func TestParams(t *testing.T) {
 func TestDeletedBehindOurBack(t *testing.T) {
 	p := open(t, nil)
 	sb := create(t, p, providers.Spec{})
-	require.NoError(t, p.rs.deleteContainer(t.Context(), sb.Info().ID))
+	require.NoError(t, p.rs.deleteContainer(t.Context(), sb.(*sandbox).cidNow()))
 	for _, a := range []runtime.Action{
 		{Kind: runtime.ActExec, Cmd: "true"},
 		{Kind: runtime.ActReadFile, Path: "f"},
@@ -148,9 +148,15 @@ func TestCheckpointDetails(t *testing.T) {
 	require.Equal(t, MethodLink, again.Method, "nothing ran since: the same image")
 	require.Equal(t, cp.Bytes, again.Bytes)
 	require.Equal(t, "one\n", sh(t, sb, "cat f").Text(), "the checkpointed sandbox is restored at its next action")
-	state, err := p.rs.containerState(t.Context(), sb.Info().ID)
+	cid := sb.(*sandbox).cidNow()
+	require.Equal(t, containerID(sb.Info().ID, 1), cid, "restored into a new container; the sandbox keeps its id")
+	state, err := p.rs.containerState(t.Context(), cid)
 	require.NoError(t, err)
 	require.Equal(t, "running", state)
+	sb.(*sandbox).retired.Wait()
+	ids, err := p.rs.list(t.Context())
+	require.NoError(t, err)
+	require.NotContains(t, ids, containerID(sb.Info().ID, 0), "the stopped container was deleted in the background")
 
 	f, err := p.Fork(t.Context(), cp)
 	require.NoError(t, err)

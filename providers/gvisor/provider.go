@@ -469,13 +469,15 @@ func (p *Provider) nextID() (string, error) {
 		return "", fmt.Errorf("gvisor: %w", providers.ErrClosed)
 	}
 	p.seq++
-	return fmt.Sprintf("forkline-%s-%d", p.instance, p.seq), nil
+	// Fixed width: see containerID.
+	return fmt.Sprintf("forkline-%s-%08d", p.instance, p.seq), nil
 }
 
 // annotations are put on every sandbox's OCI spec, for the people who look
 // at runsc's state (runsc --root DIR list).
-func (p *Provider) annotations(ss sandboxSpec, origin string) map[string]string {
-	a := map[string]string{"forkline.run": p.runID, "forkline.owner": p.owner, "forkline.instance": p.instance, "forkline.origin": origin}
+func (p *Provider) annotations(ss sandboxSpec, origin, sandboxID string) map[string]string {
+	a := map[string]string{"forkline.run": p.runID, "forkline.owner": p.owner, "forkline.instance": p.instance,
+		"forkline.origin": origin, "forkline.sandbox": sandboxID}
 	for k, v := range ss.labels {
 		a[k] = v
 	}
@@ -510,7 +512,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if err := p.register(sb); err != nil {
 		return nil, err
 	}
-	if err := sb.boot(ctx, setup, ""); err != nil {
+	if err := sb.boot(ctx, sb.cidNow(), setup, ""); err != nil {
 		_ = sb.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -615,7 +617,7 @@ func (p *Provider) Fork(ctx context.Context, cp providers.Checkpoint) (providers
 	if err := p.register(sb); err != nil {
 		return nil, err
 	}
-	if err := sb.boot(ctx, c.spec.network, c.dir); err != nil {
+	if err := sb.boot(ctx, sb.cidNow(), c.spec.network, c.dir); err != nil {
 		_ = sb.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}

@@ -23,12 +23,17 @@ var ErrSandboxDied = errors.New("gvisor: sandbox is not running")
 // imageFile is the file runsc checkpoint writes in its --image-path.
 const imageFile = "checkpoint.img"
 
-// sandbox is one runsc sandbox (one container). Its container id stays the
-// same across the checkpoint-and-restore of Provider.Checkpoint.
+// sandbox is one runsc sandbox. Its id stays the same across the
+// checkpoint-and-restore of Provider.Checkpoint; the runsc container under
+// it is a new one after each restore (cid), so that the stopped one can be
+// deleted in the background instead of on the way to the next action.
 type sandbox struct {
 	p          *Provider
 	id         string
-	dir        string // bundle (config.json), runsc's log, the image to resume from
+	cidMu      sync.Mutex
+	cid        string // the runsc container id now (containerID); guarded by cidMu, changed under life held alone
+	boots      int    // restores in place so far; guarded by life
+	dir        string // per container: a bundle (config.json) and runsc's log; the image to resume from
 	origin     string
 	cpID       string
 	spec       sandboxSpec
@@ -43,6 +48,10 @@ type sandbox struct {
 	// in, stopped, until its next action restores it; "" when it runs.
 	suspended string
 
+	// retired are containers left stopped by a checkpoint, being deleted
+	// in the background; Close waits for them.
+	retired sync.WaitGroup
+
 	mu     sync.Mutex
 	closed bool
 	acts   sync.WaitGroup
@@ -51,7 +60,7 @@ type sandbox struct {
 }
 
 func newSandbox(p *Provider, id, origin, cpID string, ss sandboxSpec) *sandbox {
-	return &sandbox{p: p, id: id, dir: filepath.Join(p.dir, "sandboxes", id), origin: origin, cpID: cpID, spec: ss,
+	return &sandbox{p: p, id: id, cid: containerID(id, 0), dir: filepath.Join(p.dir, "sandboxes", id), origin: origin, cpID: cpID, spec: ss,
 		ownNetwork: ss.network, done: make(chan struct{})}
 }
 
@@ -70,21 +79,22 @@ func (s *sandbox) checkOpen() error {
 	return nil
 }
 
-// boot writes the sandbox's bundle and starts it on network: runsc run, or
-// runsc restore of the image in imageDir when it is not empty.
-func (s *sandbox) boot(ctx context.Context, network, imageDir string) error {
+// boot writes the bundle of container cid and starts it on network: runsc
+// run, or runsc restore of the image in imageDir when it is not empty. Each
+// container has its own bundle and cgroup.
+func (s *sandbox) boot(ctx context.Context, cid, network, imageDir string) error {
 	s.ownNetwork = network
-	cgroup := "/forkline-gvisor/" + s.id
-	if err := writeBundle(s.dir, s.spec.spec(cgroup, s.p.annotations(s.spec, s.origin))); err != nil {
+	bundle := filepath.Join(s.dir, cid)
+	if err := writeBundle(bundle, s.spec.spec("/forkline-gvisor/"+cid, s.p.annotations(s.spec, s.origin, s.id))); err != nil {
 		return err
 	}
 	args := s.p.rs.global(network, s.spec.netRaw())
 	if imageDir == "" {
-		args = append(args, "run", "--detach", "--bundle", s.dir, s.id)
+		args = append(args, "run", "--detach", "--bundle", bundle, cid)
 	} else {
-		args = append(args, "restore", "--detach", "--bundle", s.dir, "--image-path", imageDir, s.id)
+		args = append(args, "restore", "--detach", "--bundle", bundle, "--image-path", imageDir, cid)
 	}
-	if err := s.p.rs.detached(ctx, filepath.Join(s.dir, "runsc.log"), s.p.bootTimeout, args...); err != nil {
+	if err := s.p.rs.detached(ctx, filepath.Join(bundle, "runsc.log"), s.p.bootTimeout, args...); err != nil {
 		if imageDir != "" {
 			return fmt.Errorf("gvisor: restoring %s from %s: %w", s.id, imageDir, err)
 		}
@@ -92,7 +102,7 @@ func (s *sandbox) boot(ctx context.Context, network, imageDir string) error {
 	}
 	if err := s.checkOpen(); err != nil {
 		// Closed while it booted: Close's delete may have come first.
-		_ = s.p.rs.deleteContainer(ctx, s.id)
+		_ = s.p.rs.deleteContainer(ctx, cid)
 		return err
 	}
 	return nil
@@ -119,7 +129,7 @@ func (s *sandbox) checkpoint(ctx context.Context, dir string) (string, error) {
 	if err := os.Remove(dir); err != nil { // runsc makes it, and refuses an existing image
 		return "", fmt.Errorf("gvisor: %w", err)
 	}
-	if _, err := s.p.rs.simple(ctx, "checkpoint", "--image-path", dir, s.id); err != nil {
+	if _, err := s.p.rs.simple(ctx, "checkpoint", "--image-path", dir, s.cidNow()); err != nil {
 		if dead := s.deadErr(ctx, "checkpoint", err); dead != nil {
 			return "", dead
 		}
@@ -154,8 +164,8 @@ func (s *sandbox) running(ctx context.Context) error {
 	}
 }
 
-// resume restores a suspended sandbox in place: same container id, same
-// bundle, the image it was checkpointed in.
+// resume restores a suspended sandbox from the image it was checkpointed
+// in, into a new container; the stopped one is deleted in the background.
 func (s *sandbox) resume(ctx context.Context) error {
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -165,20 +175,28 @@ func (s *sandbox) resume(ctx context.Context) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	// The checkpointed container is stopped; its id is reused.
-	if err := s.p.rs.deleteContainer(ctx, s.id); err != nil {
-		return fmt.Errorf("gvisor: resuming %s: %w", s.id, err)
-	}
-	if err := s.boot(ctx, s.ownNetwork, s.suspended); err != nil {
+	s.boots++
+	cid := containerID(s.id, s.boots)
+	if err := s.boot(ctx, cid, s.ownNetwork, s.suspended); err != nil {
+		_ = s.p.rs.deleteContainer(ctx, cid)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return fmt.Errorf("%w: %w", ErrSandboxDied, err)
 	}
+	s.cidMu.Lock()
+	old := s.cid
+	s.cid = cid
+	s.cidMu.Unlock()
+	s.retired.Go(func() {
+		_ = s.p.rs.deleteContainer(context.WithoutCancel(ctx), old)
+		_ = os.RemoveAll(filepath.Join(s.dir, old))
+	})
 	_ = os.RemoveAll(s.suspended)
 	s.suspended = ""
 	return nil
 }
+
 
 // Act performs a. See the package comment for what each kind does.
 func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
@@ -237,7 +255,7 @@ func (s *sandbox) deadErr(ctx context.Context, what string, err error) error {
 	if cerr := s.checkOpen(); cerr != nil {
 		return cerr
 	}
-	state, serr := s.p.rs.containerState(ctx, s.id)
+	state, serr := s.p.rs.containerState(ctx, s.cidNow())
 	switch {
 	case serr != nil:
 		return fmt.Errorf("%w: %s (%v) during %s: %v", ErrSandboxDied, s.id, serr, what, err)
@@ -255,13 +273,18 @@ func (s *sandbox) Close(ctx context.Context) error {
 		s.closed = true
 		s.mu.Unlock()
 		close(s.done)
-		err := s.p.rs.deleteContainer(ctx, s.id)
+		first := s.cidNow()
+		err := s.p.rs.deleteContainer(ctx, first)
 		s.acts.Wait()
 		// A checkpoint or resume under way ends first; a boot that ends
 		// after the delete above deletes its container itself (see boot).
 		s.life.Lock()
+		if cid := s.cidNow(); cid != first {
+			err = errors.Join(err, s.p.rs.deleteContainer(ctx, cid))
+		}
 		s.suspended = ""
 		s.life.Unlock()
+		s.retired.Wait()
 		if rerr := os.RemoveAll(s.dir); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
@@ -269,4 +292,20 @@ func (s *sandbox) Close(ctx context.Context) error {
 		s.p.forget(s)
 	})
 	return s.err
+}
+
+// cidNow is the runsc container id the sandbox runs as now.
+func (s *sandbox) cidNow() string {
+	s.cidMu.Lock()
+	defer s.cidMu.Unlock()
+	return s.cid
+}
+
+// containerID is the runsc container id of a sandbox's boot-th container
+// (0 for the first). runsc takes an id that is a prefix of another
+// container's for an abbreviation and refuses it as ambiguous, even when
+// one matches exactly, so every id of a provider has the same length: the
+// sandbox's id (fixed width) and the boot number, also fixed width.
+func containerID(sandboxID string, boot int) string {
+	return fmt.Sprintf("%s-%05d", sandboxID, boot)
 }

@@ -20,7 +20,7 @@ import (
 // /sys/fs/cgroup/CONTROLLER, or v2), "" when the host has neither.
 func hostCgroup(t *testing.T, sb providers.Sandbox, controller, v1, v2 string) string {
 	t.Helper()
-	rel := filepath.Join("forkline-gvisor", sb.Info().ID)
+	rel := filepath.Join("forkline-gvisor", sb.(*sandbox).cidNow())
 	for _, f := range []string{filepath.Join("/sys/fs/cgroup", controller, rel, v1), filepath.Join("/sys/fs/cgroup", rel, v2)} {
 		if b, err := os.ReadFile(f); err == nil {
 			return strings.TrimSpace(string(b))
@@ -70,7 +70,7 @@ func TestLimitsAndCapabilities(t *testing.T) {
 			require.Equal(t, []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"}, caps, "effective capabilities of a command")
 			// gVisor's /proc/PID/status has no NoNewPrivs line: the spec
 			// runsc was given is what can be checked.
-			spec, err := os.ReadFile(filepath.Join(p.dir, "sandboxes", s.Info().ID, "config.json"))
+			spec, err := os.ReadFile(filepath.Join(p.dir, "sandboxes", s.Info().ID, s.(*sandbox).cidNow(), "config.json"))
 			require.NoError(t, err)
 			require.Contains(t, string(spec), `"noNewPrivileges": true`)
 			require.Equal(t, "lo\n", sh(t, s, "ls /sys/class/net").Text(), "network none: loopback only")
