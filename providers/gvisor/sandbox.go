@@ -197,7 +197,6 @@ func (s *sandbox) resume(ctx context.Context) error {
 	return nil
 }
 
-
 // Act performs a. See the package comment for what each kind does.
 func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
 	s.mu.Lock()
