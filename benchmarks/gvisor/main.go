@@ -24,7 +24,8 @@
 // p50 to its p50. -md writes the Markdown report (benchmarks/gvisor/RESULTS.md)
 // with the command, date, machine and its load average.
 //
-//	go run ./benchmarks/gvisor -n 20 -md benchmarks/gvisor/RESULTS.md
+//	go run ./benchmarks/gvisor -n 20 -md benchmarks/gvisor/RESULTS.md -json results.json
+//	go run ./benchmarks/gvisor -render results.json -md benchmarks/gvisor/RESULTS.md
 //
 // It needs runsc as root, and the Docker engine with forkline/busybox
 // unless -rootfs names a directory (gvisor.BusyboxRootfs makes one).
@@ -144,7 +145,24 @@ func main() {
 	flag.DurationVar(&cfg.BootTimeout, "boot-timeout", 60*time.Second, "bound on one runsc run or restore (kvm may hang at boot)")
 	flag.StringVar(&cfg.JSONPath, "json", "", "write the results as JSON to `FILE`")
 	flag.StringVar(&cfg.MDPath, "md", "", "write a Markdown report to `FILE`")
+	render := flag.String("render", "", "run nothing: write the -md report of the JSON results in `FILE` (from -json)")
 	flag.Parse()
+	if *render != "" {
+		var rep report
+		b, err := os.ReadFile(*render)
+		if err == nil {
+			err = json.Unmarshal(b, &rep)
+		}
+		if err == nil && cfg.MDPath != "" {
+			err = os.WriteFile(cfg.MDPath, []byte(markdown(&rep)), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchmarks/gvisor:", err)
+			os.Exit(1)
+		}
+		printTable(os.Stdout, &rep)
+		return
+	}
 	cfg.Platforms = strings.Split(platforms, ",")
 	if flag.NArg() > 0 || cfg.N < 2 || cfg.NLarge < 2 || cfg.Cold < 1 {
 		flag.Usage()
@@ -231,7 +249,7 @@ func measureOne(ctx context.Context, cfg config, platform string, sz size, n int
 		fmt.Fprintf(os.Stderr, "%s/%s %-15s done (%d samples)\n", platform, sz.Name, name, len(d))
 	}
 	// cold: what an episode costs without a memory checkpoint.
-	cold, err := sampleSandbox(ctx, cfg.Cold, func() (providers.Sandbox, error) {
+	cold, err := sampleSandbox(ctx, p, cfg.Cold, func() (providers.Sandbox, error) {
 		sb, err := p.Create(ctx, spec)
 		if err != nil {
 			return nil, err
@@ -291,13 +309,13 @@ func measureOne(ctx context.Context, cfg config, platform string, sz size, n int
 	o.ImageBytes = cp.Bytes
 	add("checkpoint", fmt.Sprintf("runsc checkpoint of the golden (image %s)", humanBytes(cp.Bytes)), ckTimes)
 
-	restores, err := sampleSandbox(ctx, n, func() (providers.Sandbox, error) { return p.Fork(ctx, cp) })
+	restores, err := sampleSandbox(ctx, p, n, func() (providers.Sandbox, error) { return p.Fork(ctx, cp) })
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	add("restore", "Fork: runsc restore of the golden's image", restores)
 
-	answered, err := sampleSandbox(ctx, n, func() (providers.Sandbox, error) {
+	answered, err := sampleSandbox(ctx, p, n, func() (providers.Sandbox, error) {
 		sb, err := p.Fork(ctx, cp)
 		if err != nil {
 			return nil, err
@@ -500,8 +518,10 @@ func mustExec(ctx context.Context, sb providers.Sandbox, cmd string) error {
 	return nil
 }
 
-// sampleSandbox times f n times and closes the sandbox it made, untimed.
-func sampleSandbox(ctx context.Context, n int, f func() (providers.Sandbox, error)) ([]time.Duration, error) {
+// sampleSandbox times f n times and closes the sandbox it made, untimed,
+// waiting until the provider has deleted it (a gvisor sandbox is deleted
+// in the background), so that no sample overlaps the last one's teardown.
+func sampleSandbox(ctx context.Context, p *gvisor.Provider, n int, f func() (providers.Sandbox, error)) ([]time.Duration, error) {
 	var out []time.Duration
 	for i := 0; i < n; i++ {
 		if err := ctx.Err(); err != nil {
@@ -512,6 +532,7 @@ func sampleSandbox(ctx context.Context, n int, f func() (providers.Sandbox, erro
 		took := time.Since(began)
 		if sb != nil {
 			_ = sb.Close(context.WithoutCancel(ctx))
+			_, _ = p.Leftovers(context.WithoutCancel(ctx))
 		}
 		if err != nil {
 			return nil, err
@@ -601,6 +622,20 @@ func markdown(rep *report) string {
 			continue
 		}
 		fmt.Fprintf(&b, "Checkpoint image: %s\n\n", humanBytes(o.ImageBytes))
+		by := map[string]measure{}
+		for _, x := range o.Measures {
+			by[x.Name] = x
+		}
+		cold, restore, answered, standby := by["cold"], by["restore"], by["restore+answer"], by["standby"]
+		if cold.P50MS > 0 && restore.P50MS > 0 && answered.P50MS > 0 {
+			fmt.Fprintf(&b, "A fork whose server has answered costs %s ms where the cold start costs %s ms: **%.1f× cheaper** "+
+				"(the restore alone %.1f×); with a standby restore made ahead the episode waits %s ms. "+
+				"Goals: a fork ≥ 10× cheaper than the cold start — %s; restore p50 ≤ 300 ms on an idle machine — "+
+				"the restore p50 is %s ms at a load average of %s to %s on %d cores, not idle.\n\n",
+				fmtMS(answered.P50MS), fmtMS(cold.P50MS), cold.P50MS/answered.P50MS, cold.P50MS/restore.P50MS, fmtMS(standby.P50MS),
+				map[bool]string{true: "met", false: "not met by a fork that restores on demand, met by the standby's hand-off"}[cold.P50MS/answered.P50MS >= 10],
+				fmtMS(restore.P50MS), o.Load[0], o.Load[len(o.Load)-1], rep.Machine.CPUs)
+		}
 		fmt.Fprintf(&b, "| measure | what | n | p50 ms | p95 ms | cold p50 / p50 |\n|---|---|---:|---:|---:|---:|\n")
 		for _, x := range o.Measures {
 			ratio := "–"

@@ -121,7 +121,9 @@ func TestGvisorForksARunningServer(t *testing.T) {
 		return out, counterSteps(t, out)
 	}
 
-	out, eps := runOn("gvisor", "-provider-opt", "rootfs="+rootfs)
+	// One replica and a standby of one: the episodes after the first get a
+	// restore made ahead, handed off.
+	out, eps := runOn("gvisor", "-provider-opt", "rootfs="+rootfs, "-replicas", "1", "-standby", "1")
 	require.Len(t, eps, repeats)
 	tokens, pids, started := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for id, steps := range eps {
@@ -137,13 +139,18 @@ func TestGvisorForksARunningServer(t *testing.T) {
 	require.Len(t, started, 1, "start ran once, before the golden's checkpoint, not in any fork")
 	ds, err := shard.Open(out)
 	require.NoError(t, err)
+	handOffs := 0
 	for e, err := range ds.Episodes() {
 		require.NoError(t, err)
 		require.Equal(t, "done", e.ExitReason, e.Detail)
 		require.Equal(t, gvisor.ForkMethod, e.ResetOrigin)
-		require.Equal(t, "fork", e.ResetStrategy)
-		t.Logf("gvisor episode %s: reset %.0f ms (golden %.0f ms, %d bytes)", e.EpisodeID, e.ResetMS, e.GoldenBuildMS, e.GoldenBytes)
+		require.Contains(t, []string{"fork", "fork+standby"}, e.ResetStrategy)
+		if e.ResetStrategy == "fork+standby" {
+			handOffs++
+		}
+		t.Logf("gvisor episode %s: %s, reset %.0f ms (golden %.0f ms, %d bytes)", e.EpisodeID, e.ResetStrategy, e.ResetMS, e.GoldenBuildMS, e.GoldenBytes)
 	}
+	require.Positive(t, handOffs, "the standby restored replicas ahead and handed them off")
 
 	out, eps = runOn("local")
 	require.Len(t, eps, repeats)

@@ -92,8 +92,11 @@
 // # Cleanup
 //
 // A provider keeps its state root, bundles and images in
-// forkline-gvisor-INSTANCE under Options.Dir, with an owner file; Close
-// deletes every sandbox and removes the directory; Sweep deletes the
+// forkline-gvisor-INSTANCE under Options.Dir, with an owner file. A
+// sandbox's Close makes it unusable at once and deletes it in the
+// background (runsc waits about a second for gVisor's kernel to exit);
+// the provider's Close waits for those deletions, deletes every sandbox
+// left and removes the directory; Sweep deletes the
 // sandboxes of directories whose owner process is dead (a run killed with
 // SIGKILL leaves its sandboxes running) and removes them. Leftovers (the
 // providertest LeakChecker) lists containers, images and sandbox

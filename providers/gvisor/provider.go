@@ -136,11 +136,24 @@ type Provider struct {
 	fsMu sync.Mutex
 	fs   map[string]*rootfsEntry
 
+	// closing tracks the deletions of closed sandboxes, which go on in
+	// the background (see sandbox.Close); closeErrs are their failures,
+	// returned by Close.
+	closing   sync.WaitGroup
+	closeErrs []error
+
 	mu          sync.Mutex
 	closed      bool
 	seq         int
 	sandboxes   map[string]*sandbox
 	checkpoints map[string]*checkpoint
+}
+
+// noteCloseErr keeps the failure of a sandbox's deletion for Close.
+func (p *Provider) noteCloseErr(err error) {
+	p.mu.Lock()
+	p.closeErrs = append(p.closeErrs, err)
+	p.mu.Unlock()
 }
 
 // limits are a provider's default limits (docker's defaults, changed by
@@ -509,6 +522,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 		return nil, err
 	}
 	sb := newSandbox(p, id, OriginCreate, "", ss)
+	sb.ownNetwork = setup
 	if err := p.register(sb); err != nil {
 		return nil, err
 	}
@@ -658,19 +672,14 @@ func (p *Provider) Close(ctx context.Context) error {
 	}
 	p.checkpoints = map[string]*checkpoint{}
 	p.mu.Unlock()
-	var errs []error
-	var wg sync.WaitGroup
-	var emu sync.Mutex
 	for _, sb := range sbs {
-		wg.Go(func() {
-			if err := sb.Close(ctx); err != nil {
-				emu.Lock()
-				errs = append(errs, err)
-				emu.Unlock()
-			}
-		})
+		_ = sb.Close(ctx) // their deletions run in parallel; waited for below
 	}
-	wg.Wait()
+	p.closing.Wait()
+	p.mu.Lock()
+	errs := append([]error(nil), p.closeErrs...)
+	p.closeErrs = nil
+	p.mu.Unlock()
 	// Containers nobody tracked (a Create that failed half-way).
 	if ids, err := p.rs.list(context.WithoutCancel(ctx)); err == nil {
 		for _, id := range ids {
@@ -692,6 +701,7 @@ func (p *Provider) Close(ctx context.Context) error {
 // (providertest.LeakChecker): containers runsc still knows, checkpoint
 // images, sandbox directories, and, once closed, its own directory.
 func (p *Provider) Leftovers(ctx context.Context) ([]string, error) {
+	p.closing.Wait() // closed sandboxes are deleted in the background
 	var out []string
 	if _, err := os.Stat(p.rs.root); err == nil {
 		ids, err := p.rs.list(ctx)

@@ -56,7 +56,6 @@ type sandbox struct {
 	closed bool
 	acts   sync.WaitGroup
 	once   sync.Once
-	err    error
 }
 
 func newSandbox(p *Provider, id, origin, cpID string, ss sandboxSpec) *sandbox {
@@ -83,7 +82,6 @@ func (s *sandbox) checkOpen() error {
 // run, or runsc restore of the image in imageDir when it is not empty. Each
 // container has its own bundle and cgroup.
 func (s *sandbox) boot(ctx context.Context, cid, network, imageDir string) error {
-	s.ownNetwork = network
 	bundle := filepath.Join(s.dir, cid)
 	if err := writeBundle(bundle, s.spec.spec("/forkline-gvisor/"+cid, s.p.annotations(s.spec, s.origin, s.id))); err != nil {
 		return err
@@ -265,32 +263,49 @@ func (s *sandbox) deadErr(ctx context.Context, what string, err error) error {
 }
 
 // Close kills and deletes the sandbox. It is idempotent and safe to call
-// concurrently with Act, which then fails with ErrClosed.
+// concurrently with Act, which then fails with ErrClosed. The sandbox is
+// unusable when Close returns; its deletion — runsc waits for gVisor's
+// kernel to exit, about a second on a busy machine — goes on in the
+// background, so that an episode's replica slot is free at once. The
+// provider's Leftovers and Close wait for it, and Close returns what it
+// failed to delete.
 func (s *sandbox) Close(ctx context.Context) error {
 	s.once.Do(func() {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
 		close(s.done)
-		first := s.cidNow()
-		err := s.p.rs.deleteContainer(ctx, first)
-		s.acts.Wait()
-		// A checkpoint or resume under way ends first; a boot that ends
-		// after the delete above deletes its container itself (see boot).
-		s.life.Lock()
-		if cid := s.cidNow(); cid != first {
-			err = errors.Join(err, s.p.rs.deleteContainer(ctx, cid))
-		}
-		s.suspended = ""
-		s.life.Unlock()
-		s.retired.Wait()
-		if rerr := os.RemoveAll(s.dir); rerr != nil {
-			err = errors.Join(err, rerr)
-		}
-		s.err = err
-		s.p.forget(s)
+		s.p.closing.Go(func() {
+			if err := s.teardown(context.WithoutCancel(ctx)); err != nil {
+				s.p.noteCloseErr(err)
+			}
+			s.p.forget(s)
+		})
 	})
-	return s.err
+	return nil
+}
+
+// teardown deletes the sandbox's containers and directory.
+func (s *sandbox) teardown(ctx context.Context) error {
+	first := s.cidNow()
+	err := s.p.rs.deleteContainer(ctx, first)
+	s.acts.Wait()
+	// A checkpoint or resume under way ends first; a boot that ends after
+	// the delete above deletes its container itself (see boot).
+	s.life.Lock()
+	if cid := s.cidNow(); cid != first {
+		err = errors.Join(err, s.p.rs.deleteContainer(ctx, cid))
+	}
+	s.suspended = ""
+	s.life.Unlock()
+	s.retired.Wait()
+	if rerr := os.RemoveAll(s.dir); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
+		return fmt.Errorf("gvisor: closing sandbox %s: %w", s.id, err)
+	}
+	return nil
 }
 
 // cidNow is the runsc container id the sandbox runs as now.
