@@ -42,7 +42,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	goruntime "runtime"
 	"sort"
 	"strings"
@@ -470,8 +469,9 @@ func leaveRunning(ctx context.Context, p *gvisor.Provider, cp providers.Checkpoi
 		return 0, err
 	}
 	began := time.Now()
-	cmd := exec.CommandContext(lctx, bin, "--root="+filepath.Join(p.Dir(), "state"), "--platform="+p.Platform(),
-		"--network=none", "--overlay2=root:memory", "checkpoint", "--leave-running", "--image-path", img, f.Info().ID)
+	cid, _ := p.ContainerID(f)
+	cmd := exec.CommandContext(lctx, bin, "--root="+p.StateRoot(), "--platform="+p.Platform(),
+		"--network=none", "--overlay2=root:memory", "checkpoint", "--leave-running", "--image-path", img, cid)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, err

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 )
 
 // The OCI runtime spec (config.json) as far as forkline writes it: the
@@ -212,15 +211,5 @@ func mergeEnv(base, over []string) []string {
 	for _, kv := range over {
 		add(kv)
 	}
-	return out
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }

@@ -356,6 +356,21 @@ func (p *Provider) Platform() string { return p.rs.platform }
 // Dir is the provider's own directory on the host.
 func (p *Provider) Dir() string { return p.dir }
 
+// StateRoot is the runsc state directory of the provider's containers
+// (runsc --root), for tools that run runsc on them (benchmarks/gvisor).
+func (p *Provider) StateRoot() string { return p.rs.root }
+
+// ContainerID is the runsc container a sandbox of this provider runs as
+// now: it changes when a checkpointed sandbox is restored. ok is false for
+// a sandbox this provider did not make.
+func (p *Provider) ContainerID(sb providers.Sandbox) (id string, ok bool) {
+	s, ok := sb.(*sandbox)
+	if !ok || s.p != p {
+		return "", false
+	}
+	return s.cidNow(), true
+}
+
 func (p *Provider) checkOpen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

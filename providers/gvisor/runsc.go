@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -258,10 +257,4 @@ func (r *runsc) gone(ctx context.Context, id string) bool {
 	_, err := r.simple(ctx, "state", id)
 	var re *runscError
 	return errors.As(err, &re) && strings.Contains(re.said, "does not exist")
-}
-
-// copyAll is io.Copy that keeps going on short writes of a capped buffer.
-func copyAll(w io.Writer, r io.Reader) error {
-	_, err := io.Copy(w, r)
-	return err
 }
