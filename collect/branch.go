@@ -15,6 +15,7 @@ import (
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/task"
 )
 
 // BranchPlan is a branching plan. With -branch at=K,width=N every root
@@ -61,6 +62,15 @@ func (b BranchPlan) String() string {
 	return fmt.Sprintf("at=%d,width=%d", b.At, b.Width)
 }
 
+// Bounds of a branching plan. A GRPO group of 256 is past what trainers
+// use (8 to 64 is common); a tree of 4,096 episodes is 64 roots' worth of
+// such groups. Beyond them a typo (width=10000) would plan tens of
+// thousands of episodes per root, so they are refused by name.
+const (
+	MaxBranchWidth = 256  // width=N: branches per branch point
+	MaxTreeSize    = 4096 // max=M: episodes per tree, root included
+)
+
 // branchKeys are the keys -branch knows.
 var branchKeys = []string{"at", "every", "width", "depth", "max"}
 
@@ -99,6 +109,12 @@ func ParseBranchPlan(s string) (BranchPlan, error) {
 		}
 		seen[k] = n
 	}
+	if w, ok := seen["width"]; ok && w > MaxBranchWidth {
+		return BranchPlan{}, fmt.Errorf("collect: -branch %q: width=%d is more than %d branches per branch point", s, w, MaxBranchWidth)
+	}
+	if m, ok := seen["max"]; ok && m > MaxTreeSize {
+		return BranchPlan{}, fmt.Errorf("collect: -branch %q: max=%d is more than %d episodes per tree", s, m, MaxTreeSize)
+	}
 	_, at := seen["at"]
 	_, every := seen["every"]
 	switch {
@@ -127,6 +143,34 @@ func ParseBranchPlan(s string) (BranchPlan, error) {
 		return b, nil
 	}
 	return BranchPlan{}, fmt.Errorf("collect: -branch %q: at or every is missing (the forms are at=K,width=N and every=K,width=N,depth=D,max=M)", s)
+}
+
+// reach checks the plan against the tasks' step limits: a root branches
+// after step K only if its task lets it run past K. A plan no task can
+// branch under is refused, naming each task's max_steps; the tasks that
+// cannot are named in the returned warning when others can.
+func (b BranchPlan) reach(specs []task.Spec) (warning string, err error) {
+	if !b.IsSet() {
+		return "", nil
+	}
+	var cannot []string
+	for i := range specs {
+		lim := specs[i].Limits.Runtime()
+		if b.checkpointAt(lim, 0, b.rootBudget()) == 0 {
+			max := lim.MaxSteps
+			if max <= 0 {
+				max = runtime.DefaultMaxSteps
+			}
+			cannot = append(cannot, fmt.Sprintf("%s (max_steps %d)", specs[i].ID, max))
+		}
+	}
+	switch {
+	case len(cannot) == 0:
+		return "", nil
+	case len(cannot) == len(specs):
+		return "", fmt.Errorf("collect: -branch %s: no episode would branch: a root branches after step %d only if its task lets it run on, and every task ends by then: %s; give a K below the tasks' max_steps", b, b.At, strings.Join(cannot, ", "))
+	}
+	return fmt.Sprintf("-branch %s: these tasks end by step %d, so their episodes never branch: %s", b, b.At, strings.Join(cannot, ", ")), nil
 }
 
 // levels is how many levels of branches a tree has at most.
@@ -427,7 +471,7 @@ func (inv *invocation) loadRemakes(ctx context.Context, kept map[string]bool) (m
 	}
 	ds, err := shard.Open(inv.cfg.Out)
 	if err != nil {
-		return nil, fmt.Errorf("collect: --resume: reading the branch points to remake: %w", err)
+		return nil, fmt.Errorf("collect: -resume: reading the branch points to remake: %w", err)
 	}
 	own := map[string][]schemas.StepRow{}
 	took := map[string]float64{}
@@ -441,7 +485,7 @@ func (inv *invocation) loadRemakes(ctx context.Context, kept map[string]bool) (m
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("collect: --resume: reading the branch points to remake: %w", err)
+		return nil, fmt.Errorf("collect: -resume: reading the branch points to remake: %w", err)
 	}
 	out := map[string][]*remakeJob{}
 	for _, id := range slices.Sorted(maps.Keys(wants)) {

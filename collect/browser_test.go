@@ -25,15 +25,10 @@ import (
 	"github.com/forkline/forkline/runtime"
 )
 
-func needChromium(t *testing.T) {
+// needChromium ends the test through testenv when Chromium is not installed.
+func needChromium(t testing.TB) {
 	t.Helper()
-	exe := os.Getenv(browser.ExecEnv)
-	if exe == "" {
-		exe = browser.DefaultExec
-	}
-	if _, err := exec.LookPath(exe); err != nil {
-		testenv.Missing(t, "chromium", fmt.Sprintf("%s: %v (apt-get install chromium, or bash .ci/chromium-up.sh)", exe, err))
-	}
+	testenv.NeedChromium(t)
 }
 
 // decodePNG decodes a screenshot and checks its size and that it is not a

@@ -23,11 +23,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +36,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/pool"
@@ -112,7 +113,7 @@ type Config struct {
 
 // ErrOutputExists is returned when Out holds another run and neither Resume
 // nor Force is set.
-var ErrOutputExists = errors.New("collect: output directory holds another run (use --resume to finish it or --force to replace it)")
+var ErrOutputExists = errors.New("collect: output directory holds another run (use -resume to finish it or -force to replace it)")
 
 // ErrConfig is wrapped by every error that comes from bad input — flags,
 // task files, names of providers or policies, the output directory — as
@@ -160,20 +161,6 @@ type planned struct {
 	// resume makes again; both nil for a root to run.
 	branch *branchJob
 	remake *remakeJob
-}
-
-type planRecord struct {
-	Repeats  int    `json:"repeats"`
-	Seed     int64  `json:"seed"`
-	Replicas int    `json:"replicas"`
-	Reset    string `json:"reset"`
-	Episodes int    `json:"episodes"` // planned in this part
-	Part     Part   `json:"part"`
-	Total    int    `json:"episodes_all_parts"`
-	// Branch is the branching plan (BranchPlan.String), absent for none.
-	Branch string `json:"branch,omitempty"`
-	// From is the stored dataset a -from run branched from.
-	From *fromRecord `json:"from,omitempty"`
 }
 
 // Run collects a dataset. It returns the summary and an error; on
@@ -225,13 +212,12 @@ type invocation struct {
 	log       *slog.Logger                     // the run's logger: its records carry the run id
 	obs       observe.Observer
 	specs     []task.Spec
-	plan      []planned   // this part's episodes
-	from      *fromRecord // the source of a -from run
-	total     int         // the episodes of every part
+	plan      []planned      // this part's episodes
+	from      *manifest.From // the source of a -from run
+	total     int            // the episodes of every part
 	templates map[string]*pool.Template
 	policies  policy.Source
-	policyRec json.RawMessage // the manifest's policy entry
-	policy    policy.Record
+	policy    manifest.Policy // the manifest's policy entry
 	runID     string
 	prior     *priorRun // the run being resumed, if any
 	// closeProgress prints the progress meter's last line, once the
@@ -252,6 +238,11 @@ func planRun(cfg Config) (*invocation, error) {
 	}
 	inv := &invocation{cfg: cfg, runID: newRunID(), templates: map[string]*pool.Template{}, obs: observe.Or(cfg.Observer)}
 	inv.setLogger()
+	for _, dir := range task.NotRead(cfg.Tasks) {
+		// Not recursive: say what is left out rather than skip it
+		// silently (make demo left examples/tasks/web out unsaid).
+		inv.log.Info(fmt.Sprintf("-tasks %s: %s holds task files and is not read (a directory's tasks are its own *.yaml files and Harbor task folders); -tasks %s runs them", cfg.Tasks, dir, dir))
+	}
 	inv.obs, inv.closeProgress = inv.observers()
 	for i := range specs {
 		specs[i] = specs[i].WithDefaults()
@@ -260,11 +251,17 @@ func planRun(cfg Config) (*invocation, error) {
 		}
 	}
 	inv.specs = specs
-	if inv.policies, inv.policy, err = openPolicy(cfg, specs, inv.logf); err != nil {
-		return nil, badInput(err)
+	if cfg.From == "" {
+		warning, err := cfg.Branch.reach(specs)
+		if err != nil {
+			return nil, badInput(err)
+		}
+		if warning != "" {
+			inv.logf("%s", warning)
+		}
 	}
-	if inv.policyRec, err = json.Marshal(inv.policy); err != nil {
-		return nil, err
+	if inv.policies, inv.policy, err = openPolicy(cfg, specs, inv.logf, func(format string, args ...any) { inv.log.Info(fmt.Sprintf(format, args...)) }); err != nil {
+		return nil, badInput(err)
 	}
 	if cfg.From != "" {
 		if err := inv.planFrom(); err != nil {
@@ -316,7 +313,7 @@ func (inv *invocation) checkResume(ctx context.Context) (nothingToDo *Summary, e
 type environment struct {
 	prov providers.Provider
 	pool *pool.Pool
-	rec  json.RawMessage // the manifest's provider entry
+	rec  manifest.Provider // the manifest's provider entry
 	logf func(format string, args ...any)
 }
 
@@ -360,8 +357,11 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 		env.close()
 		return nil, badInput(fmt.Errorf("collect: -branch %s: %w (provider %s, reset %s)", cfg.Branch, pool.ErrCannotBranch, env.prov.Name(), env.pool.Strategy()))
 	}
-	env.rec, _ = json.Marshal(map[string]any{"name": env.prov.Name(), "capabilities": env.prov.Capabilities(),
-		"params": cfg.ProviderParams, "reset": env.pool.Strategy()})
+	caps := env.prov.Capabilities()
+	env.rec = manifest.Provider{Name: env.prov.Name(), Capabilities: &caps, Params: maps.Clone(cfg.ProviderParams), Reset: string(env.pool.Strategy())}
+	if env.rec.Params == nil {
+		env.rec.Params = map[string]string{}
+	}
 	if err := inv.prepare(ctx, env); err != nil {
 		env.close()
 		return nil, err
@@ -458,7 +458,7 @@ type dataset struct {
 // run's cancelled episodes, and starts the summary and the recorder.
 func (inv *invocation) openDataset(ctx context.Context, env *environment) (*dataset, error) {
 	cfg := inv.cfg
-	w, err := openOutput(cfg, inv.runID, inv.specs, len(inv.plan), inv.total, inv.from, env.rec, inv.policyRec)
+	w, err := openOutput(cfg, inv.runID, inv.specs, len(inv.plan), inv.total, inv.from, env.rec, inv.policy)
 	if err != nil {
 		return nil, badInput(err)
 	}
@@ -486,6 +486,7 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 			ev.Bytes += info.Bytes
 			ev.Rows += info.Rows
 		}
+		out.sum.addShards(ev.Bytes)
 		inv.obs.Observe(ev)
 	})
 	if cfg.Capture.Pixels == capture.PixelsHash {
@@ -544,7 +545,9 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	runner := episodeRunner{cfg: cfg, runner: episode.Runner{RunID: inv.runID, Provider: env.prov.Name(), Capture: cfg.Capture},
 		rec: out.rec, policies: inv.policies, log: inv.logf, logger: inv.log, obs: inv.obs, live: live, halt: halt, todo: todo,
 		pool: env.pool, queue: queue, templates: inv.templates}
-	env.pool.Run(runCtx, inv.feedJobs(sched, out.committed, out.remakes, queue), runner.run)
+	// Once scheduling stops, a job the pool took but has not started does
+	// not start (no golden of the next task is built after a stop).
+	env.pool.RunScheduled(runCtx, sched, inv.feedJobs(sched, out.committed, out.remakes, queue), runner.run)
 	out.sum.finish(time.Since(began), env.pool.Stats())
 	logErrorCounts(out.sum, inv.logf)
 	return halt
@@ -682,8 +685,16 @@ func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) 
 func (inv *invocation) closeDataset(out *dataset, status shard.Status, runErr error) (*Summary, error) {
 	sum := out.sum
 	sum.Status, sum.RunID = string(status), inv.runID
-	sumJSON, _ := json.Marshal(sum.Report())
-	out.w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
+	// The open generation closes first, so that the summary the manifest
+	// records counts its shards' bytes on disk (a broken writer refuses,
+	// and Close reports why).
+	_ = out.w.Roll()
+	rep := sum.Report()
+	if sumJSON, err := (manifest.Summary{Collect: &rep}).Encode(); err == nil {
+		out.w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
+	} else {
+		inv.log.Warn("the run's summary is not recorded in the manifest", "err", err)
+	}
 	err := out.w.Close(status)
 	if err != nil {
 		sum.Status = string(shard.StatusPartial)
@@ -693,7 +704,7 @@ func (inv *invocation) closeDataset(out *dataset, status shard.Status, runErr er
 	}
 	inv.obs.Observe(observe.RunEnded{Status: sum.Status, Err: err})
 	inv.closeProgress()
-	rep := sum.Report()
+	rep = sum.Report()
 	attrs := []any{"status", sum.Status, "episodes", rep.Episodes, "planned", rep.Planned, "ran", rep.Ran,
 		"steps", rep.Steps, "scaffold_losses", rep.Losses, "wall_s", rep.WallSec}
 	if err != nil {
@@ -794,7 +805,7 @@ func validate(cfg *Config) error {
 		cfg.Shards = shard.DefaultConfig()
 	}
 	if cfg.Resume && cfg.Force {
-		return errors.New("collect: --resume and --force contradict each other")
+		return errors.New("collect: -resume and -force contradict each other")
 	}
 	return cfg.Shards.Validate()
 }
@@ -807,11 +818,27 @@ func newRunID() string {
 
 // openOutput creates, resumes or replaces the dataset in cfg.Out.
 // A resume was checked read-only (inspectResume) before it gets here.
-func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, from *fromRecord, providerRec, policyRec json.RawMessage) (*shard.Writer, error) {
-	planRec, _ := json.Marshal(planRecord{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
-		Episodes: episodes, Part: cfg.Part, Total: total, Branch: cfg.Branch.String(), From: from})
+func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, from *manifest.From, prov manifest.Provider, pol manifest.Policy) (*shard.Writer, error) {
+	planRec := manifest.Plan{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
+		Episodes: episodes, Part: manifest.Part(cfg.Part), Total: total, Branch: cfg.Branch.String(), From: from}.Encode()
+	providerRec, policyRec := prov.Encode(), pol.Encode()
 	tasksRec, err := task.EncodeRecords(specs)
 	if err != nil {
+		return nil, err
+	}
+	// Another collect (or serve) writing into the same directory is said
+	// so, whatever it has written yet: without this the loser of two
+	// collects started at once was told the directory "holds no forkline
+	// run" (a directory made, no manifest yet) or "holds another run". It
+	// is asked again before each refusal below, since the other may have
+	// taken the directory meanwhile.
+	busy := func() error {
+		if err := shard.CheckFree(cfg.Out); err != nil {
+			return fmt.Errorf("collect: -out %s: %w", cfg.Out, err)
+		}
+		return nil
+	}
+	if err := busy(); err != nil {
 		return nil, err
 	}
 	_, statErr := os.Stat(filepath.Join(cfg.Out, "manifest.json"))
@@ -841,11 +868,17 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 			return nil, fmt.Errorf("collect: -force refuses to clear %s: %w", cfg.Out, err)
 		}
 	case exists:
+		if err := busy(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %s", ErrOutputExists, cfg.Out)
 	case cfg.Resume:
-		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
+		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
 	}
 	if entries, err := os.ReadDir(cfg.Out); err == nil && len(entries) > 0 {
+		if err := busy(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("collect: output directory %s is not empty and holds no forkline run; choose an empty or new directory (-force replaces only a forkline run)", cfg.Out)
 	}
 	m := shard.Manifest{

@@ -34,6 +34,17 @@ type episodeRunner struct {
 	templates map[string]*pool.Template
 }
 
+// planned counts n more planned episodes (fewer for n < 0): the summary's
+// plan, the queue depth, and the observers' totals (progress showed
+// "30/6 episodes" for a branching run).
+func (er episodeRunner) planned(n int) {
+	er.rec.sum.addPlanned(n)
+	if er.live != nil {
+		er.live.more.Add(int64(n))
+	}
+	er.obs.Observe(observe.Planned{Added: n})
+}
+
 func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica, acquireErr error) pool.Outcome {
 	p := job.Payload.(*planned)
 	// Every job may branch (a root, a remake, a branch of a tree): the
@@ -95,7 +106,7 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 	if branched != nil {
 		// The parent is kept before its branches run: a branch is never in
 		// the dataset without the prefix it continues.
-		er.rec.sum.addPlanned(len(branched.jobs))
+		er.planned(len(branched.jobs))
 		er.queue.push(branched.jobs...)
 	}
 	return ep.Outcome()
@@ -255,7 +266,7 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 			// root without branches). It leaves the plan, so the run can
 			// be complete with the episodes that do reproduce.
 			er.log("%v; skipped: nothing of it is written", err)
-			er.rec.sum.addPlanned(-1)
+			er.planned(-1)
 			return
 		}
 		// A prefix that does not reproduce is this tree's problem, not the
@@ -291,7 +302,7 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 		}
 		er.obs.Observe(episodeEnded(batch.Episode, batch.Rewards, true))
 		prefixMS = batch.Episode.DurationMS
-		er.rec.sum.addPlanned(len(p.remake.missing))
+		er.planned(len(p.remake.missing))
 	}
 	er.queue.push(er.cfg.Branch.branchJobs(p, b, er.templates[p.task.ID], len(p.remake.steps), p.remake.missing, h, nil, prefixMS)...)
 }

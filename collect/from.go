@@ -11,21 +11,10 @@ import (
 	"strings"
 
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
-
-// fromRecord is the manifest's record of a -from run's source (the plan
-// entry's "from"): the stored dataset, its run, and for every root of this
-// run the source trajectory whose first steps it re-executed.
-type fromRecord struct {
-	Dataset string `json:"dataset"` // as given, made absolute
-	RunID   string `json:"run_id"`
-	// Roots maps each planned root of this run to its source episode id;
-	// a root whose prefix did not reproduce is planned, skipped, and not
-	// in the dataset.
-	Roots map[string]string `json:"roots"`
-}
 
 // FromRootID is the id of the root a -from run makes of source episode
 // sourceEpisode of run sourceRun, branched at step at: derived, so the same
@@ -64,7 +53,7 @@ func (inv *invocation) planFrom() error {
 	if err != nil {
 		return badInput(fmt.Errorf("collect: -from %s: %w", cfg.From, err))
 	}
-	inv.from = &fromRecord{Dataset: abs, RunID: m.RunID, Roots: map[string]string{}}
+	inv.from = &manifest.From{Dataset: abs, RunID: m.RunID, Roots: map[string]string{}}
 	matched := map[string]bool{} // the -episode prefixes that matched
 	picked := func(id string) bool {
 		if len(cfg.FromEpisodes) == 0 {

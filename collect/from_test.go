@@ -2,7 +2,6 @@ package collect
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -85,8 +85,8 @@ func TestBranchFromAStoredDataset(t *testing.T) {
 	}
 	ds, err := shard.Open(cfg.Out)
 	require.NoError(t, err)
-	var plan planRecord
-	require.NoError(t, json.Unmarshal(ds.Manifest().Plan, &plan))
+	plan, err := manifest.DecodePlan(ds.Manifest().Plan)
+	require.NoError(t, err)
 	require.NotNil(t, plan.From)
 	require.Equal(t, srcRun, plan.From.RunID)
 	abs, _ := filepath.Abs(src.Out)

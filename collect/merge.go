@@ -11,6 +11,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -29,14 +30,9 @@ type MergeReport struct {
 	Summary  json.RawMessage `json:"-"`
 }
 
-// MergedPart is one input of a merge.
-type MergedPart struct {
-	Dir      string       `json:"dir"`
-	RunID    string       `json:"run_id"`
-	Part     Part         `json:"part"`
-	Status   shard.Status `json:"status"`
-	Episodes int          `json:"episodes"`
-}
+// MergedPart is one input of a merge, as the merged manifest's summary
+// lists it.
+type MergedPart = manifest.MergedPart
 
 // Merge joins datasets collected as parts of one plan (collect -shard i/n on
 // n machines, or any runs of the same tasks, plan and capture policy) into a
@@ -77,8 +73,9 @@ func Merge(ctx context.Context, out string, parts []string, cfg shard.Config) (*
 	}
 	rep := in.rep
 	sort.Ints(rep.Missing)
-	from, _ := json.Marshal(map[string]any{"merged_from": rep.Parts, "missing_parts": rep.Missing})
-	w.Update(func(m *shard.Manifest) { m.Summary = from })
+	if from, err := (manifest.Summary{Merge: &manifest.Merge{MergedFrom: rep.Parts, MissingParts: rep.Missing}}).Encode(); err == nil {
+		w.Update(func(m *shard.Manifest) { m.Summary = from })
+	}
 	if err := w.Close(rep.Status); err != nil {
 		return nil, err
 	}
@@ -91,7 +88,7 @@ type mergeInputs struct {
 	dirs  []string
 	sets  []*shard.Dataset
 	first shard.Manifest
-	plan  planRecord // the first part's
+	plan  manifest.Plan // the first part's
 	rep   *MergeReport
 }
 
@@ -110,12 +107,9 @@ func openParts(dirs []string) (*mergeInputs, error) {
 		}
 		in.sets[i] = ds
 		m := ds.Manifest()
-		var plan planRecord
-		if err := json.Unmarshal(m.Plan, &plan); err != nil {
+		plan, err := manifest.DecodePlan(m.Plan)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %s: manifest plan unreadable: %v", ErrMerge, dir, err)
-		}
-		if plan.Part.Count == 0 {
-			plan.Part = Whole
 		}
 		tasks, err := task.RecordHashes(m.Tasks)
 		if err != nil {
@@ -146,7 +140,7 @@ func openParts(dirs []string) (*mergeInputs, error) {
 
 // sameRun refuses a part (dir) collected from other tasks, another plan or
 // another capture policy than the first.
-func (in *mergeInputs) sameRun(dir string, m shard.Manifest, plan planRecord, tasks, firstTasks map[string]string) error {
+func (in *mergeInputs) sameRun(dir string, m shard.Manifest, plan manifest.Plan, tasks, firstTasks map[string]string) error {
 	first, fp := in.dirs[0], in.plan
 	if !reflect.DeepEqual(tasks, firstTasks) {
 		return fmt.Errorf("%w: %s has other tasks or task versions than %s", ErrMerge, dir, first)
@@ -182,8 +176,8 @@ func (in *mergeInputs) refuseOverlap() error {
 // policy, capture policy and tasks, and the whole plan.
 func (in *mergeInputs) manifest(runID string) shard.Manifest {
 	plan := in.plan
-	plan.Part, plan.Episodes = Whole, plan.Total
-	planJSON, _ := json.Marshal(plan)
+	plan.Part, plan.Episodes = manifest.Part(Whole), plan.Total
+	planJSON := plan.Encode()
 	return shard.Manifest{
 		SchemaVersion: schemas.Version, Tool: "forkline", ToolVersion: Version, RunID: runID,
 		Provider: in.first.Provider, Policy: in.first.Policy, Capture: in.first.Capture, Tasks: in.first.Tasks, Plan: planJSON,

@@ -63,7 +63,9 @@ func (inv *invocation) observers() (observe.Observer, func()) {
 	if cfg.Progress == nil {
 		return inv.obs, func() {}
 	}
-	m := progress.New(cfg.Progress, progress.Options{Command: "collect", TTY: cfg.ProgressTTY})
+	// The run's start, golden builds and end are log records: off a
+	// terminal the meter leaves the end to them.
+	m := progress.New(cfg.Progress, progress.Options{Command: "collect", TTY: cfg.ProgressTTY, EndLogged: true})
 	return observe.Multi{inv.obs, m}, m.Close
 }
 
@@ -93,13 +95,14 @@ func onGolden(obs observe.Observer, log *slog.Logger) func(pool.GoldenProgress) 
 // queue depth (episodes not yet begun).
 type liveCounter struct {
 	todo  int
+	more  atomic.Int64 // planned since the run started (branches)
 	ended atomic.Int64
 }
 
 func (l *liveCounter) live(pl *pool.Pool) func() observe.Live {
 	return func() observe.Live {
 		o := pl.Occupancy()
-		queued := l.todo - int(l.ended.Load()) - o.Busy
+		queued := l.todo + int(l.more.Load()) - int(l.ended.Load()) - o.Busy
 		return observe.Live{Replicas: o.Replicas, Busy: o.Busy, Standby: o.Standby, Queued: max(queued, 0)}
 	}
 }

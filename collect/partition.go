@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/forkline/forkline/manifest"
 	"os"
 	"strconv"
 	"strings"
@@ -12,11 +13,9 @@ import (
 // Part selects the share of a run one machine collects: the episodes whose
 // id hashes to Index modulo Count. Because episode ids are deterministic, n
 // machines given Index 0..n-1 collect disjoint sets that together are the
-// whole plan, with no coordination; Merge joins their datasets.
-type Part struct {
-	Index int `json:"index"`
-	Count int `json:"count"`
-}
+// whole plan, with no coordination; Merge joins their datasets. The
+// manifest's plan records it as a manifest.Part.
+type Part manifest.Part
 
 // Whole is the part that is the whole run.
 var Whole = Part{Index: 0, Count: 1}

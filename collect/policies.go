@@ -3,6 +3,7 @@ package collect
 import (
 	"fmt"
 
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/task"
 
@@ -12,21 +13,22 @@ import (
 // openPolicy opens cfg.Policy with cfg's options, checks it against every
 // task before the run starts (a script policy on a task without a
 // solution is refused here, not episode by episode), and makes the record
-// the manifest keeps. Retries and other warnings of the policy go to logf.
-func openPolicy(cfg Config, specs []task.Spec, logf func(string, ...any)) (policy.Source, policy.Record, error) {
-	opts := policy.Options{Params: cfg.PolicyOptions, ScriptFile: cfg.ScriptFile, Log: logf}
+// the manifest keeps. Retries and other warnings of the policy go to logf,
+// its notes (the token path it chose) to infof.
+func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any)) (policy.Source, manifest.Policy, error) {
+	opts := policy.Options{Params: cfg.PolicyOptions, ScriptFile: cfg.ScriptFile, Log: logf, Info: infof}
 	src, err := policy.Open(cfg.Policy, opts)
 	if err != nil {
-		return nil, policy.Record{}, fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err)
+		return nil, manifest.Policy{}, fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err)
 	}
 	for i := range specs {
 		if _, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed)); err != nil {
-			return nil, policy.Record{}, fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err)
+			return nil, manifest.Policy{}, fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err)
 		}
 	}
-	rec, err := policy.NewRecord(cfg.Policy, opts, src)
+	rec, err := manifest.NewPolicy(cfg.Policy, opts, src)
 	if err != nil {
-		return nil, policy.Record{}, fmt.Errorf("collect: %w", err)
+		return nil, manifest.Policy{}, fmt.Errorf("collect: %w", err)
 	}
 	return src, rec, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
@@ -46,25 +47,37 @@ type priorRun struct {
 // inspectResume reads the run in cfg.Out without changing it, refuses it
 // when it cannot be resumed with cfg and its policy record pol, and tallies
 // the episodes it keeps.
-func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol policy.Record) (*priorRun, error) {
+func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manifest.Policy) (*priorRun, error) {
+	if err := shard.CheckFree(cfg.Out); err != nil {
+		return nil, fmt.Errorf("collect: -resume: -out %s: %w", cfg.Out, err)
+	}
 	ds, err := shard.Open(cfg.Out)
 	if errors.Is(err, shard.ErrNoDataset) {
-		return nil, fmt.Errorf("collect: --resume: %s holds no run (no manifest.json)", cfg.Out)
+		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("collect: --resume: %w", err)
+		return nil, fmt.Errorf("collect: -resume: %w", err)
 	}
 	m := ds.Manifest()
 	if err := compatible(m, specs, cfg, pol); err != nil {
 		return nil, err
 	}
+	// A complete run reads only its episodes and rewards to find there is
+	// nothing to do: every shard is checked first, so that a damaged steps
+	// shard is refused as it is in a partial run, whose shards the writer
+	// checks when it resumes (shard.Resume).
+	if m.Status == shard.StatusComplete {
+		if err := ds.Check(); err != nil {
+			return nil, fmt.Errorf("collect: -resume: %w", err)
+		}
+	}
 	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tree: map[string]treeNode{}, tally: newSummary(0, 0)}
 	for e, err := range ds.Episodes() {
 		if err != nil {
-			return nil, fmt.Errorf("collect: --resume: reading the kept episodes: %w", err)
+			return nil, fmt.Errorf("collect: -resume: reading the kept episodes: %w", err)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("collect: --resume: %w", err)
+			return nil, fmt.Errorf("collect: -resume: %w", err)
 		}
 		if e.ExitReason == string(runtime.ExitCancelled) {
 			p.cancelled[e.EpisodeID] = true
@@ -83,7 +96,7 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol polic
 	}
 	for r, err := range ds.Rewards() {
 		if err != nil {
-			return nil, fmt.Errorf("collect: --resume: reading the kept rewards: %w", err)
+			return nil, fmt.Errorf("collect: -resume: reading the kept rewards: %w", err)
 		}
 		if p.kept[r.EpisodeID] {
 			p.tally.addReward(r)
@@ -111,13 +124,6 @@ func (p *priorRun) nothingToDo(plan []planned, branch BranchPlan) bool {
 		}
 	}
 	return true
-}
-
-// providerRecord is the manifest's provider entry as the resume check
-// reads it. The policy entry is a policy.Record.
-type providerRecord struct {
-	Name   string            `json:"name"`
-	Params map[string]string `json:"params"`
 }
 
 // providerParamShapes says, per provider and setting, whether a different
@@ -261,7 +267,7 @@ func providerSettingShapes(provider, key string) bool {
 // what it does (now is this command's policy record), another capture
 // policy. Every difference is listed, each with the run's value and this
 // command's.
-func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Record) error {
+func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now manifest.Policy) error {
 	var diffs []string
 	differ := func(format string, args ...any) { diffs = append(diffs, fmt.Sprintf(format, args...)) }
 
@@ -284,18 +290,14 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 		differ("task %s of the run being resumed is missing from -tasks", id)
 	}
 
-	var plan planRecord
-	if err := json.Unmarshal(m.Plan, &plan); err == nil {
+	if plan, err := manifest.DecodePlan(m.Plan); err == nil {
 		if plan.Repeats != cfg.Repeats {
 			differ("-repeats: the run used %d, this command gives %d", plan.Repeats, cfg.Repeats)
 		}
 		if plan.Seed != cfg.Seed {
 			differ("-seed: the run used %d, this command gives %d", plan.Seed, cfg.Seed)
 		}
-		if plan.Part.Count == 0 {
-			plan.Part = Whole
-		}
-		if plan.Part != cfg.Part {
+		if plan.Part != manifest.Part(cfg.Part) {
 			differ("-shard: the run collected part %s, this command collects part %s", plan.Part, cfg.Part)
 		}
 		if now := cfg.Branch.String(); plan.Branch != now {
@@ -327,8 +329,8 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 	// recorded them only then: nothing to compare, and Run records this
 	// command's.
 	if m.Provider != nil {
-		var was providerRecord
-		if err := json.Unmarshal(m.Provider, &was); err != nil {
+		was, err := manifest.DecodeProvider(m.Provider)
+		if err != nil {
 			return fmt.Errorf("%w: the manifest's provider entry is unreadable: %v", ErrIncompatibleResume, err)
 		}
 		if was.Name != cfg.Provider {
@@ -345,7 +347,7 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now policy.Reco
 		}
 	}
 	if m.Policy != nil {
-		was, err := policy.DecodeRecord(m.Policy)
+		was, err := manifest.DecodePolicy(m.Policy)
 		if err != nil {
 			return fmt.Errorf("%w: the manifest's policy entry is unreadable: %v", ErrIncompatibleResume, err)
 		}

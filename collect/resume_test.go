@@ -14,7 +14,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/providers"
 
@@ -65,9 +65,9 @@ func TestEveryProviderSettingIsClassified(t *testing.T) {
 func TestResumeOfARunWithARetiredSetting(t *testing.T) {
 	m := shard.Manifest{Tasks: json.RawMessage(`[]`), Provider: json.RawMessage(`{"name":"docker","params":{"image":"forkline/busybox","standby":"2"}}`)}
 	cfg := Config{Provider: "docker", ProviderParams: map[string]string{"image": "forkline/busybox"}, Part: Whole, Repeats: 1}
-	require.NoError(t, compatible(m, nil, cfg, policy.Record{}))
+	require.NoError(t, compatible(m, nil, cfg, manifest.Policy{}))
 	cfg.ProviderParams["image"] = "forkline/debian"
-	err := compatible(m, nil, cfg, policy.Record{})
+	err := compatible(m, nil, cfg, manifest.Policy{})
 	require.ErrorIs(t, err, ErrIncompatibleResume, "a shaping setting still refuses")
 	require.NotContains(t, err.Error(), "standby")
 }
@@ -119,11 +119,11 @@ func TestResumeRefusesACapturePolicyItCannotRead(t *testing.T) {
 }
 
 // A run collected before the policy record was typed (its conversation all
-// strings: policy/testdata holds such a manifest, from commit e227819)
+// strings: manifest/testdata holds such a manifest, from commit e227819)
 // resumes with the same settings, and a setting that changes what the
 // model is shown is still refused by name.
 func TestResumeComparesAnOldFormPolicyRecord(t *testing.T) {
-	raw, err := os.ReadFile("../policy/testdata/manifest-e227819-openai.json")
+	raw, err := os.ReadFile("../manifest/testdata/manifest-e227819-openai.json")
 	require.NoError(t, err)
 	var m shard.Manifest
 	require.NoError(t, json.Unmarshal(raw, &m))
@@ -137,7 +137,7 @@ func TestResumeComparesAnOldFormPolicyRecord(t *testing.T) {
 			"tool_mode": "text", "actions": "exec,write_file,done", "observation_cap": "4096", "system_prompt_file": prompt, "temperature": "0.7"}}
 	check := func(cfg Config) error {
 		t.Helper()
-		_, rec, err := openPolicy(cfg, nil, nil)
+		_, rec, err := openPolicy(cfg, nil, nil, nil)
 		require.NoError(t, err)
 		return compatible(m, nil, cfg, rec)
 	}

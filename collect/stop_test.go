@@ -369,9 +369,12 @@ func TestWriteErrorStopsScheduling(t *testing.T) {
 	}
 	disk := t.TempDir()
 	// Mounting needs the same privilege as overlay forks.
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", disk).CombinedOutput(); err != nil {
-		testenv.Missing(t, "overlay", "cannot mount a small tmpfs to fill: "+strings.TrimSpace(string(out)))
-	}
+	testenv.Need(t, testenv.Overlay, func() error {
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", disk).CombinedOutput(); err != nil {
+			return fmt.Errorf("cannot mount a small tmpfs to fill: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	})
 	t.Cleanup(func() { syscall.Unmount(disk, syscall.MNT_DETACH) })
 	marks := filepath.Join(t.TempDir(), "marks")
 	spec := filepath.Join(t.TempDir(), "big.yaml")

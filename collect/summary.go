@@ -1,9 +1,6 @@
 package collect
 
 import (
-	"fmt"
-	"io"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -12,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
@@ -47,17 +45,20 @@ type Summary struct {
 	Rewards        int
 	rewardSum      float64
 	RewardsMissing int // verifier produced no value
-	reset          map[string]*reservoir
+	reset          map[string]*manifest.Sample
 	Screenshots    int64
 	BlobsStored    int64
 	// Bytes are the rows this invocation committed (steps, episodes,
 	// rewards, blobs) as the shard writer measures them (the schemas row
-	// types' Size), so bytes per step is what rolled its shards.
-	Bytes  int64
-	Drift  int
-	Wall   time.Duration
-	Pool   pool.Stats
-	Status string
+	// types' Size, uncompressed): what rolled its shards.
+	Bytes int64
+	// DiskBytes are the bytes of the shards this invocation closed: what
+	// its rows take on disk, zstd Parquet.
+	DiskBytes int64
+	Drift     int
+	Wall      time.Duration
+	Pool      pool.Stats
+	Status    string
 	// NothingToDo is set when a resumed run was already complete: nothing
 	// ran and nothing was changed.
 	NothingToDo bool
@@ -68,7 +69,7 @@ type Summary struct {
 
 func newSummary(planned, skipped int) *Summary {
 	return &Summary{Planned: planned, Skipped: skipped, ByExit: map[string]int{},
-		reset: map[string]*reservoir{}, golden: map[string]float64{}}
+		reset: map[string]*manifest.Sample{}, golden: map[string]float64{}}
 }
 
 // addKept counts an episode of the dataset: one kept before this
@@ -88,9 +89,9 @@ func (s *Summary) addKept(ep schemas.EpisodeRow, thisRun bool) (firstError bool)
 			key += "/" + ep.ResetOrigin
 		}
 		if s.reset[key] == nil {
-			s.reset[key] = newReservoir(4096)
+			s.reset[key] = &manifest.Sample{}
 		}
-		s.reset[key].add(ep.ResetMS)
+		s.reset[key].Add(ep.ResetMS)
 	}
 	if ep.GoldenID != "" {
 		s.golden[ep.TaskID] = ep.GoldenBuildMS
@@ -138,6 +139,13 @@ func (s *Summary) addEpisode(b shard.EpisodeBatch) (firstError bool) {
 	s.BlobsStored += int64(len(b.Blobs))
 	s.Bytes += b.Size()
 	return firstError
+}
+
+// addShards counts the bytes of shards this invocation closed.
+func (s *Summary) addShards(bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.DiskBytes += bytes
 }
 
 // addUnavailable counts an episode ended, and not kept, because a service
@@ -242,20 +250,51 @@ func (t *errorTally) report() []ErrorCount {
 	return out
 }
 
-// ErrorCount is how many episodes ended with one identical error.
-type ErrorCount struct {
-	Episodes   int    `json:"episodes"`
-	ExitReason string `json:"exit_reason"`
-	Detail     string `json:"detail"`
-}
+// Report is the summary as data, as the manifest records it (see
+// manifest.Collect).
+type Report = manifest.Collect
 
-// String is the one-line form: "24 episodes: env_error: pool: ...".
-func (e ErrorCount) String() string {
-	n := "episodes"
-	if e.Episodes == 1 {
-		n = "episode"
+// ErrorCount is how many episodes ended with one identical error.
+type ErrorCount = manifest.ErrorCount
+
+// Report returns the summary as data.
+func (s *Summary) Report() Report {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := Report{RunID: s.RunID, Status: s.Status, NothingToDo: s.NothingToDo, Planned: s.Planned, Skipped: s.Skipped, Episodes: s.Episodes,
+		Ran: s.Ran, NotRun: s.NotRun, Steps: s.Steps, RanSteps: s.RanSteps,
+		ByExit: map[string]int{}, ResetMS: map[string]manifest.Latency{}, GoldenBuildMS: map[string]float64{},
+		Errors: s.errs.report(), OtherErrors: s.errs.other, Unavailable: s.unavailable.report(),
+		Rewarded: s.Rewards, RewardsMissing: s.RewardsMissing, WallSec: s.Wall.Seconds(),
+		Screenshots: s.Screenshots, BlobsStored: s.BlobsStored, TokenDrift: s.Drift, Replacements: s.Pool.Replacements}
+	for k, v := range s.ByExit {
+		r.ByExit[k] = v
+		if runtime.ParseExitReason(k).ScaffoldLoss() {
+			r.Losses += v
+		}
 	}
-	return fmt.Sprintf("%d %s: %s: %s", e.Episodes, n, e.ExitReason, oneLine(e.Detail, 300))
+	if s.Rewards > 0 {
+		m := s.rewardSum / float64(s.Rewards)
+		r.RewardMean = &m
+	}
+	for k, res := range s.reset {
+		r.ResetMS[k] = res.Latency()
+	}
+	for k, v := range s.golden {
+		r.GoldenBuildMS[k] = v
+	}
+	if s.Wall > 0 {
+		r.StepsPerSec = float64(s.RanSteps) / s.Wall.Seconds()
+		r.EpisodesPerSec = float64(s.Ran) / s.Wall.Seconds()
+	}
+	if s.RanSteps > 0 {
+		r.BytesPerStep = float64(s.DiskBytes) / float64(s.RanSteps)
+		r.RowBytesPerStep = float64(s.Bytes) / float64(s.RanSteps)
+	}
+	if s.BlobsStored > 0 {
+		r.DedupRatio = float64(s.Screenshots) / float64(s.BlobsStored)
+	}
+	return r
 }
 
 // oneLine folds a detail (which may hold a command's output tail) onto one
@@ -273,212 +312,4 @@ func oneLine(s string, max int) string {
 		s = s[:cut] + "…"
 	}
 	return s
-}
-
-// Report is the summary as data (also written into the manifest). Fields
-// marked "this invocation" measure only what the last invocation did; the
-// others cover the whole dataset.
-type Report struct {
-	RunID       string         `json:"run_id,omitempty"`
-	Status      string         `json:"status,omitempty"`
-	NothingToDo bool           `json:"nothing_to_do,omitempty"`
-	Planned     int            `json:"planned"`
-	Episodes    int            `json:"episodes"`             // kept in the dataset
-	Skipped     int            `json:"skipped_already_kept"` // kept before this invocation
-	Ran         int            `json:"ran"`                  // this invocation: episodes committed
-	NotRun      int            `json:"not_run_unavailable"`  // this invocation: ended by an unavailable service, not kept
-	Steps       int64          `json:"steps"`
-	RanSteps    int64          `json:"ran_steps"` // this invocation
-	ByExit      map[string]int `json:"by_exit_reason"`
-	Losses      int            `json:"scaffold_losses"`
-	// Errors are the scaffold losses grouped by identical detail, most
-	// frequent first; OtherErrors counts losses whose detail did not fit.
-	Errors         []ErrorCount       `json:"errors"`
-	OtherErrors    int                `json:"errors_other,omitempty"`
-	Unavailable    []ErrorCount       `json:"unavailable,omitempty"` // this invocation: why NotRun episodes were not kept
-	RewardMean     *float64           `json:"reward_mean"`
-	Rewarded       int                `json:"rewarded"`
-	RewardsMissing int                `json:"rewards_missing"`
-	ResetMS        map[string]Latency `json:"reset_ms"`
-	GoldenBuildMS  map[string]float64 `json:"golden_build_ms"`
-	StepsPerSec    float64            `json:"steps_per_s"`    // this invocation
-	EpisodesPerSec float64            `json:"episodes_per_s"` // this invocation
-	WallSec        float64            `json:"wall_s"`         // this invocation
-	Screenshots    int64              `json:"screenshots"`    // this invocation
-	BlobsStored    int64              `json:"blobs_stored"`   // this invocation
-	DedupRatio     float64            `json:"dedup_ratio"`    // screenshots per blob stored (pixels hash); 0 when none was
-	BytesPerStep   float64            `json:"bytes_per_step"` // this invocation: every row committed, as the shard writer estimates it, per step
-	TokenDrift     int                `json:"episodes_with_token_drift"`
-	Replacements   int                `json:"replicas_replaced"` // this invocation
-}
-
-// Latency is a distribution summary in milliseconds.
-type Latency struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P95 float64 `json:"p95"`
-}
-
-// Report returns the summary as data.
-func (s *Summary) Report() Report {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := Report{RunID: s.RunID, Status: s.Status, NothingToDo: s.NothingToDo, Planned: s.Planned, Skipped: s.Skipped, Episodes: s.Episodes,
-		Ran: s.Ran, NotRun: s.NotRun, Steps: s.Steps, RanSteps: s.RanSteps,
-		ByExit: map[string]int{}, ResetMS: map[string]Latency{}, GoldenBuildMS: map[string]float64{},
-		Errors: s.errs.report(), OtherErrors: s.errs.other, Unavailable: s.unavailable.report(),
-		Rewarded: s.Rewards, RewardsMissing: s.RewardsMissing, WallSec: s.Wall.Seconds(),
-		Screenshots: s.Screenshots, BlobsStored: s.BlobsStored, TokenDrift: s.Drift, Replacements: s.Pool.Replacements}
-	for k, v := range s.ByExit {
-		r.ByExit[k] = v
-		if runtime.ParseExitReason(k).ScaffoldLoss() {
-			r.Losses += v
-		}
-	}
-	if s.Rewards > 0 {
-		m := s.rewardSum / float64(s.Rewards)
-		r.RewardMean = &m
-	}
-	for k, res := range s.reset {
-		r.ResetMS[k] = Latency{N: res.n, P50: res.quantile(0.5), P95: res.quantile(0.95)}
-	}
-	for k, v := range s.golden {
-		r.GoldenBuildMS[k] = v
-	}
-	if s.Wall > 0 {
-		r.StepsPerSec = float64(s.RanSteps) / s.Wall.Seconds()
-		r.EpisodesPerSec = float64(s.Ran) / s.Wall.Seconds()
-	}
-	if s.RanSteps > 0 {
-		r.BytesPerStep = float64(s.Bytes) / float64(s.RanSteps)
-	}
-	if s.BlobsStored > 0 {
-		r.DedupRatio = float64(s.Screenshots) / float64(s.BlobsStored)
-	}
-	return r
-}
-
-// Print writes the human summary.
-func (r Report) Print(w io.Writer, out string) {
-	if r.NothingToDo {
-		fmt.Fprintf(w, "\nforkline collect: nothing to do — the run is complete: %d of %d planned episodes kept; nothing was changed\n", r.Episodes, r.Planned)
-		if out != "" {
-			fmt.Fprintf(w, "  dataset: %s\n", out)
-		}
-		return
-	}
-	fmt.Fprintf(w, "\nforkline collect: %s — %d of %d planned episodes kept, %d steps\n", r.Status, r.Episodes, r.Planned, r.Steps)
-	fmt.Fprintf(w, "  this invocation: %d episodes, %d steps in %.1fs (%.1f steps/s, %.2f episodes/s)", r.Ran, r.RanSteps, r.WallSec, r.StepsPerSec, r.EpisodesPerSec)
-	if r.Skipped > 0 {
-		fmt.Fprintf(w, "; %d kept before", r.Skipped)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  exit reasons:")
-	for _, e := range runtime.ExitReasons() {
-		if n := r.ByExit[string(e)]; n > 0 {
-			tag := ""
-			if e.ScaffoldLoss() {
-				tag = "*"
-			}
-			fmt.Fprintf(w, " %s%s=%d", e, tag, n)
-		}
-	}
-	fmt.Fprintf(w, "   (* scaffold loss: %d)\n", r.Losses)
-	if len(r.Errors) > 0 {
-		fmt.Fprintf(w, "  scaffold losses by error:\n")
-		for _, e := range r.Errors {
-			fmt.Fprintf(w, "    %s\n", e)
-		}
-		if r.OtherErrors > 0 {
-			fmt.Fprintf(w, "    %d more episodes with other errors\n", r.OtherErrors)
-		}
-	}
-	if r.NotRun > 0 {
-		fmt.Fprintf(w, "  not kept, a service was unavailable (-resume runs them):\n")
-		for _, e := range r.Unavailable {
-			fmt.Fprintf(w, "    %s\n", e)
-		}
-	}
-	if r.RewardMean != nil {
-		fmt.Fprintf(w, "  reward: mean %.3f over %d episodes", *r.RewardMean, r.Rewarded)
-	} else {
-		fmt.Fprintf(w, "  reward: none")
-	}
-	if r.RewardsMissing > 0 {
-		fmt.Fprintf(w, " (%d verifications gave no value)", r.RewardsMissing)
-	}
-	fmt.Fprintln(w)
-	keys := make([]string, 0, len(r.ResetMS))
-	for k := range r.ResetMS {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		l := r.ResetMS[k]
-		fmt.Fprintf(w, "  reset %-16s p50 %9.3f ms   p95 %9.3f ms   (n=%d)\n", k, l.P50, l.P95, l.N)
-	}
-	if len(r.GoldenBuildMS) > 0 {
-		var parts []string
-		for k, v := range r.GoldenBuildMS {
-			parts = append(parts, fmt.Sprintf("%s %.0fms", k, v))
-		}
-		sort.Strings(parts)
-		fmt.Fprintf(w, "  golden builds: %s\n", strings.Join(parts, ", "))
-	}
-	only := ""
-	if r.Skipped > 0 {
-		only = " (this invocation)"
-	}
-	switch {
-	case r.Screenshots > 0 && r.BlobsStored > 0:
-		fmt.Fprintf(w, "  screenshots: %d, blobs stored: %d (dedup ratio %.1fx)%s\n", r.Screenshots, r.BlobsStored, r.DedupRatio, only)
-	case r.Screenshots > 0:
-		fmt.Fprintf(w, "  screenshots: %d, no blobs stored by this run%s\n", r.Screenshots, only)
-	}
-	if r.RanSteps > 0 {
-		fmt.Fprintf(w, "  bytes kept per step: %.0f%s\n", r.BytesPerStep, only)
-	}
-	if r.TokenDrift > 0 {
-		fmt.Fprintf(w, "  token drift: %d episodes flagged\n", r.TokenDrift)
-	}
-	if r.Replacements > 0 {
-		fmt.Fprintf(w, "  replicas replaced: %d%s\n", r.Replacements, only)
-	}
-	if out != "" {
-		fmt.Fprintf(w, "  dataset: %s\n", out)
-	}
-}
-
-// reservoir keeps a uniform sample of at most cap values (Vitter's algorithm
-// R), so quantiles cost bounded memory on any run length.
-type reservoir struct {
-	cap  int
-	n    int
-	vals []float64
-	rng  *rand.Rand
-}
-
-func newReservoir(cap int) *reservoir {
-	return &reservoir{cap: cap, rng: rand.New(rand.NewPCG(1, 2))}
-}
-
-func (r *reservoir) add(v float64) {
-	r.n++
-	if len(r.vals) < r.cap {
-		r.vals = append(r.vals, v)
-		return
-	}
-	if j := r.rng.IntN(r.n); j < r.cap {
-		r.vals[j] = v
-	}
-}
-
-func (r *reservoir) quantile(q float64) float64 {
-	if len(r.vals) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), r.vals...)
-	sort.Float64s(s)
-	i := int(q*float64(len(s)-1) + 0.5)
-	return s[i]
 }

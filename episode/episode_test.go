@@ -17,10 +17,14 @@ import (
 )
 
 // fakeSandbox answers "echo X" with X, fails "boom" as a broken session,
-// fails "gone" as an unavailable backend, and exits 1 for anything else.
+// fails "gone" as an unavailable backend, calls stopNow on "stopped" and
+// waits for ctx to end, and exits 1 for anything else.
 type fakeSandbox struct{}
 
-func (fakeSandbox) Act(_ context.Context, a runtime.Action) (runtime.Observation, error) {
+// stopNow is what "stopped" calls: the test's cancel.
+var stopNow = func() {}
+
+func (fakeSandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
 	switch a.Cmd {
 	case "echo ok":
 		return runtime.Observation{Output: []byte("ok\n")}, nil
@@ -28,6 +32,13 @@ func (fakeSandbox) Act(_ context.Context, a runtime.Action) (runtime.Observation
 		return runtime.Observation{}, errors.New("sandbox died")
 	case "gone":
 		return runtime.Observation{}, fmt.Errorf("engine: %w", runtime.ErrUnavailable)
+	case "stopped":
+		// The verifier is running when the stop comes: the caller
+		// cancels ctx here, and the exec returns its error as a
+		// provider does.
+		stopNow()
+		<-ctx.Done()
+		return runtime.Observation{}, fmt.Errorf("local: exec in sb: %w", ctx.Err())
 	}
 	return runtime.Observation{Output: []byte("no"), ExitCode: 1, Error: true, ErrorKind: runtime.ErrExitStatus}, nil
 }
@@ -90,7 +101,9 @@ func TestRolloutVerifyRows(t *testing.T) {
 		{"failing verifier", script{exec("echo ok")}, "false", runtime.ExitDone, ptr(0.0), false, true, nil},
 		{"no verifier", script{exec("echo ok")}, "", runtime.ExitDone, nil, false, false, nil},
 		{"broken sandbox is not verified", script{exec("boom")}, "echo ok", runtime.ExitEnvError, nil, true, false, nil},
-		{"verifier's session breaks", script{exec("echo ok")}, "boom", runtime.ExitDone, nil, true, true, nil},
+		// A verifier whose session broke gave no reward: the episode is a
+		// scaffold loss, never kept as done with its reward missing.
+		{"verifier's session breaks", script{exec("echo ok")}, "boom", runtime.ExitEnvError, nil, true, true, nil},
 		{"unavailable backend", script{exec("gone")}, "echo ok", runtime.ExitEnvError, nil, true, false, runtime.ErrUnavailable},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -106,8 +119,8 @@ func TestRolloutVerifyRows(t *testing.T) {
 			} else {
 				require.NoError(t, err)
 			}
-			require.Equal(t, string(c.exit), ep.Row.ExitReason, ep.Row.Detail)
 			ran, _ := ep.Verify(context.Background())
+			require.Equal(t, string(c.exit), ep.Row.ExitReason, ep.Row.Detail)
 			require.Equal(t, c.verified, ran)
 			require.Equal(t, c.broken, ep.Broken)
 			require.Equal(t, map[bool]pool.Outcome{false: pool.Done, true: pool.Broken}[c.broken], ep.Outcome())
@@ -125,6 +138,43 @@ func TestRolloutVerifyRows(t *testing.T) {
 			require.Equal(t, "verify", b.Rewards[0].Name)
 			require.Equal(t, c.verify, b.Rewards[0].Source)
 			require.Equal(t, c.reward, b.Rewards[0].Value)
+		})
+	}
+}
+
+// A stop that comes while the verifier runs (its exec returns the
+// cancelled context's error), or before it could run, leaves the episode
+// cancelled, without a reward, with its steps: a resumed run runs it
+// again. Before the fix it was kept as done with reward null (detail
+// "task: verify: local: exec in sb-…: context canceled"), and -resume took
+// it as finished.
+func TestAStopDuringTheVerifierKeepsTheEpisodeCancelled(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		before bool // the stop came before Verify was called
+	}{{"while the verifier runs", false}, {"before the verifier", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stopNow = cancel
+			defer func() { stopNow = func() {} }()
+			ep := runner.Begin(Identity{EpisodeID: "e1"}, testTask("stopped"), replica())
+			require.NoError(t, ep.Rollout(ctx, script{exec("echo ok")}, runtime.History{Instruction: "do it"}, runtime.Limits{}, nil))
+			require.Equal(t, string(runtime.ExitDone), ep.Row.ExitReason)
+			if c.before {
+				cancel()
+			}
+			ran, err := ep.Verify(ctx)
+			require.NoError(t, err)
+			require.False(t, ran)
+			require.False(t, ep.Broken, "a stop is not a broken sandbox")
+			require.Equal(t, string(runtime.ExitCancelled), ep.Row.ExitReason)
+			require.Contains(t, ep.Row.Detail, "verifier")
+			require.Contains(t, ep.Row.Detail, "so that a resumed run runs it again")
+			b, keep := ep.Rows()
+			require.True(t, keep, "its steps are kept, as cancelled")
+			require.Empty(t, b.Rewards, "no reward from a verifier the stop cut short")
+			require.Len(t, b.Steps, 2)
 		})
 	}
 }

@@ -214,9 +214,8 @@ type startObserver interface {
 }
 
 // Verify runs the task's verifier in the sandbox and records its reward
-// rows, unless there is nothing to verify: the task has no verifier, the
-// sandbox broke, or ctx is done (a stopping run does not wait for
-// verifiers). It reports whether the verifier ran.
+// rows, unless there is nothing to verify: the task has no verifier or the
+// sandbox broke. It reports whether the verifier ran to a reward row.
 //
 // The verifier's hidden files go in first, only now that the episode is
 // over, so the agent could neither read nor rewrite them: the directories
@@ -225,27 +224,63 @@ type startObserver interface {
 // uploaded (providers.Uploader). A failure there is the episode's reward
 // row, without a value, saying why.
 //
+// A stop (ctx done) before the verifier or while it runs leaves the
+// episode Interrupted: kept as cancelled, without a reward, so that a
+// resumed run runs it again. A reward is never taken from a verifier the
+// stop may have cut short, and an episode is never kept as done with the
+// reward it did not get.
+//
 // The error is the verifier's session failing: the episode is then Broken
-// and its reward row says why; one wrapping runtime.ErrUnavailable is the
-// run's failure.
+// and kept as env_error (a scaffold loss, not a task outcome), its reward
+// row, without a value, saying why; one wrapping runtime.ErrUnavailable is
+// the run's failure.
 func (e *Episode) Verify(ctx context.Context) (ran bool, err error) {
 	v := e.Task.Verify
-	if v == nil || e.Broken || ctx.Err() != nil {
+	if v == nil || e.Broken {
+		return false, nil
+	}
+	if ctx.Err() != nil {
+		if e.Row.ExitReason != string(runtime.ExitCancelled) {
+			e.Interrupted(fmt.Sprintf("stopped before its verifier ran (%v): kept as cancelled, without a reward, so that a resumed run runs it again", context.Cause(ctx)))
+		}
 		return false, nil
 	}
 	began := time.Now()
 	rw := schemas.RewardRow{EpisodeID: e.Row.EpisodeID, Name: task.RewardName, Source: v.Cmd}
 	e.Reward = &rw
+	stopped := func(during error) bool {
+		if ctx.Err() == nil {
+			return false
+		}
+		why := fmt.Sprint(context.Cause(ctx))
+		if during != nil {
+			why = during.Error()
+		}
+		e.Row.VerifyMS = schemas.Millis(time.Since(began))
+		e.Interrupted("stopped while its verifier ran (" + why + "): kept as cancelled, without a reward, so that a resumed run runs it again")
+		return true
+	}
+	sessionFailed := func(err error) {
+		e.Broken = true
+		e.Row.ExitReason = string(runtime.ExitEnvError)
+		e.Row.Detail = "the verifier's session failed: " + err.Error()
+	}
 	if detail, perr := e.placeHiddenFiles(ctx, v); perr != nil || detail != "" {
+		if stopped(perr) {
+			return false, nil
+		}
 		e.Row.VerifyMS = schemas.Millis(time.Since(began))
 		rw.Detail = detail
 		if perr != nil {
 			rw.Detail = perr.Error()
-			e.Broken = true
+			sessionFailed(perr)
 		}
 		return true, perr
 	}
 	r, err := v.Run(ctx, e.Replica.Sandbox)
+	if stopped(err) {
+		return false, nil
+	}
 	e.Row.VerifyMS = schemas.Millis(time.Since(began))
 	rw.Value, rw.Detail, rw.ExitCode = r.Value, r.Detail, int32(r.ExitCode)
 	if err != nil {
@@ -253,7 +288,7 @@ func (e *Episode) Verify(ctx context.Context) (ran bool, err error) {
 		if errors.Is(err, task.ErrEnvUnset) {
 			return true, nil // the run's configuration, not the sandbox
 		}
-		e.Broken = true
+		sessionFailed(err)
 		return true, err
 	}
 	for _, m := range r.Metrics {

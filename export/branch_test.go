@@ -87,7 +87,13 @@ func readLines[T any](t *testing.T, path string) []T {
 func TestVerlAgentRowsOfABranchingRun(t *testing.T) {
 	in := branchFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
-	rep := exportOK(t, Options{Inputs: []string{in}, Target: "verl-agent", Out: out, Split: split(t, "train=0.5,test=0.5")})
+	var read, total int64
+	rep := exportOK(t, Options{Inputs: []string{in}, Target: "verl-agent", Out: out, Split: split(t, "train=0.5,test=0.5"),
+		Progress: func(r, tot int64) { read, total = r, tot }})
+	// The progress total is what is read: trajectories, not the roots
+	// that branched (it stayed at "16/20 ... ETA 0s").
+	require.Equal(t, total, read, "the last progress count is the total")
+	require.EqualValues(t, rep.Read, total)
 	require.EqualValues(t, 5, rep.Read, "the five trajectories; the branch point is not one")
 	_, rootIDs, _, _ := tokenRecord(2, true)
 	groups, splits := map[string][]string{}, map[string]string{}

@@ -8,7 +8,7 @@
 // Out (and never over an input, or over anything export did not write: see
 // output.go), and the registry of targets (Targets, Describe) that hands each
 // selected episode, as an export/model Episode with the conversation its
-// policy recorded (policy.Record), to a writer in formats/.
+// policy recorded (manifest.Policy), to a writer in formats/.
 //
 // It reads datasets only through formats/shard and their manifests; it must
 // not know how a dataset was collected (providers, pools, policies at run
@@ -367,21 +367,29 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
+	// Trainer targets get trajectories: a branch episode with its prefix
+	// (its full steps from step 0, and a token record that already opens
+	// with the prefix's turns), the episodes that branched left out as
+	// their branches carry them. The lossless jsonl view gives the rows as
+	// stored. The progress total counts what is read, so that it ends
+	// at its total.
+	trees := make([]map[string]shard.Lineage, len(inputs))
 	var total int64
-	for _, in := range inputs {
-		total += in.m.Counts[schemas.TableEpisodes]
-	}
-	progress(0, total)
-	for _, in := range inputs {
-		// Trainer targets get trajectories: a branch episode with its
-		// prefix (its full steps from step 0, and a token record that
-		// already opens with the prefix's turns), the episodes that
-		// branched left out as their branches carry them. The lossless
-		// jsonl view gives the rows as stored.
+	for i, in := range inputs {
 		tree, err := in.ds.Tree()
 		if err != nil {
 			return corruptInput(in.path, err)
 		}
+		trees[i] = tree
+		for _, l := range tree {
+			if spec.file || !l.Branched {
+				total++
+			}
+		}
+	}
+	progress(0, total)
+	for i, in := range inputs {
+		tree := trees[i]
 		roots := treeRoots(tree)
 		each := in.ds.EachTrajectory
 		if spec.file {

@@ -325,7 +325,7 @@ func TestVerlAgentRefusesARunWithoutTokens(t *testing.T) {
 	f := newFixture(t)
 	out := filepath.Join(t.TempDir(), "out")
 	exportBad(t, Options{Inputs: []string{f.runA}, Target: "verl-agent", Out: out, Where: []Where{where(t, "has_tokens=false")}},
-		"refused every one of the 1 selected episodes (1 no token record); nothing written")
+		"refused every one of the 1 selected episodes (1 no token record (only a -policy openai run against a server that returns token ids")
 	assert.NoDirExists(t, out)
 }
 
@@ -627,7 +627,7 @@ func TestValidate(t *testing.T) {
 		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `-rows "turn" for hf (known: episode, step)`},
 		{"step rows have no messages", Options{Inputs: in, Target: "hf", Out: out, Rows: "step", Reasoning: model.ReasoningAll}, "-reasoning shapes the messages of episode rows"},
 		{"unknown tool args", Options{Inputs: in, Target: "chat-jsonl", Out: out, ToolArgs: "yaml"}, `-tool-args "yaml" (known: object, string)`},
-		{"unknown call content", Options{Inputs: in, Target: "chat-jsonl", Out: out, CallContent: "none"}, `-call-content "none" (known: empty, null)`},
+		{"unknown call content", Options{Inputs: in, Target: "chat-jsonl", Out: out, CallContent: "none"}, `-call-content "none" (known: empty, null, split)`},
 		{"unknown reasoning", Options{Inputs: in, Target: "hf", Out: out, Reasoning: "some"}, `-reasoning "some" (known: shown, all, none)`},
 		{"unknown advantage", Options{Inputs: in, Target: "verl-agent", Out: out, Advantage: "ppo"}, `-advantage "ppo" (known: none, grpo, rloo)`},
 		{"negative limit", Options{Inputs: in, Target: "verl-agent", Out: out, MaxPromptTokens: -1}, "must not be negative"},
@@ -708,7 +708,11 @@ func TestPairPlan(t *testing.T) {
 		"g1": {members: []member{{"e3", 0.5}, {"e1", 1}, {"e2", 1}, {"e4", 0}, {"e5", 0}}},
 		"g2": {members: []member{{"u1", 1}, {"u2", 1}}},
 		"g3": {members: []member{{"s1", 1}}, unrated: 1},
-	}, order: []string{"g1", "g2", "g3"}}
+		// A group with no rated episode: a branched root (its reward is
+		// its branches'), or a task without verify:. It pairs nothing and
+		// must not be indexed (it panicked: index out of range [0]).
+		"g4": {unrated: 2},
+	}, order: []string{"g1", "g2", "g3", "g4"}}
 	pl := g.plan(PairsMax)
 	assert.Equal(t, []plannedPair{{"g1", "e1", "e4"}}, pl.pairs)
 	assert.Equal(t, map[string]string{"e2": RefusedNotExtreme, "e3": RefusedNotExtreme, "e5": RefusedNotExtreme,

@@ -135,6 +135,11 @@ func (g *groups) plan(p Pairs) *pairPlan {
 		})
 		reason := ""
 		switch {
+		case len(ms) == 0:
+			// No rated episode (a branched root, whose reward is its
+			// branches', or a task without verify:): no pair, and its
+			// episodes are refused as RefusedNoReward by the sink.
+			continue
 		case len(ms) == 1:
 			reason = RefusedAlone
 		case len(ms) > 1 && ms[0].reward == ms[len(ms)-1].reward:

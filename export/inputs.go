@@ -9,6 +9,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/task"
 )
@@ -20,7 +21,7 @@ type input struct {
 	m     shard.Manifest
 	tasks map[string]task.Spec
 	// conversation is how the run's policy talked to its model, as the
-	// manifest's policy record shows it (policy.Record.Shown).
+	// manifest's policy record shows it (manifest.Policy.Shown).
 	conversation policy.Conversation
 	noPixels     bool // capture pixels=none: hashes without blobs
 	read         int64
@@ -64,19 +65,28 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 // readPolicy takes what shaped the model's conversation from the policy
 // record the manifest holds: the conversation the collector recorded, or
 // for older manifests and other tools' what the options say (see
-// policy.Record.Shown). A manifest without a policy entry had none: no
-// system message, every action as a function, whole observations,
-// enable_thinking unknown.
+// manifest.Policy.Shown). A policy that recorded no conversation and named
+// no actions talked to no model (the script policy, a replay, serve's
+// clients, a manifest without a policy entry): its episodes offer the
+// tools their task allows (docs/TASKS.md), as a model of that task is
+// offered them, never every canonical action; no system message, whole
+// observations, enable_thinking unknown.
 func readPolicy(in *input) error {
+	in.conversation = policy.Conversation{TaskActions: true}
 	if len(in.m.Policy) == 0 {
 		return nil
 	}
-	rec, err := policy.DecodeRecord(in.m.Policy)
+	rec, err := manifest.DecodePolicy(in.m.Policy)
 	if err != nil {
 		return err
 	}
-	in.conversation, err = rec.Shown()
-	return err
+	if in.conversation, err = rec.Shown(); err != nil {
+		return err
+	}
+	if rec.Conversation == nil && len(in.conversation.Actions) == 0 {
+		in.conversation.TaskActions = true
+	}
+	return nil
 }
 
 // checkUniqueIDs refuses inputs that share an episode id. It holds the ids

@@ -16,12 +16,12 @@ import (
 
 // A dataset whose manifest holds the policy entry in the form collectors
 // wrote before the conversation was typed (every value a string; the
-// manifest is policy/testdata's, from commit e227819, an openai run with
+// manifest is manifest/testdata's, from commit e227819, an openai run with
 // tool_mode=text, three actions and a 4096-byte observation cap) exports
 // the conversation its model had: the recorded system prompt, calls in
 // the text, observations as user messages capped as recorded, no tools.
 func TestOldFormPolicyEntryExports(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "policy", "testdata", "manifest-e227819-openai.json"))
+	raw, err := os.ReadFile(filepath.Join("..", "manifest", "testdata", "manifest-e227819-openai.json"))
 	require.NoError(t, err)
 	var m struct {
 		Policy map[string]any `json:"policy"`
@@ -57,4 +57,31 @@ func TestOldFormPolicyEntryExports(t *testing.T) {
 		assert.NotEqual(t, "tool", msg.Role, "message %d: text tool calls get observations as user messages", i+2)
 		assert.Empty(t, msg.ToolCalls, "message %d", i+2)
 	}
+}
+
+// A run whose policy talked to no model (the script policy: no recorded
+// conversation) exports the tools each task allows (docs/TASKS.md): a shell
+// task's SFT rows offer exec, read_file, write_file and done, never the
+// browser tools. They offered all eleven before.
+func TestScriptRunExportsTheTasksTools(t *testing.T) {
+	dir := t.TempDir()
+	run := writeRun(t, dir, runSpec{runID: "run-script", policy: map[string]any{"name": "script", "script_file": "", "script_sha256": "", "options": map[string]string{}},
+		episodes: []shard.EpisodeBatch{episodeBatch("script-0", epOpts{task: "shell", exit: "done", turns: 0, reward: ptr(1.0)})}})
+	out := filepath.Join(t.TempDir(), "chat")
+	exportOK(t, Options{Inputs: []string{run}, Target: "chat-jsonl", Out: out})
+	data, err := os.ReadFile(filepath.Join(out, "train.jsonl"))
+	require.NoError(t, err)
+	var line struct {
+		Tools []struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(data), &line))
+	var names []string
+	for _, tl := range line.Tools {
+		names = append(names, tl.Function.Name)
+	}
+	assert.ElementsMatch(t, []string{"exec", "read_file", "write_file", "done"}, names)
 }

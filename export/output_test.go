@@ -1,6 +1,7 @@
 package export
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -86,9 +87,12 @@ func TestOutputNeverOverwritesInput(t *testing.T) {
 	t.Run("a bind mount of the run", func(t *testing.T) {
 		mnt := filepath.Join(t.TempDir(), "mnt")
 		require.NoError(t, os.Mkdir(mnt, 0o755))
-		if err := syscall.Mount(in, mnt, "", syscall.MS_BIND, ""); err != nil {
-			testenv.Missing(t, "overlay", "bind mount: "+err.Error())
-		}
+		testenv.Need(t, testenv.Overlay, func() error {
+			if err := syscall.Mount(in, mnt, "", syscall.MS_BIND, ""); err != nil {
+				return fmt.Errorf("bind mount: %w", err)
+			}
+			return nil
+		})
 		defer syscall.Unmount(mnt, syscall.MNT_DETACH)
 		before := treeState(t, f.dir)
 		exportBad(t, Options{Inputs: []string{in}, Target: "hf", Out: mnt, Force: true}, "lies inside -in")

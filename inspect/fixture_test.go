@@ -11,6 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
+	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -30,12 +33,15 @@ var fixtureTasks = []task.Spec{
 	{ID: "gui", Instruction: "Press the Save button.", Verify: &task.Verify{Cmd: "grep -q saved state", Reward: "exit"}},
 }
 
-// fixturePolicy is an LLM policy with a recorded conversation: a system
-// prompt and an observation cap of 12 bytes.
-var fixturePolicy = map[string]any{
-	"name":         "openai",
-	"options":      map[string]string{"base_url": "http://127.0.0.1:8000/v1", "model": "m"},
-	"conversation": map[string]string{"system_prompt": "You are careful.", "observation_cap": "12", "tool_mode": "native"},
+// fixturePolicy is an LLM policy with a recorded conversation, written
+// by the policy's own record type as collect writes it: a system prompt, an
+// observation cap of 12 bytes (a number), the actions offered (an array)
+// and enable_thinking (a bool).
+var fixturePolicy = manifest.Policy{
+	Name:    "openai",
+	Options: map[string]string{"base_url": "http://127.0.0.1:8000/v1", "model": "m"},
+	Conversation: &policy.Conversation{SystemPrompt: "You are careful.", ObservationCap: 12, ToolMode: policy.ToolsNative,
+		Actions: []runtime.ActionKind{runtime.ActExec, runtime.ActDone}, EnableThinking: ptr(false)},
 }
 
 // fixtureManifest is what collect records around the rows.

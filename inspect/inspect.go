@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -74,10 +75,12 @@ type Summary struct {
 	CreatedAt     time.Time    `json:"created_at"`
 	UpdatedAt     time.Time    `json:"updated_at"`
 
-	Plan     *Plan             `json:"plan,omitempty"`
-	Provider *Provider         `json:"provider,omitempty"`
-	Policy   *Policy           `json:"policy,omitempty"`
-	Capture  map[string]string `json:"capture,omitempty"`
+	// The manifest's entries, by the types every command writes them
+	// with (manifest).
+	Plan     *manifest.Plan     `json:"plan,omitempty"`
+	Provider *manifest.Provider `json:"provider,omitempty"`
+	Policy   *manifest.Policy   `json:"policy,omitempty"`
+	Capture  map[string]string  `json:"capture,omitempty"`
 
 	// Problems are what Verify found (each names its file), and records of
 	// the manifest that cannot be read. A dataset with problems has no
@@ -99,40 +102,6 @@ type Summary struct {
 	GoldenBuild  map[string]float64 `json:"golden_build_ms,omitempty"`
 	Tokens       Tokens             `json:"tokens"`
 	Bytes        Bytes              `json:"bytes"`
-}
-
-// Plan is the run's plan as the manifest records it.
-type Plan struct {
-	Repeats       int    `json:"repeats"`
-	Seed          int64  `json:"seed"`
-	Replicas      int    `json:"replicas"`
-	Reset         string `json:"reset"`
-	Episodes      int    `json:"episodes"` // planned in this part
-	PartIndex     int    `json:"part_index"`
-	PartCount     int    `json:"part_count"`
-	EpisodesTotal int    `json:"episodes_all_parts"`
-	// Branch is the branching plan (-branch at=K,width=N), "" for none;
-	// Episodes counts the roots.
-	Branch string `json:"branch,omitempty"`
-}
-
-// Provider is the provider the run used.
-type Provider struct {
-	Name   string            `json:"name"`
-	Params map[string]string `json:"params,omitempty"`
-	Reset  string            `json:"reset,omitempty"`
-	Image  string            `json:"image,omitempty"` // replay -out: the image that replaced every task's
-}
-
-// Policy is the policy the run used: its options as given, and the
-// settings of the conversation it had with the model (defaults applied),
-// when it recorded them.
-type Policy struct {
-	Name         string            `json:"name"`
-	Options      map[string]string `json:"options,omitempty"`
-	Conversation map[string]string `json:"conversation,omitempty"`
-	ScriptFile   string            `json:"script_file,omitempty"`
-	Source       string            `json:"source,omitempty"` // replay -out: the dataset replayed
 }
 
 // TaskSummary is one task's episodes.
@@ -185,14 +154,14 @@ type RewardName struct {
 	StepLevel    int    `json:"step_level"`
 }
 
-// Latency is the reset latency of one strategy and fork method.
+// Latency is the reset latency of one strategy and fork method: the
+// distribution every command reports (manifest.Latency, by the one
+// quantile rule), keyed.
 type Latency struct {
-	Key      string  `json:"key"`      // "fork/overlay"
-	Strategy string  `json:"strategy"` // fork | recreate
-	Origin   string  `json:"origin"`   // overlay, copy, image, create
-	N        int     `json:"n"`
-	P50      float64 `json:"p50"`
-	P95      float64 `json:"p95"`
+	Key      string `json:"key"`      // "fork/overlay"
+	Strategy string `json:"strategy"` // fork | recreate
+	Origin   string `json:"origin"`   // overlay, copy, image, create, branch ...
+	manifest.Latency
 	// Exact is false when N exceeds the sample the quantiles come from.
 	Exact bool `json:"exact"`
 }
@@ -371,43 +340,16 @@ func (s *Summary) readManifest(m shard.Manifest) map[string]task.Spec {
 	problem := func(what string, err error) {
 		s.Problems = append(s.Problems, fmt.Sprintf("%s/%s: %s: %v", s.Dir, shard.ManifestFile, what, err))
 	}
-	if len(m.Plan) > 0 {
-		var p struct {
-			Repeats  int    `json:"repeats"`
-			Seed     int64  `json:"seed"`
-			Replicas int    `json:"replicas"`
-			Reset    string `json:"reset"`
-			Episodes int    `json:"episodes"`
-			Part     struct {
-				Index int `json:"index"`
-				Count int `json:"count"`
-			} `json:"part"`
-			Total  int    `json:"episodes_all_parts"`
-			Branch string `json:"branch"`
-		}
-		if err := json.Unmarshal(m.Plan, &p); err != nil {
-			problem("plan", err)
+	entries, problems := manifest.Read(m)
+	for _, p := range problems {
+		var e *manifest.EntryError
+		if errors.As(p, &e) {
+			problem(e.Entry, e.Err)
 		} else {
-			s.Plan = &Plan{Repeats: p.Repeats, Seed: p.Seed, Replicas: p.Replicas, Reset: p.Reset, Episodes: p.Episodes,
-				PartIndex: p.Part.Index, PartCount: max(p.Part.Count, 1), EpisodesTotal: p.Total, Branch: p.Branch}
+			problem("entry", p)
 		}
 	}
-	if len(m.Provider) > 0 {
-		var p Provider
-		if err := json.Unmarshal(m.Provider, &p); err != nil {
-			problem("provider", err)
-		} else {
-			s.Provider = &p
-		}
-	}
-	if len(m.Policy) > 0 {
-		var p Policy
-		if err := json.Unmarshal(m.Policy, &p); err != nil {
-			problem("policy", err)
-		} else {
-			s.Policy = &p
-		}
-	}
+	s.Plan, s.Provider, s.Policy = entries.Plan, entries.Provider, entries.Policy
 	if len(m.Capture) > 0 {
 		// Values are shown as recorded: strings as they are, anything
 		// else as its JSON.
@@ -466,7 +408,7 @@ func (s *Summary) readRows(ctx context.Context, ds *shard.Dataset, specs map[str
 	for id, sp := range specs {
 		tasks[id] = &TaskSummary{ID: id, Hash: sp.Hash(), Instruction: sp.Instruction, ByExit: map[string]int{}, FirstByExit: map[string]string{}}
 	}
-	reset := map[string]*reservoir{}
+	reset := map[string]*manifest.Sample{}
 	golden := map[string]float64{}
 	tally := newRewardTally()
 	others := map[string]*RewardName{}
@@ -512,8 +454,7 @@ func (s *Summary) readRows(ctx context.Context, ds *shard.Dataset, specs map[str
 	for _, k := range sortedKeys(reset) {
 		r := reset[k]
 		strategy, origin, _ := strings.Cut(k, "/")
-		s.Reset = append(s.Reset, Latency{Key: k, Strategy: strategy, Origin: origin, N: r.n,
-			P50: r.quantile(0.5), P95: r.quantile(0.95), Exact: r.n <= reservoirSize})
+		s.Reset = append(s.Reset, Latency{Key: k, Strategy: strategy, Origin: origin, Latency: r.Latency(), Exact: r.Exact()})
 	}
 	if len(golden) > 0 {
 		s.GoldenBuild = golden
@@ -533,7 +474,7 @@ func (s *Summary) readRows(ctx context.Context, ds *shard.Dataset, specs map[str
 }
 
 // addEpisode counts one episode row.
-func (s *Summary) addEpisode(ep schemas.EpisodeRow, t *TaskSummary, reset map[string]*reservoir, golden map[string]float64) {
+func (s *Summary) addEpisode(ep schemas.EpisodeRow, t *TaskSummary, reset map[string]*manifest.Sample, golden map[string]float64) {
 	s.Episodes++
 	s.Steps += int64(ep.Steps)
 	s.ByExit[ep.ExitReason]++
@@ -552,9 +493,9 @@ func (s *Summary) addEpisode(ep schemas.EpisodeRow, t *TaskSummary, reset map[st
 			key += "/" + ep.ResetOrigin
 		}
 		if reset[key] == nil {
-			reset[key] = newReservoir()
+			reset[key] = &manifest.Sample{}
 		}
-		reset[key].add(ep.ResetMS)
+		reset[key].Add(ep.ResetMS)
 	}
 	if ep.GoldenID != "" && ep.GoldenBuildMS > 0 {
 		golden[ep.TaskID] = ep.GoldenBuildMS

@@ -15,6 +15,7 @@ import (
 	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 )
@@ -29,11 +30,11 @@ func TestSummarize(t *testing.T) {
 	assert.Equal(t, shard.StatusComplete, s.Status)
 	assert.Equal(t, "run-fixture", s.RunID)
 	assert.Empty(t, s.Problems)
-	assert.Equal(t, &Plan{Repeats: 3, Seed: 7, Replicas: 4, Reset: "auto", Episodes: 6, PartIndex: 0, PartCount: 1, EpisodesTotal: 6}, s.Plan)
-	assert.Equal(t, &Provider{Name: "local", Params: map[string]string{"fork": "copy"}, Reset: "fork"}, s.Provider)
+	assert.Equal(t, &manifest.Plan{Repeats: 3, Seed: 7, Replicas: 4, Reset: "auto", Episodes: 6, Part: manifest.Part{Index: 0, Count: 1}, Total: 6}, s.Plan)
+	assert.Equal(t, &manifest.Provider{Name: "local", Params: map[string]string{"fork": "copy"}, Reset: "fork"}, s.Provider)
 	assert.Equal(t, "openai", s.Policy.Name)
 	assert.Equal(t, "m", s.Policy.Options["model"])
-	assert.Equal(t, "12", s.Policy.Conversation["observation_cap"])
+	assert.Equal(t, fixturePolicy.Conversation, s.Policy.Conversation, "the conversation reads back whatever its settings' JSON types")
 	assert.Equal(t, map[string]string{"text": "full", "pixels": "hash", "a11y": "full", "tokens": "keep"}, s.Capture)
 
 	assert.EqualValues(t, 6, s.Episodes)
@@ -68,8 +69,8 @@ func TestSummarize(t *testing.T) {
 	assert.Equal(t, []RewardName{{Name: "shaped", EpisodeLevel: 0, StepLevel: 1}}, s.OtherRewards)
 
 	assert.Equal(t, []Latency{
-		{Key: "fork/overlay", Strategy: "fork", Origin: "overlay", N: 3, P50: 2, P95: 3, Exact: true},
-		{Key: "recreate/create", Strategy: "recreate", Origin: "create", N: 2, P50: 120, P95: 120, Exact: true},
+		{Key: "fork/overlay", Strategy: "fork", Origin: "overlay", Latency: manifest.Latency{N: 3, P50: 2, P95: 3}, Exact: true},
+		{Key: "recreate/create", Strategy: "recreate", Origin: "create", Latency: manifest.Latency{N: 2, P50: 100, P95: 120}, Exact: true},
 	}, s.Reset, "the episode that got no replica (reset 0) is not a latency")
 	assert.Equal(t, map[string]float64{"shell": 40, "gui": 40}, s.GoldenBuild)
 	assert.Equal(t, Tokens{WithRecord: 2, Drift: 1, Turns: 3}, s.Tokens)
@@ -107,7 +108,7 @@ func TestSummarize(t *testing.T) {
 		"steps     3 shards",
 		"provider  local (fork=copy)",
 		"policy    openai (base_url=http://127.0.0.1:8000/v1, model=m)",
-		"conversation: observation_cap=12, system_prompt=You are careful., tool_mode=native",
+		"conversation: actions=exec,done, enable_thinking=false, observation_cap=12, observe=text,\n                          system_prompt=You are careful., tool_mode=native",
 		"capture   a11y full, pixels hash, text full, tokens keep",
 		"verify    ok",
 		"episodes: 6, 8 steps; scaffold losses: 1",

@@ -2,46 +2,7 @@ package inspect
 
 import (
 	"math"
-	"math/rand/v2"
-	"sort"
 )
-
-// reservoirSize bounds the latency samples kept per strategy and fork
-// method. Up to this many episodes the quantiles are exact; beyond it they
-// come from a uniform sample of this size (Vitter's algorithm R), the same
-// size and rule as the summary collect writes, so both agree on runs of up
-// to this many episodes per key.
-const reservoirSize = 4096
-
-// reservoir keeps a uniform sample of at most reservoirSize values.
-type reservoir struct {
-	n    int
-	vals []float64
-	rng  *rand.Rand
-}
-
-func newReservoir() *reservoir { return &reservoir{rng: rand.New(rand.NewPCG(1, 2))} }
-
-func (r *reservoir) add(v float64) {
-	r.n++
-	if len(r.vals) < reservoirSize {
-		r.vals = append(r.vals, v)
-		return
-	}
-	if j := r.rng.IntN(r.n); j < reservoirSize {
-		r.vals[j] = v
-	}
-}
-
-// quantile is the nearest-rank quantile q (0..1) of the sample.
-func (r *reservoir) quantile(q float64) float64 {
-	if len(r.vals) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), r.vals...)
-	sort.Float64s(s)
-	return s[int(q*float64(len(s)-1)+0.5)]
-}
 
 // maxDistinctRewards is how many distinct reward values are counted one by
 // one (verifiers mostly give a few: 0, 0.5, 1). Past it the distribution is

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkline/forkline/manifest"
+	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -18,8 +21,8 @@ func (s *Summary) WriteText(w io.Writer) {
 		strings.TrimSpace(s.Tool+" "+s.ToolVersion), s.SchemaVersion, s.CreatedAt.UTC().Format(time.RFC3339), s.UpdatedAt.UTC().Format(time.RFC3339))
 	if p := s.Plan; p != nil {
 		part := ""
-		if p.PartCount > 1 {
-			part = fmt.Sprintf(", part %d/%d of %d episodes in all", p.PartIndex, p.PartCount, p.EpisodesTotal)
+		if p.Part.Count > 1 {
+			part = fmt.Sprintf(", part %s of %d episodes in all", p.Part, p.Total)
 		}
 		branch := ""
 		if p.Branch != "" {
@@ -44,16 +47,8 @@ func (s *Summary) WriteText(w io.Writer) {
 			extra += ", replayed from " + p.Source
 		}
 		fmt.Fprintf(w, "  policy    %s%s%s\n", p.Name, settings(p.Options), extra)
-		if len(p.Conversation) > 0 {
-			var parts []string
-			for _, k := range sortedKeys(p.Conversation) {
-				v := p.Conversation[k]
-				if len(v) > 60 || strings.Contains(v, "\n") {
-					v = fmt.Sprintf("(%d bytes)", len(v))
-				}
-				parts = append(parts, k+"="+v)
-			}
-			writeWrappedList(w, "            conversation: ", parts)
+		if p.Conversation != nil {
+			writeWrappedList(w, "            conversation: ", conversationSettings(*p.Conversation))
 		}
 	}
 	if len(s.Capture) > 0 {
@@ -136,7 +131,7 @@ func (s *Summary) WriteText(w io.Writer) {
 		for _, l := range s.Reset {
 			sample := ""
 			if !l.Exact {
-				sample = fmt.Sprintf(" (from a sample of %d)", reservoirSize)
+				sample = fmt.Sprintf(" (from a sample of %d)", manifest.SampleSize)
 			}
 			fmt.Fprintf(w, "  %-20s p50 %10.3f   p95 %10.3f   n=%d%s\n", l.Key, l.P50, l.P95, l.N, sample)
 		}
@@ -443,4 +438,40 @@ func thousands(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// conversationSettings are a recorded conversation's settings as key=value,
+// sorted by key, whatever their JSON type: strings as they are (a long or
+// multi-line one as its length), lists of strings comma-joined, anything
+// else as its JSON.
+func conversationSettings(c policy.Conversation) []string {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return []string{"(unreadable: " + err.Error() + ")"}
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return []string{"(unreadable: " + err.Error() + ")"}
+	}
+	// What the model was shown of GUI observations, also where a manifest
+	// that predates the field left it out (text).
+	fields["observe"], _ = json.Marshal(c.Shows())
+	var parts []string
+	for _, k := range sortedKeys(fields) {
+		raw := fields[k]
+		var v string
+		var list []string
+		switch {
+		case json.Unmarshal(raw, &v) == nil:
+			if len(v) > 60 || strings.Contains(v, "\n") {
+				v = fmt.Sprintf("(%d bytes)", len(v))
+			}
+		case json.Unmarshal(raw, &list) == nil:
+			v = strings.Join(list, ",")
+		default:
+			v = string(raw)
+		}
+		parts = append(parts, k+"="+v)
+	}
+	return parts
 }

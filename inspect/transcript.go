@@ -12,6 +12,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/export/model"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -272,14 +273,14 @@ type conversation struct {
 }
 
 // readConversation reads the system prompt and the observation cap from
-// the run's recorded policy (policy.Record.Shown: the typed conversation,
+// the run's recorded policy (manifest.Policy.Shown: the typed conversation,
 // or for a run recorded before it was typed, its options), as export does.
 func readConversation(m shard.Manifest) (conversation, error) {
 	var c conversation
 	if len(m.Policy) == 0 {
 		return c, nil
 	}
-	rec, err := policy.DecodeRecord(m.Policy)
+	rec, err := manifest.DecodePolicy(m.Policy)
 	if err != nil {
 		return c, fmt.Errorf("policy: %w", err)
 	}

@@ -72,6 +72,13 @@ type RunStarted struct {
 	Live func() Live
 }
 
+// Planned is a change of the run's plan while it runs: a root that branched
+// adds its branches (Added > 0); a stored episode whose prefix did not
+// reproduce leaves it (Added < 0). Observers that show a total add it.
+type Planned struct {
+	Added int
+}
+
 // Live is a snapshot of a running run.
 type Live struct {
 	Replicas int // the pool's size
@@ -161,6 +168,7 @@ type RunEnded struct {
 }
 
 func (RunStarted) event()   {}
+func (Planned) event()      {}
 func (Golden) event()       {}
 func (Reset) event()        {}
 func (Step) event()         {}

@@ -196,7 +196,7 @@ func (c *Conversation) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return fmt.Errorf("policy: manifest policy conversation: %w", err)
 	}
-	got, err := decodeConversation(fields)
+	got, err := DecodeConversation(fields)
 	if err != nil {
 		return err
 	}
@@ -204,8 +204,10 @@ func (c *Conversation) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// decodeConversation reads the fields of either form (see UnmarshalJSON).
-func decodeConversation(fields map[string]json.RawMessage) (Conversation, error) {
+// DecodeConversation reads the fields of either form (see UnmarshalJSON):
+// a manifest's recorded conversation, or (manifest.Policy.Shown) the
+// options that stand in for what it leaves out.
+func DecodeConversation(fields map[string]json.RawMessage) (Conversation, error) {
 	var c Conversation
 	var errs []error
 	bad := func(key string, raw json.RawMessage, want string) {
@@ -283,7 +285,9 @@ func decodeConversation(fields map[string]json.RawMessage) (Conversation, error)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("policy: manifest policy chat_template_kwargs: %w", err))
 		}
-		c.ChatTemplateKwargs = kw
+		if len(kw) > 0 { // {} sends nothing: none, as the typed form writes it
+			c.ChatTemplateKwargs = kw
+		}
 	}
 	if raw, ok := fields["send_reasoning"]; ok && !isNull(raw) {
 		v, err := decodeBool(raw)

@@ -2,7 +2,6 @@ package policy_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log"
 
@@ -11,8 +10,8 @@ import (
 	"github.com/forkline/forkline/runtime"
 )
 
-// A policy opened by name, one runtime.Policy made per episode, and the
-// record a manifest keeps of it.
+// A policy opened by name, and one runtime.Policy made per episode (the
+// record a manifest keeps of it is manifest.NewPolicy's).
 func Example() {
 	opts := policy.Options{} // the script policy takes no Params
 	src, err := policy.Open("script", opts)
@@ -31,13 +30,6 @@ func Example() {
 	}
 	fmt.Println(d.Action.Cmd)
 
-	rec, err := policy.NewRecord("script", opts, src)
-	if err != nil {
-		log.Fatal(err)
-	}
-	b, _ := json.Marshal(rec)
-	fmt.Println(string(b))
 	// Output:
 	// echo hi
-	// {"name":"script","script_file":"","script_sha256":"","options":{}}
 }

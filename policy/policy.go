@@ -2,7 +2,7 @@
 // hands back: the Options it is opened with, the Episode it decides (its
 // id, repeat and seed, the task's instruction, scripted solution and
 // allowed actions), and the Conversation it had with a model, which a
-// dataset's manifest records in a Record and exporters read to rebuild the
+// dataset's manifest records in its policy entry (manifest.Policy) and exporters read to rebuild the
 // messages the model was shown.
 //
 // Policies register themselves by name in init, as database/sql drivers do
@@ -35,11 +35,14 @@ type Options struct {
 	// ScriptFile is a file of canonical actions to replay instead of each
 	// episode's Solution (collect's -script), for policies that replay
 	// actions; "" replays the solution. Policies that ask a model ignore it.
-	// The manifest records its path and its content's sha256 (NewRecord).
+	// The manifest records its path and its content's sha256 (manifest.NewPolicy).
 	ScriptFile string
 	// Log, when set, receives warnings (a retried request), one line each,
 	// without a trailing newline. It never sees a secret.
 	Log func(format string, args ...any)
+	// Info, when set, receives notes that warn of nothing (which token
+	// path the policy chose), one line each; without it they go to Log.
+	Info func(format string, args ...any)
 }
 
 // Episode is what a policy is told of the episode it decides: enough to
@@ -75,7 +78,7 @@ type Source interface {
 
 // Conversational is implemented by Sources whose policies talk to a model.
 // Conversation says how, with defaults applied, for the manifest (see
-// Record). A Source without it (the script policy) had no conversation.
+// manifest.Policy). A Source without it (the script policy) had no conversation.
 type Conversational interface {
 	Conversation() (Conversation, error)
 }

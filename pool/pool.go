@@ -328,6 +328,15 @@ func (p *Pool) Stats() Stats {
 // started are then skipped). Panics in fn propagate. Goldens stay built until
 // Close, so Run may be called again.
 func (p *Pool) Run(ctx context.Context, jobs <-chan Job, fn EpisodeFunc) {
+	p.RunScheduled(ctx, ctx, jobs, fn)
+}
+
+// RunScheduled is Run with scheduling apart from running: once sched is
+// done, no job starts — one already taken from jobs but still waiting for
+// a replica is skipped, so it builds no golden and resets no replica —
+// while the jobs already started go on under ctx (a collector's grace after
+// its first signal).
+func (p *Pool) RunScheduled(ctx, sched context.Context, jobs <-chan Job, fn EpisodeFunc) {
 	slots := make(chan int, p.cfg.Replicas)
 	for i := range p.cfg.Replicas {
 		slots <- i
@@ -350,6 +359,10 @@ func (p *Pool) Run(ctx context.Context, jobs <-chan Job, fn EpisodeFunc) {
 		}
 		wp.Go(func() {
 			slot := <-slots
+			if sched.Err() != nil {
+				slots <- slot
+				return // never started: the caller finds it missing
+			}
 			p.addBusy(1)
 			defer func() {
 				p.addBusy(-1)

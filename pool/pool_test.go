@@ -488,3 +488,50 @@ func TestStoredGoldenIsNotBuilt(t *testing.T) {
 	require.EqualValues(t, 2, f.asked.Load())
 	require.NoError(t, p.Close(context.Background()))
 }
+
+// A job the pool took before scheduling stopped, but had not started, is
+// never started once it has: it builds no golden and runs no episode (the
+// caller finds it missing, and a resume runs it). Before, after Ctrl-C
+// collect still built the next task's golden when a slot freed.
+func TestAJobNotStartedWhenSchedulingStopsNeverStarts(t *testing.T) {
+	f := newFake(true)
+	p, err := New(Config{Provider: f, Replicas: 1})
+	require.NoError(t, err)
+	first := &Template{Key: "first", Setup: []string{"touch a"}}
+	second := &Template{Key: "second", Setup: []string{"touch b"}}
+	sched, stop := context.WithCancel(context.Background())
+	running := make(chan struct{})
+	release := make(chan struct{})
+	var ran []string
+	var mu sync.Mutex
+	jobs := make(chan Job, 2)
+	jobs <- Job{Template: first}
+	jobs <- Job{Template: second}
+	close(jobs)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.RunScheduled(context.Background(), sched, jobs, func(ctx context.Context, job Job, r Replica, err error) Outcome {
+			mu.Lock()
+			ran = append(ran, job.Template.Key)
+			mu.Unlock()
+			if job.Template == first {
+				close(running)
+				<-release
+			}
+			if r.Sandbox != nil {
+				r.Sandbox.Close(ctx)
+			}
+			return Done
+		})
+	}()
+	<-running
+	// Stop scheduling while the second job waits for the one replica,
+	// then let the first episode finish.
+	stop()
+	close(release)
+	<-done
+	require.Equal(t, []string{"first"}, ran, "the waiting job never started")
+	require.EqualValues(t, 1, f.creates.Load(), "only the first task's golden was built")
+	require.NoError(t, p.Close(context.Background()))
+}

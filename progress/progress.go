@@ -39,6 +39,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Unit is what the total counts: "episodes" by default.
 	Unit string
+	// EndLogged says the command records the run's end itself (collect's
+	// and replay's "run ended" record, then their summary): off a
+	// terminal the meter then draws no last line, so that the end is not
+	// said twice.
+	EndLogged bool
 }
 
 // Meter draws progress until Close.
@@ -131,6 +136,10 @@ func (m *Meter) Observe(e observe.Event) {
 			m.plain(fmt.Sprintf("golden %s: setup %d/%d: %s", e.Task, e.Index+1, e.Commands, oneLine(e.Command, 120)),
 				"task", e.Task, "setup_command", e.Index+1, "of", e.Commands)
 		}
+	case observe.Planned:
+		m.mu.Lock()
+		m.total += int64(e.Added)
+		m.mu.Unlock()
 	case observe.Reset:
 		m.mu.Lock()
 		if m.first.IsZero() {
@@ -268,6 +277,10 @@ func (m *Meter) etaLocked(now time.Time) (time.Duration, bool) {
 
 func (m *Meter) draw(final bool) {
 	m.mu.Lock()
+	if final && !m.opts.TTY && m.opts.EndLogged {
+		m.mu.Unlock()
+		return
+	}
 	if !m.opts.TTY {
 		line := m.lineLocked(false)
 		done, total, steps, losses := m.done, m.total, m.steps, m.losses
@@ -276,6 +289,15 @@ func (m *Meter) draw(final bool) {
 		return
 	}
 	line := m.lineLocked(true)
+	if con, ok := m.w.(*Console); ok {
+		m.mu.Unlock()
+		if final {
+			con.end(line)
+		} else {
+			con.setStatus(line)
+		}
+		return
+	}
 	pad := ""
 	if n := m.width - len(line); n > 0 {
 		pad = strings.Repeat(" ", n)
@@ -301,6 +323,10 @@ func (m *Meter) plain(line string, attrs ...any) {
 		return
 	}
 	if m.opts.TTY {
+		if con, ok := m.w.(*Console); ok {
+			fmt.Fprintf(con, "%s: %s\n", m.opts.Command, line)
+			return
+		}
 		m.mu.Lock()
 		m.width = 0
 		m.mu.Unlock()

@@ -129,3 +129,104 @@ func TestBeginAndAdvance(t *testing.T) {
 	m.Close()
 	assert.Contains(t, w.String(), "export: 40/100 episodes")
 }
+
+// screen is what a terminal shows after out: "\r" returns to the line's
+// start, characters overwrite, "\n" starts a new line.
+func screen(out string) []string {
+	lines := []string{""}
+	col := 0
+	for _, r := range out {
+		cur := []rune(lines[len(lines)-1])
+		switch r {
+		case '\r':
+			col = 0
+		case '\n':
+			lines = append(lines, "")
+			col = 0
+		default:
+			if col < len(cur) {
+				cur[col] = r
+			} else {
+				cur = append(cur, r)
+			}
+			col++
+			lines[len(lines)-1] = string(cur)
+		}
+	}
+	return lines
+}
+
+// On a terminal the progress line and log records share stderr through a
+// Console: a record goes above the line, never onto it, and the line is
+// drawn again below it. Records were printed onto the line before
+// ("…ETA 14s; golden fix-sum: checkpoint (2s)time=…").
+func TestRecordsNeverLandOnTheProgressLine(t *testing.T) {
+	var w syncBuf
+	con := NewConsole(&w)
+	m, _ := newMeter(nil, Options{Command: "collect", TTY: true, Every: time.Hour})
+	m.w = con
+	log := slog.New(slog.NewTextHandler(con, nil))
+	m.Observe(observe.RunStarted{Command: "collect", RunID: "r", Todo: 4})
+	m.Observe(observe.Golden{Task: "fix-sum", Phase: observe.GoldenCheckpoint})
+	m.draw(false)
+	log.Info("golden checkpoint built", "task", "fix-sum")
+	m.Observe(observe.Golden{Task: "fix-sum", Phase: observe.GoldenBuilt})
+	m.Observe(observe.EpisodeEnded{Kept: true})
+	m.draw(false)
+	log.Warn("a warning")
+	m.Close()
+	lines := screen(w.String())
+	var records, status int
+	for _, l := range lines {
+		l = strings.TrimRight(l, " ")
+		hasRecord, hasStatus := strings.Contains(l, "msg="), strings.Contains(l, "episodes")
+		require.False(t, hasRecord && hasStatus, "a record on the progress line: %q", l)
+		if hasRecord {
+			records++
+		}
+		if hasStatus {
+			status++
+		}
+	}
+	assert.Equal(t, 2, records, "%q", lines)
+	assert.Equal(t, 1, status, "one progress line, the last: %q", lines)
+	assert.Contains(t, lines[len(lines)-2], "1/4 episodes")
+
+	// The same sequence on the bare stream, as before: the record lands
+	// on the line.
+	var raw syncBuf
+	m, _ = newMeter(&raw, Options{Command: "collect", TTY: true, Every: time.Hour})
+	m.Observe(observe.RunStarted{Command: "collect", RunID: "r", Todo: 4})
+	m.draw(false)
+	slog.New(slog.NewTextHandler(&raw, nil)).Info("golden checkpoint built")
+	joined := false
+	for _, l := range screen(raw.String()) {
+		joined = joined || (strings.Contains(l, "msg=") && strings.Contains(l, "episodes"))
+	}
+	assert.True(t, joined, "without the Console the record joins the line")
+	m.Close()
+}
+
+// Off a terminal, a command that records the run's end itself (collect's
+// "run ended" record) gets no last progress line that says it again.
+func TestNoLastLineWhenTheEndIsLogged(t *testing.T) {
+	var w syncBuf
+	m, _ := newMeter(&w, Options{Command: "collect", Every: time.Hour, EndLogged: true})
+	m.Observe(observe.RunStarted{Command: "collect", RunID: "r", Todo: 2})
+	m.Observe(observe.EpisodeEnded{Kept: true})
+	m.Observe(observe.RunEnded{Status: "complete"})
+	assert.Empty(t, w.String())
+}
+
+// A plan that grows as roots branch grows the total: "30/6 episodes" was
+// shown for a branching run.
+func TestThePlanGrowsTheTotal(t *testing.T) {
+	m, _ := newMeter(&syncBuf{}, Options{Command: "collect", Every: time.Hour})
+	m.Observe(observe.RunStarted{Command: "collect", RunID: "r", Todo: 6})
+	m.Observe(observe.Planned{Added: 24})
+	for range 30 {
+		m.Observe(observe.EpisodeEnded{Kept: true})
+	}
+	assert.Contains(t, m.Line(), "30/30 episodes")
+	m.Close()
+}

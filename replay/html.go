@@ -40,7 +40,7 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
 h1 { font-size: 1.4em; }
 .summary span { display: inline-block; margin-right: 1.5em; padding: .2em .6em; border-radius: 4px; }
-.identical { background: #e3f5e1; } .diverged { background: #fde8c8; } .error { background: #f9d4d4; }
+.identical { background: #e3f5e1; } .diverged { background: #fde8c8; } .error { background: #f9d4d4; } .none { background: #eee; }
 section.episode { border: 1px solid #ccc; border-radius: 6px; margin: 1.5em 0; padding: 1em; }
 table.side { width: 100%; border-collapse: collapse; table-layout: fixed; }
 table.side th, table.side td { border: 1px solid #ddd; padding: .5em; vertical-align: top; }
@@ -53,8 +53,8 @@ img.shot { max-width: 100%; border: 1px solid #aaa; }
 <h1>forkline replay of <code>{{.Dataset}}</code> on <code>{{.Provider}}</code> ({{.Mode}})</h1>
 <p class="summary" id="summary">
 <span class="identical">identical: <b id="identical">{{.Identical}}</b></span>
-<span class="diverged">diverged: <b id="diverged">{{.Diverged}}</b></span>
-<span class="error">errored: <b id="errored">{{.Errored}}</b></span>
+<span class="{{if .Diverged}}diverged{{else}}none{{end}}">diverged: <b id="diverged">{{.Diverged}}</b></span>
+<span class="{{if .Errored}}error{{else}}none{{end}}">errored: <b id="errored">{{.Errored}}</b></span>
 </p>
 {{if .Masks}}<details><summary>normalization masks</summary><ul>{{range .Masks}}<li><code>{{.}}</code></li>{{end}}</ul></details>{{end}}
 {{range .Episodes}}{{if ne .Status "identical"}}

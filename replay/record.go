@@ -2,12 +2,12 @@ package replay
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -27,8 +27,8 @@ func newRecording(cfg Config, src shard.Manifest, specs []task.Spec, provider st
 		return nil, err
 	}
 	runID := "replay-" + time.Now().UTC().Format("20060102T150405Z")
-	provRec, _ := json.Marshal(map[string]any{"name": provider, "params": cfg.ProviderParams, "image": cfg.Image})
-	polRec, _ := json.Marshal(map[string]any{"name": "replay", "source": cfg.In, "source_run_id": src.RunID})
+	provRec := manifest.Provider{Name: provider, Params: cfg.ProviderParams, Image: cfg.Image}.Encode()
+	polRec := manifest.Policy{Name: "replay", Source: cfg.In, SourceRunID: src.RunID}.Encode()
 	w, err := shard.Create(cfg.Record, shard.Manifest{
 		SchemaVersion: schemas.Version, Tool: shard.ToolName, ToolVersion: src.ToolVersion, RunID: runID,
 		Provider: provRec, Policy: polRec, Capture: src.Capture, Tasks: tasks, Plan: src.Plan,
@@ -55,7 +55,8 @@ func (r *recording) close(rep *Report, finished bool) error {
 	if !finished || rep.Errored > 0 {
 		status = shard.StatusPartial
 	}
-	sum, _ := json.Marshal(map[string]any{"replay_of": rep.Dataset, "identical": rep.Identical, "diverged": rep.Diverged, "errored": rep.Errored})
-	r.w.Update(func(m *shard.Manifest) { m.Summary = sum })
+	if sum, err := (manifest.Summary{Replay: &manifest.Replay{ReplayOf: rep.Dataset, Identical: rep.Identical, Diverged: rep.Diverged, Errored: rep.Errored}}).Encode(); err == nil {
+		r.w.Update(func(m *shard.Manifest) { m.Summary = sum })
+	}
 	return r.w.Close(status)
 }

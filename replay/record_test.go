@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -78,9 +77,7 @@ func TestRecordDescribesTheReplay(t *testing.T) {
 // capture under the comparison's policy (pixels none): a recording of a
 // pixels hash run said pixels hash and kept no screenshot.
 func TestRecordKeepsScreenshotsUnderTheRecordedPolicy(t *testing.T) {
-	if _, err := exec.LookPath("/usr/bin/chromium"); err != nil {
-		testenv.Missing(t, "chromium", "/usr/bin/chromium is not installed (bash .ci/chromium-up.sh)")
-	}
+	testenv.NeedChromium(t)
 	out := filepath.Join(t.TempDir(), "run")
 	_, err := collect.Run(context.Background(), collect.Config{Tasks: "../examples/tasks/web/web-form.yaml", Out: out,
 		Replicas: 1, Repeats: 1, WorkDir: t.TempDir(), Capture: capture.DefaultPolicy()})

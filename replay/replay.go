@@ -33,16 +33,27 @@ const (
 	// Exact compares output bytes as recorded.
 	Exact Mode = "exact"
 	// Normalized strips ANSI escape sequences and trailing whitespace and
-	// applies the masks before comparing.
+	// applies the masks (by default dates and times, sandbox paths and
+	// long hex ids: DefaultMasks) before comparing.
 	Normalized Mode = "normalized"
 	// Hash compares sha256 digests only (the report shows digests, not text).
 	Hash Mode = "hash"
 )
 
 // DefaultMasks are applied in Normalized mode, in order. Each replaces what
-// legitimately differs between two runs of the same environment.
+// legitimately differs between two runs of the same environment: dates and
+// times first — the ISO forms, then the ones ls, date and their kin print
+// (month-day, weekday, clock time, a year where ls puts one instead of the
+// time) — since a replay writes every file again and runs at another
+// time, so a model's `ls -la` or `date` could never match; then sandbox
+// paths and long hex ids. Sizes, permissions, counts and names still
+// count. -mask adds more; -mask none drops these.
 var DefaultMasks = []Mask{
-	{Name: "iso-timestamp", Pattern: regexp.MustCompile(`\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?`), Replace: "<TIME>"},
+	{Name: "iso-timestamp", Pattern: regexp.MustCompile(`\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?( ?(Z|[+-]\d{2}:?\d{2}))?`), Replace: "<TIME>"},
+	{Name: "iso-date", Pattern: regexp.MustCompile(`\b\d{4}-\d{2}-\d{2}\b`), Replace: "<DATE>"},
+	{Name: "month-day", Pattern: regexp.MustCompile(`\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2}( +(\d{1,2}:\d{2}(:\d{2})?|\d{4}))?\b`), Replace: "<DATE>"},
+	{Name: "weekday", Pattern: regexp.MustCompile(`\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b`), Replace: "<DAY>"},
+	{Name: "clock-time", Pattern: regexp.MustCompile(`\b\d{1,2}:\d{2}:\d{2}(\.\d+)?\b`), Replace: "<TIME>"},
 	{Name: "forkline-workspace", Pattern: regexp.MustCompile(`(/[^\s'"]*)?/forkline-[^\s'"/]+(/[^\s'"/]+)*/ws\b|/workspace\b`), Replace: "<WORKSPACE>"},
 	{Name: "tmp-path", Pattern: regexp.MustCompile(`/tmp/[A-Za-z0-9._-]+`), Replace: "<TMP>"},
 	{Name: "hex-id", Pattern: regexp.MustCompile(`\b[0-9a-f]{12,64}\b`), Replace: "<HEX>"},

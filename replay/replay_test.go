@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/observe"
 
 	_ "github.com/forkline/forkline/providers/all"
 )
@@ -25,9 +26,20 @@ func collectRun(t *testing.T, tasks string) string {
 func TestReplayOnSameProviderIsIdentical(t *testing.T) {
 	run := collectRun(t, "../examples/tasks")
 	for _, mode := range []Mode{Exact, Normalized, Hash} {
-		rep, err := Run(context.Background(), Config{In: run, Mode: mode, WorkDir: t.TempDir()})
+		var started []observe.RunStarted
+		rep, err := Run(context.Background(), Config{In: run, Mode: mode, WorkDir: t.TempDir(),
+			Observer: observe.Func(func(e observe.Event) {
+				if s, ok := e.(observe.RunStarted); ok {
+					started = append(started, s)
+				}
+			})})
 		require.NoError(t, err)
 		require.Equal(t, 6, rep.Identical, "mode %s: %+v", mode, rep.Episodes)
+		// The progress line's total and the start record's count: the
+		// episodes to replay (it said 0, and progress showed "6/0").
+		require.Len(t, started, 1)
+		require.Equal(t, 6, started[0].Todo)
+		require.Equal(t, 6, started[0].Planned)
 		require.Zero(t, rep.Diverged+rep.Errored)
 		for _, e := range rep.Episodes {
 			require.Equal(t, e.Steps, e.Matched)
@@ -73,6 +85,28 @@ func TestNormalizeMasks(t *testing.T) {
 	b := normalize("built at 2026-11-30 01:02:03 in /workspace\nid 0123456789abcdef\n", DefaultMasks)
 	require.Equal(t, a, b)
 	require.NotEqual(t, normalize("exit 1", DefaultMasks), normalize("exit 2", DefaultMasks))
+
+	// Dates and times as commands print them: a model's `ls -la` shows
+	// file times, which a replay cannot reproduce (the files are written
+	// again); `date` and `stat` print theirs. The masks take them all,
+	// and only them.
+	for _, pair := range [][2]string{
+		{"-rw-r--r-- 1 root root 2 Dec  5 12:51 a.txt\ndrwxr-xr-x 2 root root 4096 Dec  5 12:51 .\n",
+			"-rw-r--r-- 1 root root 2 Dec  6 09:03 a.txt\ndrwxr-xr-x 2 root root 4096 Dec  6 09:03 .\n"},
+		{"-rw-r--r-- 1 root root 2 Nov 30  2025 old.txt\n", "-rw-r--r-- 1 root root 2 Jan  2  2026 old.txt\n"},
+		{"Fri Dec  5 12:51:03 UTC 2026\n", "Sat Dec  6 09:03:59 UTC 2026\n"},
+		{"Modify: 2026-12-05 12:51:03.123456789 +0000\n", "Modify: 2026-12-06 09:03:59.000000001 +0000\n"},
+		{"built on 2026-12-05\n", "built on 2026-12-06\n"},
+	} {
+		require.Equal(t, normalize(pair[0], DefaultMasks), normalize(pair[1], DefaultMasks), "%q", pair[0])
+	}
+	for _, pair := range [][2]string{
+		{"-rw-r--r-- 1 root root 2 Dec  5 12:51 a.txt\n", "-rw-r--r-- 1 root root 3 Dec  5 12:51 a.txt\n"},
+		{"-rw-r--r-- 1 root root 2 Dec  5 12:51 a.txt\n", "-rwxr-xr-x 1 root root 2 Dec  5 12:51 a.txt\n"},
+		{"total 3\n", "total 4\n"},
+	} {
+		require.NotEqual(t, normalize(pair[0], DefaultMasks), normalize(pair[1], DefaultMasks), "sizes and modes still count: %q", pair[0])
+	}
 }
 
 func TestLineDiffNamesTheDifference(t *testing.T) {

@@ -65,10 +65,7 @@ func TestRecordWritesTheReplayAsADataset(t *testing.T) {
 }
 
 func TestHTMLReportOpensInChromium(t *testing.T) {
-	chromium := "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		testenv.Missing(t, "chromium", chromium+" is not installed (bash .ci/chromium-up.sh)")
-	}
+	chromium := testenv.NeedChromium(t)
 	rep := changedSetupReport(t)
 	// Give one divergence screenshots, as a browser task's would have.
 	rep.Episodes[0].First.RecordedPNG = solidPNG(t, 64, 48, color.RGBA{200, 30, 30, 255})
@@ -146,4 +143,18 @@ func uniform(img image.Image) bool {
 		}
 	}
 	return true
+}
+
+// A count of zero is not an alarm: its badge is neutral, not red (the
+// errored: 0 badge was red).
+func TestZeroCountsHaveNeutralBadges(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, WriteHTML(&buf, &Report{Dataset: "d", Provider: "local", Mode: Exact, Identical: 3}))
+	page := buf.String()
+	require.Contains(t, page, `<span class="none">errored: <b id="errored">0</b></span>`)
+	require.Contains(t, page, `<span class="none">diverged: <b id="diverged">0</b></span>`)
+	buf.Reset()
+	require.NoError(t, WriteHTML(&buf, &Report{Dataset: "d", Provider: "local", Mode: Exact, Errored: 1, Diverged: 2}))
+	require.Contains(t, buf.String(), `<span class="error">errored: <b id="errored">1</b></span>`)
+	require.Contains(t, buf.String(), `<span class="diverged">diverged: <b id="diverged">2</b></span>`)
 }

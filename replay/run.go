@@ -3,7 +3,6 @@ package replay
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
@@ -141,11 +141,14 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	if cfg.Provider == "" {
-		var rec struct {
-			Name string `json:"name"`
+		cfg.Provider = "local"
+		if len(m.Provider) > 0 {
+			rec, err := manifest.DecodeProvider(m.Provider)
+			if err != nil {
+				return nil, fmt.Errorf("replay: %s: %w", cfg.In, err)
+			}
+			cfg.Provider = cmp.Or(rec.Name, cfg.Provider)
 		}
-		json.Unmarshal(m.Provider, &rec)
-		cfg.Provider = cmp.Or(rec.Name, "local")
 	}
 	rp := &replayer{cfg: cfg, specs: specs, blob: ds.Blob, templates: map[string]*pool.Template{}, compare: recorded, replayed: m.RunID}
 	rp.compare.Pixels = capture.PixelsNone
@@ -392,8 +395,13 @@ func (rp *replayer) observeEnded(er EpisodeReport) {
 // countSelected counts the episodes the replay will run (the progress's
 // total), from the episode rows only.
 func (rp *replayer) countSelected(src episodeSource) (int, error) {
-	ds, ok := src.(*shard.Dataset)
-	if !ok {
+	var ds *shard.Dataset
+	switch s := src.(type) {
+	case *shard.Dataset:
+		ds = s
+	case trajectories:
+		ds = s.ds // what Run replays: it counted 0 before, "6/0 episodes"
+	default:
 		return 0, nil
 	}
 	n := 0

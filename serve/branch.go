@@ -246,7 +246,7 @@ func (s *Server) beginBranch(ctx context.Context, req resetRequest, endPrevious 
 	ep := s.runner.Begin(episode.Identity{EpisodeID: id, TaskHash: t.hash, Repeat: int(p.ep.Row.Repeat), Seed: p.ep.Row.Seed,
 		GroupID: group, Branch: &episode.Lineage{ParentID: parentID, Step: cp.step, Index: index}}, t.spec, rep)
 	l := &liveEpisode{t: t, ep: ep, h: h, prefix: cp.history, first: cp.step, prefixMS: cp.prefixMS, began: time.Now()}
-	l.drv = ep.Drive(s.runCtx, cp.history, lim, nil)
+	s.drive(ctx, l, cp.history, lim)
 	if l.drv.Ended() {
 		s.finish(l, runtime.ExitCancelled, "the server stopped")
 		return l, *l.final, nil

@@ -6,8 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"image/png"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
-	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/replay"
 	"github.com/forkline/forkline/serve"
 	"github.com/forkline/forkline/serve/openenvtest"
@@ -26,15 +23,10 @@ import (
 
 const webTasks = "../examples/tasks/web"
 
-func needChromium(t *testing.T) {
+// needChromium ends the test through testenv when Chromium is not installed.
+func needChromium(t testing.TB) {
 	t.Helper()
-	exe := os.Getenv(browser.ExecEnv)
-	if exe == "" {
-		exe = browser.DefaultExec
-	}
-	if _, err := exec.LookPath(exe); err != nil {
-		testenv.Missing(t, "chromium", fmt.Sprintf("%s: %v (apt-get install chromium, or bash .ci/chromium-up.sh)", exe, err))
-	}
+	testenv.NeedChromium(t)
 }
 
 // The browser example tasks over the wire: GUI actions are answered with

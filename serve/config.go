@@ -45,6 +45,17 @@ type Config struct {
 	// 0 means DefaultSessionCheckpoints.
 	SessionCheckpoints int
 
+	// MaxMessageBytes bounds one message from a client (a WebSocket
+	// message, a one-shot request's body); 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int64
+	// MessageBudget bounds the bytes of the messages being received and
+	// decoded at once, across every session; 0 means DefaultMessageBudget.
+	// It is at least MaxMessageBytes. (See limits.go.)
+	MessageBudget int64
+	// MessageTimeout is how long a message that began may take to arrive
+	// whole; 0 means DefaultMessageTimeout.
+	MessageTimeout time.Duration
+
 	// Out is the dataset every served episode is recorded into; "" records
 	// nothing.
 	Out     string
@@ -71,10 +82,39 @@ const (
 	// DefaultSessionCheckpoints is a session's checkpoints live at once:
 	// a few branch points per episode, and none left to pile up.
 	DefaultSessionCheckpoints = 4
-	// MaxMessageBytes bounds one WebSocket message from a client (an
-	// action writing a large file is one message).
-	MaxMessageBytes = 64 << 20
+	// DefaultMaxMessageBytes bounds one message from a client. An action
+	// writing a file is one message, and a token record rides along with
+	// its turn: 8 MiB holds a file of several MiB, or the ids and
+	// logprobs of a 200k-token context, with room to spare.
+	DefaultMaxMessageBytes = 8 << 20
+	// DefaultMessageBudget is the bytes of messages handled at once: eight
+	// of the largest, and every session's small ones beside them.
+	DefaultMessageBudget = 64 << 20
+	// DefaultMessageTimeout is how long a message that began may take to
+	// arrive: 8 MiB at well under 1 MB/s.
+	DefaultMessageTimeout = 30 * time.Second
+	// MaxMessageLimit is the largest -max-message-mb: what one message may
+	// ever be. A larger file belongs in the task's image or files.
+	MaxMessageLimit = 1 << 30
 )
+
+// MemoryLimit is the soft memory limit a server process is given
+// (runtime/debug.SetMemoryLimit) unless GOMEMLIMIT sets one: 64 MiB for
+// the server itself, and six times the message budget. Handling a message
+// holds about five copies of it at once (the bytes read, the decoded
+// action, its recorded JSON, the rows and pages of the episode it ends, a
+// reply that echoes it), so what the budget lets in fits; without a limit
+// Go's collector lets the heap grow to twice what is live before it runs,
+// and a burst of large messages doubled the server's memory. What live
+// episodes keep beyond it (each step's record until its episode ends)
+// makes the collector run more often, never fails. forkline serve sets it.
+func MemoryLimit(cfg Config) int64 {
+	budget := cfg.MessageBudget
+	if budget == 0 {
+		budget = max(DefaultMessageBudget, cfg.MaxMessageBytes)
+	}
+	return 64<<20 + 6*budget
+}
 
 // ErrConfig is wrapped by every error that comes from bad input — the
 // configuration, task files, names of providers, the output directory, an
@@ -111,6 +151,9 @@ func (cfg *Config) withDefaults() error {
 		{"Grace", "-grace", int64(cfg.Grace)},
 		{"MaxCheckpoints", "-max-checkpoints", int64(cfg.MaxCheckpoints)},
 		{"SessionCheckpoints", "-session-checkpoints", int64(cfg.SessionCheckpoints)},
+		{"MaxMessageBytes", "-max-message-mb", cfg.MaxMessageBytes},
+		{"MessageBudget", "-message-budget-mb", cfg.MessageBudget},
+		{"MessageTimeout", "-message-timeout", int64(cfg.MessageTimeout)},
 	} {
 		if c.v < 0 {
 			return fmt.Errorf("serve: %s (%s) is negative: %d", c.field, c.flag, c.v)
@@ -142,6 +185,21 @@ func (cfg *Config) withDefaults() error {
 	}
 	if cfg.SessionCheckpoints == 0 {
 		cfg.SessionCheckpoints = DefaultSessionCheckpoints
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxMessageBytes > MaxMessageLimit {
+		return fmt.Errorf("serve: MaxMessageBytes (-max-message-mb) is %d bytes; at most %d", cfg.MaxMessageBytes, MaxMessageLimit)
+	}
+	if cfg.MessageBudget == 0 {
+		cfg.MessageBudget = max(DefaultMessageBudget, cfg.MaxMessageBytes)
+	}
+	if cfg.MessageBudget < cfg.MaxMessageBytes {
+		return fmt.Errorf("serve: MessageBudget (-message-budget-mb, %d bytes) is less than MaxMessageBytes (-max-message-mb, %d bytes): the largest message could never be read", cfg.MessageBudget, cfg.MaxMessageBytes)
+	}
+	if cfg.MessageTimeout == 0 {
+		cfg.MessageTimeout = DefaultMessageTimeout
 	}
 	if cfg.Capture == (capture.Policy{}) {
 		cfg.Capture = capture.DefaultPolicy()

@@ -1,7 +1,8 @@
 // Package serve is forkline's environment server: it serves the episodes of
 // task specs to a trainer that drives them online, over the OpenEnv wire
 // protocol (/ws sessions with reset, step, state and close; /health,
-// /metadata, /schema, /state and the one-shot HTTP /reset and /step), where
+// /metadata, /schema, /state, /openapi.json and the one-shot HTTP /reset and
+// /step; MCP at POST /mcp, the task's actions as tools), where
 // every reset hands the session a fork of the task's golden checkpoint —
 // from the pool's warm standby when one is ready, so a reset is a hand-off
 // — and every step is one canonical action. The client is the episode's
@@ -11,9 +12,10 @@
 // shards and manifest; the policy entry says an external client acted).
 //
 // It owns sessions (capacity, idle reaping, what a closed or dropped
-// connection does), the mapping of OpenEnv's messages and its stateless
-// HTTP forms onto forks, the JSON Schemas it publishes, and the graceful
-// drain. It does not know how a sandbox is made (pool, providers), how a
+// connection does), the mapping of OpenEnv's messages, its stateless HTTP
+// forms and its MCP methods onto forks, the JSON Schemas and the OpenAPI
+// document it publishes (one route table), the request envelope (extra
+// keys dropped and logged, as OpenEnv drops them), and the graceful drain. It does not know how a sandbox is made (pool, providers), how a
 // step is captured or verified (episode, capture, task), or how rows are
 // written (formats/shard): it calls them. Branching over the wire is an
 // extension of the session protocol: a session checkpoints its episode (the

@@ -25,13 +25,7 @@ import (
 
 func requireDocker(t *testing.T) {
 	t.Helper()
-	out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput()
-	if err != nil {
-		testenv.Missing(t, "docker", "no engine answers `docker version`: "+strings.TrimSpace(string(out))+" (start one with bash .ci/docker-up.sh)")
-	}
-	if err := exec.Command("docker", "image", "inspect", "forkline/busybox").Run(); err != nil {
-		testenv.Missing(t, "docker", "image forkline/busybox is missing (build it with make images)")
-	}
+	testenv.NeedDocker(t)
 }
 
 // dockerObjects lists the containers of task id and the checkpoint images

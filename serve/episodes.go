@@ -45,12 +45,33 @@ func (s *Server) begin(ctx context.Context, req resetRequest, endPrevious func()
 	ep := s.runner.Begin(episode.Identity{EpisodeID: id, TaskHash: t.hash, Repeat: repeat, Seed: seed,
 		GroupID: episode.RootGroupID(t.spec.ID, t.hash)}, t.spec, rep)
 	l := &liveEpisode{t: t, ep: ep, h: h, prefix: runtime.History{Instruction: t.spec.Instruction}, began: time.Now()}
-	l.drv = ep.Drive(s.runCtx, l.prefix, t.spec.Limits.Runtime(), nil)
+	s.drive(ctx, l, l.prefix, t.spec.Limits.Runtime())
 	if l.drv.Ended() { // the server stopped at once
 		s.finish(l, runtime.ExitCancelled, "the server stopped")
 		return l, *l.final, nil
 	}
 	return l, StepResult{Observation: Observation{EpisodeID: id, TaskID: t.spec.ID, Instruction: t.spec.Instruction, Text: t.spec.Instruction}}, nil
+}
+
+// errClientGone is why an episode's context ends when its client went away.
+var errClientGone = errors.New("the client went away")
+
+// drive starts l's episode from history h under lim. It runs under the
+// server's run (whose grace interrupts it) and under conn, the connection
+// or request that drives it: when the client is gone — a dropped or closed
+// connection, a one-shot request whose client went away — the step in
+// flight is interrupted at once (its processes killed) and the episode
+// ends as cancelled, so its sandbox is destroyed now rather than when the
+// action's own timeout ends. finish detaches it.
+func (s *Server) drive(conn context.Context, l *liveEpisode, h runtime.History, lim runtime.Limits) {
+	ctx, cancel := context.WithCancelCause(s.runCtx)
+	stop := context.AfterFunc(conn, func() { cancel(errClientGone) })
+	l.ctx = ctx
+	l.detach = func() {
+		stop()
+		cancel(nil)
+	}
+	l.drv = l.ep.Drive(ctx, h, lim, nil)
 }
 
 // resetFailed is the answer to a reset whose replica could not be had.
@@ -79,8 +100,7 @@ func (s *Server) step(ctx context.Context, l *liveEpisode, dec runtime.Decision)
 	if !taken.Ended {
 		return StepResult{Observation: observationOf(l.ep.Row.EpisodeID, l.t.spec.ID, *taken.Step)}, nil
 	}
-	s.finish(l, "", "")
-	res := *l.final
+	res := s.finish(l, "", "")
 	if taken.Step != nil {
 		end := res.Observation
 		res.Observation = observationOf(l.ep.Row.EpisodeID, l.t.spec.ID, *taken.Step)
@@ -96,8 +116,14 @@ func (s *Server) step(ctx context.Context, l *liveEpisode, dec runtime.Decision)
 // finish ends the episode (with exit and detail, when it is still
 // running: Stop lets a step in flight finish), verifies it unless it was
 // cancelled, records it, and gives its replica back to the pool, which
-// destroys the sandbox. It sets l.final.
-func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) {
+// destroys the sandbox. It sets l.final and returns the episode's last
+// reply.
+//
+// What the session keeps of the ended episode (until its next reset or its
+// end) is its final reply without the answer, and its counts: its steps,
+// its rows and its answer go once recorded, so a session whose episode
+// ended holds nothing of what its client sent.
+func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) StepResult {
 	if !l.drv.Ended() {
 		l.drv.Stop(exit, detail)
 	}
@@ -105,6 +131,16 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 	if err := l.drv.Wait(); err != nil {
 		s.cfg.Log.Warn("serve: episode ended by a failure", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "err", err)
 	}
+	if ep.Row.ExitReason == string(runtime.ExitCancelled) && errors.Is(context.Cause(l.ctx), errClientGone) {
+		// The client went away: the session's own words when it ended the
+		// episode (the episode context may have ended it first, while it
+		// waited for the next action), else the step it interrupted.
+		ep.Row.Detail = detail
+		if detail == "" {
+			ep.Row.Detail = fmt.Sprintf("the client went away (the connection dropped or closed) during step %d, which was interrupted: %s", l.stepCount()-1, ep.Row.Detail)
+		}
+	}
+	l.detach()
 	// A cancelled episode is not verified, as in collect: nobody waits for
 	// its reward, and its sandbox is released at once.
 	if ep.Row.ExitReason != string(runtime.ExitCancelled) {
@@ -121,14 +157,23 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 	obs := Observation{EpisodeID: ep.Row.EpisodeID, TaskID: l.t.spec.ID, Step: l.stepCount(), ExitReason: ep.Row.ExitReason,
 		Detail: ep.Row.Detail, Answer: ep.Row.Answer}
 	if r := ep.Reward; r != nil {
-		res.Reward = r.Value
+		res.Reward = rewardOf(r.Value)
 		obs.RewardDetail = r.Detail
 	}
 	res.Observation = obs
-	l.final = &res
-	s.stats.episodeEnded(ep.Row.ExitReason, res.Reward, keep)
+	var reward *float64
+	if ep.Reward != nil {
+		reward = ep.Reward.Value
+	}
+	s.stats.episodeEnded(ep.Row.ExitReason, reward, keep)
 	s.cfg.Log.Debug("serve: episode ended", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "exit", ep.Row.ExitReason,
 		"steps", l.drv.Steps(), "detail", ep.Row.Detail)
+	kept := res
+	kept.Observation.Answer = ""
+	l.final = &kept
+	l.taken, l.drv = l.drv.Steps(), nil
+	ep.Capture, ep.Row.Answer, ep.Result.Answer, l.prefix.Steps = nil, "", "", nil
+	return res
 }
 
 func (s *Server) isDraining() bool {

@@ -1,20 +1,18 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 )
-
-// maxRequestBytes bounds a one-shot HTTP request's body.
-const maxRequestBytes = MaxMessageBytes
 
 func writeHTTP(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -121,13 +119,27 @@ func (s *Server) handleTasks(w http.ResponseWriter, _ *http.Request) {
 	writeHTTP(w, http.StatusOK, out)
 }
 
-// readBody reads a one-shot request's JSON object.
-func readBody(r *http.Request) ([]byte, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxRequestBytes))
-	if err != nil {
-		return nil, refuse(codeValidation, "serve: request body: %v", err)
+// readBody reads a one-shot request's JSON object as a WebSocket message
+// is read: at most MaxMessageBytes, within the message budget, and whole
+// within MessageTimeout. release gives its budget share back once the
+// request is answered.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
+	if r.ContentLength > s.cfg.MaxMessageBytes {
+		return nil, nil, refuse(codeValidation, "serve: request body: %d bytes; at most %d (-max-message-mb)", r.ContentLength, s.cfg.MaxMessageBytes)
 	}
-	return data, nil
+	// The body's whole arrival is bounded by the connection's read
+	// deadline (the budget's clock cannot stop it: a request's body is
+	// small next to the budget, so it rarely waits).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.MessageTimeout))
+	data, release, err = s.budget.read(r.Context(), r.Body, nil)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("%w (%s, -message-timeout)", errMessageTimeout, s.cfg.MessageTimeout)
+		}
+		return nil, nil, refuse(codeValidation, "serve: request body: %v", err)
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return data, release, nil
 }
 
 // handleReset is OpenEnv's stateless POST /reset: its server builds an
@@ -135,16 +147,18 @@ func readBody(r *http.Request) ([]byte, error) {
 // task's golden (a standby hand-off when ready), the first observation,
 // and the fork destroyed; no episode is recorded (it took no step).
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
-	data, err := readBody(r)
+	data, release, err := s.readBody(w, r)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	req, err := parseReset(data)
+	defer release()
+	req, ignored, err := parseReset(data)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
+	s.oneShotKeys.note(s.cfg.Log, "POST /reset", ignored, "episode_id", optional(req.EpisodeID))
 	if err := s.takeSlot(); err != nil {
 		httpError(w, err)
 		return
@@ -170,6 +184,8 @@ type stepRequest struct {
 	resetRequest
 }
 
+// stepKeys are the keys a one-shot step takes; others are dropped, as
+// OpenEnv's StepRequest (extra="allow") takes and drops them.
 var stepKeys = []string{"action", "episode_id", "request_id", "seed", "task_id", "timeout_s"}
 
 // handleStep is OpenEnv's stateless POST /step: its server builds a fresh
@@ -181,29 +197,42 @@ var stepKeys = []string{"action", "episode_id", "request_id", "seed", "task_id",
 // destroyed. The episode is recorded (as done, or as cancelled after its
 // one step), with episode_id, else request_id, as its id.
 func (s *Server) handleStep(w http.ResponseWriter, r *http.Request) {
-	data, err := readBody(r)
+	data, release, err := s.readBody(w, r)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
-	req, dec, err := parseStepRequest(data)
+	defer release()
+	req, dec, ignored, err := parseStepRequest(data)
 	if err != nil {
 		httpError(w, err)
 		return
 	}
+	s.oneShotKeys.note(s.cfg.Log, "POST /step", ignored, "episode_id", optional(req.EpisodeID))
+	res, err := s.oneShot(r.Context(), "one-shot HTTP /step", req, dec)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	writeHTTP(w, http.StatusOK, res)
+}
+
+// oneShot runs dec as a one-step episode in a fresh fork of the task req
+// picks (POST /step, and MCP's stateless tools/call): the action runs
+// (req.TimeoutS caps its time, at most the task's action timeout), a done
+// action is verified, and the fork is destroyed. what names the caller in
+// the episode's detail.
+func (s *Server) oneShot(ctx context.Context, what string, req stepRequest, dec runtime.Decision) (StepResult, error) {
 	if err := s.takeSlot(); err != nil {
-		httpError(w, err)
-		return
+		return StepResult{}, err
 	}
 	defer s.releaseSlot()
-	l, _, err := s.begin(r.Context(), req.resetRequest, func() {})
+	l, _, err := s.begin(ctx, req.resetRequest, func() {})
 	if err != nil {
-		httpError(w, err)
-		return
+		return StepResult{}, err
 	}
 	if l.final != nil {
-		writeHTTP(w, http.StatusOK, *l.final)
-		return
+		return *l.final, nil
 	}
 	if req.TimeoutS != nil {
 		limit := time.Duration(*req.TimeoutS * float64(time.Second))
@@ -211,58 +240,60 @@ func (s *Server) handleStep(w http.ResponseWriter, r *http.Request) {
 			dec.Action.TimeoutMS = max(limit.Milliseconds(), 1)
 		}
 	}
-	res, err := s.step(r.Context(), l, dec)
+	res, err := s.step(ctx, l, dec)
 	if err != nil {
-		s.finish(l, runtime.ExitCancelled, "one-shot HTTP /step: the client went away before its action was taken")
-		httpError(w, err)
-		return
+		s.finish(l, runtime.ExitCancelled, what+": the client went away before its action was taken")
+		return StepResult{}, err
 	}
 	if l.final == nil {
-		s.finish(l, runtime.ExitCancelled, "one-shot HTTP /step: its environment is closed after its one step")
+		s.finish(l, runtime.ExitCancelled, what+": its environment is closed after its one step")
 	}
-	writeHTTP(w, http.StatusOK, res)
+	return res, nil
 }
 
 // parseStepRequest reads a one-shot step: the action, and the reset's
-// keys; request_id names the episode unless episode_id does.
-func parseStepRequest(data []byte) (stepRequest, runtime.Decision, error) {
+// keys; request_id names the episode unless episode_id does. ignored are
+// the keys it dropped.
+func parseStepRequest(data []byte) (stepRequest, runtime.Decision, []string, error) {
 	var req stepRequest
 	fields, err := objectFields(data, "step request")
 	if err != nil {
-		return req, runtime.Decision{}, err
+		return req, runtime.Decision{}, nil, err
 	}
-	if err := onlyKeys(fields, stepKeys, "step request"); err != nil {
-		return req, runtime.Decision{}, err
+	if _, ok := fields["from_checkpoint"]; ok {
+		// forkline's own key, not an extra one: refused, not dropped.
+		return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: from_checkpoint: a one-shot step runs in a fresh fork of a task; branching needs a /ws session")
 	}
+	ignored := dropUnknown(fields, stepKeys)
 	action, ok := fields["action"]
 	if !ok {
-		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: no action")
+		return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: no action")
 	}
 	delete(fields, "action")
 	if v, ok := fields["timeout_s"]; ok {
 		if err := json.Unmarshal(v, &req.TimeoutS); err != nil {
-			return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: timeout_s: %v", err)
+			return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: timeout_s: %v", err)
 		}
 		delete(fields, "timeout_s")
 	}
 	if v, ok := fields["request_id"]; ok {
 		if err := json.Unmarshal(v, &req.RequestID); err != nil {
-			return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: request_id: %v", err)
+			return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: request_id: %v", err)
 		}
 		delete(fields, "request_id")
 	}
 	if req.TimeoutS != nil && !(*req.TimeoutS > 0) {
-		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: timeout_s %v: want a number > 0", *req.TimeoutS)
+		return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: timeout_s %v: want a number > 0", *req.TimeoutS)
 	}
 	if err := decodeFields(fields, &req.resetRequest); err != nil {
-		return req, runtime.Decision{}, refuse(codeValidation, "serve: step request: %v", err)
+		return req, runtime.Decision{}, nil, refuse(codeValidation, "serve: step request: %v", err)
 	}
 	if req.EpisodeID == nil && req.RequestID != nil {
 		req.EpisodeID = req.RequestID
 	}
 	if err := checkReset(req.resetRequest); err != nil {
-		return req, runtime.Decision{}, err
+		return req, runtime.Decision{}, nil, err
 	}
 	dec, err := parseAction(action)
-	return req, dec, err
+	return req, dec, ignored, err
 }

@@ -1,8 +1,11 @@
 package serve_test
 
 import (
+	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,9 +58,12 @@ func TestHTTPEndpointsAndStatelessOneShots(t *testing.T) {
 		require.NoError(t, sch.observation.Validate(obs))
 		require.Equal(t, want, obs["task_id"], "seed %d", seed)
 	}
-	status, _, err = openenvtest.HTTPJSON("POST", ts.base+"/reset", map[string]any{"seed": 1, "colour": "blue"})
+	status, _, err = openenvtest.HTTPJSON("POST", ts.base+"/reset", map[string]any{"seed": 1, "seed_": "x"})
 	require.NoError(t, err)
-	require.Equal(t, 422, status, "an unknown key is refused by name")
+	require.Equal(t, 200, status, "an extra key is dropped, as OpenEnv's ResetRequest (extra=allow) drops it")
+	status, _, err = openenvtest.HTTPJSON("POST", ts.base+"/reset", map[string]any{"seed": "one"})
+	require.NoError(t, err)
+	require.Equal(t, 422, status, "a known key of the wrong type is refused")
 
 	// /step: a fresh environment each time — a write in one is not seen by
 	// the next; a done action is verified.
@@ -71,12 +77,14 @@ func TestHTTPEndpointsAndStatelessOneShots(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, status, "%v", body)
 	require.Equal(t, 1.0, body["observation"].(map[string]any)["exit_code"], "the second one-shot ran in a fresh fork")
-	status, body, err = openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{"task_id": "fix-sum", "episode_id": "one-shot-done",
+	status, raw, err := openenvtest.HTTPRaw("POST", ts.base+"/step", map[string]any{"task_id": "fix-sum", "episode_id": "one-shot-done",
 		"action": map[string]any{"kind": "done"}})
 	require.NoError(t, err)
-	require.Equal(t, 200, status, "%v", body)
+	require.Equal(t, 200, status, "%s", raw)
+	require.NoError(t, json.Unmarshal(raw, &body))
 	require.Equal(t, true, body["done"])
 	require.Equal(t, 0.0, body["reward"], "fix-sum's tests fail on the untouched golden")
+	require.Contains(t, string(raw), `"reward":0.0,`, "a reward is a JSON float on the wire, as OpenEnv's float reward is: %s", raw)
 	status, body, err = openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{"action": map[string]any{"kind": "exec"}})
 	require.NoError(t, err)
 	require.Equal(t, 422, status)
@@ -115,4 +123,103 @@ func TestStandbyMakesAResetAHandOff(t *testing.T) {
 	}
 	require.Equal(t, 4, handoffs, "every reset was a hand-off: %+v", sum.ResetLatency)
 	require.Equal(t, 0, sandboxes(t, ts.work), "the standby forks are destroyed at stop")
+}
+
+// logBuffer collects a server's log lines (slog's text form).
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines are the log lines that hold every one of subs.
+func (b *logBuffer) lines(subs ...string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		all := l != ""
+		for _, s := range subs {
+			all = all && strings.Contains(l, s)
+		}
+		if all {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Keys of the request envelope forkline does not take are accepted and
+// dropped, as OpenEnv's server drops them (ResetRequest and StepRequest
+// are extra="allow"; http_server.py's _get_valid_kwargs passes an
+// environment only what its reset and step take), and logged once per
+// session with their names. An unknown key inside an action is still
+// refused (OpenEnv's Action is extra="forbid"), and so is one beside
+// "type" and "data" in a /ws message (its BaseMessage is extra="forbid").
+func TestExtraEnvelopeKeysAreDroppedAndLoggedOncePerSession(t *testing.T) {
+	var logs logBuffer
+	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask),
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ignored := func(key string) int { return len(logs.lines("ignoring request keys", key)) }
+
+	c, err := openenvtest.Dial(ts.base)
+	require.NoError(t, err)
+	defer c.Disconnect()
+	r, err := c.Reset(map[string]any{"episode_id": "extra-1", "render": true, "taskid": "sleepy"})
+	require.NoError(t, err)
+	require.Equal(t, "extra-1", r.Observation["episode_id"])
+	_, err = c.Reset(map[string]any{"render": true})
+	require.NoError(t, err)
+	require.Equal(t, 1, ignored("render"), "once per session: %v", logs.lines("ignoring"))
+	require.Len(t, logs.lines("ignoring request keys", "keys=render,taskid", "/ws reset"), 1, "the key names, sorted")
+	_, err = c.Step(map[string]any{"kind": "exec", "cmd": "ls", "render": true})
+	requireCode(t, err, "VALIDATION_ERROR", "render")
+
+	other, err := openenvtest.Dial(ts.base)
+	require.NoError(t, err)
+	defer other.Disconnect()
+	_, err = other.Reset(map[string]any{"render": true})
+	require.NoError(t, err)
+	require.Equal(t, 2, ignored("render"), "another session logs it again")
+
+	// OpenEnv's own StepRequest example: {"action": ..., "render": true,
+	// "verbose": false}.
+	for range 2 {
+		status, body, err := openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{
+			"action": map[string]any{"kind": "exec", "cmd": "true"}, "render": true, "verbose": false})
+		require.NoError(t, err)
+		require.Equal(t, 200, status, "%v", body)
+	}
+	require.Len(t, logs.lines("ignoring request keys", "POST /step", "keys=render,verbose"), 1,
+		"the one-shots log a key once per server: %v", logs.lines("ignoring"))
+	status, body, err := openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{
+		"action": map[string]any{"kind": "exec", "cmd": "true", "verbose": false}})
+	require.NoError(t, err)
+	require.Equal(t, 422, status)
+	require.Contains(t, body["detail"], "verbose", "an unknown key inside the action is refused by name")
+}
+
+// Rewards are JSON floats on the wire (1.0, not 1), over /ws as over
+// HTTP: OpenEnv types them Optional[float], and a trainer that stacks a
+// batch of 0 and 1 gets an integer tensor.
+func TestRewardsAreFloatsOnTheWire(t *testing.T) {
+	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask)})
+	c, err := openenvtest.Dial(ts.base)
+	require.NoError(t, err)
+	defer c.Disconnect()
+	_, err = c.Reset(nil)
+	require.NoError(t, err)
+	require.Contains(t, string(c.LastRaw()), `"reward":null`)
+	r, err := c.Step(map[string]any{"kind": "done"})
+	require.NoError(t, err)
+	require.True(t, r.Done)
+	require.Contains(t, string(c.LastRaw()), `"reward":1.0,`, "%s", c.LastRaw())
+	_, err = c.State()
+	require.NoError(t, err)
+	require.Contains(t, string(c.LastRaw()), `"reward":1.0`, "%s", c.LastRaw())
 }

@@ -118,8 +118,37 @@ type StepResult struct {
 	// Reward is the verifier's reward once the episode is done (nil when
 	// the task has none or the verifier produced no number), and nil
 	// before: forkline's rewards are the episode's, computed at its end.
-	Reward *float64 `json:"reward"`
-	Done   bool     `json:"done"`
+	Reward *Reward `json:"reward"`
+	Done   bool    `json:"done"`
+}
+
+// Reward is a reward on the wire: always a JSON float (0.0, 1.0, 0.5),
+// never an integer literal, as OpenEnv types rewards (Optional[float]) and
+// its server writes them (Python's json writes 1.0 for a float). A trainer
+// that stacks a batch of rewards decoded from 0 and 1 would get an integer
+// tensor.
+type Reward float64
+
+// MarshalJSON writes r as encoding/json writes a float64, with ".0" added
+// when that has neither a fraction nor an exponent.
+func (r Reward) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(float64(r))
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.ContainsAny(b, ".eE") {
+		b = append(b, ".0"...)
+	}
+	return b, nil
+}
+
+// rewardOf is v on the wire.
+func rewardOf(v *float64) *Reward {
+	if v == nil {
+		return nil
+	}
+	r := Reward(*v)
+	return &r
 }
 
 // Observation is what the client is shown after a reset or a step. Text
@@ -176,12 +205,12 @@ type Screenshot struct {
 // State is the data of a state message and the HTTP /state answer:
 // OpenEnv's State (episode_id, step_count) and the episode's standing.
 type State struct {
-	EpisodeID  *string  `json:"episode_id"`
-	StepCount  int      `json:"step_count"`
-	TaskID     string   `json:"task_id,omitempty"`
-	Done       bool     `json:"done"`
-	ExitReason string   `json:"exit_reason,omitempty"`
-	Reward     *float64 `json:"reward,omitempty"`
+	EpisodeID  *string `json:"episode_id"`
+	StepCount  int     `json:"step_count"`
+	TaskID     string  `json:"task_id,omitempty"`
+	Done       bool    `json:"done"`
+	ExitReason string  `json:"exit_reason,omitempty"`
+	Reward     *Reward `json:"reward,omitempty"`
 	// Checkpoints are the checkpoints the session holds (the branching
 	// extension).
 	Checkpoints []string `json:"checkpoints,omitempty"`
@@ -204,9 +233,11 @@ func observationOf(episodeID, taskID string, s runtime.Step) Observation {
 var yes, no = true, false
 
 // resetRequest is a reset's data: OpenEnv's seed and episode_id, and
-// forkline's task_id. OpenEnv passes an environment only the keys its
-// reset accepts and drops the rest silently; here an unknown key is
-// refused by name, so a misspelt task_id never starts the wrong task.
+// forkline's task_id. Any other key is dropped, as OpenEnv's server drops
+// what an environment's reset does not take (ResetRequest is
+// extra="allow"; http_server.py's _get_valid_kwargs filters by the reset's
+// signature); the server logs the keys it dropped, once per session
+// (keyLog), since a misspelt task_id now starts another task.
 type resetRequest struct {
 	Seed      *int64  `json:"seed"`
 	EpisodeID *string `json:"episode_id"`
@@ -223,20 +254,18 @@ var resetKeys = []string{"episode_id", "from_checkpoint", "seed", "task_id"}
 // maxEpisodeID is OpenEnv's bound on episode_id (ResetRequest).
 const maxEpisodeID = 255
 
-// parseReset reads a reset's data (empty or null: no parameters).
-func parseReset(data []byte) (resetRequest, error) {
-	var r resetRequest
+// parseReset reads a reset's data (empty or null: no parameters). ignored
+// are the keys it dropped (sorted).
+func parseReset(data []byte) (r resetRequest, ignored []string, err error) {
 	fields, err := objectFields(data, "reset data")
 	if err != nil {
-		return r, err
+		return r, nil, err
 	}
-	if err := onlyKeys(fields, resetKeys, "reset"); err != nil {
-		return r, err
-	}
+	ignored = dropUnknown(fields, resetKeys)
 	if err := decodeFields(fields, &r); err != nil {
-		return r, refuse(codeValidation, "serve: reset: %v", err)
+		return r, nil, refuse(codeValidation, "serve: reset: %v", err)
 	}
-	return r, checkReset(r)
+	return r, ignored, checkReset(r)
 }
 
 func checkReset(r resetRequest) error {
@@ -405,6 +434,21 @@ func onlyKeys(fields map[string]json.RawMessage, known []string, what string) er
 	}
 	sort.Strings(unknown)
 	return refuse(codeValidation, "serve: %s: unknown key %s (known: %s)", what, strings.Join(unknown, ", "), strings.Join(known, ", "))
+}
+
+// dropUnknown removes the keys outside known from fields and returns them,
+// sorted: the request envelope's extra keys, which OpenEnv's server
+// accepts and does not pass on.
+func dropUnknown(fields map[string]json.RawMessage, known []string) []string {
+	var dropped []string
+	for k := range fields {
+		if !slices.Contains(known, k) {
+			dropped = append(dropped, k)
+			delete(fields, k)
+		}
+	}
+	sort.Strings(dropped)
+	return dropped
 }
 
 // decodeFields decodes fields into v, a struct with their keys.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -34,22 +34,19 @@ type recorder struct {
 // adds to it (-resume: the dataset must have been served with the same
 // tasks and provider, so that every episode in it replays against the
 // specs its manifest holds).
-func openRecorder(cfg Config, runID string, specs []task.Spec, providerRec json.RawMessage) (*recorder, error) {
+func openRecorder(cfg Config, runID string, specs []task.Spec, prov manifest.Provider) (*recorder, error) {
 	tasksRec, err := task.EncodeRecords(specs)
 	if err != nil {
 		return nil, err
 	}
 	noScript := ""
-	polRec, err := json.Marshal(policy.Record{Name: PolicyName, ScriptSHA256: &noScript, Options: map[string]string{"protocol": "openenv", "server": "forkline serve"}})
-	if err != nil {
-		return nil, err
-	}
+	polRec := manifest.Policy{Name: PolicyName, ScriptSHA256: &noScript, Options: map[string]string{"protocol": "openenv", "server": "forkline serve"}}.Encode()
 	_, statErr := os.Stat(filepath.Join(cfg.Out, shard.ManifestFile))
 	exists := statErr == nil
 	var w *shard.Writer
 	switch {
 	case exists && cfg.Resume:
-		if w, err = resumeDataset(cfg, tasksRec, providerRec); err != nil {
+		if w, err = resumeDataset(cfg, tasksRec, prov); err != nil {
 			return nil, err
 		}
 	case exists && cfg.Force:
@@ -62,7 +59,7 @@ func openRecorder(cfg Config, runID string, specs []task.Spec, providerRec json.
 			return nil, badInput(fmt.Errorf("serve: -out %s is not empty and holds no forkline dataset; choose an empty or new directory", cfg.Out))
 		}
 		m := shard.Manifest{Tool: shard.ToolName, ToolVersion: cfg.ToolVersion, RunID: runID, Tasks: tasksRec,
-			Capture: cfg.Capture.MarshalManifest(), Provider: providerRec, Policy: polRec}
+			Capture: cfg.Capture.MarshalManifest(), Provider: prov.Encode(), Policy: polRec}
 		if w, err = shard.Create(cfg.Out, m, cfg.Shards); err != nil {
 			return nil, badInput(err)
 		}
@@ -86,14 +83,14 @@ func openRecorder(cfg Config, runID string, specs []task.Spec, providerRec json.
 // and recording goes on under its run id. One served with other tasks,
 // another provider, another capture policy or by another policy is
 // refused, changing nothing.
-func resumeDataset(cfg Config, tasksRec, providerRec json.RawMessage) (*shard.Writer, error) {
+func resumeDataset(cfg Config, tasksRec json.RawMessage, prov manifest.Provider) (*shard.Writer, error) {
 	ds, err := shard.Open(cfg.Out)
 	if err != nil {
 		return nil, badInput(fmt.Errorf("serve: -resume: %w", err))
 	}
 	m := ds.Manifest()
 	if len(m.Policy) > 0 {
-		rec, err := policy.DecodeRecord(m.Policy)
+		rec, err := manifest.DecodePolicy(m.Policy)
 		if err != nil || rec.Name != PolicyName {
 			return nil, badInput(fmt.Errorf("serve: -resume: %s was not recorded by forkline serve (its policy is %q)", cfg.Out, rec.Name))
 		}
@@ -101,13 +98,12 @@ func resumeDataset(cfg Config, tasksRec, providerRec json.RawMessage) (*shard.Wr
 	if diff := differentTasks(m.Tasks, tasksRec); diff != "" {
 		return nil, badInput(fmt.Errorf("serve: -resume: %s was served with other tasks: %s", cfg.Out, diff))
 	}
-	var was, now struct {
-		Name string `json:"name"`
+	was, err := manifest.DecodeProvider(m.Provider)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("serve: -resume: %s: %w", cfg.Out, err))
 	}
-	json.Unmarshal(m.Provider, &was)
-	json.Unmarshal(providerRec, &now)
-	if was.Name != now.Name {
-		return nil, badInput(fmt.Errorf("serve: -resume: %s was served on provider %s, not %s", cfg.Out, was.Name, now.Name))
+	if was.Name != prov.Name {
+		return nil, badInput(fmt.Errorf("serve: -resume: %s was served on provider %s, not %s", cfg.Out, was.Name, prov.Name))
 	}
 	if !bytes.Equal(compactJSON(m.Capture), compactJSON(cfg.Capture.MarshalManifest())) {
 		return nil, badInput(fmt.Errorf("serve: -resume: %s was recorded under capture policy %s, not %s", cfg.Out, m.Capture, cfg.Capture.MarshalManifest()))
@@ -177,8 +173,9 @@ func (r *recorder) commit(b shard.EpisodeBatch) error {
 // episode the server ran ended and is in it; partial when the writer
 // broke.
 func (r *recorder) close(sum *Summary) error {
-	data, _ := json.Marshal(map[string]any{"serve": sum})
-	r.w.Update(func(m *shard.Manifest) { m.Summary = data })
+	if data, err := (manifest.Summary{Serve: sum}).Encode(); err == nil {
+		r.w.Update(func(m *shard.Manifest) { m.Summary = data })
+	}
 	status := shard.StatusComplete
 	if sum.RecordErrors > 0 {
 		status = shard.StatusPartial

@@ -19,7 +19,7 @@ import (
 
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/replay"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
@@ -311,7 +311,7 @@ func TestConcurrentSessionsEarnTheScriptedRewardsAndAreRecorded(t *testing.T) {
 	byID := map[string]transcript{}
 	for _, rs := range results {
 		for _, tr := range rs {
-			require.True(t, sameReward(want[tr.taskID], tr.reward), "task %s: reward %v, the scripted solution earns %v", tr.taskID, tr.reward, want[tr.taskID])
+			require.True(t, sameReward(want[tr.taskID], tr.reward), "task %s: reward %s, the scripted solution earns %s (%+v)", tr.taskID, fmtReward(tr.reward), fmtReward(want[tr.taskID]), tr)
 			require.Equal(t, "done", tr.exit)
 			byID[tr.episodeID] = tr
 		}
@@ -355,7 +355,7 @@ func checkRecorded(t *testing.T, dir string, byID map[string]transcript) {
 	require.NoError(t, err)
 	m := ds.Manifest()
 	require.Equal(t, shard.StatusComplete, m.Status)
-	pol, err := policy.DecodeRecord(m.Policy)
+	pol, err := manifest.DecodePolicy(m.Policy)
 	require.NoError(t, err)
 	require.Equal(t, "external", pol.Name, "the policy entry says an external client acted")
 
@@ -401,4 +401,11 @@ func checkRecorded(t *testing.T, dir string, byID map[string]transcript) {
 		total += len(tr.actions)
 	}
 	require.Equal(t, total, n)
+}
+
+func fmtReward(r *float64) string {
+	if r == nil {
+		return "null"
+	}
+	return fmt.Sprint(*r)
 }

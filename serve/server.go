@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
@@ -61,7 +62,8 @@ type Server struct {
 	cancelRun context.CancelFunc
 	http      *http.Server
 
-	slots chan struct{} // MaxSessions
+	slots  chan struct{} // MaxSessions
+	budget *budget       // the bytes of messages in flight (limits.go)
 
 	mu         sync.Mutex
 	sessions   map[*session]bool
@@ -78,6 +80,13 @@ type Server struct {
 	// prefix it continues (a crash loses the held rows with the parent).
 	holdMu  sync.Mutex
 	holding map[string][]shard.EpisodeBatch
+
+	// oneShotKeys logs the envelope keys the one-shot HTTP forms and the
+	// stateless MCP calls dropped (each key once per server).
+	oneShotKeys keyLog
+	// mcpSessions are the sessions opened over POST /mcp with OpenEnv's
+	// openenv/session/create, by id (under mu).
+	mcpSessions map[string]*mcpSession
 }
 
 // served is one task as the server serves it.
@@ -101,7 +110,8 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, tasks: map[string]*served{}, jobs: make(chan pool.Job), poolDone: make(chan struct{}),
 		slots: make(chan struct{}, cfg.MaxSessions), sessions: map[*session]bool{}, ids: map[string]bool{}, stats: newStats(),
-		checkpoints: map[string]*checkpoint{}, holding: map[string][]shard.EpisodeBatch{}}
+		checkpoints: map[string]*checkpoint{}, holding: map[string][]shard.EpisodeBatch{},
+		budget: newBudget(cfg.MessageBudget, cfg.MaxMessageBytes)}
 	for i := range specs {
 		sp := specs[i].WithDefaults()
 		tmpl, err := episode.Template(&sp)
@@ -191,10 +201,13 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // providerRecord is the manifest's provider entry, as collect writes it.
-func (s *Server) providerRecord() json.RawMessage {
-	rec, _ := json.Marshal(map[string]any{"name": s.prov.Name(), "capabilities": s.prov.Capabilities(),
-		"params": s.cfg.ProviderParams, "reset": s.pool.Strategy()})
-	return rec
+func (s *Server) providerRecord() manifest.Provider {
+	caps := s.prov.Capabilities()
+	params := maps.Clone(s.cfg.ProviderParams)
+	if params == nil {
+		params = map[string]string{}
+	}
+	return manifest.Provider{Name: s.prov.Name(), Capabilities: &caps, Params: params, Reset: string(s.pool.Strategy())}
 }
 
 // serve accepts connections until ctx is cancelled, then drains.
@@ -250,6 +263,9 @@ func (s *Server) drain() {
 	}
 	s.mu.Unlock()
 	s.cfg.Log.Info("serve: stopping: steps in flight finish, then every session is closed", "sessions", len(open), "grace", s.cfg.Grace.String())
+	// MCP sessions between calls end now, before the grace can interrupt
+	// anything; those in a call end once it is answered (below).
+	s.closeMCPSessions("the server stopped", false)
 	grace := time.AfterFunc(s.cfg.Grace, func() {
 		s.cfg.Log.Warn("serve: grace is over: interrupting what still runs")
 		s.cancelRun()
@@ -263,6 +279,9 @@ func (s *Server) drain() {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.Grace+10*time.Second)
 	s.http.Shutdown(shutdownCtx)
 	cancel()
+	// MCP sessions live between requests: with every request answered,
+	// they end here.
+	s.closeMCPSessions("the server stopped", true)
 	for _, ss := range open {
 		<-ss.done
 	}
@@ -308,15 +327,9 @@ func (s *Server) closeAll(sum *Summary) error {
 // Handler is the server's HTTP handler: /ws and the HTTP endpoints.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ws", s.handleWS)
-	mux.HandleFunc("GET /health", s.handleHealth)
-	mux.HandleFunc("GET /metadata", s.handleMetadata)
-	mux.HandleFunc("GET /schema", s.handleSchema)
-	mux.HandleFunc("GET /state", s.handleState)
-	mux.HandleFunc("GET /tasks", s.handleTasks)
-	mux.HandleFunc("GET /extensions", s.handleExtensions)
-	mux.HandleFunc("POST /reset", s.handleReset)
-	mux.HandleFunc("POST /step", s.handleStep)
+	for _, rt := range s.routes() { // the table GET /openapi.json describes
+		mux.HandleFunc(rt.method+" "+rt.path, rt.handler)
+	}
 	return mux
 }
 

@@ -35,6 +35,8 @@ type session struct {
 	// checkpoints are the ones this session made and holds (under
 	// Server.mu); they are released when it ends.
 	checkpoints map[string]*checkpoint
+	// ignored logs the reset keys this session sent that were dropped.
+	ignored keyLog
 }
 
 // liveEpisode is a session's episode: its runner pieces, the driver the
@@ -44,9 +46,15 @@ type liveEpisode struct {
 	ep  *episode.Episode
 	drv *episode.Driver
 	h   *handoff
-	// final is the episode's last reply, once it ended and was recorded:
-	// the sandbox is gone and steps are refused.
+	// ctx is what the episode runs under, and detach releases it from
+	// the connection that drives it (Server.drive).
+	ctx    context.Context
+	detach func()
+	// final is the episode's last reply (without its answer), once it
+	// ended and was recorded: the sandbox is gone and steps are refused;
+	// drv is then nil, and taken its steps.
 	final *StepResult
+	taken int
 
 	// prefix is the history the episode was driven from: the instruction,
 	// and for a branch the steps it inherits (first of them).
@@ -65,14 +73,21 @@ type liveEpisode struct {
 
 // stepCount is the steps of the episode's trajectory so far: the inherited
 // ones and its own.
-func (l *liveEpisode) stepCount() int { return l.first + l.drv.Steps() }
+func (l *liveEpisode) stepCount() int {
+	if l.drv == nil { // ended: finish kept the count
+		return l.first + l.taken
+	}
+	return l.first + l.drv.Steps()
+}
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	conn, err := websocket.Accept(w, r, nil) // same-origin only, by default: no browser page elsewhere drives a sandbox
 	if err != nil {
 		return // Accept answered the request
 	}
-	conn.SetReadLimit(MaxMessageBytes)
+	// The budget reader enforces the message limit (with the budget); the
+	// connection's own limit is only a backstop one byte above it.
+	conn.SetReadLimit(s.cfg.MaxMessageBytes + 1)
 	if err := s.takeSlot(); err != nil {
 		refuseConn(conn, err)
 		return
@@ -122,19 +137,23 @@ func (ss *session) run() {
 	// branched from them keep their forks.
 	defer ss.releaseCheckpoints()
 	defer ss.cancelConn()
-	msgs := make(chan []byte)
+	msgs := make(chan inbound)
 	readErr := make(chan error, 1)
 	go func() {
 		for {
-			_, data, err := ss.conn.Read(ss.connCtx)
+			data, release, err := ss.readMessage()
 			if err != nil {
+				// The connection is gone (dropped, closed, a message too
+				// big or too slow): connCtx ends, and with it the step in
+				// flight (see Server.drive).
 				readErr <- err
 				ss.cancelConn()
 				return
 			}
 			select {
-			case msgs <- data:
+			case msgs <- inbound{data: data, release: release}:
 			case <-ss.connCtx.Done():
+				release()
 				return
 			}
 		}
@@ -163,16 +182,26 @@ func (ss *session) run() {
 			return
 		case err := <-readErr:
 			why := "the connection dropped: " + err.Error()
-			if st := websocket.CloseStatus(err); st == websocket.StatusNormalClosure || st == websocket.StatusGoingAway {
+			switch {
+			case cleanClose(err):
 				why = "the client closed the connection"
-			} else {
+			case errors.Is(err, errTooBig) || errors.Is(err, websocket.ErrMessageTooBig):
+				why = fmt.Sprintf("the client sent a message of more than %d bytes (-max-message-mb)", ss.srv.cfg.MaxMessageBytes)
+				// The close frame tells the client why; the handshake is
+				// not waited for (the rest of the message may never come).
+				stop := time.AfterFunc(time.Second, func() { ss.conn.CloseNow() })
+				ss.conn.Close(websocket.StatusMessageTooBig, closeReason("forkline serve: "+why))
+				stop.Stop()
+			case errors.Is(err, errMessageTimeout):
+				why = fmt.Sprintf("a message that began did not arrive within %s (-message-timeout)", ss.srv.cfg.MessageTimeout)
+			default:
 				ss.srv.stats.dropped()
 			}
 			ss.endEpisode(why)
 			ss.conn.CloseNow()
 			return
-		case data := <-msgs:
-			closing, err := ss.handle(data)
+		case in := <-msgs:
+			closing, err := ss.handle(&in)
 			if err != nil { // the reply could not be sent: the client is gone
 				ss.srv.stats.dropped()
 				ss.endEpisode("the connection dropped: " + err.Error())
@@ -189,10 +218,45 @@ func (ss *session) run() {
 	}
 }
 
+// inbound is a message as read: its bytes, and its share of the server's
+// message budget, given back once it is handled.
+type inbound struct {
+	data    []byte
+	release func()
+}
+
+// readMessage reads the next message: it waits for one to begin for as
+// long as it takes (the idle timer reaps a silent session), then reads it
+// within the message budget, at most MaxMessageBytes, and within
+// MessageTimeout.
+func (ss *session) readMessage() ([]byte, func(), error) {
+	ctx, cancel := context.WithCancelCause(ss.connCtx)
+	defer cancel(nil)
+	_, r, err := ss.conn.Reader(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	clock := newArrival(ss.srv.cfg.MessageTimeout, func() { cancel(errMessageTimeout) })
+	defer clock.stop()
+	data, release, err := ss.srv.budget.read(ss.connCtx, r, clock)
+	if err != nil {
+		if errors.Is(err, errMessageTimeout) || errors.Is(context.Cause(ctx), errMessageTimeout) {
+			return nil, nil, errMessageTimeout
+		}
+		return nil, nil, err
+	}
+	return data, release, nil
+}
+
 // handle answers one message. closing is set for a close message; the
-// error is a reply that could not be sent.
-func (ss *session) handle(data []byte) (closing bool, err error) {
-	m, perr := parseClientMessage(data)
+// error is a reply that could not be sent. The message's budget share is
+// given back once it is answered, so that the copies its handling makes
+// (the decoded action, its recorded JSON, a reply that echoes it) are
+// counted with it.
+func (ss *session) handle(in *inbound) (closing bool, err error) {
+	defer in.release()
+	m, perr := parseClientMessage(in.data)
+	in.data = nil // decoded: the raw bytes go while the step runs
 	if perr == nil {
 		var reply any
 		switch m.Type {
@@ -240,10 +304,11 @@ func writeJSON(ctx context.Context, conn *websocket.Conn, m serverMessage) error
 // one on a fork of the chosen task's golden checkpoint. Bad parameters
 // leave the running episode as it was.
 func (ss *session) reset(data []byte) (any, error) {
-	req, err := parseReset(data)
+	req, ignored, err := parseReset(data)
 	if err != nil {
 		return nil, err
 	}
+	ss.ignored.note(ss.srv.cfg.Log, "/ws reset", ignored, "episode_id", optional(req.EpisodeID))
 	if ss.srv.isDraining() {
 		return nil, errStopping
 	}
@@ -341,4 +406,16 @@ func (it *idleTimer) Stop() {
 	if it.t != nil {
 		it.t.Stop()
 	}
+}
+
+// cleanClose reports whether a read ended with the client's close frame
+// rather than a dropped connection: normal closure, going away, or a close
+// frame without a status code (1005), which a WebSocket client's close()
+// with no code sends.
+func cleanClose(err error) bool {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
+		return true
+	}
+	return false
 }

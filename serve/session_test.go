@@ -2,8 +2,10 @@ package serve_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,7 +153,8 @@ func TestBadMessagesAreRefusedAndChangeNothing(t *testing.T) {
 		{"logprobs mismatch", `{"type": "step", "data": {"kind": "exec", "cmd": "ls", "metadata": {"response_ids": [1, 2], "logprobs": [-0.1]}}}`, "VALIDATION_ERROR", "logprobs"},
 		{"no data", `{"type": "step"}`, "VALIDATION_ERROR", "data"},
 		{"stray key", `{"type": "state", "data": {}}`, "VALIDATION_ERROR", "data"},
-		{"misspelt reset key", `{"type": "reset", "data": {"taskid": "sleepy"}}`, "VALIDATION_ERROR", "taskid"},
+		{"mistyped reset key", `{"type": "reset", "data": {"task_id": 7}}`, "VALIDATION_ERROR", "task_id"},
+		{"stray message key", `{"type": "reset", "data": {}, "render": true}`, "VALIDATION_ERROR", "render"},
 		{"unknown task", `{"type": "reset", "data": {"task_id": "nope"}}`, "VALIDATION_ERROR", "sleepy"},
 		{"negative seed", `{"type": "reset", "data": {"seed": -1}}`, "VALIDATION_ERROR", "seed"},
 		{"taken episode id", `{"type": "reset", "data": {"episode_id": "bad-1"}}`, "VALIDATION_ERROR", "taken"},
@@ -339,4 +342,40 @@ func TestGraceInterruptsAStepThatOverrunsIt(t *testing.T) {
 	exits, steps := recorded(t, out)
 	require.Contains(t, exits["overrun"], "cancelled")
 	require.Equal(t, 1, steps["overrun"])
+}
+
+// Clients that close cleanly are not dropped connections, however they
+// say it: after their episode ended, with a close frame and no close
+// message, or with a close frame that carries no status code (what a
+// WebSocket library's close() with no code sends: 1005 to the server).
+// They were counted as dropped.
+func TestCleanClosesAreNotDropped(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "served")
+	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask), Out: out})
+	for i, frame := range [][]byte{
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"),
+		{}, // no status code
+	} {
+		url := "ws" + strings.TrimPrefix(ts.base, "http") + "/ws"
+		conn, _, err := websocket.DefaultDialer.Dial(url, nil)
+		require.NoError(t, err)
+		require.NoError(t, conn.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(`{"type":"reset","data":{"episode_id":"clean-%d"}}`, i))))
+		_, _, err = conn.ReadMessage()
+		require.NoError(t, err)
+		require.NoError(t, conn.WriteMessage(websocket.TextMessage, []byte(`{"type":"step","data":{"kind":"done","answer":"ok"}}`)))
+		_, _, err = conn.ReadMessage()
+		require.NoError(t, err)
+		require.NoError(t, conn.WriteControl(websocket.CloseMessage, frame, time.Now().Add(5*time.Second)))
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				break // the server's close frame, or the end
+			}
+		}
+		conn.Close()
+	}
+	requireNoSandboxes(t, ts.work)
+	sum := ts.stop(t)
+	require.Zero(t, sum.Dropped, "clean closes are not drops")
+	require.Equal(t, 2, sum.Episodes["done"])
 }

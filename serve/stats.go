@@ -1,23 +1,15 @@
 package serve
 
 import (
-	"fmt"
-	"io"
-	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/pool"
-	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 )
-
-// latencyWindow is how many of the latest resets the latency percentiles
-// cover: a server runs for days, and its memory stays bounded.
-const latencyWindow = 10000
 
 // stats counts what the server did, for the summary.
 type stats struct {
@@ -34,29 +26,14 @@ type stats struct {
 	checkpoints int
 	rewardSum   float64
 	rewarded    int
-	// latencies are the latest reset latencies, by how the replica was
-	// reset, in a ring of latencyWindow.
-	latencies map[string]*ring
-}
-
-type ring struct {
-	vals []float64
-	next int
-	n    int
-}
-
-func (r *ring) add(v float64) {
-	if len(r.vals) < latencyWindow {
-		r.vals = append(r.vals, v)
-	} else {
-		r.vals[r.next] = v
-		r.next = (r.next + 1) % latencyWindow
-	}
-	r.n++
+	// latencies are the reset latencies by how the replica was reset, in
+	// bounded samples: a server runs for days, and its memory stays
+	// bounded.
+	latencies map[string]*manifest.Sample
 }
 
 func newStats() *stats {
-	return &stats{byExit: map[string]int{}, latencies: map[string]*ring{}}
+	return &stats{byExit: map[string]int{}, latencies: map[string]*manifest.Sample{}}
 }
 
 func (s *stats) sessionOpened() { s.mu.Lock(); s.sessions++; s.mu.Unlock() }
@@ -73,9 +50,9 @@ func (s *stats) reset(r pool.Replica) {
 	defer s.mu.Unlock()
 	s.resets++
 	if s.latencies[key] == nil {
-		s.latencies[key] = &ring{}
+		s.latencies[key] = &manifest.Sample{}
 	}
-	s.latencies[key].add(schemas.Millis(r.Reset))
+	s.latencies[key].Add(schemas.Millis(r.Reset))
 }
 
 func (s *stats) episodeEnded(exit string, reward *float64, kept bool) {
@@ -91,44 +68,9 @@ func (s *stats) episodeEnded(exit string, reward *float64, kept bool) {
 	}
 }
 
-// Summary is what a server served, for the operator and the manifest.
-type Summary struct {
-	Addr     string  `json:"addr"`
-	Dataset  string  `json:"dataset,omitempty"`
-	Seconds  float64 `json:"seconds"`
-	Sessions int     `json:"sessions"`
-	Reaped   int     `json:"sessions_reaped"`
-	Dropped  int     `json:"connections_dropped"`
-	Resets   int     `json:"resets"`
-	// ResetFailures are resets the pool could not serve after its retries.
-	ResetFailures int `json:"reset_failures"`
-	Steps         int `json:"steps"`
-	// Checkpoints are the checkpoints sessions made (branching over the
-	// wire); BranchResets (in Resets too) the resets from one.
-	Checkpoints  int `json:"checkpoints"`
-	BranchResets int `json:"branch_resets"`
-	// Episodes counts the episodes that ended, by exit reason; Kept those
-	// recorded (an episode cancelled before its first step is not).
-	Episodes      map[string]int `json:"episodes"`
-	Kept          int            `json:"episodes_recorded"`
-	RecordErrors  int            `json:"record_errors"`
-	RewardMean    *float64       `json:"reward_mean,omitempty"`
-	Rewarded      int            `json:"rewarded"`
-	ResetLatency  []Latency      `json:"reset_latency_ms"`
-	GoldenBuilds  int            `json:"golden_builds"`
-	Replacements  int            `json:"replacements"`
-	ResetsByFresh int            `json:"pool_resets"`
-}
-
-// Latency is the server-side reset latency of one reset kind (strategy,
-// "+standby" for a hand-off, and the provider's origin), over the latest
-// resets.
-type Latency struct {
-	Kind string  `json:"kind"`
-	N    int     `json:"n"`
-	P50  float64 `json:"p50"`
-	P95  float64 `json:"p95"`
-}
+// Summary is what a server served, for the operator and the manifest
+// (its "serve" summary).
+type Summary = manifest.Serve
 
 func (s *stats) summary(took time.Duration, ps pool.Stats) *Summary {
 	s.mu.Lock()
@@ -145,58 +87,8 @@ func (s *stats) summary(took time.Duration, ps pool.Stats) *Summary {
 		sum.RewardMean = &m
 	}
 	for kind, r := range s.latencies {
-		v := slices.Clone(r.vals)
-		sort.Float64s(v)
-		sum.ResetLatency = append(sum.ResetLatency, Latency{Kind: kind, N: r.n, P50: percentile(v, 0.50), P95: percentile(v, 0.95)})
+		sum.ResetLatency = append(sum.ResetLatency, manifest.ResetLatency{Kind: kind, Latency: r.Latency()})
 	}
 	sort.Slice(sum.ResetLatency, func(a, b int) bool { return sum.ResetLatency[a].Kind < sum.ResetLatency[b].Kind })
 	return sum
-}
-
-// percentile of sorted values, nearest rank.
-func percentile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// Print writes the summary for a person.
-func (sum *Summary) Print(w io.Writer) {
-	fmt.Fprintf(w, "forkline serve: stopped after %.1fs on %s — %d sessions (%d reaped idle, %d dropped), %d resets (%d failed), %d steps\n",
-		sum.Seconds, sum.Addr, sum.Sessions, sum.Reaped, sum.Dropped, sum.Resets, sum.ResetFailures, sum.Steps)
-	var exits []string
-	for _, r := range runtime.ExitReasons() {
-		if n := sum.Episodes[string(r)]; n > 0 {
-			exits = append(exits, fmt.Sprintf("%s=%d", r, n))
-		}
-	}
-	total := 0
-	for _, n := range sum.Episodes {
-		total += n
-	}
-	if len(exits) == 0 {
-		exits = []string{"none"}
-	}
-	fmt.Fprintf(w, "  episodes: %d ended (%s)", total, strings.Join(exits, " "))
-	if sum.Dataset != "" {
-		fmt.Fprintf(w, ", %d recorded", sum.Kept)
-	}
-	fmt.Fprintln(w)
-	if sum.Checkpoints > 0 {
-		fmt.Fprintf(w, "  branching: %d checkpoints, %d resets from them\n", sum.Checkpoints, sum.BranchResets)
-	}
-	if sum.RewardMean != nil {
-		fmt.Fprintf(w, "  reward: mean %.3f over %d episodes\n", *sum.RewardMean, sum.Rewarded)
-	}
-	for _, l := range sum.ResetLatency {
-		fmt.Fprintf(w, "  reset %-22s p50 %9.3f ms   p95 %9.3f ms   (n=%d)\n", l.Kind, l.P50, l.P95, l.N)
-	}
-	if sum.RecordErrors > 0 {
-		fmt.Fprintf(w, "  %d episodes could not be recorded (see the log)\n", sum.RecordErrors)
-	}
-	if sum.Dataset != "" {
-		fmt.Fprintf(w, "  dataset: %s\n", sum.Dataset)
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"os"
 	"path"
 	"reflect"
 	"slices"
@@ -473,4 +474,92 @@ func sameLimits(a, b Limits) bool {
 	return a.MaxSteps == b.MaxSteps && a.ActionTimeout == b.ActionTimeout && a.EpisodeTimeout == b.EpisodeTimeout &&
 		a.OutputCap == b.OutputCap && a.CPUs == b.CPUs && a.MemoryMB == b.MemoryMB && a.Pids == b.Pids &&
 		slices.Equal(a.Capabilities, b.Capabilities)
+}
+
+// FuzzHarborFolder loads Harbor task folders whose task.toml, instruction
+// and one symlink (its place in the folder and its target) come from the
+// fuzzer, beside a secret file outside the folder that the link may name
+// (by absolute path, or climbing out with ../). Whatever the folder holds:
+//
+//   - LoadHarbor does not panic, and a refusal is a SpecError;
+//   - the secret's content is in no spec it accepts (its JSON, which a
+//     manifest records and a sandbox receives) and in no error it returns:
+//     a task's files are read from inside its folder only.
+func FuzzHarborFolder(f *testing.F) {
+	const toml = "[environment]\ndocker_image = \"forkline/debian\"\n"
+	for _, seed := range []struct {
+		toml, instruction, link, target string
+	}{
+		{toml, "Do it.", "tests/shadow", "SECRET"},
+		{toml, "Do it.", "instruction.md", "SECRET"},
+		{toml, "Do it.", "solution/solve.sh", "SECRET"},
+		{toml, "Do it.", "tests/deep/er/x", "../../../../outside/secret"},
+		{toml, "Do it.", "tests/ok", "../solution/solve.sh"},
+		{toml, "Do it.", "tests", "../outside"},
+		{toml, "Do it.", "environment", "../outside"},
+		{"[environment]\nbuild_timeout_sec = 10\n", "Build it.", "environment/Dockerfile", "SECRET"},
+		{"[environment]\nbuild_timeout_sec = 10\n", "Build it.", "environment/leak", "SECRET"},
+		{toml, "Do it.", "task.toml", "SECRET"},
+		{"schema_version = \"1.4\"\n[verifier]\ntimeout_sec = 5\n" + toml, "x", "tests/a", "/"},
+	} {
+		f.Add(seed.toml, []byte(seed.instruction), seed.link, seed.target)
+	}
+	f.Fuzz(func(t *testing.T, tomlText string, instruction []byte, link, target string) {
+		root := t.TempDir()
+		outside := path.Join(root, "outside")
+		secret := "HOST-SECRET-" + strconv.Itoa(len(root)) + "-do-not-leak"
+		mustWrite := func(p string, data []byte) {
+			if err := os.MkdirAll(path.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustWrite(path.Join(outside, "secret"), []byte(secret))
+		dir := path.Join(root, "a-task")
+		mustWrite(path.Join(dir, "task.toml"), []byte(tomlText))
+		mustWrite(path.Join(dir, "instruction.md"), instruction)
+		mustWrite(path.Join(dir, "tests", "test.sh"), []byte("echo 1 > /logs/verifier/reward.txt\n"))
+		mustWrite(path.Join(dir, "solution", "solve.sh"), []byte("true\n"))
+		mustWrite(path.Join(dir, "environment", "Dockerfile"), []byte("FROM forkline/debian\n"))
+		// The link goes at a clean path inside the folder, replacing what
+		// is there; SECRET stands for the secret's absolute path.
+		clean := path.Clean(link)
+		if link == "" || path.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") || strings.ContainsRune(link, 0) ||
+			strings.Count(clean, "/") > 4 || len(clean) > 100 || strings.ContainsRune(target, 0) || len(target) > 200 {
+			return
+		}
+		if target == "SECRET" {
+			target = path.Join(outside, "secret")
+		}
+		at := path.Join(dir, clean)
+		if err := os.MkdirAll(path.Dir(at), 0o755); err != nil {
+			return // a file where a directory would be
+		}
+		if err := os.RemoveAll(at); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, at); err != nil {
+			return
+		}
+		s, err := LoadHarbor(dir)
+		if err != nil {
+			var se *SpecError
+			if !errors.As(err, &se) && !strings.HasPrefix(err.Error(), "task: ") {
+				t.Fatalf("refusal %v (%T) is neither a SpecError nor the package's", err, err)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("the refusal holds the secret: %v", err)
+			}
+			return
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatalf("an accepted spec does not marshal: %v", err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Fatalf("the secret reached the spec through %s -> %s", clean, target)
+		}
+	})
 }

@@ -68,7 +68,12 @@ func LoadHarbor(dir string) (Spec, error) {
 	if err != nil {
 		return Spec{}, fmt.Errorf("task: %w", err)
 	}
-	h := harborLoader{dir: abs, file: filepath.Join(dir, "task.toml"), show: dir}
+	c, err := openConfined(abs, dir)
+	if err != nil {
+		return Spec{}, fmt.Errorf("task: %w", err)
+	}
+	defer c.Close()
+	h := harborLoader{dir: abs, file: filepath.Join(dir, "task.toml"), show: dir, c: c}
 	return h.load()
 }
 
@@ -77,6 +82,8 @@ type harborLoader struct {
 	show string // the folder as the user named it, for messages
 	file string // task.toml, as shown
 	pos  map[string]unstable.Position
+	// c reads the folder's files, never outside it (see confined).
+	c *confined
 
 	buildTimeout time.Duration     // [environment] build_timeout_sec
 	solutionEnv  map[string]string // [solution] env
@@ -113,9 +120,9 @@ func (h *harborLoader) load() (Spec, error) {
 	if !idRE.MatchString(id) {
 		return Spec{}, &SpecError{File: h.show, Msg: fmt.Sprintf("the folder name %q is the task's id and must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", id)}
 	}
-	data, err := os.ReadFile(h.file)
+	data, _, err := h.c.readFile("task.toml", MaxFileBytes)
 	if err != nil {
-		return Spec{}, fmt.Errorf("task: %w", err)
+		return Spec{}, &SpecError{File: h.file, Msg: h.c.explain("task.toml", err)}
 	}
 	doc, err := h.parse(data)
 	if err != nil {
@@ -773,9 +780,17 @@ func (h *harborLoader) seconds(key string, v any) (time.Duration, error) {
 // folder reads the folder's files: instruction.md, environment/, tests/,
 // solution/.
 func (h *harborLoader) folder(s *Spec) error {
-	instr, err := os.ReadFile(filepath.Join(h.dir, "instruction.md"))
-	if err != nil {
-		return h.errFile("instruction.md", "missing: a Harbor task's instruction (%v)", errors.Unwrap(err))
+	instr, _, err := h.c.readFile("instruction.md", MaxFileBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if _, out := h.c.escapes("instruction.md"); !out {
+			return h.errFile("instruction.md", "missing: a Harbor task's instruction (%v)", errors.Unwrap(err))
+		}
+		return h.errFile("instruction.md", "%s", h.c.explain("instruction.md", err))
+	case errors.Is(err, errTooLarge):
+		return h.errFile("instruction.md", "is more than %d bytes (a dataset records its tasks)", MaxFileBytes)
+	case err != nil:
+		return h.errFile("instruction.md", "%s", h.c.explain("instruction.md", err))
 	}
 	if !utf8.Valid(instr) {
 		return h.errFile("instruction.md", "%s", errNotUTF8)
@@ -784,7 +799,7 @@ func (h *harborLoader) folder(s *Spec) error {
 		return h.errFile("instruction.md", "is empty: tell the agent what to do")
 	}
 	s.Instruction = string(instr)
-	if st, err := os.Stat(filepath.Join(h.dir, "steps")); err == nil && st.IsDir() {
+	if st, err := h.c.stat("steps"); err == nil && st.IsDir() {
 		return h.errFile("steps", "multi-step tasks (a steps/ folder) are not supported yet")
 	}
 	if err := h.environmentDir(s); err != nil {
@@ -801,15 +816,23 @@ func (h *harborLoader) folder(s *Spec) error {
 // (built with environment/ as its context).
 func (h *harborLoader) environmentDir(s *Spec) error {
 	envDir := filepath.Join(h.dir, "environment")
+	if st, err := h.c.lstat("environment"); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		// The build context is sent as it is on disk, its symlinks as
+		// links: the folder itself must be the context.
+		return h.errFile("environment", "is a symlink: the build context must be a folder of the task itself")
+	}
 	for _, compose := range []string{"docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"} {
-		if _, err := os.Stat(filepath.Join(envDir, compose)); err == nil {
+		if _, err := h.c.lstat("environment/" + compose); err == nil {
 			return h.errFile(filepath.Join("environment", compose), "multi-container tasks (docker compose) are not supported yet: give the task an environment/Dockerfile or a docker_image")
 		}
 	}
 	if s.Image != "" {
 		return nil
 	}
-	if st, err := os.Stat(filepath.Join(envDir, DefaultDockerfile)); err != nil || !st.Mode().IsRegular() {
+	if st, err := h.c.stat("environment/" + DefaultDockerfile); err != nil || !st.Mode().IsRegular() {
+		if _, out := h.c.escapes("environment/" + DefaultDockerfile); out {
+			return h.errFile("environment", "%s", h.c.explain("environment/"+DefaultDockerfile, err))
+		}
 		return h.errFile("environment", "no environment/Dockerfile and no [environment] docker_image in task.toml: the task has no image")
 	}
 	if msg := checkDockerfile(envDir, ""); msg != "" {
@@ -826,8 +849,10 @@ func (h *harborLoader) environmentDir(s *Spec) error {
 // tests reads tests/ (test.sh and its fixtures) as the hidden verifier
 // files, placed under /tests after the episode.
 func (h *harborLoader) tests(v *Verify) error {
-	dir := filepath.Join(h.dir, "tests")
-	if st, err := os.Stat(filepath.Join(dir, "test.sh")); err != nil || !st.Mode().IsRegular() {
+	if st, err := h.c.stat("tests/test.sh"); err != nil || !st.Mode().IsRegular() {
+		if _, out := h.c.escapes("tests/test.sh"); out {
+			return h.errFile("tests", "%s", h.c.explain("tests/test.sh", err))
+		}
 		return h.errFile("tests", "no tests/test.sh: a Harbor task's verifier is tests/test.sh")
 	}
 	fs, err := h.readTree("tests")
@@ -844,7 +869,10 @@ func (h *harborLoader) tests(v *Verify) error {
 // verifier decides). The upload is part of the script, not of the sandbox, so
 // the solution exists only in the episodes -policy script runs.
 func (h *harborLoader) solution(s *Spec) error {
-	if _, err := os.Stat(filepath.Join(h.dir, "solution", "solve.sh")); err != nil {
+	if _, err := h.c.stat("solution/solve.sh"); err != nil {
+		if _, out := h.c.escapes("solution/solve.sh"); out {
+			return h.errFile("solution", "%s", h.c.explain("solution/solve.sh", err))
+		}
 		return nil // no oracle: -policy script refuses the task, naming it
 	}
 	fs, err := h.readTree("solution")
@@ -876,34 +904,32 @@ func exportPrefix(env map[string]string) string {
 // set: paths relative to it, UTF-8 files as text, others as bytes, and
 // which are executable.
 func (h *harborLoader) readTree(rel string) (fileSet, error) {
-	root := filepath.Join(h.dir, rel)
 	out := fileSet{text: map[string]string{}}
 	total := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	var refused error
+	err := fs.WalkDir(h.c.root.FS(), rel, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			refused = h.errFile(rel, "%s", h.c.explain(p, err))
+			return refused
 		}
 		if d.IsDir() {
 			return nil
 		}
-		name, _ := filepath.Rel(root, p)
-		name = filepath.ToSlash(name)
-		st, err := os.Stat(p) // a symlink counts as what it points to
-		if err != nil {
-			return err
+		name := strings.TrimPrefix(p, rel+"/")
+		data, st, err := h.c.readFile(p, MaxFileBytes)
+		switch {
+		case errors.Is(err, errNotRegular):
+			return fmt.Errorf("%s is not a regular file", p)
+		case errors.Is(err, errTooLarge):
+			return fmt.Errorf("%s is %d bytes; at most %d (a dataset records its tasks)", p, st.Size(), MaxFileBytes)
+		case err != nil:
+			// A symlink that leads outside the folder (os.Root refused
+			// it), a dangling one, an unreadable file: named.
+			refused = h.errFile(rel, "%s", h.c.explain(p, err))
+			return refused
 		}
-		if !st.Mode().IsRegular() {
-			return fmt.Errorf("%s is not a regular file", filepath.Join(rel, name))
-		}
-		if st.Size() > MaxFileBytes {
-			return fmt.Errorf("%s is %d bytes; at most %d (a dataset records its tasks)", filepath.Join(rel, name), st.Size(), MaxFileBytes)
-		}
-		if total += int(st.Size()); total > MaxFilesBytes {
+		if total += len(data); total > MaxFilesBytes {
 			return fmt.Errorf("the files of %s/ add up to more than %d bytes", rel, MaxFilesBytes)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
 		}
 		if utf8.Valid(data) {
 			out.text[name] = string(data)
@@ -918,6 +944,9 @@ func (h *harborLoader) readTree(rel string) (fileSet, error) {
 		}
 		return nil
 	})
+	if refused != nil {
+		return fileSet{}, refused
+	}
 	if err != nil {
 		return fileSet{}, h.errFile(rel, "%v", err)
 	}

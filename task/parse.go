@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -117,6 +118,35 @@ func Load(path string) ([]Spec, error) {
 		}
 	}
 	return out, nil
+}
+
+// NotRead lists the subdirectories of the tasks directory path that Load
+// does not read although they hold task files (*.yaml or *.yml): Load is
+// not recursive, and only a subdirectory that is a Harbor task folder is a
+// task. A path that is not a directory, or that is a Harbor folder, has
+// none. Callers say so, so that tasks are never left out silently.
+func NotRead(path string) []string {
+	st, err := os.Stat(path)
+	if err != nil || !st.IsDir() || IsHarborFolder(path) {
+		return nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		full := filepath.Join(path, e.Name())
+		if !e.IsDir() || IsHarborFolder(full) {
+			continue
+		}
+		yamls, _ := filepath.Glob(filepath.Join(full, "*.yaml"))
+		ymls, _ := filepath.Glob(filepath.Join(full, "*.yml"))
+		if len(yamls)+len(ymls) > 0 {
+			out = append(out, full)
+		}
+	}
+	return out
 }
 
 // Parse reads every YAML document of data as a task spec. name is used in
@@ -625,8 +655,9 @@ func (p parser) fileSet(v *yaml.Node, section string) (fileSet, error) {
 	return out, nil
 }
 
-// fileRef reads {path: FILE}: FILE relative to the task file's directory,
-// a regular file (a symlink to one is followed) of at most MaxFileBytes.
+// fileRef reads {path: FILE}: FILE relative to the task file's directory
+// and inside it, a regular file of at most MaxFileBytes; a symlink is
+// followed only while it stays inside that directory (see confined).
 // exe reports that it is executable by its owner.
 func (p parser) fileRef(n *yaml.Node, field string) (data []byte, exe bool, err error) {
 	var rel string
@@ -647,21 +678,25 @@ func (p parser) fileRef(n *yaml.Node, field string) (data []byte, exe bool, err 
 	if rel == "" || filepath.IsAbs(rel) {
 		return nil, false, p.errAt(at, field+".path", "%q must be a path relative to the task file's directory", rel)
 	}
-	full := filepath.Join(p.dir, filepath.FromSlash(rel))
-	st, err := os.Stat(full)
-	switch {
-	case err != nil:
-		return nil, false, p.errAt(at, field+".path", "%v", err)
-	case st.IsDir():
-		return nil, false, p.errAt(at, field+".path", "%s is a directory; name each of its files", full)
-	case !st.Mode().IsRegular():
-		return nil, false, p.errAt(at, field+".path", "%s is not a regular file", full)
-	case st.Size() > MaxFileBytes:
-		return nil, false, p.errAt(at, field+".path", "%s is %d bytes; at most %d (a dataset records its tasks): build large files into the image (build:)", full, st.Size(), MaxFileBytes)
+	if !filepath.IsLocal(filepath.FromSlash(rel)) {
+		return nil, false, p.errAt(at, field+".path", "%q leaves the task file's directory: a task reads its files only from inside it", rel)
 	}
-	data, err = os.ReadFile(full)
+	full := filepath.Join(p.dir, filepath.FromSlash(rel))
+	c, err := openConfined(p.dir, p.dir)
 	if err != nil {
 		return nil, false, p.errAt(at, field+".path", "%v", err)
+	}
+	defer c.Close()
+	data, st, err := c.readFile(rel, MaxFileBytes)
+	switch {
+	case errors.Is(err, errNotRegular) && st.IsDir():
+		return nil, false, p.errAt(at, field+".path", "%s is a directory; name each of its files", full)
+	case errors.Is(err, errNotRegular):
+		return nil, false, p.errAt(at, field+".path", "%s is not a regular file", full)
+	case errors.Is(err, errTooLarge):
+		return nil, false, p.errAt(at, field+".path", "%s is %d bytes; at most %d (a dataset records its tasks): build large files into the image (build:)", full, st.Size(), MaxFileBytes)
+	case err != nil:
+		return nil, false, p.errAt(at, field+".path", "%s", c.explain(rel, err))
 	}
 	return data, st.Mode()&0o100 != 0, nil
 }
@@ -1172,16 +1207,32 @@ func (p parser) resolveBuild(b *Build, ctxNode, dfNode *yaml.Node) error {
 	if err := p.noNUL(ctxNode, "build.context", b.Context); err != nil {
 		return err
 	}
-	dir := b.Context
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(p.dir, filepath.FromSlash(dir))
+	// The context is sent to the engine whole: it is a directory of the
+	// task's own, inside the task file's directory (a task from a third
+	// party cannot send the host's /etc to a build).
+	rel := filepath.FromSlash(b.Context)
+	if !filepath.IsLocal(rel) && rel != "." {
+		return p.errAt(ctxNode, "build.context", "%q leaves the task file's directory: the build context is a directory inside it", b.Context)
 	}
-	abs, err := filepath.Abs(dir)
+	c, err := openConfined(p.dir, p.dir)
 	if err != nil {
 		return p.errAt(ctxNode, "build.context", "%v", err)
 	}
-	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+	defer c.Close()
+	abs, err := filepath.Abs(filepath.Join(p.dir, rel))
+	if err != nil {
+		return p.errAt(ctxNode, "build.context", "%v", err)
+	}
+	if st, err := c.stat(filepath.ToSlash(rel)); err != nil || !st.IsDir() {
+		if _, out := c.escapes(filepath.ToSlash(rel)); out {
+			return p.errAt(ctxNode, "build.context", "%s", c.explain(filepath.ToSlash(rel), err))
+		}
 		return p.errAt(ctxNode, "build.context", "%s is not a directory", abs)
+	}
+	if st, err := os.Lstat(abs); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real // the directory itself, not a link to it: the build walks it
+		}
 	}
 	b.Context = abs
 	at, field := ctxNode, "build.context"
@@ -1210,11 +1261,21 @@ func checkDockerfile(context, dockerfile string) string {
 		return fmt.Sprintf("the Dockerfile %q: %s (it is a path inside the build context)", name, msg)
 	}
 	full := filepath.Join(context, filepath.FromSlash(name))
-	st, err := os.Stat(full)
+	c, err := openConfined(context, context)
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	st, err := c.stat(name)
 	if err != nil || !st.Mode().IsRegular() {
+		if _, out := c.escapes(name); out {
+			// The engine resolves the context's links inside it; a
+			// Dockerfile that points out of it is refused here, by name.
+			return c.explain(name, err) + " (the Dockerfile is a path inside the build context)"
+		}
 		return fmt.Sprintf("%s is not a file (the Dockerfile is a path inside the build context)", full)
 	}
-	if _, err := os.Stat(filepath.Join(context, ".dockerignore")); err == nil {
+	if _, err := c.lstat(".dockerignore"); err == nil {
 		// The engine's legacy builder takes the context as sent; it is the
 		// client that applies .dockerignore, and forkline does not yet.
 		return fmt.Sprintf("%s has a .dockerignore, which forkline does not apply: the whole context would reach the build; remove it (or move the files it excludes out of the context)", context)

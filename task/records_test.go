@@ -1,6 +1,7 @@
 package task
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,4 +23,12 @@ func TestRecordsRoundTripAndRefuseTampering(t *testing.T) {
 	tampered := strings.Replace(string(raw), "echo helo", "echo hello", 1)
 	_, err = DecodeRecords([]byte(tampered))
 	require.ErrorContains(t, err, "fix-greeting hashes to")
+}
+
+// A tasks directory's subdirectories of task files are not read (Load is
+// not recursive); NotRead names them, so that a caller says so.
+func TestNotReadNamesSubdirectoriesOfTaskFiles(t *testing.T) {
+	require.Equal(t, []string{filepath.Join("..", "examples", "tasks", "web")}, NotRead(filepath.Join("..", "examples", "tasks")))
+	require.Empty(t, NotRead(filepath.Join("..", "examples", "tasks", "web")))
+	require.Empty(t, NotRead(filepath.Join("..", "examples", "tasks", "fix-sum.yaml")))
 }

@@ -3,7 +3,7 @@
 //  1. bytes per step under -pixels full, hash and none (and none with no
 //     accessibility trees), from collecting the example web tasks with forked
 //     replicas: what the run keeps per step as the shard writer estimates it
-//     (the collector's bytes_per_step: every row committed, uncompressed)
+//     (the collector's row_bytes_per_step: every row committed, uncompressed)
 //     and what the steps/ and blobs/ Parquet files really take on disk
 //     (zstd), per step;
 //
@@ -130,7 +130,7 @@ func collectOnce(tasks, out string, replicas, repeats int, pixels, a11y string) 
 		fatal("pixels %s: not every episode completed: %v", pixels, rep.ByExit)
 	}
 	r := bytesResult{Pixels: pixels, A11y: a11y, Episodes: rep.Episodes, Steps: rep.Steps, Screenshots: rep.Screenshots,
-		BlobsStored: rep.BlobsStored, DedupRatio: rep.DedupRatio, EstimatePerStep: rep.BytesPerStep, CollectWallSecs: rep.WallSec}
+		BlobsStored: rep.BlobsStored, DedupRatio: rep.DedupRatio, EstimatePerStep: rep.RowBytesPerStep, CollectWallSecs: rep.WallSec}
 	r.StepsDiskBytes = dirBytes(filepath.Join(out, "steps"))
 	r.BlobsDiskBytes = dirBytes(filepath.Join(out, "blobs"))
 	r.DiskPerStep = float64(r.StepsDiskBytes+r.BlobsDiskBytes) / float64(r.Steps)

@@ -86,7 +86,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.Int(&o.shardCount, "shard-count", "n", "collect part JOB_COMPLETION_INDEX (Kubernetes) or SLURM_ARRAY_TASK_ID (Slurm) of n parts")
 
 	f.Group("branching", "-branch at=2,width=4")
-	f.String(&o.branch, "branch", "PLAN", "at=K,width=N: checkpoint every root episode still running after step K and continue it N times from there; every=K,width=N,depth=D,max=M: a tree, where an episode at depth d < D still running after step (d+1)*K branches again, at most M episodes per tree (docs/branching.md); the provider must checkpoint")
+	f.String(&o.branch, "branch", "PLAN", "at=K,width=N: checkpoint every root episode still running after step K and continue it N times from there; every=K,width=N,depth=D,max=M: a tree, where an episode at depth d < D still running after step (d+1)*K branches again, at most M episodes per tree (N at most 256, M at most 4096; docs/branching.md); the provider must checkpoint")
 	f.String(&o.cfg.From, "from", "DATASET", "branch from a stored dataset instead of running roots: its trajectories with at least K steps have their first K steps re-executed from the record (checked as replay checks them; one that does not reproduce is skipped, said so), then are continued as -branch at=K,width=N says (docs/branching.md)")
 	f.List(&o.cfg.FromEpisodes, "episode", "PREFIX,...", "with -from: only the stored episodes whose id starts with one of these")
 
@@ -155,8 +155,7 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 	}
 	defer stopMetrics()
 	if !inv.Quiet && !inv.LogJSON() {
-		cfg.Progress = inv.Stderr
-		cfg.ProgressTTY = isTerminal(inv.Stderr)
+		cfg.Progress, cfg.ProgressTTY = progressStream(inv)
 	}
 
 	finish := resumeCommand(*cfg, inv.Quiet, inv.JSON)

@@ -153,6 +153,12 @@ func TestCollectRefusesWhatBranchingDoesNotDoYet(t *testing.T) {
 		{[]string{"-from", "runs/old", "-branch", "every=2,width=2,depth=2,max=7"}, "trees from a stored dataset are not carried out"},
 		{[]string{"-episode", "abc"}, "no -from is given"},
 		{[]string{"-branch", "at=2,width=2", "-reset", "recreate"}, "cannot checkpoint"},
+		// A plan no task runs long enough for, and plans past the stated
+		// bounds: before the fix at=1000 ran with no branch and no word,
+		// and width=10000 planned 7,224 episodes in 300 s before a stop.
+		{[]string{"-branch", "at=1000,width=2"}, "-branch at=1000,width=2: no episode would branch: a root branches after step 1000 only if its task lets it run on, and every task ends by then: config-migrate (max_steps 8), error-report (max_steps 12), fix-sum (max_steps 10)"},
+		{[]string{"-branch", "at=1,width=10000"}, "width=10000 is more than 256 branches per branch point"},
+		{[]string{"-branch", "every=1,width=2,depth=2,max=100000"}, "max=100000 is more than 4096 episodes per tree"},
 	} {
 		r := execute(context.Background(), append([]string{"collect", "-tasks", "../../examples/tasks", "-out", out, "-workdir", t.TempDir()}, c.args...)...)
 		require.Equal(t, cli.ExitBadInput, r.code, "%v: %s", c.args, r.stderr)
@@ -160,6 +166,17 @@ func TestCollectRefusesWhatBranchingDoesNotDoYet(t *testing.T) {
 		_, err := os.Stat(out)
 		require.True(t, os.IsNotExist(err), "%v: nothing is written", c.args)
 	}
+}
+
+// A plan some tasks end before is run, and the tasks whose episodes never
+// branch are named: at=9 branches error-report (12 steps) and fix-sum (10)
+// but not config-migrate (8).
+func TestCollectNamesTheTasksABranchPlanMisses(t *testing.T) {
+	r := execute(context.Background(), "collect", "-tasks", "../../examples/tasks", "-out", filepath.Join(t.TempDir(), "run"),
+		"-workdir", t.TempDir(), "-branch", "at=9,width=2", "-quiet")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stderr, "-branch at=9,width=2: these tasks end by step 9, so their episodes never branch: config-migrate (max_steps 8)")
+	require.NotContains(t, r.stderr, "fix-sum (max_steps")
 }
 
 // With the LLM policy, each branch's policy continues its parent's

@@ -23,13 +23,7 @@ import (
 // engine answers or the base image is missing.
 func requireDocker(t *testing.T) {
 	t.Helper()
-	out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput()
-	if err != nil {
-		testenv.Missing(t, "docker", "no engine answers `docker version`: "+strings.TrimSpace(string(out))+" (start one with bash .ci/docker-up.sh)")
-	}
-	if err := exec.Command("docker", "image", "inspect", "forkline/busybox").Run(); err != nil {
-		testenv.Missing(t, "docker", "image forkline/busybox is missing (build it with make images)")
-	}
+	testenv.NeedDocker(t)
 }
 
 // labelled lists the containers and images carrying forkline.run=runID.
@@ -128,9 +122,7 @@ func TestDockerWebTasksRunChromiumInContainers(t *testing.T) {
 		t.Skip("starts containers with Chromium")
 	}
 	requireDocker(t)
-	if err := exec.Command("docker", "image", "inspect", "forkline/chromium").Run(); err != nil {
-		testenv.Missing(t, "docker-chromium", "image forkline/chromium is missing (build it with make images-browser)")
-	}
+	testenv.NeedDockerImage(t, testenv.DockerChromium, "forkline/chromium")
 	out := filepath.Join(t.TempDir(), "run")
 	cmd := collectProcess("-provider", "docker", "-provider-opt", "image=forkline/chromium",
 		"-tasks", "../../examples/tasks/web", "-replicas", "2", "-repeats", "2", "-out", out, "-quiet")

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,10 +26,7 @@ const harborSuite = "../../task/testdata/harbor"
 // engine has forkline/debian: Harbor's verifiers run bash.
 func requireDockerDebian(t *testing.T) {
 	t.Helper()
-	requireDocker(t)
-	if err := exec.Command("docker", "image", "inspect", docker.ImageDebian).Run(); err != nil {
-		testenv.Missing(t, "docker-debian", "image forkline/debian is missing (build it with make images-debian)")
-	}
+	testenv.NeedDockerImage(t, testenv.DockerDebian, docker.ImageDebian)
 }
 
 // engineClient is a client of the test's engine, closed when t ends.

@@ -16,7 +16,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/schemas"
 
 	"github.com/forkline/forkline/policy/openai/openaitest"
 )
@@ -216,6 +218,59 @@ func TestResumeOfACompleteRunChangesNothing(t *testing.T) {
 		require.Contains(t, printed, "nothing to do — the run is complete: 4 of 4 planned episodes kept; nothing was changed")
 		require.NotContains(t, printed, "exit reasons:", "no empty sections")
 		require.Equal(t, before, treeHash(t, out))
+	}
+}
+
+// A resume of a damaged run is refused with exit 2, naming the shard, and
+// changes nothing — whether the run is complete or partial: 64 garbled
+// bytes in, or the second half cut off, a steps shard. Before the fix the
+// complete run's resume exited 0 ("nothing to do") and its status stayed
+// complete; only a partial run's resume checked the shards.
+func TestResumeOfADamagedRunIsRefused(t *testing.T) {
+	tasks := exampleTasks(t)
+	orig := filepath.Join(t.TempDir(), "run")
+	base := func(out string) []string {
+		return []string{"-tasks", tasks, "-out", out, "-workdir", t.TempDir(), "-quiet", "-replicas", "2", "-repeats", "2"}
+	}
+	code, printed := runCaptured(t, base(orig)...)
+	require.Equal(t, cli.ExitOK, code, printed)
+	for _, status := range []string{"complete", "partial"} {
+		for _, c := range []struct {
+			name   string
+			damage func(data []byte) []byte
+		}{
+			{"64 garbled bytes", func(data []byte) []byte {
+				for i := range 64 {
+					data[len(data)/3+i] ^= 0x5a
+				}
+				return data
+			}},
+			{"half of it", func(data []byte) []byte { return data[:len(data)/2] }},
+		} {
+			t.Run(status+"/"+c.name, func(t *testing.T) {
+				out := filepath.Join(t.TempDir(), "run")
+				require.NoError(t, os.CopyFS(out, os.DirFS(orig)))
+				if status == "partial" {
+					m, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+					require.NoError(t, err)
+					require.NoError(t, os.WriteFile(filepath.Join(out, "manifest.json"), bytes.Replace(m, []byte(`"status": "complete"`), []byte(`"status": "partial"`), 1), 0o644))
+				}
+				ds, err := shard.Open(out)
+				require.NoError(t, err)
+				file := ds.Shards(schemas.TableSteps)[0].File
+				path := filepath.Join(out, file)
+				data, err := os.ReadFile(path)
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(path, c.damage(data), 0o644))
+				before := treeHash(t, out)
+
+				code, printed := runCaptured(t, append(base(out), "-resume")...)
+				require.Equal(t, cli.ExitBadInput, code, printed)
+				require.Contains(t, printed, filepath.FromSlash(file))
+				require.Contains(t, printed, "the manifest says")
+				require.Equal(t, before, treeHash(t, out), "a refused resume changes nothing")
+			})
+		}
 	}
 }
 

@@ -296,7 +296,7 @@ solution:
 verify: {cmd: 'test -s awake.txt', reward: exit}
 `), 0o644))
 		out = filepath.Join(dir, "run")
-		args = []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-grace", "30s"}
+		args = []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-grace", "30s"}
 		cmd = collectProcess(args...)
 		stderr = &strings.Builder{}
 		cmd.Stderr = stderr
@@ -386,4 +386,90 @@ verify: {cmd: 'test -s awake.txt', reward: exit}
 			require.Equal(t, string(runtime.ExitDone), exit, "episode %s finished within the grace period", id)
 		}
 	})
+}
+
+// A stop while verifiers run: with -grace 200ms the verifiers in flight
+// are cut short, and their episodes are kept as cancelled without a
+// reward (never as done with reward null); a SIGKILL there keeps nothing
+// of them. Either way the resumed run ends with the rewards a clean run
+// has, every one of them, and verify finds no problem. Before the fix,
+// an episode whose verifier the stop cut short was kept as done with
+// reward null ("task: verify: local: exec in sb-…: context canceled"),
+// and -resume took it as finished.
+func TestAStopDuringVerifiersResumesToTheCleanRunsRewards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the collector for seconds")
+	}
+	start := func(t *testing.T, grace string) (cmd *exec.Cmd, args []string, out string) {
+		dir, work := t.TempDir(), t.TempDir()
+		verifying := filepath.Join(dir, "verifying")
+		spec := filepath.Join(dir, "graded.yaml")
+		require.NoError(t, os.WriteFile(spec, []byte(`id: graded
+instruction: answer, then wait for the grade
+solution:
+  - {kind: exec, cmd: echo answer > answer.txt}
+  - {kind: done}
+verify: {cmd: 'touch `+verifying+`; sleep 1.5; test -s answer.txt && echo 0.5', reward: number}
+`), 0o644))
+		out = filepath.Join(dir, "run")
+		args = []string{"-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-quiet", "-grace", grace}
+		cmd = collectProcess(args...)
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		require.Eventually(t, func() bool { _, err := os.Stat(verifying); return err == nil }, time.Minute, 10*time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the verifiers are surely running
+		return cmd, args, out
+	}
+	rewards := func(t *testing.T, out string) (exits map[string]string, values map[string]*float64) {
+		ds, err := shard.Open(out)
+		require.NoError(t, err)
+		exits, values = map[string]string{}, map[string]*float64{}
+		for e, err := range ds.Episodes() {
+			require.NoError(t, err)
+			exits[e.EpisodeID] = e.ExitReason
+		}
+		for r, err := range ds.Rewards() {
+			require.NoError(t, err)
+			values[r.EpisodeID] = r.Value
+		}
+		for id, exit := range exits {
+			switch exit {
+			case string(runtime.ExitDone):
+				require.NotNil(t, values[id], "episode %s is kept as done with reward null", id)
+			case string(runtime.ExitCancelled):
+				require.NotContains(t, values, id, "a cancelled episode keeps no reward")
+			default:
+				t.Fatalf("episode %s ended %s", id, exit)
+			}
+		}
+		return exits, values
+	}
+	for _, c := range []struct {
+		name  string
+		grace string
+		stop  func(*exec.Cmd)
+		code  int
+	}{
+		{"SIGTERM -grace 200ms", "200ms", func(c *exec.Cmd) { c.Process.Signal(syscall.SIGTERM) }, cli.ExitInterrupted},
+		{"SIGKILL", "30s", func(c *exec.Cmd) { c.Process.Signal(syscall.SIGKILL) }, -1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd, args, out := start(t, c.grace)
+			c.stop(cmd)
+			require.Equal(t, c.code, exitCode(cmd.Wait()))
+			if _, err := os.Stat(filepath.Join(out, "manifest.json")); err == nil {
+				rewards(t, out)
+			}
+			outb, err := collectProcess(append(args, "-resume")...).CombinedOutput()
+			require.NoError(t, err, "%s", outb)
+			exits, values := rewards(t, out)
+			require.Len(t, exits, 4)
+			for id, exit := range exits {
+				require.Equal(t, string(runtime.ExitDone), exit, id)
+				require.Equal(t, 0.5, *values[id], "episode %s has the clean run's reward", id)
+			}
+			r := execute(t.Context(), "verify", out)
+			require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+		})
+	}
 }

@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +17,7 @@ import (
 
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/policy/openai"
+	"github.com/forkline/forkline/task"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated blocks of docs/cli.md from the binary's help")
@@ -23,11 +28,11 @@ const cliDoc = "../../docs/cli.md"
 // HTML comment, then its output in a text fence.
 var docBlock = regexp.MustCompile("(?s)<!-- (forkline[^\n]*?) -->\n```text\n(.*?)```\n<!-- end -->")
 
-// versionLine is the shape of `forkline --version`, whose Go version and
+// versionLine is the shape of `forkline -version`, whose Go version and
 // commit depend on the build.
 var versionLine = regexp.MustCompile(`^forkline ` + regexp.QuoteMeta(collect.Version) + ` \(dataset schema \d+, (commit [0-9a-f]{12}( with local changes)?, )?go\S+ \S+/\S+\)\n$`)
 
-// docs/cli.md shows `forkline help`, `forkline --version` and every
+// docs/cli.md shows `forkline help`, `forkline -version` and every
 // subcommand's -h exactly as the binary prints them. This test fails when
 // they disagree, or a subcommand's help is missing; -update rewrites the
 // blocks from the binary (the prose around them is kept).
@@ -35,7 +40,7 @@ func TestCLIDocMatchesTheHelp(t *testing.T) {
 	data, err := os.ReadFile(cliDoc)
 	require.NoError(t, err)
 	doc := string(data)
-	want := map[string]bool{"forkline help": true, "forkline --version": true}
+	want := map[string]bool{"forkline help": true, "forkline -version": true}
 	for _, c := range subcommands() {
 		want["forkline "+c+" -h"] = true
 	}
@@ -49,7 +54,7 @@ func TestCLIDocMatchesTheHelp(t *testing.T) {
 			t.Errorf("docs/cli.md: %q exits %d: %s", line, r.code, r.stderr)
 			return block
 		}
-		if line == "forkline --version" {
+		if line == "forkline -version" {
 			if !*update {
 				assert.Regexp(t, versionLine, body, "docs/cli.md: %s has the shape of this build's version", line)
 				return block
@@ -69,6 +74,10 @@ func TestCLIDocMatchesTheHelp(t *testing.T) {
 			t.Errorf("docs/cli.md shows %q, which is not a help this test knows", line)
 		}
 	}
+	// The table at the top lists every subcommand (serve was missing).
+	for _, c := range subcommands() {
+		assert.True(t, strings.Contains(doc, "| [`"+c+"`](#forkline-"+c+") |"), "docs/cli.md's table lists %s", c)
+	}
 	if *update {
 		require.NoError(t, os.WriteFile(cliDoc, []byte(out), 0o644))
 	}
@@ -82,4 +91,105 @@ func TestPolicyDocListsEveryOption(t *testing.T) {
 	for _, name := range openai.OptionNames() {
 		assert.Contains(t, string(data), "| `"+name+"` |", "docs/policies.md documents option %s", name)
 	}
+}
+
+// The episode ids the helps' examples name are ids a run gives: those of
+// make demo (examples/tasks, 8 repeats, seed 0) and of the browser tasks
+// (examples/tasks/web), as episode ids are derived from the task.
+func TestHelpExampleEpisodesExist(t *testing.T) {
+	var ids []string
+	for _, dir := range []string{"../../examples/tasks", "../../examples/tasks/web"} {
+		specs, err := task.Load(dir)
+		require.NoError(t, err)
+		for _, s := range specs {
+			s = s.WithDefaults()
+			for r := range 8 {
+				ids = append(ids, collect.EpisodeID(s.ID, s.Hash(), r, 0))
+			}
+		}
+	}
+	doc, err := os.ReadFile(cliDoc)
+	require.NoError(t, err)
+	seen := 0
+	for _, m := range regexp.MustCompile(`-episode ([0-9a-f]{4,}(,[0-9a-f]{4,})*)`).FindAllStringSubmatch(string(doc), -1) {
+		for _, prefix := range strings.Split(m[1], ",") {
+			seen++
+			assert.True(t, slices.ContainsFunc(ids, func(id string) bool { return strings.HasPrefix(id, prefix) }),
+				"docs/cli.md: -episode %s names no episode of make demo or of examples/tasks/web", prefix)
+		}
+	}
+	require.NotZero(t, seen)
+}
+
+// The README's tutorial shows episode ids a run of its task gives (ids are
+// derived from the task spec, repeat and seed: 4 repeats, seed 0), and
+// names them by prefixes that match one.
+func TestREADMETutorialIDsAreTheTasks(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	readme := string(data)
+	m := regexp.MustCompile("(?s)```yaml\n(id: count-lines\n.*?)```").FindStringSubmatch(readme)
+	require.NotNil(t, m, "the README's tutorial task")
+	specs, err := task.Parse("README.md", []byte(m[1]))
+	require.NoError(t, err)
+	s := specs[0].WithDefaults()
+	var ids []string
+	for r := range 4 {
+		ids = append(ids, collect.EpisodeID(s.ID, s.Hash(), r, 0))
+	}
+	named := regexp.MustCompile(`\b[0-9a-f]{32}\b`).FindAllString(readme, -1)
+	for _, p := range regexp.MustCompile(`-episode ([0-9a-f]{4,})`).FindAllStringSubmatch(readme, -1) {
+		named = append(named, p[1])
+	}
+	require.NotEmpty(t, named)
+	for _, id := range named {
+		assert.True(t, slices.ContainsFunc(ids, func(x string) bool { return strings.HasPrefix(x, id) }), "README: %s is no episode of the tutorial's run", id)
+	}
+}
+
+// Every message, help text and document spells forkline's flags with one
+// dash, as its flag parser documents them (-resume, -force, -version):
+// before, some errors said --resume and --force. A flag of another
+// program (dockerd --bridge, Chromium --headless) is not forkline's, and
+// the parser itself accepts --help and --version (internal/cli).
+func TestMessagesSpellFlagsWithOneDash(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cli.md")
+	require.NoError(t, err)
+	names := map[string]bool{"version": true, "help": true}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9-]*)\b`).FindAllStringSubmatch(string(doc), -1) {
+		names[m[1]] = true
+	}
+	require.Greater(t, len(names), 40, "the flags read from docs/cli.md")
+	double := regexp.MustCompile(`--([a-z][a-z0-9-]*)\b`)
+	var bad []string
+	require.NoError(t, filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || strings.HasSuffix(p, "_test.go") || !(strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".md")) {
+			return nil
+		}
+		switch {
+		case strings.HasSuffix(p, filepath.Join("internal", "cli", "app.go")), strings.HasSuffix(p, filepath.Join("internal", "cli", "flags.go")):
+			return nil // the parser, which accepts --help and --version
+		case strings.HasSuffix(p, filepath.Join("internal", "slurmtest", "slurmtest.go")):
+			return nil // it runs munged --force
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, m := range double.FindAllStringSubmatch(line, -1) {
+				if names[m[1]] {
+					bad = append(bad, fmt.Sprintf("%s:%d: --%s", p, i+1, m[1]))
+				}
+			}
+		}
+		return nil
+	}))
+	require.Empty(t, bad, "forkline's flags take one dash")
 }

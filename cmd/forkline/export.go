@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -92,9 +93,9 @@ func setupExport(f *cli.FlagSet) cli.Runner {
 	f.Group("rows", "-to hf -rows step; -to verl-agent -rows turn")
 	f.String(&e.rows, "rows", "ROWS", "what a row is: hf, hf-disk episode|step; verl-agent, sft-tokens episode|turn (a model turn: its prompt and response ids as the server reported them, usable when an episode's history drifted)")
 
-	f.Group("conversation", "-tool-args string -call-content null (DeepSeek-V3); -tool-args string -reasoning none (OpenAI)")
+	f.Group("conversation", "-tool-args string -call-content split (DeepSeek-V3); -tool-args string -reasoning none (OpenAI)")
 	f.String(&e.toolArgs, "tool-args", "object|string", "chat-jsonl, dpo, hf, hf-disk, verl-sft: tool-call arguments as an object (Qwen, Llama templates apply tojson) or as the string the model wrote (OpenAI, DeepSeek-V3)")
-	f.String(&e.callContent, "call-content", "empty|null", "content of an assistant message with only tool calls: \"\" (Qwen, Llama) or null (DeepSeek-V3)")
+	f.String(&e.callContent, "call-content", "empty|null|split", "content of an assistant message with only tool calls: \"\" (Qwen, Llama) or null; split also writes a message with text and calls as the text, then the calls with null (DeepSeek-V3, whose template renders calls only beside null content)")
 	f.String(&e.reasoning, "reasoning", "shown|all|none", "which turns keep the model's reasoning: where the model saw it (the last turn, unless the policy sent reasoning back), every turn, or none")
 
 	f.Group("verl-agent", "-advantage grpo -max-prompt-tokens 4096 -max-response-tokens 8192")
@@ -124,11 +125,16 @@ func runExport(ctx context.Context, inv *cli.Invocation, e *exportOptions) int {
 	}
 	var meter *progress.Meter
 	if !inv.Quiet {
-		opts := progress.Options{Command: "export", TTY: isTerminal(inv.Stderr)}
+		var opts progress.Options
+		var w io.Writer
 		if inv.LogJSON() {
-			opts.Logger = inv.Logger()
+			opts, w = progress.Options{Command: "export", Logger: inv.Logger()}, inv.Stderr
+		} else {
+			var tty bool
+			w, tty = progressStream(inv)
+			opts = progress.Options{Command: "export", TTY: tty}
 		}
-		meter = progress.New(inv.Stderr, opts)
+		meter = progress.New(w, opts)
 		begun := false
 		o.Progress = func(read, total int64) {
 			if !begun {

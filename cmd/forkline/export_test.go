@@ -86,7 +86,8 @@ func TestRefusedEveryEpisode(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	r := exportArgs(t, t.Context(), "-in", writeRun(t), "-to", "verl-agent", "-out", out)
 	assert.Equal(t, cli.ExitBadInput, r.code)
-	assert.Contains(t, r.stderr, "export: refused by verl-agent: 2 no token record\n")
+	// The refusal says how to get what is missing.
+	assert.Contains(t, r.stderr, "export: refused by verl-agent: 2 no token record (only a -policy openai run against a server that returns token ids, vLLM or SGLang, with capture tokens keep, has one; a script run has none)\n")
 	assert.Contains(t, r.stderr, "refused every one of the 2 selected episodes")
 	assert.NoDirExists(t, out)
 }

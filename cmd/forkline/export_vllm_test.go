@@ -143,9 +143,7 @@ func joinRaw(ms []json.RawMessage) string {
 
 func requireOracle(t *testing.T) {
 	oracle.Require(t)
-	if err := loadertest.PythonAvailable(); err != nil {
-		testenv.Missing(t, testenv.Templates, err.Error())
-	}
+	testenv.Need(t, testenv.Templates, loadertest.PythonAvailable)
 }
 
 // The first turns and every later one: what chat-jsonl, hf and verl-sft
@@ -297,4 +295,58 @@ func TestDPOPairsOrNone(t *testing.T) {
 	require.Equal(t, cli.ExitBadInput, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "-to dpo found no preference pair among the 2 selected episodes (2 in a group whose rewards are all equal)")
 	assert.NoDirExists(t, none)
+}
+
+// A reply cut at max_tokens (output_truncated) is the episode's last model
+// turn in every export, by one rule (docs/exports.md): the token exports
+// keep its ids, the message exports write it as the last assistant message
+// — here the call vLLM's hermes parser read from the cut text, never run
+// and answered by no result. chat-jsonl, hf and verl-sft wrote system and
+// user only before.
+func TestACutReplyIsTheLastTurnOfEveryExport(t *testing.T) {
+	requireOracle(t)
+	text := call("exec", `{"cmd": "ls -1 *.txt | wc -l"}`)
+	ids, err := oracle.Tokenize(t.Context(), "qwen3", text)
+	require.NoError(t, err)
+	n := len(ids)
+	for ; n > 0; n-- {
+		s, err := oracle.Decode(t.Context(), "qwen3", ids[:n])
+		require.NoError(t, err)
+		if !strings.Contains(s, "</tool_call>") && strings.HasSuffix(strings.TrimSpace(s), "}}") {
+			break
+		}
+	}
+	srv := vllmsim.Start(t, vllmsim.Config{ToolParser: true, Respond: vllmsim.Replies(vllmsim.Reply{Text: text})})
+	tasks := filepath.Join(t.TempDir(), "task.yaml")
+	require.NoError(t, os.WriteFile(tasks, []byte(countTask), 0o644))
+	run := filepath.Join(t.TempDir(), "run")
+	var code int
+	printed := captureOutput(t, func() {
+		code = collectInProcess([]string{"-tasks", tasks, "-out", run, "-workdir", t.TempDir(), "-replicas", "1", "-repeats", "1",
+			"-policy", "openai", "-base-url", srv.URL + "/v1", "-model", srv.Config().Model, "-policy-opt", "tokens=chat",
+			"-policy-opt", fmt.Sprintf("max_tokens=%d", n), "-quiet"})
+	})
+	require.Equal(t, cli.ExitLosses, code, "every episode is a scaffold loss: %s", printed)
+	for _, target := range []string{"chat-jsonl", "hf", "verl-sft"} {
+		t.Run(target, func(t *testing.T) {
+			conv := exportedConversation(t, run, target)
+			var msgs []struct {
+				Role      string `json:"role"`
+				ToolCalls []struct {
+					Function struct {
+						Name string `json:"name"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			}
+			require.NoError(t, json.Unmarshal(conv.Messages, &msgs))
+			last := msgs[len(msgs)-1]
+			require.Equal(t, "assistant", last.Role, "the cut reply is the last message")
+			require.Len(t, last.ToolCalls, 1)
+			assert.Equal(t, "exec", last.ToolCalls[0].Function.Name)
+		})
+	}
+	for _, target := range []string{"sft-tokens", "verl-agent"} {
+		r := exportArgs(t, t.Context(), "-in", run, "-to", target, "-out", filepath.Join(t.TempDir(), target))
+		assert.Equal(t, cli.ExitOK, r.code, "%s keeps the cut reply's ids: %s", target, r.stderr)
+	}
 }

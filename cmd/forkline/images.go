@@ -26,10 +26,12 @@ default socket when unset), without a registry or a Dockerfile: each is imported
 filesystem made on the host. forkline/busybox is Debian's static busybox (seconds; needs
 busybox-static). forkline/debian is debootstrap --variant=minbase bookworm and forkline/chromium
 that plus Debian's chromium, for browser tasks (minutes; root, debootstrap and a reachable Debian
-mirror, FORKLINE_DEBIAN_MIRROR to choose one). An image already on the engine is kept unless -force.`,
+mirror, FORKLINE_DEBIAN_MIRROR to choose one). forkline/chromium starts from forkline/debian's files
+when that image is on the engine (name it first: -image forkline/debian,forkline/chromium), and
+debootstraps only when it is not. An image already on the engine is kept unless -force.`,
 		Examples: []string{
 			"forkline images",
-			"forkline images -image forkline/chromium",
+			"forkline images -image forkline/debian,forkline/chromium",
 			"forkline images -image forkline/busybox,forkline/debian -force",
 		},
 		Exits: []cli.Exit{

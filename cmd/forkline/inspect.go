@@ -33,8 +33,8 @@ writes the episodes' screenshots out as PNG files.`,
 		Arguments: []cli.Argument{{Name: "DIR", Usage: "the dataset directory (or -in DIR)"}},
 		Examples: []string{
 			"forkline inspect runs/demo",
-			"forkline inspect runs/demo -episode 3fa2",
-			"forkline inspect runs/web -episode 9c01 -screenshots shots/",
+			"forkline inspect runs/demo -episode 7ff7",
+			"forkline inspect runs/web -episode b301 -screenshots shots/",
 			"forkline inspect runs/demo -json | jq '.reward'",
 		},
 		Exits: []cli.Exit{
@@ -47,7 +47,7 @@ writes the episodes' screenshots out as PNG files.`,
 			o := &inspectOptions{reward: inspect.DefaultReward}
 			f.Group("input", "")
 			f.String(&o.in, "in", "DIR", "the dataset directory (the same as the argument)")
-			f.Group("episode", "-episode 3fa2,9c01 -screenshots shots/")
+			f.Group("episode", "-episode 7ff7,9713 -screenshots shots/")
 			f.List(&o.episodes, "episode", "PREFIX,...", "print these episodes as transcripts; each prefix must match one episode id")
 			f.String(&o.screenshots, "screenshots", "DIR", "with -episode: write the episodes' screenshots into DIR as EPISODE-step-NNN.png")
 			f.Group("summary", "-reward verify")

@@ -66,7 +66,7 @@ func setupReplay(f *cli.FlagSet) cli.Runner {
 	f.Group("input", "")
 	f.String(&c.In, "in", "DIR", "the dataset to replay").Require()
 
-	f.Group("tasks", "-tasks examples/tasks -task fix-sum -episode 3fa2,9c01")
+	f.Group("tasks", "-tasks examples/tasks -task fix-sum -episode 7ff7,9713")
 	f.String(&c.TaskFiles, "tasks", "FILE|DIR", "replay with these task specs instead of the recorded ones (the same task ids; e.g. a changed setup)")
 	f.List(&c.Tasks, "task", "ID,...", "only episodes of these tasks")
 	f.List(&c.EpisodeIDs, "episode", "PREFIX,...", "only episodes whose id starts with one of these")
@@ -79,7 +79,7 @@ func setupReplay(f *cli.FlagSet) cli.Runner {
 	f.String(&c.WorkDir, "workdir", "DIR", "where sandboxes live on the host").ShowDefault("a temporary directory")
 
 	f.Group("compare", `-compare normalized -mask 'pid=\bpid \d+' -pixel-tolerance 0.01`)
-	f.String(&o.mode, "compare", "exact|normalized|hash", "how outputs are compared: as recorded; with ANSI escapes, trailing whitespace and the masks' matches replaced; or by sha256")
+	f.String(&o.mode, "compare", "exact|normalized|hash", "how outputs are compared: as recorded; with ANSI escapes, trailing whitespace and the masks' matches replaced (by default dates and times, sandbox paths, long hex ids); or by sha256")
 	f.Strings(&o.masks, "mask", "NAME=REGEX", "one more mask for -compare normalized; -mask none drops the default masks")
 	f.Float64(&c.PixelTolerance, "pixel-tolerance", "F", "screenshots match when at most this fraction of their pixels differ (0: compare by hash)")
 
@@ -136,7 +136,8 @@ func runReplay(ctx context.Context, inv *cli.Invocation, o *replayOptions) int {
 	}
 	defer stopMetrics()
 	if !inv.Quiet && !inv.LogJSON() {
-		m := progress.New(inv.Stderr, progress.Options{Command: "replay", TTY: isTerminal(inv.Stderr)})
+		w, tty := progressStream(inv)
+		m := progress.New(w, progress.Options{Command: "replay", TTY: tty, EndLogged: true})
 		defer m.Close()
 		cfg.Observer = observe.Multi{cfg.Observer, m}
 	}
@@ -206,6 +207,17 @@ func printReplay(w io.Writer, rep *replay.Report) {
 	}
 	fmt.Fprintf(w, "replay of %s on %s (%s): %d identical, %d diverged, %d errored\n",
 		rep.Dataset, rep.Provider, rep.Mode, rep.Identical, rep.Diverged, rep.Errored)
+	if rep.Mode == replay.Normalized {
+		// Say what was masked: a difference hidden by a mask is not one.
+		names := make([]string, len(rep.Masks))
+		for i, m := range rep.Masks {
+			names[i], _, _ = strings.Cut(m, ":")
+		}
+		if len(names) == 0 {
+			names = []string{"none"}
+		}
+		fmt.Fprintf(w, "  normalized: ANSI escapes and trailing whitespace dropped; masked: %s (-mask NAME=REGEX adds one, -mask none drops the defaults)\n", strings.Join(names, ", "))
+	}
 }
 
 // readableAction shows a canonical action JSON as "exec {"cmd":"ls > x"}":

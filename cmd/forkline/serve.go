@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -26,6 +28,8 @@ type serveOptions struct {
 	captureFile string
 	rollMB      int64
 	rollEvery   time.Duration
+	maxMsgMB    int64
+	budgetMB    int64
 }
 
 func serveCommand() *cli.Command {
@@ -38,7 +42,10 @@ that picks a task, and an optional episode_id) hands the session a fork of the t
 checkpoint — from the warm standby when one is ready — and answers with the instruction; a step
 takes one canonical action (the /schema action schema) and answers with its observation; done (or a
 limit) runs the task's verifier and answers with the reward. /health, /metadata, /schema, /state,
-/tasks and the stateless one-shot POST /reset and /step are HTTP.
+/tasks, /openapi.json and the stateless one-shot POST /reset and /step are HTTP; POST /mcp speaks
+MCP: the task's actions are its tools and a tool call is a step (one-shot without a session, or in
+a session opened with OpenEnv's openenv/session/create). Extra keys beside a reset's or a step's
+(OpenEnv's extra="allow") are ignored and logged once per session.
 
 With -out, every served episode is recorded into a forkline dataset (the shards and manifest of
 collect; the trainer's episode ids kept; token ids attached in an action's metadata kept as a
@@ -66,7 +73,9 @@ func setupServe(f *cli.FlagSet) cli.Runner {
 	o := &serveOptions{cfg: serve.Config{
 		Provider: "local", ProviderParams: map[string]string{}, Addr: serve.DefaultAddr, MaxSessions: serve.DefaultMaxSessions,
 		IdleTimeout: serve.DefaultIdleTimeout, Grace: serve.DefaultGrace, SessionCheckpoints: serve.DefaultSessionCheckpoints, Capture: capture.DefaultPolicy(), ToolVersion: collect.Version,
-	}, reset: "auto", text: "full", rollMB: 64, rollEvery: time.Minute}
+		MessageTimeout: serve.DefaultMessageTimeout,
+	}, reset: "auto", text: "full", rollMB: 64, rollEvery: time.Minute,
+		maxMsgMB: serve.DefaultMaxMessageBytes >> 20, budgetMB: serve.DefaultMessageBudget >> 20}
 	c := &o.cfg
 
 	f.Group("server", "-addr 127.0.0.1:8000 -max-sessions 64 -idle-timeout 15m")
@@ -77,6 +86,9 @@ func setupServe(f *cli.FlagSet) cli.Runner {
 	f.Duration(&c.Grace, "grace", "D", "after SIGINT/SIGTERM, how long steps in flight may finish before they are interrupted")
 	f.Int(&c.MaxCheckpoints, "max-checkpoints", "N", "checkpoints (branching over the wire) live on the server at once; more are refused with CHECKPOINT_LIMIT").ShowDefault("-max-sessions")
 	f.Int(&c.SessionCheckpoints, "session-checkpoints", "N", "checkpoints one session holds at once; more are refused with CHECKPOINT_LIMIT")
+	f.Int64(&o.maxMsgMB, "max-message-mb", "MB", "the largest message a client may send (a WebSocket message, a one-shot request's body); a larger one ends its session (close 1009)")
+	f.Int64(&o.budgetMB, "message-budget-mb", "MB", "the bytes of messages being received and decoded at once, across every session; a message that finds it taken waits (docs/serve.md)")
+	f.Duration(&c.MessageTimeout, "message-timeout", "D", "how long a message that began may take to arrive whole (its time waiting for the budget not counted); a slower one ends its session")
 
 	f.Group("provider", "-provider docker -provider-opt image=forkline/busybox -standby 8")
 	f.String(&c.Provider, "provider", "NAME", "sandbox provider: "+strings.Join(providers.Names(), ", ")+" (docs/providers.md)")
@@ -118,6 +130,9 @@ func runServe(ctx context.Context, inv *cli.Invocation, o *serveOptions) int {
 	inv.OnSecondSignal(func() {
 		inv.Errorf("second signal: exiting now. Closed shards stay valid; the open generation is lost, and the sandboxes stay behind until the next run sweeps them. Add to the dataset again with -resume.")
 	})
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(serve.MemoryLimit(*cfg))
+	}
 	sum, err := serve.Run(ctx, *cfg)
 	if sum != nil {
 		if inv.JSON {
@@ -147,6 +162,9 @@ func (o *serveOptions) parse(inv *cli.Invocation) error {
 		{"grace", cfg.Grace.String(), cfg.Grace >= 0, "a duration >= 0"},
 		{"roll-mb", fmt.Sprint(o.rollMB), o.rollMB >= 1 && o.rollMB <= maxRollMB, fmt.Sprintf("an integer from 1 to %d", maxRollMB)},
 		{"roll-interval", o.rollEvery.String(), o.rollEvery > 0, "a positive duration, e.g. 30s"},
+		{"max-message-mb", fmt.Sprint(o.maxMsgMB), o.maxMsgMB >= 1 && o.maxMsgMB <= serve.MaxMessageLimit>>20, fmt.Sprintf("an integer from 1 to %d", serve.MaxMessageLimit>>20)},
+		{"message-budget-mb", fmt.Sprint(o.budgetMB), o.budgetMB >= o.maxMsgMB && o.budgetMB <= 1<<20, "an integer from -max-message-mb to 1048576"},
+		{"message-timeout", cfg.MessageTimeout.String(), cfg.MessageTimeout > 0, "a positive duration, e.g. 30s"},
 	}); err != nil {
 		return fmt.Errorf("%s: %w", inv.Prefix(), err)
 	}
@@ -163,5 +181,6 @@ func (o *serveOptions) parse(inv *cli.Invocation) error {
 		return err
 	}
 	cfg.Shards = shardConfig(o.rollMB, o.rollEvery)
+	cfg.MaxMessageBytes, cfg.MessageBudget = o.maxMsgMB<<20, o.budgetMB<<20
 	return nil
 }

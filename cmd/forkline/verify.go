@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/manifest"
 )
 
 type verifyOptions struct{ in string }
@@ -16,10 +18,12 @@ func verifyCommand() *cli.Command {
 		Name:    "verify",
 		Summary: "check a dataset: shards, sha256 hashes, row counts, manifest, tasks sidecar",
 		About: `Checks everything readers rely on and reports every problem rather than the first: the manifest
-is forkline's and holds together; every listed shard exists with its recorded size and sha256
+is forkline's and holds together, and its provider, policy, plan, capture and summary entries read
+as every command reads them; every listed shard exists with its recorded size and sha256
 (re-hashed), its footer's row count, schema version, table and run id; the rows add up to the
 manifest's counts; every generation has its episodes shard, episode ids are unique, and every step
-and reward row belongs to an episode of its generation. Leftovers of a crash (unlisted shards,
+and reward row belongs to an episode of its generation; no episode is kept as done while its
+verifier errored (its reward would be missing, not the task's outcome). Leftovers of a crash (unlisted shards,
 temporary files) and foreign files are listed, not problems.`,
 		Args: "DIR", ArgsFirst: true, MaxArgs: 1,
 		Arguments: []cli.Argument{{Name: "DIR", Usage: "the dataset directory (or -in DIR)"}},
@@ -81,6 +85,13 @@ func runVerify(inv *cli.Invocation, o *verifyOptions) int {
 		// A manifest that cannot be decoded, or whose own bookkeeping
 		// does not hold together: a damaged dataset.
 		return inv.Fail(cli.ExitFailed, err)
+	}
+	// The manifest's entries, read by the types every command writes and
+	// reads them with: an entry inspect or export could not read is a
+	// problem here too.
+	_, entryProblems := manifest.Read(rep.Manifest)
+	for _, p := range entryProblems {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%s: %v", filepath.Join(dir, shard.ManifestFile), p))
 	}
 	if inv.JSON {
 		inv.PrintJSON(verifyReport{Dir: dir, OK: rep.OK(), Status: rep.Status, Generations: rep.Generations, Shards: rep.Shards,

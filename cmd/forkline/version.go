@@ -59,11 +59,11 @@ func (b buildInfo) String() string {
 func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:    "version",
-		Summary: "print forkline's version (also forkline --version)",
+		Summary: "print forkline's version (also forkline -version)",
 		About: `Prints the tool version that every manifest it writes records, the dataset schema version it
 reads and writes, the commit it was built from (when the build recorded one), and the Go toolchain
 and platform.`,
-		Examples: []string{"forkline version", "forkline --version", "forkline version -json"},
+		Examples: []string{"forkline version", "forkline -version", "forkline version -json"},
 		Exits:    []cli.Exit{{Code: cli.ExitOK, Meaning: "printed"}},
 		Setup: func(f *cli.FlagSet) cli.Runner {
 			return func(ctx context.Context, inv *cli.Invocation) int {

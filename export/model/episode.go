@@ -73,7 +73,7 @@ type Episode struct {
 	VerifyCmd   string // the task's verify command, "" when it has none
 	// Conversation is how the run's policy talked to its model (its system
 	// prompt, tool mode, offered actions, observation cap, enable_thinking),
-	// as policy.Record.Shown reads it from the manifest; the zero value for
+	// as manifest.Policy.Shown reads it from the manifest; the zero value for
 	// a policy without a model (no system message, every action offered as
 	// a function, whole observations).
 	Conversation policy.Conversation

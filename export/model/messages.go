@@ -100,6 +100,14 @@ const (
 	// ContentNull writes null: DeepSeek-V3's template renders tool calls
 	// only for a message whose content is none; OpenAI's format allows it.
 	ContentNull CallContent = "null"
+	// ContentSplit writes a message with text and tool calls as two
+	// assistant messages, the text and then the calls (content null), and
+	// a calls-only message with content null: DeepSeek-V3's template
+	// renders the calls of a message only when its content is none, so
+	// without the split it drops every call the model wrote after some
+	// text. The price is an end of turn between the text and the calls
+	// that the model did not write.
+	ContentSplit CallContent = "split"
 )
 
 // Reasoning says which assistant messages keep the model's reasoning
@@ -141,10 +149,10 @@ func ParseArgs(s string) (ArgsEncoding, error) {
 // ParseCallContent reads -call-content.
 func ParseCallContent(s string) (CallContent, error) {
 	switch CallContent(s) {
-	case ContentEmpty, ContentNull:
+	case ContentEmpty, ContentNull, ContentSplit:
 		return CallContent(s), nil
 	}
-	return "", fmt.Errorf("model: -call-content %q (known: empty, null)", s)
+	return "", fmt.Errorf("model: -call-content %q (known: empty, null, split)", s)
 }
 
 // ParseReasoning reads -reasoning.
@@ -348,7 +356,31 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 		keepLatestImages(out, ep.Conversation.MaxImages)
 	}
 	applyReasoning(out, o.Reasoning, ep.Conversation.SentReasoning())
+	if o.CallContent == ContentSplit {
+		out = splitCalls(out)
+	}
 	return out, nil
+}
+
+// NullContent reports whether an assistant message with tool calls and no
+// text has content null (ContentNull, ContentSplit) rather than "".
+func (c CallContent) NullContent() bool { return c == ContentNull || c == ContentSplit }
+
+// splitCalls writes each assistant message with both text and tool calls
+// as two (ContentSplit): the text (with its reasoning), then the calls.
+func splitCalls(msgs []Message) []Message {
+	out := make([]Message, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Role != RoleAssistant || m.Content == "" || len(m.ToolCalls) == 0 {
+			out = append(out, m)
+			continue
+		}
+		text, calls := m, m
+		text.ToolCalls = nil
+		calls.Content, calls.Reasoning = "", ""
+		out = append(out, text, calls)
+	}
+	return out
 }
 
 // ShownResult is step s's observation as the run's policy showed it

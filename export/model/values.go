@@ -31,7 +31,7 @@ type Member struct {
 
 // EncodeMessage is m as a JSON object with exactly the keys that apply to
 // it, in this order: role; content (a string; null for an assistant
-// message with tool calls and no text under ContentNull); reasoning_content
+// message with tool calls and no text under ContentNull or ContentSplit); reasoning_content
 // when the message keeps reasoning (the key chat templates read);
 // tool_calls when it has any, each {"id", "type": "function", "function":
 // {"name", "arguments"}} with arguments per o.Args; tool_call_id on a tool
@@ -48,7 +48,7 @@ func EncodeMessage(m Message, o Options, extra ...Member) json.RawMessage {
 	switch {
 	case len(m.Images) > 0:
 		b.Write(contentParts(m))
-	case m.Role == RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && o.CallContent == ContentNull:
+	case m.Role == RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && o.CallContent.NullContent():
 		b.WriteString("null")
 	default:
 		b.Write(mustJSON(m.Content))

@@ -286,7 +286,7 @@ var TokenFeatures = model.Features{
 
 // Refusal reasons of sft-tokens.
 const (
-	RefusedNoTokens = "no token record"
+	RefusedNoTokens = "no token record (only a -policy openai run against a server that returns token ids, vLLM or SGLang, with capture tokens keep, has one; a script run has none)"
 	RefusedDrift    = "token record cut by retokenization drift (-rows turn keeps its turns)"
 )
 

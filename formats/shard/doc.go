@@ -132,7 +132,7 @@
 //
 // # Removing a dataset
 //
-// RemoveDataset is what a --force uses: it takes the same lock without
+// RemoveDataset is what a -force uses: it takes the same lock without
 // waiting (a live Writer makes it fail with ErrLocked, and no Writer can
 // start while it removes) and deletes only the files a forkline dataset
 // has, refusing, with nothing changed, a directory holding anything else or

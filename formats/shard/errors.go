@@ -7,7 +7,7 @@ import "errors"
 var (
 	// ErrExists is returned by Create when the directory already holds a
 	// dataset (a manifest or shard files). The collector's answer is
-	// --resume (Resume) or --force (remove the directory first).
+	// -resume (Resume) or -force (remove the directory first).
 	ErrExists = errors.New("shard: dataset already exists")
 
 	// ErrNoDataset is returned by Open, Resume, Verify and RemoveDataset

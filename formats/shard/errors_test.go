@@ -85,8 +85,8 @@ func TestCreateRefusesExistingDataset(t *testing.T) {
 
 	_, err = Create(dir, testManifest(), smallConfig())
 	require.ErrorIs(t, err, ErrExists)
-	assert.ErrorContains(t, err, "use --resume")
-	assert.ErrorContains(t, err, "--force")
+	assert.ErrorContains(t, err, "use -resume")
+	assert.ErrorContains(t, err, "-force to start over")
 
 	stray := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(stray, "steps"), 0o755))

@@ -27,6 +27,23 @@ func lockDir(dir string) (*os.File, error) {
 	return d, nil
 }
 
+// CheckFree reports, as an error wrapping ErrLocked, that a live Writer
+// (another process's collect or serve) holds dir; nil when none does or
+// dir does not exist. It takes the lock and gives it back at once: it
+// tells a command about to write a dataset that another is writing there,
+// whatever state that one has got to (a directory made, its manifest not
+// yet written).
+func CheckFree(dir string) error {
+	lock, err := lockDir(dir)
+	if errors.Is(err, ErrLocked) {
+		return fmt.Errorf("%w (another forkline collect or serve is writing it now; wait for it to end, or choose another directory)", ErrLocked)
+	}
+	if err == nil {
+		unlockDir(lock)
+	}
+	return nil
+}
+
 func unlockDir(d *os.File) error {
 	if d == nil {
 		return nil

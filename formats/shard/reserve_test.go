@@ -26,9 +26,12 @@ func smallDisk(t *testing.T, size int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "disk")
 	require.NoError(t, os.Mkdir(dir, 0o755))
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		testenv.Missing(t, "overlay", "mount -t tmpfs: "+err.Error()+" (needs root or CAP_SYS_ADMIN)")
-	}
+	testenv.Need(t, testenv.Overlay, func() error {
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+			return fmt.Errorf("mount -t tmpfs: %w (needs root or CAP_SYS_ADMIN)", err)
+		}
+		return nil
+	})
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	return dir
 }

@@ -120,13 +120,44 @@ func createTableFile[T any](root, table string, gen int, runID string, codec com
 	}
 	t := &tableFile[T]{table: table, gen: gen, dir: dir, f: f, sum: sha256.New(), groupMax: rowGroupBytes,
 		zeroNull: zeroNullFields(reflect.TypeFor[T]())}
-	t.pw = parquet.NewGenericWriter[T](io.MultiWriter(f, t.sum, &t.size),
+	opts := []parquet.WriterOption{
 		parquet.Compression(codec),
 		parquet.KeyValueMetadata(schemas.MetaSchemaVersion, strconv.Itoa(schemas.Version)),
 		parquet.KeyValueMetadata(schemas.MetaTable, table),
 		parquet.KeyValueMetadata(schemas.MetaRunID, runID),
-	)
+	}
+	t.pw = parquet.NewGenericWriter[T](io.MultiWriter(f, t.sum, &t.size), append(opts, unboundedStats(parquet.SchemaOf(reflect.Zero(reflect.TypeFor[T]()).Interface()))...)...)
 	return t, nil
+}
+
+// boundedColumns are the byte-array columns whose values are short
+// identifiers and names: they keep their statistics (min and max per page
+// and per column chunk), which readers use to skip row groups when they
+// filter by episode, task or group.
+var boundedColumns = map[string]bool{
+	"episode_id": true, "run_id": true, "task_id": true, "task_hash": true, "group_id": true,
+	"parent_episode_id": true, "golden_id": true, "sha256": true, "exit_reason": true,
+	"action_kind": true, "error_kind": true, "name": true, "media_type": true, "provider": true,
+}
+
+// unboundedStats are the writer options that leave out the statistics of
+// every other byte-array column: an output, an action, a screenshot, a
+// model's text. parquet-go writes a page's minimum and maximum whole into
+// its page header (twice each: the current and the deprecated fields) and
+// the column chunk's into the footer, uncompressed, so a 1 MiB value cost
+// about five times its size on disk (one 62.9 MB action made a 377 MB
+// shard), and as much memory while the page was written. Nothing reads
+// the bounds of such a column: a reader filtering on one reads its values.
+func unboundedStats(schema *parquet.Schema) []parquet.WriterOption {
+	var opts []parquet.WriterOption
+	for _, leaf := range schema.Columns() {
+		col, _ := schema.Lookup(leaf...)
+		if col.Node.Type().Kind() != parquet.ByteArray || (len(leaf) == 1 && boundedColumns[leaf[0]]) {
+			continue
+		}
+		opts = append(opts, parquet.SkipPageStatistics(leaf...), parquet.SkipPageBounds(leaf...))
+	}
+	return opts
 }
 
 // write appends rows whose estimated size is bytes, flushing the row group

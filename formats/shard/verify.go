@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/forkline/forkline/schemas"
 )
@@ -30,6 +31,10 @@ type Report struct {
 	// not problems, but RemoveDataset refuses to delete a dataset that
 	// holds any.
 	Foreign []string
+	// Manifest is the manifest checked, for callers that check its
+	// entries too (the provider, policy, plan and summary records, which
+	// this package stores as given: see package manifest).
+	Manifest Manifest
 }
 
 // OK reports whether Verify found no problem.
@@ -50,6 +55,11 @@ func (r Report) OK() bool { return len(r.Problems) == 0 }
 //     every episode row carries the manifest's run id, every step and
 //     reward row belongs to an episode of its own generation, and each
 //     episode's steps count equals its step rows;
+//   - the outcomes: no episode is kept as done while its verifier errored
+//     (its session failed, or a stop cut it short: the reward row of the
+//     episode holds no value and the error, see verifierErrored); its
+//     reward is missing, not the task's outcome, and a resume would not
+//     run it again;
 //   - the lineage: every branch episode's parent is in the dataset, the
 //     branch starts where its branched parent ends (or after one of the own
 //     steps of a parent that went on past its checkpoint), and no episode
@@ -72,7 +82,7 @@ func Verify(dir string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Status: m.Status, Rows: zeroCounts()}
+	rep := Report{Status: m.Status, Rows: zeroCounts(), Manifest: m.Clone()}
 	problem := func(format string, args ...any) {
 		rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
 	}
@@ -150,9 +160,34 @@ func Verify(dir string) (Report, error) {
 
 // episodeCheck is the part of an episode row Verify reads.
 type episodeCheck struct {
-	EpisodeID string `parquet:"episode_id"`
-	RunID     string `parquet:"run_id"`
-	Steps     int32  `parquet:"steps"`
+	EpisodeID  string `parquet:"episode_id"`
+	RunID      string `parquet:"run_id"`
+	Steps      int32  `parquet:"steps"`
+	ExitReason string `parquet:"exit_reason"`
+}
+
+// rewardCheck is the part of a reward row Verify reads.
+type rewardCheck struct {
+	EpisodeID string   `parquet:"episode_id"`
+	StepIndex *int32   `parquet:"step_index,optional"`
+	Name      string   `parquet:"name"`
+	Value     *float64 `parquet:"value,optional"`
+	Detail    string   `parquet:"detail"`
+}
+
+// verifierReward is the name of an episode's verifier reward row
+// (task.RewardName, which this package does not import).
+const verifierReward = "verify"
+
+// verifierErrored reports whether r is an episode's verifier reward row
+// that holds an error rather than the verifier's outcome: no value, and the
+// detail is the error of the verifier's session or of a stop that cut it
+// short, as the episode runner records it (the task and episode packages'
+// "verify:" errors). A verifier that ran and gave no value (a timeout, no
+// number, no reward file) is the task's outcome, with its own detail.
+func verifierErrored(r rewardCheck) bool {
+	return r.Name == verifierReward && r.StepIndex == nil && r.Value == nil &&
+		(strings.HasPrefix(r.Detail, "task: verify: ") || strings.HasPrefix(r.Detail, "episode: verify: "))
 }
 
 // verifyGeneration checks the generation invariant of one generation over
@@ -171,6 +206,7 @@ func verifyGeneration(ds *Dataset, m Manifest, gen int, failed map[string]bool, 
 		return
 	}
 	steps := map[string]int32{} // episode id → its steps column
+	done := map[string]bool{}   // episodes kept as done
 	for ep, err := range readShard[episodeCheck](ds.src, eps, readBatchKeys) {
 		if err != nil {
 			problem("%v", err)
@@ -181,6 +217,9 @@ func verifyGeneration(ds *Dataset, m Manifest, gen int, failed map[string]bool, 
 		}
 		seen[ep.EpisodeID] = gen
 		steps[ep.EpisodeID] = ep.Steps
+		if ep.ExitReason == "done" { // runtime.ExitDone
+			done[ep.EpisodeID] = true
+		}
 		if ep.RunID != ds.m.RunID {
 			problem("%s: episode %q has run_id %q, the manifest's is %q", eps.File, ep.EpisodeID, ep.RunID, ds.m.RunID)
 		}
@@ -193,7 +232,24 @@ func verifyGeneration(ds *Dataset, m Manifest, gen int, failed map[string]bool, 
 		orphans := 0
 		first := ""
 		rows := map[string]int32{}
-		for id, err := range readEpisodeIDs(ds.src, s) {
+		ids := readEpisodeIDs(ds.src, s)
+		if table == schemas.TableRewards {
+			ids = func(yield func(string, error) bool) {
+				for r, err := range readShard[rewardCheck](ds.src, s, readBatchKeys) {
+					if err == nil && done[r.EpisodeID] && verifierErrored(r) {
+						detail, _, _ := strings.Cut(r.Detail, "\n")
+						if len(detail) > 300 {
+							detail = detail[:300] + "..."
+						}
+						problem("%s: episode %q is kept as done, but its verifier errored (%s): its reward is missing, not the task's outcome, and a resume would not run it again", s.File, r.EpisodeID, detail)
+					}
+					if !yield(r.EpisodeID, err) || err != nil {
+						return
+					}
+				}
+			}
+		}
+		for id, err := range ids {
 			if err != nil {
 				problem("%v", err)
 				break

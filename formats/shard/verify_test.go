@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -137,7 +138,7 @@ func TestDecodePanicRecovered(t *testing.T) {
 		victim := (&Dataset{m: m}).Shards(table)[0]
 		clean, err := os.ReadFile(filepath.Join(orig, victim.File))
 		require.NoError(t, err)
-		for _, dmg := range damages(len(clean)) {
+		for _, dmg := range append(damages(len(clean)), offsetIndexDamages(t, clean)...) {
 			dir := filepath.Join(t.TempDir(), "run")
 			copyTree(t, orig, dir)
 			data := append([]byte(nil), clean...)
@@ -174,4 +175,59 @@ func TestDecodePanicRecovered(t *testing.T) {
 		}
 	}
 	assert.Greater(t, recovered, 0, "no damage made the decoder panic: the recover is not exercised")
+}
+
+// offsetIndexDamages flips a byte three quarters into the offset index
+// (page locations: offset, size, first row) of each column of the shard's
+// first row group, wherever the layout puts it: a page location that
+// points into the wrong bytes is what made parquet-go's page decoder panic
+// (unsafe.Slice on a nil pointer), found by flipping every byte of a steps
+// shard. Fixed offsets found it only while the layout put an offset index
+// there (page statistics, since left out, moved it).
+func offsetIndexDamages(t *testing.T, clean []byte) []damage {
+	t.Helper()
+	pf, err := openParquet(bytes.NewReader(clean), int64(len(clean)))
+	require.NoError(t, err)
+	var out []damage
+	for _, c := range pf.Metadata().RowGroups[0].Columns {
+		if c.OffsetIndexLength < 4 {
+			continue
+		}
+		off := c.OffsetIndexOffset + int64(c.OffsetIndexLength)*3/4
+		out = append(out, damage{fmt.Sprintf("offset-index-flip@%d", off), func(data []byte) { data[off] ^= 0x01 }})
+	}
+	return out
+}
+
+// An episode kept as done whose verifier errored (its reward row holds the
+// session's or the stop's error instead of a value) is a problem: a
+// trainer would take it as a finished episode without its reward, and a
+// resume would not run it again. A verifier that ran and gave no value is
+// the task's outcome, not a problem; so is an errored verifier of an
+// episode not kept as done. Before the fix verify said ok to both.
+func TestVerifyFlagsADoneEpisodeWhoseVerifierErrored(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Create(dir, testManifest(), smallConfig())
+	require.NoError(t, err)
+	batch := func(id, exit, detail string) EpisodeBatch {
+		b := makeBatch(testRunID, 0)
+		b.Episode.EpisodeID, b.Episode.ExitReason, b.Episode.Steps = id, exit, 0
+		b.Steps, b.Blobs = nil, nil
+		b.Rewards = []schemas.RewardRow{{EpisodeID: id, Name: "verify", Source: "sh test.sh", Detail: detail}}
+		return b
+	}
+	for _, b := range []EpisodeBatch{
+		batch("cut-short", "done", "task: verify: local: exec in sb-7: context canceled"),
+		batch("session-failed", "done", "episode: verify: placing the hidden files: docker: container gone"),
+		batch("no-number", "done", "verify printed no number\nFAIL"),
+		batch("broken", "env_error", "task: verify: local: exec in sb-8: sandbox closed"),
+	} {
+		require.NoError(t, w.Commit(t.Context(), b))
+	}
+	require.NoError(t, w.Close(StatusComplete))
+	rep, err := Verify(dir)
+	require.NoError(t, err)
+	require.Len(t, rep.Problems, 2, "%q", rep.Problems)
+	require.Contains(t, rep.Problems[0], `episode "cut-short" is kept as done, but its verifier errored (task: verify: local: exec in sb-7: context canceled)`)
+	require.Contains(t, rep.Problems[1], `episode "session-failed" is kept as done, but its verifier errored`)
 }

@@ -123,7 +123,7 @@ func Create(dir string, m Manifest, cfg Config) (*Writer, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err == nil {
-		return fail(fmt.Errorf("%w: %s holds a %s; use --resume to continue the run or --force to start over",
+		return fail(fmt.Errorf("%w: %s holds a %s; use -resume to continue the run or -force to start over",
 			ErrExists, dir, ManifestFile))
 	}
 	for _, table := range schemas.Tables {
@@ -132,7 +132,7 @@ func Create(dir string, m Manifest, cfg Config) (*Writer, error) {
 			return fail(fmt.Errorf("shard: create: %w", err))
 		}
 		if len(entries) > 0 {
-			return fail(fmt.Errorf("%w: %s holds files but no %s; use --force to start over",
+			return fail(fmt.Errorf("%w: %s holds files but no %s; use -force to start over",
 				ErrExists, filepath.Join(dir, table), ManifestFile))
 		}
 		if err := os.MkdirAll(filepath.Join(dir, table), 0o755); err != nil {

@@ -107,7 +107,7 @@ func MessageValues(msgs []model.Message, opt model.Options) []any {
 			content += ImagePlaceholder
 		}
 		v := map[string]any{"role": m.Role, "content": content}
-		if m.Role == model.RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && opt.CallContent == model.ContentNull {
+		if m.Role == model.RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && opt.CallContent.NullContent() {
 			v["content"] = nil
 		}
 		if m.Reasoning != "" {

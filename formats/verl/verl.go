@@ -178,7 +178,7 @@ type AgentOptions struct {
 
 // Refusal reasons of verl-agent.
 const (
-	RefusedNoTokens       = "no token record"
+	RefusedNoTokens       = "no token record (only a -policy openai run against a server that returns token ids, vLLM or SGLang, with capture tokens keep, has one; a script run has none)"
 	RefusedDrift          = "token record cut by retokenization drift (export -rows turn keeps its turns)"
 	RefusedNoReward       = "no reward (verl would score the row by data_source, and nothing scores forkline)"
 	RefusedPromptTooLong  = "prompt longer than -max-prompt-tokens"

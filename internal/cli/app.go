@@ -65,6 +65,7 @@ type Invocation struct {
 	flags   *FlagSet
 	sig     *signals
 	logger  *slog.Logger
+	logOut  *lockedWriter // where the text logger writes: Stderr, or what SetStderr gave
 	logJSON bool
 }
 
@@ -196,7 +197,7 @@ func (a *App) run(ctx context.Context, sig *signals, args []string, stdout, stde
 		}
 	}
 	if strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "%s: unknown flag %s: give a subcommand first (known flags before it: -h, --version)\n", a.Name, args[0])
+		fmt.Fprintf(stderr, "%s: unknown flag %s: give a subcommand first (known flags before it: -h, -version)\n", a.Name, args[0])
 		fmt.Fprintf(stderr, "run %s help for the subcommands\n", a.Name)
 		return ExitBadInput
 	}

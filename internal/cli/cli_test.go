@@ -328,3 +328,30 @@ func TestHelpOrder(t *testing.T) {
 		t.Errorf("a group whose only flag is required is not shown again:\n%s", text)
 	}
 }
+
+// -quiet leaves stderr to errors, as its help says: warnings too are
+// silenced (they were still printed), errors are not.
+func TestQuietLogsErrorsOnly(t *testing.T) {
+	logs := &Command{Name: "logs", Summary: "logs", About: "Logs.", Examples: []string{"forkline logs"},
+		Exits: []Exit{{ExitOK, "fine"}},
+		Setup: func(f *FlagSet) Runner {
+			f.Logging()
+			return func(ctx context.Context, i *Invocation) int {
+				i.Logger().Info("an info record")
+				i.Logger().Warn("a warning record")
+				i.Logger().Error("an error record")
+				return ExitOK
+			}
+		}}
+	a := &App{Name: "forkline", Summary: "test", Commands: []*Command{logs}}
+	_, _, stderr := execute(t, a, "logs")
+	for _, want := range []string{"an info record", "a warning record", "an error record"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("without -quiet, %q is logged: %s", want, stderr)
+		}
+	}
+	_, _, stderr = execute(t, a, "logs", "-quiet")
+	if strings.Contains(stderr, "info record") || strings.Contains(stderr, "warning record") || !strings.Contains(stderr, "an error record") {
+		t.Errorf("-quiet logs errors only: %s", stderr)
+	}
+}

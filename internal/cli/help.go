@@ -150,7 +150,7 @@ func writeOverview(w io.Writer, a *App) {
 		fmt.Fprintf(w, "  %-10s%s\n", c.Name, c.Summary)
 	}
 	fmt.Fprintln(w)
-	writeWrapped(w, "", "", fmt.Sprintf("%s help SUBCOMMAND (or %s SUBCOMMAND -h) shows a subcommand's flags; %s --version its version.", a.Name, a.Name, a.Name))
+	writeWrapped(w, "", "", fmt.Sprintf("%s help SUBCOMMAND (or %s SUBCOMMAND -h) shows a subcommand's flags; %s -version its version.", a.Name, a.Name, a.Name))
 	var codes []string
 	for _, c := range Codes() {
 		codes = append(codes, fmt.Sprintf("%d %s", c, CodeName(c)))

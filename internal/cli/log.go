@@ -24,7 +24,7 @@ func (f *FlagSet) Logging() { f.logging = true }
 func (f *FlagSet) addLogging() {
 	f.logFormat, f.logLevel = LogText, "info"
 	f.String(&f.logFormat, "log-format", "text|json", "log records on stderr as key=value text or as one JSON object per line (with json, everything on stderr is a record: notes, progress, errors)")
-	f.String(&f.logLevel, "log-level", "debug|info|warn|error", "the least severe records logged; debug adds a record per episode (-quiet raises info to warn)")
+	f.String(&f.logLevel, "log-level", "debug|info|warn|error", "the least severe records logged; debug adds a record per episode (-quiet raises it to error)")
 }
 
 // setupLogging makes the invocation's logger from the flags; with JSON
@@ -44,11 +44,13 @@ func (inv *Invocation) setupLogging(format, level string, quiet bool) error {
 	default:
 		return fmt.Errorf("%s: -log-level %q: want debug, info, warn or error", inv.Prefix(), level)
 	}
-	if quiet && lv < slog.LevelWarn {
-		lv = slog.LevelWarn
+	if quiet && lv < slog.LevelError {
+		// -quiet: "errors are still printed", and nothing else.
+		lv = slog.LevelError
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	w := &lockedWriter{w: inv.Stderr}
+	inv.logOut = w
 	var h slog.Handler
 	switch format {
 	case LogText:
@@ -71,9 +73,27 @@ func (inv *Invocation) setupLogging(format, level string, quiet bool) error {
 // at info.
 func (inv *Invocation) Logger() *slog.Logger {
 	if inv.logger == nil {
-		inv.logger = slog.New(slog.NewTextHandler(&lockedWriter{w: inv.Stderr}, nil)).With("command", inv.Command)
+		inv.logOut = &lockedWriter{w: inv.Stderr}
+		inv.logger = slog.New(slog.NewTextHandler(inv.logOut, nil)).With("command", inv.Command)
 	}
 	return inv.logger
+}
+
+// SetStderr sends everything the subcommand writes to stderr — notes,
+// errors and its text log records — to w from now on: a terminal's
+// progress line (progress.Console) wraps stderr so that records are
+// written above the line, never onto it. With JSON logs stderr is records
+// already, and nothing changes.
+func (inv *Invocation) SetStderr(w io.Writer) {
+	if inv.logJSON {
+		return
+	}
+	inv.Stderr = w
+	if inv.logOut != nil {
+		inv.logOut.mu.Lock()
+		inv.logOut.w = w
+		inv.logOut.mu.Unlock()
+	}
 }
 
 // LogJSON reports whether the subcommand logs JSON (-log-format json):

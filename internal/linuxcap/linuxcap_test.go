@@ -1,12 +1,15 @@
 package linuxcap
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/forkline/forkline/internal/testenv"
 )
 
 func TestCanonical(t *testing.T) {
@@ -30,7 +33,7 @@ func TestCanonical(t *testing.T) {
 func TestNamesMatchKernel(t *testing.T) {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
-		t.Skipf("no /proc/sys/kernel/cap_last_cap: %v", err)
+		testenv.Inapplicable(t, fmt.Sprintf("no /proc/sys/kernel/cap_last_cap: %v", err))
 	}
 	last, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ import (
 )
 
 // Component is the testenv name of the registries.
-const Component = "registry"
+const Component = testenv.Registry
 
 // Registries are the addresses and credentials .ci/registry-up.sh uses
 // (the same environment variables move them).
@@ -63,16 +63,19 @@ func Get(t testing.TB) Registries {
 		Password: env("FORKLINE_TEST_REGISTRY_PASSWORD", "forkline-test-secret"),
 	}
 	hc := &http.Client{Timeout: 3 * time.Second}
-	for addr, want := range map[string]int{r.Open: http.StatusOK, r.Auth: http.StatusUnauthorized} {
-		resp, err := hc.Get("http://" + addr + "/v2/")
-		if err != nil {
-			testenv.Missing(t, Component, fmt.Sprintf("no registry answers on %s (run bash .ci/registry-up.sh): %v", addr, err))
+	testenv.Need(t, Component, func() error {
+		for addr, want := range map[string]int{r.Open: http.StatusOK, r.Auth: http.StatusUnauthorized} {
+			resp, err := hc.Get("http://" + addr + "/v2/")
+			if err != nil {
+				return fmt.Errorf("no registry answers on %s: %v", addr, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				return fmt.Errorf("the registry on %s answers %d to /v2/, want %d", addr, resp.StatusCode, want)
+			}
 		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			testenv.Missing(t, Component, fmt.Sprintf("the registry on %s answers %d to /v2/, want %d (run bash .ci/registry-up.sh)", addr, resp.StatusCode, want))
-		}
-	}
+		return nil
+	})
 	return r
 }
 

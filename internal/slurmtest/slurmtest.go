@@ -12,6 +12,7 @@ package slurmtest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -26,7 +27,7 @@ import (
 )
 
 // Component is the FORKLINE_REQUIRE name of a Slurm cluster.
-const Component = "slurm"
+const Component = testenv.Slurm
 
 // CPUs is what the node declares (slurmd's config_overrides lets a node
 // declare more than the machine has): enough for four array elements of
@@ -62,17 +63,20 @@ func lookPath(name string) (string, error) {
 // Start starts a cluster for t and stops it when t ends.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	for _, c := range commands {
-		if c == "sacct" {
-			continue // accounting is off; sacct is not needed
+	testenv.Need(t, Component, func() error {
+		for _, c := range commands {
+			if c == "sacct" {
+				continue // accounting is off; sacct is not needed
+			}
+			if _, err := lookPath(c); err != nil {
+				return fmt.Errorf("%s is not installed", c)
+			}
 		}
-		if _, err := lookPath(c); err != nil {
-			testenv.Missing(t, Component, c+" is not installed (bash .ci/slurm-up.sh)")
+		if os.Geteuid() != 0 {
+			return errors.New("slurmd runs jobs as their user and must run as root")
 		}
-	}
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, Component, "slurmd runs jobs as their user and must run as root")
-	}
+		return nil
+	})
 	// A short directory: munge's socket path must fit in a sockaddr_un.
 	dir, err := os.MkdirTemp("", "fl-slurm-")
 	if err != nil {

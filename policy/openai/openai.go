@@ -159,6 +159,9 @@ type turn struct {
 	// truncated, when set, says why the reply is cut and must not be
 	// executed.
 	truncated string
+	// lost, when set, says why the turn's token ids are lost and the
+	// episode cannot go on (token in, token out).
+	lost string
 }
 
 // Decide sends the conversation so far, or in token-in-token-out mode the
@@ -249,7 +252,17 @@ func (p *Policy) decision(h runtime.History, info serverInfo, t *turn) (runtime.
 	stop := func(exit runtime.ExitReason, detail string) (runtime.Decision, error) {
 		return runtime.Decision{Stop: exit, Model: ev, Detail: detail}, nil
 	}
+	if t.lost != "" {
+		return stop(runtime.ExitPolicyError, t.lost)
+	}
 	if t.truncated != "" {
+		// Never run, but recorded as generated: a call the parser read
+		// from the cut reply is kept on the event (not as an action), so
+		// the message exports write the cut turn as the token exports keep
+		// its ids (docs/exports.md).
+		if p.cfg.ToolMode == ToolsNative && len(t.calls) > 0 {
+			ev.ToolCalls = recordCalls(t.calls)
+		}
 		return stop(runtime.ExitOutputTruncated, t.truncated)
 	}
 	calls, native, err := p.calls(t)

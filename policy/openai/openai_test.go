@@ -356,6 +356,12 @@ func TestParseOptions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []runtime.ActionKind{runtime.ActExec, runtime.ActDone}, c.Actions)
 	require.Equal(t, 30*time.Second, c.Timeout)
+
+	// done is always offered (docs/TASKS.md): a list without it gets it,
+	// last, rather than every episode ending no_action.
+	withDone, err := ParseOptions(map[string]string{"base_url": "http://127.0.0.1:8000/v1", "actions": "exec,read_file,write_file"})
+	require.NoError(t, err)
+	require.Equal(t, []runtime.ActionKind{runtime.ActExec, runtime.ActReadFile, runtime.ActWriteFile, runtime.ActDone}, withDone.Actions)
 	require.Zero(t, c.Retries)
 	require.False(t, c.TokenIDs)
 	require.True(t, c.Logprobs)

@@ -112,10 +112,10 @@ type Config struct {
 	// to the model; a longer one keeps its head and tail around an explicit
 	// marker. 0 sends everything.
 	ObservationCap int
-	// Observe is what the model is shown of GUI observations
-	// (aci.ObserveText, the default; screenshots as image_url parts,
-	// accessibility trees as compact text, or both) and of a GUI episode's
-	// start page. Images need a VLM server and chat mode: the
+	// Observe is what the model is shown of GUI observations (the url and
+	// title only; screenshots as image_url parts; the accessibility tree
+	// as compact text, aci.ObserveA11y, the default, since every model can
+	// read it; or both) and of a GUI episode's start page. Images need a VLM server and chat mode: the
 	// token-in-token-out routes take token ids, and an image's placeholder
 	// ids carry no pixels.
 	Observe aci.Observe
@@ -164,9 +164,12 @@ type Config struct {
 	// HTTPClient sends the requests; nil uses a shared client. Its own
 	// Timeout should be zero: Timeout above bounds each attempt.
 	HTTPClient *http.Client
-	// Logf, when set, receives one line per retried request. It never sees
-	// request headers.
+	// Logf, when set, receives one line per retried request, and the
+	// probe's warnings. It never sees request headers.
 	Logf func(format string, args ...any)
+	// Infof, when set, receives the probe's notes of what it chose (token
+	// in, token out over which routes); nil sends them to Logf.
+	Infof func(format string, args ...any)
 }
 
 // DefaultConfig returns the defaults: no base URL yet, native tools, every
@@ -180,7 +183,7 @@ func DefaultConfig() Config {
 		BackoffMax:      DefaultBackoffMax,
 		ToolMode:        ToolsNative,
 		ObservationCap:  DefaultObservationCap,
-		Observe:         aci.ObserveText,
+		Observe:         aci.ObserveA11y,
 		TokenIDs:        true,
 		Logprobs:        true,
 		Tokens:          policy.TokensAuto,
@@ -257,12 +260,17 @@ var options = map[string]option{
 		c.ToolMode = policy.ToolMode(v)
 		return nil
 	}},
-	"actions": {"comma-separated canonical actions offered to the model, the same for every task (default: the actions each task allows)", func(c *Config, v string) error {
+	"actions": {"comma-separated canonical actions offered to the model, the same for every task; done is always offered, added last when not listed (default: the actions each task allows)", func(c *Config, v string) error {
 		c.Actions = []runtime.ActionKind{}
 		for _, k := range strings.Split(v, ",") {
 			if k = strings.TrimSpace(k); k != "" {
 				c.Actions = append(c.Actions, runtime.ActionKind(k))
 			}
+		}
+		// Every task allows done (docs/TASKS.md): without it a model can
+		// never finish, and every episode would end no_action.
+		if len(c.Actions) > 0 && !slices.Contains(c.Actions, runtime.ActDone) {
+			c.Actions = append(c.Actions, runtime.ActDone)
 		}
 		return nil
 	}},
@@ -271,7 +279,7 @@ var options = map[string]option{
 		c.ObservationCap = n
 		return err
 	}},
-	"observe": {"what the model is shown of GUI observations and the start page: text (url and title; the default), screenshot (image_url parts, base64 PNG data URLs), a11y (the accessibility tree as compact text) or both", func(c *Config, v string) error {
+	"observe": {"what the model is shown of GUI observations and the start page: a11y (the accessibility tree as compact text, which every model reads; the default), text (url and title only), screenshot (image_url parts, base64 PNG data URLs, for vision models) or both", func(c *Config, v string) error {
 		m, err := aci.ParseObserve(v)
 		c.Observe = m
 		return err

@@ -24,6 +24,10 @@ type serverInfo struct {
 	render   string // renderTokenize or renderChat
 	generate string // generateCompletions, generateInference or generateSGLang
 	derender bool   // the tool parser is the server's (ToolParserServer)
+	// maxModelLen is the context length the server reports (vLLM's GET
+	// /v1/models and POST /tokenize say it), 0 when it reports none: a
+	// generation asks for at most what the prompt leaves of it.
+	maxModelLen int
 }
 
 // How a token-in-token-out turn is rendered and generated.
@@ -73,11 +77,11 @@ func (pr *prober) get(ctx context.Context, c *client) (serverInfo, error) {
 func probe(ctx context.Context, c *client) (serverInfo, error) {
 	cfg := c.cfg
 	info := serverInfo{kind: cfg.Server, mode: policy.TokensChat}
-	kind, model, err := serverKind(ctx, c)
+	kind, model, maxLen, err := serverKind(ctx, c)
 	if err != nil {
 		return serverInfo{}, err
 	}
-	info.model = model
+	info.model, info.maxModelLen = model, maxLen
 	if info.kind == ServerAuto {
 		info.kind = kind
 	}
@@ -90,6 +94,15 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 		if cfg.Logf != nil {
 			cfg.Logf(format, args...)
 		}
+	}
+	// infof notes a choice that warns of nothing: token in, token out is
+	// what tokens=auto is for.
+	infof := func(format string, args ...any) {
+		if cfg.Infof != nil {
+			cfg.Infof(format, args...)
+			return
+		}
+		logf(format, args...)
 	}
 	if cfg.Tokens == policy.TokensChat || !cfg.TokenIDs {
 		return info, nil
@@ -106,9 +119,12 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 	if err != nil {
 		return serverInfo{}, err
 	}
-	tokenizeOK, tokenizeWhy, err := tokenizeRenders(ctx, c)
+	tokenizeOK, tokenizeWhy, tokenizeLen, err := tokenizeRenders(ctx, c)
 	if err != nil {
 		return serverInfo{}, err
+	}
+	if info.maxModelLen == 0 {
+		info.maxModelLen = tokenizeLen
 	}
 	switch {
 	case renderServed:
@@ -149,6 +165,17 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 		logf("openai: tokens=auto: chat mode, since the server renders no chat template for clients (%s); token records may drift where the template re-renders history, and such episodes are flagged", why)
 		return info, nil
 	}
+	if info.generate == generateCompletions && info.maxModelLen == 0 && cfg.MaxTokens == 0 {
+		// Without max_tokens /v1/completions generates 16 tokens (null
+		// too), so every reply would be cut; the rest of the context can
+		// be asked for only when the server says how long it is.
+		why := "the server reports no max_model_len (GET /v1/models, POST /tokenize) and POST /v1/completions generates 16 tokens without max_tokens"
+		if cfg.Tokens == policy.TokensTITO {
+			return serverInfo{}, fmt.Errorf("%w: openai: tokens=tito: %s; set -policy-opt max_tokens=N", ErrOption, why)
+		}
+		logf("openai: tokens=auto: chat mode, since %s (set max_tokens=N for token in, token out)", why)
+		return info, nil
+	}
 	info.mode = policy.TokensTITO
 	if cfg.Tokens == policy.TokensAuto {
 		parsing := ", parsing with " + derenderChat
@@ -156,44 +183,46 @@ func probe(ctx context.Context, c *client) (serverInfo, error) {
 			// The one choice auto makes that a model can defeat: say so.
 			parsing = fmt.Sprintf(", parsing replies client-side (tool_parser=%s, reasoning_parser=%s; a model that writes its tool calls otherwise needs tool_parser=server or tokens=chat)", cfg.ToolParser, cfg.ReasoningParser)
 		}
-		logf("openai: tokens=auto: token in, token out, rendering new turns with %s and generating with %s%s",
+		infof("openai: tokens=auto: token in, token out, rendering new turns with %s and generating with %s%s",
 			info.render, info.generate, parsing)
 	}
 	if !renderServed && info.render == renderTokenize {
-		logf("openai: the scale-out routes are not served (%s): rendering with /tokenize", renderWhy)
+		infof("openai: the scale-out routes are not served (%s): rendering with /tokenize", renderWhy)
 	}
 	return info, nil
 }
 
 // serverKind reads GET /v1/models: vLLM, SGLang and llama.cpp name
 // themselves in owned_by. Anything else, an error status included, is
-// ServerOther. model is the first model listed.
-func serverKind(ctx context.Context, c *client) (kind, model string, err error) {
+// ServerOther. model is the first model listed, maxLen its max_model_len
+// (vLLM's model card), 0 when not reported.
+func serverKind(ctx context.Context, c *client) (kind, model string, maxLen int, err error) {
 	var models struct {
 		Data []struct {
-			ID      string `json:"id"`
-			OwnedBy string `json:"owned_by"`
+			ID          string `json:"id"`
+			OwnedBy     string `json:"owned_by"`
+			MaxModelLen int    `json:"max_model_len"`
 		} `json:"data"`
 	}
 	if _, err = c.do(ctx, http.MethodGet, c.urls.api("/models"), nil, &models, nil); err != nil {
 		if definite(err) {
-			return ServerOther, "", nil
+			return ServerOther, "", 0, nil
 		}
-		return "", "", err
+		return "", "", 0, err
 	}
 	if len(models.Data) == 0 {
-		return ServerOther, "", nil
+		return ServerOther, "", 0, nil
 	}
-	model = models.Data[0].ID
+	model, maxLen = models.Data[0].ID, models.Data[0].MaxModelLen
 	switch models.Data[0].OwnedBy {
 	case "vllm":
-		return ServerVLLM, model, nil
+		return ServerVLLM, model, maxLen, nil
 	case "sglang":
-		return ServerSGLang, model, nil
+		return ServerSGLang, model, maxLen, nil
 	case "llamacpp":
-		return "llamacpp", model, nil
+		return "llamacpp", model, maxLen, nil
 	}
-	return ServerOther, model, nil
+	return ServerOther, model, maxLen, nil
 }
 
 // templateHash asks GET /props (llama.cpp's server reports the chat template
@@ -235,8 +264,9 @@ func routeServed(ctx context.Context, c *client, url string) (served bool, why s
 
 // tokenizeRenders asks POST /tokenize to render a one-message conversation
 // with the generation prompt: it does when it answers token ids (vLLM's
-// chat form). why says what was seen otherwise.
-func tokenizeRenders(ctx context.Context, c *client) (ok bool, why string, err error) {
+// chat form). why says what was seen otherwise; maxLen is the
+// max_model_len it reports, 0 for none.
+func tokenizeRenders(ctx context.Context, c *client) (ok bool, why string, maxLen int, err error) {
 	var out tokenizeResponse
 	url := c.render.root(renderTokenize)
 	_, err = c.do(ctx, http.MethodPost, url, tokenizeRequest{
@@ -245,17 +275,17 @@ func tokenizeRenders(ctx context.Context, c *client) (ok bool, why string, err e
 	if err != nil {
 		var se *StatusError
 		if errors.As(err, &se) {
-			return false, fmt.Sprintf("POST %s answered %d", pathOf(url), se.Code), nil
+			return false, fmt.Sprintf("POST %s answered %d", pathOf(url), se.Code), 0, nil
 		}
 		if definite(err) {
-			return false, fmt.Sprintf("POST %s: %v", pathOf(url), err), nil
+			return false, fmt.Sprintf("POST %s: %v", pathOf(url), err), 0, nil
 		}
-		return false, "", err
+		return false, "", 0, err
 	}
 	if len(out.Tokens) == 0 {
-		return false, fmt.Sprintf("POST %s answered no token ids for a chat", pathOf(url)), nil
+		return false, fmt.Sprintf("POST %s answered no token ids for a chat", pathOf(url)), 0, nil
 	}
-	return true, "", nil
+	return true, "", out.MaxModelLen, nil
 }
 
 // definite reports whether err is an answer the server gave (an HTTP

@@ -28,6 +28,9 @@ func Open(opts policy.Options) (policy.Source, error) {
 	if opts.Log != nil {
 		cfg.Logf = opts.Log
 	}
+	if opts.Info != nil {
+		cfg.Infof = opts.Info
+	}
 	if _, err := cfg.Conversation(); err != nil {
 		return nil, err
 	}

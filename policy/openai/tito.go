@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,6 +86,9 @@ func (p *Policy) titoTurn(ctx context.Context, info serverInfo, fresh []chatMess
 	endpoints := []string{info.render}
 	began := time.Now()
 	gen, err := p.generate(ctx, info, prompt)
+	if errors.Is(err, errNoTokenIDs) {
+		return p.lostTurn(info, prompt, gen, began, append(endpoints, gen.endpoints...), err), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +144,23 @@ func (p *Policy) titoTurn(ctx context.Context, info serverInfo, fresh []chatMess
 	p.ids = append(slices.Clip(slices.Clone(prompt)), gen.ids...)
 	p.turnEnd = gen.ids[len(gen.ids)-1]
 	return t, nil
+}
+
+// lostTurn is a turn the server answered without token ids that could not
+// be read back either (no return_token_ids, no token-named logprobs): the
+// policy cannot continue the episode's ids, so the episode ends
+// policy_error, and the turn is recorded with its prompt and no response
+// ids, so that its token record is cut there (missing_ids) and flagged, as
+// chat mode flags the same fault, rather than kept whole up to the turn
+// before as if nothing had been lost.
+func (p *Policy) lostTurn(info serverInfo, prompt []int32, gen generation, began time.Time, endpoints []string, err error) *turn {
+	model := cmp.Or(gen.model, p.cfg.Model)
+	ev := &runtime.ModelEvent{
+		Model: model, PromptIDs: prompt, FinishReason: gen.finish, Latency: time.Since(began), RawText: gen.text,
+		Usage:      runtime.Usage{PromptTokens: len(prompt)},
+		Provenance: runtime.Provenance{Path: runtime.TokenPathTITO, Endpoints: endpoints, TemplateSHA256: info.templateSHA},
+	}
+	return &turn{ev: ev, lost: fmt.Sprintf("openai: tito: %v; the episode's token ids cannot go on without them (the record is cut here, missing_ids)", err)}
 }
 
 // newTurn is the ids the template writes after the last reply for fresh
@@ -210,17 +231,33 @@ func (p *Policy) generate(ctx context.Context, info serverInfo, prompt []int32) 
 	case generateInference:
 		return p.generateInference(ctx, info, prompt)
 	case generateSGLang:
-		return p.generateSGLang(ctx, prompt)
+		return p.generateSGLang(ctx, info, prompt)
 	}
 	return p.generateCompletions(ctx, info, prompt)
 }
 
-func (p *Policy) maxTokens() *int {
-	if p.cfg.MaxTokens > 0 {
-		n := p.cfg.MaxTokens
-		return &n
+// maxTokens is the most tokens a generation from a prompt of promptLen ids
+// may add: the user's cap (max_tokens), bounded by what the prompt leaves
+// of the server's context when the server says how long it is; without a
+// cap, all that is left. nil when neither is known, for the routes whose
+// servers then give the rest of the context themselves (vLLM's
+// /inference/v1/generate, SGLang's /generate); the probe refuses
+// /v1/completions that way, where it would be 16.
+func (p *Policy) maxTokens(info serverInfo, promptLen int) (*int, error) {
+	n := p.cfg.MaxTokens
+	if info.maxModelLen > 0 {
+		left := info.maxModelLen - promptLen
+		if left < 1 {
+			return nil, fmt.Errorf("openai: tito: the episode's %d tokens fill the model's context (max_model_len %d)", promptLen, info.maxModelLen)
+		}
+		if n == 0 || n > left {
+			n = left
+		}
 	}
-	return nil
+	if n == 0 {
+		return nil, nil
+	}
+	return &n, nil
 }
 
 // generateCompletions is POST /v1/completions with the prompt as ids. The
@@ -228,8 +265,12 @@ func (p *Policy) maxTokens() *int {
 // prompt_token_ids): one that added a token of its own (a BOS) would make
 // the record a lie.
 func (p *Policy) generateCompletions(ctx context.Context, info serverInfo, prompt []int32) (generation, error) {
+	budget, err := p.maxTokens(info, len(prompt))
+	if err != nil {
+		return generation{}, err
+	}
 	req := completionsRequest{
-		Model: p.cfg.Model, Prompt: prompt, MaxTokens: p.maxTokens(), Temperature: p.cfg.Temperature,
+		Model: p.cfg.Model, Prompt: prompt, MaxTokens: budget, Temperature: p.cfg.Temperature,
 		TopP: p.cfg.TopP, Seed: p.cfg.Seed, ReturnTokenIDs: true,
 	}
 	if p.cfg.Logprobs {
@@ -291,11 +332,15 @@ func idsFromTokenNames(names []string) []int32 {
 	return out
 }
 
-// checkGeneration refuses a reply without ids or with a finish this policy
-// cannot continue from.
+// errNoTokenIDs is a generation answered without token ids (and none could
+// be read off its logprobs).
+var errNoTokenIDs = errors.New("the reply carries no token ids")
+
+// checkGeneration refuses a reply without ids (errNoTokenIDs) or with a
+// finish this policy cannot continue from.
 func checkGeneration(g *generation, url string) error {
 	if len(g.ids) == 0 {
-		return fmt.Errorf("%w: POST %s: the reply carries no token ids", ErrBadResponse, pathOf(url))
+		return fmt.Errorf("%w: POST %s: %w", ErrBadResponse, pathOf(url), errNoTokenIDs)
 	}
 	if g.finish != "stop" && g.finish != "length" {
 		return fmt.Errorf("%w: POST %s: finish_reason %q", ErrBadResponse, pathOf(url), g.finish)
@@ -307,8 +352,12 @@ func checkGeneration(g *generation, url string) error {
 // only: unless the server parses (derender), the text comes from
 // /detokenize.
 func (p *Policy) generateInference(ctx context.Context, info serverInfo, prompt []int32) (generation, error) {
+	budget, err := p.maxTokens(info, len(prompt))
+	if err != nil {
+		return generation{}, err
+	}
 	req := inferenceRequest{Model: p.cfg.Model, TokenIDs: prompt, SamplingParams: samplingParams{
-		MaxTokens: p.maxTokens(), Temperature: p.cfg.Temperature, TopP: p.cfg.TopP, Seed: p.cfg.Seed,
+		MaxTokens: budget, Temperature: p.cfg.Temperature, TopP: p.cfg.TopP, Seed: p.cfg.Seed,
 	}}
 	if p.cfg.Logprobs {
 		zero := 0
@@ -356,9 +405,13 @@ func (p *Policy) generateInference(ctx context.Context, info serverInfo, prompt 
 }
 
 // generateSGLang is SGLang's native POST /generate with input_ids.
-func (p *Policy) generateSGLang(ctx context.Context, prompt []int32) (generation, error) {
+func (p *Policy) generateSGLang(ctx context.Context, info serverInfo, prompt []int32) (generation, error) {
+	budget, err := p.maxTokens(info, len(prompt))
+	if err != nil {
+		return generation{}, err
+	}
 	req := sglangRequest{InputIDs: prompt, ReturnLogprob: p.cfg.Logprobs, SamplingParams: sglangSampling{
-		MaxNewTokens: p.maxTokens(), Temperature: p.cfg.Temperature, TopP: p.cfg.TopP, SamplingSeed: p.cfg.Seed,
+		MaxNewTokens: budget, Temperature: p.cfg.Temperature, TopP: p.cfg.TopP, SamplingSeed: p.cfg.Seed,
 	}}
 	var resp sglangResponse
 	url := p.client.urls.root(generateSGLang)

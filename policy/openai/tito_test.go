@@ -34,6 +34,9 @@ func simPolicy(t *testing.T, s *vllmsim.Server, opts map[string]string) (*Policy
 		"actions": "exec,done", "max_tokens": "200"}
 	for k, v := range opts {
 		all[k] = v
+		if v == "" {
+			delete(all, k) // "" leaves the option out
+		}
 	}
 	cfg, err := ParseOptions(all)
 	require.NoError(t, err)
@@ -111,6 +114,61 @@ func TestTITOOverTokenizeAndCompletions(t *testing.T) {
 	require.Len(t, logs.l, 2)
 	require.Contains(t, logs.l[0], "tokens=auto: token in, token out, rendering new turns with /tokenize and generating with /v1/completions")
 	require.Contains(t, logs.l[1], "the scale-out routes are not served (POST /v1/chat/completions/render answered 404)")
+}
+
+// Choosing token in, token out is a note, not a warning: with an info
+// channel (collect's info records) the choice goes there, and the warnings
+// channel stays for what warns. It was a WARN record of every run.
+func TestTheTokenPathChoiceIsANote(t *testing.T) {
+	s := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true,
+		Respond: vllmsim.Replies(vllmsim.Reply{Text: think + qwenDone})})
+	cfg, err := ParseOptions(map[string]string{"base_url": s.URL + "/v1", "actions": "exec,done", "max_tokens": "200"})
+	require.NoError(t, err)
+	warn, info := &lines{}, &lines{}
+	cfg.Logf, cfg.Infof = warn.logf, info.logf
+	p, err := New(cfg)
+	require.NoError(t, err)
+	_, err = p.Decide(context.Background(), runtime.History{Instruction: "List the files in the working directory."})
+	require.NoError(t, err)
+	require.Empty(t, warn.l, "nothing to warn of")
+	require.Len(t, info.l, 2)
+	require.Contains(t, info.l[0], "tokens=auto: token in, token out")
+}
+
+// Without max_tokens, a token-in-token-out turn on a plain vLLM asks
+// /v1/completions for what the prompt leaves of the context (max_model_len,
+// which /v1/models and /tokenize report, minus the prompt), since vLLM
+// generates 16 tokens when max_tokens is absent or null; with max_tokens,
+// that cap, bounded by the same. Before, the policy sent null and every
+// reply longer than 16 tokens was cut (output_truncated at step 0).
+func TestTITOAsksForTheRestOfTheContext(t *testing.T) {
+	s := vllmsim.Start(t, vllmsim.Config{ReasoningParser: true, ToolParser: true, MaxModelLen: 4096,
+		Respond: vllmsim.Replies(vllmsim.Reply{Text: think + qwenCall}, vllmsim.Reply{Text: think + qwenDone},
+			vllmsim.Reply{Text: think + qwenDone})})
+	p, _ := simPolicy(t, s, map[string]string{"max_tokens": ""})
+	ds := simEpisode(t, p, "a.txt\nb.txt\n")
+	require.Len(t, ds, 2, "no reply was cut")
+	require.Equal(t, runtime.ActDone, ds[1].Action.Kind)
+	for _, g := range generations(s) {
+		var body struct {
+			MaxTokens *int `json:"max_tokens"`
+		}
+		require.NoError(t, json.Unmarshal(g.Body, &body))
+		require.NotNil(t, body.MaxTokens, "a number, never null")
+		require.Equal(t, 4096-len(g.PromptIDs), *body.MaxTokens)
+	}
+
+	// A cap larger than what is left is bounded by it.
+	p, _ = simPolicy(t, s, map[string]string{"max_tokens": "100000"})
+	d, err := p.Decide(context.Background(), runtime.History{Instruction: "List the files in the working directory."})
+	require.NoError(t, err)
+	require.Equal(t, runtime.ActDone, d.Action.Kind)
+	gens := generations(s)
+	var body struct {
+		MaxTokens int `json:"max_tokens"`
+	}
+	require.NoError(t, json.Unmarshal(gens[len(gens)-1].Body, &body))
+	require.Equal(t, 4096-len(gens[len(gens)-1].PromptIDs), body.MaxTokens)
 }
 
 // TestTITOOverScaleOutRoutes: a vLLM started with --enable-scale-out
@@ -336,6 +394,12 @@ func TestCutToolCallIsNotExecuted(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, runtime.ExitOutputTruncated, d.Stop, mode)
 		require.Empty(t, d.Action.Kind)
+		// The cut reply is recorded as generated — the call the parser
+		// read from it, never run — so that the message exports write it
+		// as the last assistant turn, as the token exports keep its ids.
+		require.Len(t, d.Model.ToolCalls, 1, "%s: the cut call is recorded", mode)
+		require.Equal(t, "exec", d.Model.ToolCalls[0].Name, mode)
+		require.Empty(t, d.Model.Actions, "%s: and not as an action", mode)
 		if mode == "chat" {
 			g := generations(s)[0]
 			require.Contains(t, string(g.Response), `"finish_reason":"tool_calls"`, "the server reports the cut call as a call")

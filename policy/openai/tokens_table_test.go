@@ -57,6 +57,10 @@ type tokenScenario struct {
 	cutAt bool
 	// chatOnly rows show a chat-mode setting; they have no TITO run.
 	chatOnly bool
+	// idsLost rows answer a turn without ids that no client can read back
+	// (no logprobs either): tito cannot go on, and flags the record
+	// (missing_ids) as chat does.
+	idsLost bool
 }
 
 func nativeCall(c scriptedCall) string {
@@ -99,6 +103,10 @@ func tokenScenarios() []tokenScenario {
 		{name: "a turn without token ids", deploy: parserOff, reply: func(i int, c scriptedCall) vllmsim.Reply {
 			return vllmsim.Reply{Text: nativeCall(c), OmitTokenIDs: i == 1}
 		}},
+		{name: "a turn without token ids or logprobs", deploy: parserOff, opts: map[string]string{"logprobs": "false"}, idsLost: true,
+			reply: func(i int, c scriptedCall) vllmsim.Reply {
+				return vllmsim.Reply{Text: nativeCall(c), OmitTokenIDs: i == 1}
+			}},
 		{name: "a tool call cut at max_tokens", deploy: parserOff, reply: styled(""), cutAt: true},
 	}
 }
@@ -177,8 +185,8 @@ func runCell(t *testing.T, sc tokenScenario, mode string) cell {
 		Tasks: tasks, Out: out, Provider: "local", WorkDir: t.TempDir(), Replicas: 2, Repeats: 1,
 		Policy: "openai", PolicyOptions: opts, Capture: capture.DefaultPolicy(), Log: log, Progress: log,
 	})
-	if sc.cutAt && errors.Is(err, collect.ErrAllLost) {
-		err = nil // every episode ends output_truncated, by design: the dataset is complete
+	if (sc.cutAt || (sc.idsLost && mode == "tito")) && errors.Is(err, collect.ErrAllLost) {
+		err = nil // every episode ends output_truncated or policy_error, by design: the dataset is complete
 	}
 	require.NoError(t, err, "%s", log.Bytes())
 	if mode == "tito" {
@@ -209,7 +217,7 @@ func runCell(t *testing.T, sc tokenScenario, mode string) cell {
 	for task, e := range byTask {
 		truth := served[strings.TrimPrefix(task, "ep-")]
 		require.NotEmpty(t, truth, "%s: the server saw no turn of %s", mode, task)
-		exact, broken, wrong := checkRecord(t, mode, sc.name, e, truth)
+		exact, broken, wrong := checkRecord(t, mode, sc, e, truth)
 		if exact {
 			c.exact++
 		}
@@ -275,9 +283,9 @@ func serverTurns(t *testing.T, s *vllmsim.Server) map[string][]servedTurn {
 // reports a whole record (not cut) that is right; broken that the ids break
 // (a prompt that does not extend the ids before it, or, for a chat client,
 // a turn answered without ids).
-func checkRecord(t *testing.T, mode, scenario string, e schemas.EpisodeRow, truth []servedTurn) (exact, broken, wrong bool) {
+func checkRecord(t *testing.T, mode string, sc tokenScenario, e schemas.EpisodeRow, truth []servedTurn) (exact, broken, wrong bool) {
 	t.Helper()
-	where := fmt.Sprintf("%s / %s / %s", scenario, mode, e.TaskID)
+	where := fmt.Sprintf("%s / %s / %s", sc.name, mode, e.TaskID)
 	wrongf := func(format string, args ...any) (bool, bool, bool) {
 		t.Logf("%s: wrong record: "+format, append([]any{where}, args...)...)
 		return false, broken, true
@@ -290,8 +298,8 @@ func checkRecord(t *testing.T, mode, scenario string, e schemas.EpisodeRow, trut
 	for i, tr := range truth {
 		// A chat client gets no ids at all from a turn answered without
 		// them; a tito client sent the prompt itself and reads the reply's
-		// ids off the logprobs.
-		lost := tr.omitted && mode == "chat"
+		// ids off the logprobs, unless there are none (idsLost).
+		lost := tr.omitted && (mode == "chat" || sc.idsLost)
 		if lost || (i > 0 && (len(tr.prompt) < len(seq) || !slices.Equal(tr.prompt[:len(seq)], seq))) {
 			broken = true
 			break
@@ -325,6 +333,12 @@ func checkRecord(t *testing.T, mode, scenario string, e schemas.EpisodeRow, trut
 		return wrongf("the response is not the last prompt and reply the server saw")
 	case !slices.Equal(mask[len(first):len(whole)], e.ResponseMask):
 		return wrongf("the mask is not 1 exactly on generated ids")
+	case sc.opts["logprobs"] == "false":
+		// None asked for: none recorded.
+		if len(e.ResponseLogprobs) != 0 {
+			return wrongf("%d logprobs the server was not asked for", len(e.ResponseLogprobs))
+		}
+		return !e.TokenDrift && n == len(truth), broken, false
 	case len(e.ResponseLogprobs) != len(e.ResponseIDs):
 		return wrongf("%d logprobs for %d ids", len(e.ResponseLogprobs), len(e.ResponseIDs))
 	}
@@ -363,7 +377,14 @@ func TestTokenRecordScenarios(t *testing.T) {
 			c := runCell(t, sc, mode)
 			require.Equal(t, tableEpisodes, c.episodes, "%s %s", sc.name, mode)
 			require.Zero(t, c.wrong, "%s %s: no record says anything the server did not see", sc.name, mode)
-			if mode == "tito" {
+			switch {
+			case mode == "tito" && sc.idsLost:
+				// The lost turn ends the episode (it cannot be continued)
+				// and cuts the record there, flagged, as chat flags it.
+				require.Equal(t, map[string]int{"policy_error": c.episodes}, c.exits, "%s: tito cannot go on without the ids", sc.name)
+				require.Equal(t, map[string]int{"missing_ids": c.episodes}, c.cuts, "%s: every record is cut at the lost turn and flagged", sc.name)
+				require.Zero(t, c.verlRows, "%s: verl-agent takes no cut record", sc.name)
+			case mode == "tito":
 				require.Zero(t, c.flagged, "%s: token in, token out never drifts", sc.name)
 				require.Equal(t, c.episodes, c.exact, "%s: every tito record is exact", sc.name)
 				require.Zero(t, c.breaks, "%s: the server's ids never break under tito", sc.name)

@@ -147,6 +147,16 @@ func TestVisionOptions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, aci.ObserveA11y, conv.Observe)
 	require.True(t, conv.TaskActions, "no actions option: each task's own")
+
+	// By default a model reads the page: the accessibility tree as text,
+	// which every model can read (text showed the url and title only, so
+	// a model on a browser task saw nothing of the page); the manifest
+	// records the mode.
+	c, err = ParseOptions(map[string]string{"base_url": base})
+	require.NoError(t, err)
+	conv, err = c.Conversation()
+	require.NoError(t, err)
+	require.Equal(t, aci.ObserveA11y, conv.Observe, "the default observe mode")
 	for name, tc := range map[string]struct {
 		opts map[string]string
 		want string
@@ -173,6 +183,7 @@ func TestVisionOptions(t *testing.T) {
 // turn is in it. With max_images, an image leaving the context rewrites an
 // earlier message: the record is cut there, as it must be.
 func TestImageTokenRecordUnderGemma3(t *testing.T) {
+	oracle.Require(t) // oracle.TokenID below runs before vllmsim.Start, which would require it too
 	call := func(name, args string) vllmsim.Reply {
 		return vllmsim.Reply{Text: "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>"}
 	}

@@ -23,6 +23,9 @@ type tokenizeRequest struct {
 
 type tokenizeResponse struct {
 	Tokens []int32 `json:"tokens"`
+	// MaxModelLen is the context length the server serves (vLLM's
+	// TokenizeResponse reports it); 0 when not reported.
+	MaxModelLen int `json:"max_model_len"`
 }
 
 // renderRequest is the chat completion request vLLM's render route takes;
@@ -44,9 +47,10 @@ type renderResponse struct {
 }
 
 // completionsRequest is vLLM's POST /v1/completions with the prompt as one
-// list of token ids. MaxTokens is always sent: null asks for the rest of
-// the context, as a chat request without max_tokens does (an absent
-// max_tokens means 16 on this route).
+// list of token ids. MaxTokens is always sent as a number: on this route
+// an absent max_tokens is 16, and so is null (CompletionRequest's
+// normalize_null_max_tokens), so the rest of the context must be asked for
+// by its size (Policy.maxTokens).
 type completionsRequest struct {
 	Model       string   `json:"model,omitempty"`
 	Prompt      []int32  `json:"prompt"`

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,13 +29,7 @@ import (
 // needChromium ends the test through testenv when Chromium is not installed.
 func needChromium(t testing.TB) {
 	t.Helper()
-	exe := os.Getenv(browser.ExecEnv)
-	if exe == "" {
-		exe = browser.DefaultExec
-	}
-	if _, err := exec.LookPath(exe); err != nil {
-		testenv.Missing(t, "chromium", fmt.Sprintf("%s: %v (apt-get install chromium, or bash .ci/chromium-up.sh)", exe, err))
-	}
+	testenv.NeedChromium(t)
 }
 
 // A form laid out at fixed positions, so that click coordinates do not
@@ -356,4 +349,14 @@ func processesUsing(profile string) []int {
 		}
 	}
 	return out
+}
+
+// The tests' probe (internal/testenv) looks for the Chromium this package
+// runs.
+func TestTestenvLooksForTheChromiumThisPackageRuns(t *testing.T) {
+	require.Equal(t, browser.ExecEnv, testenv.ChromiumEnv)
+	t.Setenv(browser.ExecEnv, "")
+	require.Equal(t, browser.DefaultExec, testenv.ChromiumPath())
+	t.Setenv(browser.ExecEnv, "/opt/chromium/chrome")
+	require.Equal(t, "/opt/chromium/chrome", testenv.ChromiumPath())
 }

@@ -2,11 +2,11 @@ package browser_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/internal/testenv"
@@ -24,17 +24,7 @@ const chromiumImage = "forkline/chromium"
 // test unless an engine answers and has the image.
 func needDockerChromium(t *testing.T) {
 	t.Helper()
-	cli, err := docker.Connect(t.Context())
-	if err != nil {
-		testenv.Missing(t, "docker", err.Error())
-	}
-	defer cli.Close()
-	if _, err := cli.ImageInspect(t.Context(), chromiumImage); err != nil {
-		if !cerrdefs.IsNotFound(err) {
-			t.Fatal(err)
-		}
-		testenv.Missing(t, "docker-chromium", chromiumImage+" is not built (make images-browser)")
-	}
+	testenv.NeedDockerImage(t, testenv.DockerChromium, chromiumImage)
 }
 
 // TestDockerSandboxOverExecStream runs Chromium inside a docker sandbox with
@@ -114,7 +104,7 @@ func TestDockerEngineGone(t *testing.T) {
 	target, ok := strings.CutPrefix(direct.DaemonHost(), "unix://")
 	direct.Close()
 	if !ok {
-		t.Skipf("the engine is not on a unix socket (%s)", direct.DaemonHost())
+		testenv.Inapplicable(t, fmt.Sprintf("the engine is not on a unix socket (%s)", direct.DaemonHost()))
 	}
 	px := providertest.NewSocketProxy(t, "unix", target)
 	t.Setenv("DOCKER_HOST", "unix://"+px.Path())

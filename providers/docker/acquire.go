@@ -169,6 +169,9 @@ func (p *Provider) acquire(ctx context.Context, img imageFor, progress io.Writer
 	case img.build != nil && present:
 		p.imgs.present.Add(1)
 	case img.build != nil:
+		if err := p.checkOwnBases(ctx, *img.build); err != nil {
+			return "", err
+		}
 		if err := p.build(ctx, img.ref, *img.build, progress); err != nil {
 			return "", err
 		}
@@ -208,6 +211,61 @@ func isOwnImage(ref string) bool {
 	base, _, _ := strings.Cut(ref, ":")
 	_, ok := builders[base]
 	return ok
+}
+
+// checkOwnBases refuses, before the engine is asked to build, a Dockerfile
+// built FROM one of forkline's own images that is not on the engine: the
+// engine would try to pull it from Docker Hub, where it is not ("lookup
+// registry-1.docker.io: no such host" on a machine without a registry),
+// while the remedy is to build it here, which the error says.
+func (p *Provider) checkOwnBases(ctx context.Context, b providers.Build) error {
+	data, err := os.ReadFile(filepath.Join(b.Context, dockerfileName(b)))
+	if err != nil {
+		return nil // the build says what is wrong with the Dockerfile
+	}
+	for _, base := range fromImages(string(data)) {
+		if !isOwnImage(base) {
+			continue
+		}
+		_, err := p.cli.ImageInspect(ctx, base)
+		if err == nil {
+			continue
+		}
+		if !cerrdefs.IsNotFound(err) {
+			return nil // the build meets the same engine, and says so
+		}
+		return fmt.Errorf("docker: building the image of %s: its Dockerfile builds FROM %s: %w", b.Context, base, missingImage(base, err))
+	}
+	return nil
+}
+
+// fromImages are the images a Dockerfile's FROM lines name, in order,
+// without the stages it builds itself (FROM builder) or names made of
+// build arguments.
+func fromImages(dockerfile string) []string {
+	stages := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(dockerfile, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.EqualFold(f[0], "FROM") {
+			continue
+		}
+		f = f[1:]
+		for len(f) > 0 && strings.HasPrefix(f[0], "--") {
+			f = f[1:] // --platform=...
+		}
+		if len(f) == 0 {
+			continue
+		}
+		image := f[0]
+		if !stages[strings.ToLower(image)] && !strings.Contains(image, "$") {
+			out = append(out, image)
+		}
+		if len(f) >= 3 && strings.EqualFold(f[1], "AS") {
+			stages[strings.ToLower(f[2])] = true
+		}
+	}
+	return out
 }
 
 // Prepare gets the image of every spec ready (providers.Preparer): the

@@ -1,9 +1,12 @@
 package docker
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -335,4 +338,79 @@ func TestUpload(t *testing.T) {
 	require.Equal(t, "-rwxr-xr-x 9\n-rw-r--r-- 4\n", sh(t, sb, "stat -c '%A %s' /tests/test.sh /tests/fixtures/data.bin | sed 's/ *$//'").Text())
 	require.NoError(t, up.Upload(t.Context(), "", []providers.File{{Path: "sub/in-workspace.txt", Data: []byte("w")}}))
 	require.Equal(t, "w", sh(t, sb, "cat /workspace/sub/in-workspace.txt").Text())
+}
+
+// A Dockerfile built FROM one of forkline's images that the engine lacks
+// is refused before the engine is asked (it would try Docker Hub: "lookup
+// registry-1.docker.io ... no such host"), saying which image to build and
+// how, as a task's image: does.
+func TestBuildFromAMissingOwnImageSaysWhichToBuild(t *testing.T) {
+	engine(t)
+	missing := ImageDebian + ":forkline-test-never-built"
+	ctxDir := writeContext(t, map[string]string{"Dockerfile": "FROM " + missing + " AS base\nFROM base\nRUN true\n"})
+	p := newProvider(t, nil)
+	p.dir = t.TempDir()
+	t.Cleanup(func() { p.Close(context.Background()) })
+	err := p.Prepare(t.Context(), []providers.Spec{{Build: &providers.Build{Context: ctxDir}}}, nil)
+	require.ErrorIs(t, err, ErrImageMissing)
+	require.ErrorContains(t, err, "its Dockerfile builds FROM "+missing)
+	require.ErrorContains(t, err, "build it with make images-debian (forkline images -image forkline/debian)")
+	entries, _ := os.ReadDir(p.dir)
+	require.Empty(t, entries, "no build was started (no build log)")
+}
+
+func TestFromImages(t *testing.T) {
+	require.Equal(t, []string{"forkline/debian", "golang:1.26"}, fromImages(
+		"# syntax is not read\nFROM --platform=linux/amd64 forkline/debian AS base\nARG V\nfrom golang:1.26 as build\nFROM base\nFROM $V\nFROM build\n"))
+}
+
+// A symlink in a build context goes to the engine as a link, never as the
+// host file it names: the tar holds the link's text, and the engine
+// resolves it inside the context, so COPY of a link to a host file copies
+// nothing of the host (the build fails, or the image holds the link).
+// Task folders come from third parties (issue: a Harbor task's files
+// reached the sandbox through symlinks; the build context is the one place
+// a link is kept, so this pins what the engine does with it).
+func TestBuildContextSendsLinksNotTheirTargets(t *testing.T) {
+	secretDir := t.TempDir()
+	const secret = "HOST-SECRET-build-context"
+	require.NoError(t, os.WriteFile(filepath.Join(secretDir, "shadow"), []byte(secret), 0o600))
+	ctxDir := writeContext(t, map[string]string{"Dockerfile": "FROM forkline/busybox\nCOPY leak /leak\nCOPY dir/ /dir/\n", "dir/plain": "x"})
+	require.NoError(t, os.Symlink(filepath.Join(secretDir, "shadow"), filepath.Join(ctxDir, "leak")))
+	require.NoError(t, os.Symlink(filepath.Join(secretDir, "shadow"), filepath.Join(ctxDir, "dir", "leak")))
+
+	var tarball bytes.Buffer
+	require.NoError(t, writeContextTar(ctxDir, &tarball))
+	require.NotContains(t, tarball.String(), secret)
+	links := map[string]string{}
+	tr := tar.NewReader(&tarball)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if h.Typeflag == tar.TypeSymlink {
+			links[h.Name] = h.Linkname
+		}
+	}
+	require.Equal(t, map[string]string{"leak": filepath.Join(secretDir, "shadow"), "dir/leak": filepath.Join(secretDir, "shadow")}, links)
+
+	cli := engine(t)
+	b := providers.Build{Context: ctxDir}
+	tag, err := BuildTag(b)
+	require.NoError(t, err)
+	removeBuilt(t, cli, tag)
+	p := open(t, nil)
+	var progress bytes.Buffer
+	if err := p.Prepare(t.Context(), []providers.Spec{{Build: &b}}, &progress); err != nil {
+		require.NotContains(t, err.Error(), secret)
+		t.Logf("the engine refused the link out of the context: %v", err)
+		return
+	}
+	sb, err := p.Create(t.Context(), providers.Spec{Build: &b})
+	require.NoError(t, err)
+	defer sb.Close(context.Background())
+	out := sh(t, sb, "cat /leak /dir/leak 2>&1; ls -l /leak /dir/leak").Text()
+	require.NotContains(t, out, secret)
 }

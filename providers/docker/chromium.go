@@ -2,7 +2,10 @@ package docker
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"io"
 	"os"
 	"os/exec"
@@ -15,14 +18,23 @@ import (
 // chromiumPackages are installed into ImageChromium's Debian tree.
 var chromiumPackages = []string{"chromium", "fonts-liberation"}
 
-// prepareChromiumRootfs makes ImageChromium's tree: ImageDebian's, then
-// Debian's chromium installed in a chroot on the host. The chroot, not a
-// build step on the engine: a sandbox engine may have no bridge (and so no
-// route to a mirror), while the host reaches the mirror debootstrap used.
-func prepareChromiumRootfs(ctx context.Context, dir string, log io.Writer) error {
-	fmt.Fprintf(log, "docker: debootstrap --variant=minbase bookworm into %s (minutes)\n", dir)
-	if err := Debootstrap(ctx, dir); err != nil {
-		return err
+// prepareChromiumRootfs makes ImageChromium's tree: ImageDebian's — the
+// image's own files when it is on the engine, else a debootstrap of the
+// same — then Debian's chromium installed in a chroot on the host. The
+// chroot, not a build step on the engine: a sandbox engine may have no
+// bridge (and so no route to a mirror), while the host reaches the mirror
+// debootstrap used.
+func prepareChromiumRootfs(ctx context.Context, cli *client.Client, dir string, log io.Writer) error {
+	if _, err := cli.ImageInspect(ctx, ImageDebian); err == nil {
+		fmt.Fprintf(log, "docker: starting from %s's files (no debootstrap)\n", ImageDebian)
+		if err := exportImageTree(ctx, cli, ImageDebian, dir); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(log, "docker: %s is not on the engine: debootstrap --variant=minbase bookworm into %s (minutes; building %s first saves it)\n", ImageDebian, dir, ImageDebian)
+		if err := Debootstrap(ctx, dir); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(log, "docker: installing %s in the chroot\n", strings.Join(chromiumPackages, ", "))
 	if err := installPackages(ctx, dir, chromiumPackages); err != nil {
@@ -32,6 +44,62 @@ func prepareChromiumRootfs(ctx context.Context, dir string, log io.Writer) error
 		return err
 	}
 	return finishRootfs(dir)
+}
+
+// exportImageTree writes image's files into dir: a container made from it
+// (never started, labelled as forkline's) is exported as a tar and
+// extracted with GNU tar as root, ownership, modes, links and device nodes
+// kept; the container is removed after.
+func exportImageTree(ctx context.Context, cli *client.Client, image, dir string) error {
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{Image: image, Cmd: []string{"/bin/true"}, Labels: map[string]string{LabelImage: "export"}},
+	})
+	if err != nil {
+		return fmt.Errorf("docker: exporting %s: %w", image, err)
+	}
+	defer cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	rc, err := cli.ContainerExport(ctx, created.ID, client.ContainerExportOptions{})
+	if err != nil {
+		return fmt.Errorf("docker: exporting %s: %w", image, err)
+	}
+	defer rc.Close()
+	var out strings.Builder
+	untar := exec.CommandContext(ctx, "tar", "-C", dir, "--numeric-owner", "-x")
+	untar.Stdin, untar.Stdout, untar.Stderr = rc, &out, &out
+	if err := untar.Run(); err != nil {
+		return fmt.Errorf("docker: extracting %s's files: %w: %s", image, err, tailLines(out.String(), 10))
+	}
+	return chrootReady(dir)
+}
+
+// chrootReady gives a tree extracted from an image what a chroot's apt-get
+// needs and an export leaves out or empty: the host's resolv.conf (the
+// engine writes its own at start) and the basic device nodes.
+func chrootReady(dir string) error {
+	if conf, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		p := filepath.Join(dir, "etc", "resolv.conf")
+		_ = os.Remove(p)
+		if err := os.WriteFile(p, conf, 0o644); err != nil {
+			return fmt.Errorf("docker: %w", err)
+		}
+	}
+	for _, d := range []struct {
+		name         string
+		major, minor uint32 // small: Linux's old dev_t encoding, major<<8 | minor, holds them
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"random", 1, 8}, {"urandom", 1, 9}} {
+		p := filepath.Join(dir, "dev", d.name)
+		if st, err := os.Lstat(p); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			continue
+		}
+		_ = os.Remove(p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("docker: %w", err)
+		}
+		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(d.major<<8|d.minor)); err != nil {
+			return fmt.Errorf("docker: making /dev/%s in the chroot: %w", d.name, err)
+		}
+	}
+	return nil
 }
 
 // installPackages runs apt-get in the chroot dir with /proc mounted (some

@@ -35,10 +35,11 @@ var (
 func engine(t testing.TB) *client.Client {
 	t.Helper()
 	ctx := context.Background()
-	cli, err := Connect(ctx)
-	if err != nil {
-		testenv.Missing(t, "docker", err.Error())
-	}
+	var cli *client.Client
+	testenv.Need(t, testenv.Docker, func() (err error) {
+		cli, err = Connect(ctx)
+		return err
+	})
 	t.Cleanup(func() { _ = cli.Close() })
 	imagesOnce.Do(func() { _, imagesErr = EnsureImages(ctx, cli, ImageBusybox) })
 	require.NoError(t, imagesErr, "EnsureImages")
@@ -668,9 +669,12 @@ func TestTagSafe(t *testing.T) {
 // skip, and a failure when FORKLINE_REQUIRE names docker-debian, as CI does.
 func TestDebianImage(t *testing.T) {
 	cli := engine(t)
-	if _, err := cli.ImageInspect(t.Context(), ImageDebian); err != nil {
-		testenv.Missing(t, "docker-debian", fmt.Sprintf("%s not built (make images-debian): %v", ImageDebian, err))
-	}
+	testenv.Need(t, testenv.DockerDebian, func() error {
+		if _, err := cli.ImageInspect(t.Context(), ImageDebian); err != nil {
+			return fmt.Errorf("%s not built: %w", ImageDebian, err)
+		}
+		return nil
+	})
 	p := open(t, map[string]string{ParamImage: ImageDebian})
 	for _, mode := range []string{InitAuto, InitOff} {
 		t.Run(mode, func(t *testing.T) {

@@ -1,6 +1,8 @@
 package docker
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -126,7 +128,19 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	if f != nil {
 		f.drain(out, drained)
 	}
-	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd, mark, inside},
+	cmd := a.Cmd
+	if len(cmd) > inlineCommandBytes {
+		file, err := s.commandFile(ctx, mark, cmd)
+		if err != nil {
+			if f != nil {
+				f.finish(drained)
+			}
+			return runtime.Observation{}, err
+		}
+		defer s.removeCommandFile(ctx, file)
+		cmd = ". " + file
+	}
+	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, cmd, mark, inside},
 		[]string{"FORKLINE_EXEC_WRAPPER=" + execWrapper, "FORKLINE_KILL_MARKED=" + killMarkedScript}, out, diag, timeout+execBackstop)
 	rep := parseDiag(diag.Bytes())
 	if err != nil {
@@ -173,6 +187,42 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 			ExitCode: r.exitCode, Error: true, ErrorKind: runtime.ErrActionFail}
 	}
 	return obs, nil
+}
+
+// inlineCommandBytes is the longest command passed to the wrapper as an
+// argument. Linux caps one execve argument at 128 KiB, and the command
+// travels as one (twice: to the wrapper, then to its shell); a longer one
+// (a model's long heredoc) is copied into the container as a file that
+// the shell sources: "." reads it in the same shell, so $0, the arguments
+// and the exit status are those of a short command.
+const inlineCommandBytes = 32 << 10
+
+// commandFile copies cmd into the container as /.forkline-cmd-MARK.sh,
+// readable by any user the image runs commands as, and returns its path.
+func (s *sandbox) commandFile(ctx context.Context, mark, cmd string) (string, error) {
+	name := ".forkline-cmd-" + mark + ".sh"
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(cmd)), ModTime: time.Now(), Format: tar.FormatPAX}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write([]byte(cmd)); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	if _, err := s.p.cli.CopyToContainer(ctx, s.id, client.CopyToContainerOptions{DestinationPath: "/", Content: &b}); err != nil {
+		return "", s.infraError(ctx, "exec: copying a long command", err)
+	}
+	return "/" + name, nil
+}
+
+// removeCommandFile removes a command file once its command ended, so
+// that no checkpoint (a commit of the container) holds it.
+func (s *sandbox) removeCommandFile(ctx context.Context, file string) {
+	var out bytes.Buffer
+	_, _ = s.run(context.WithoutCancel(ctx), []string{"rm", "-f", "--", file}, nil, &out, &out, execBackstop)
 }
 
 // diagReport is what the wrapper said on its stderr.

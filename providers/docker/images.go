@@ -65,7 +65,7 @@ type ImageStatus struct {
 type builder struct {
 	label   string // value of LabelImage
 	write   func(ctx context.Context, w io.Writer) error
-	prepare func(ctx context.Context, dir string, log io.Writer) error
+	prepare func(ctx context.Context, cli *client.Client, dir string, log io.Writer) error
 	hint    string // how to make the builder's prerequisites available
 }
 
@@ -167,7 +167,7 @@ func buildImage(ctx context.Context, cli *client.Client, name string, log io.Wri
 		// Whatever happens, nothing stays mounted in the tree when it is
 		// removed (debootstrap and package installs mount /proc in it).
 		defer unmountUnder(dir)
-		if err := b.prepare(ctx, dir, log); err != nil {
+		if err := b.prepare(ctx, cli, dir, log); err != nil {
 			return ImageStatus{}, fmt.Errorf("docker: building %s: %w (%s)", name, err, b.hint)
 		}
 		if err := unmountUnder(dir); err != nil {
@@ -366,7 +366,7 @@ func checkStatic(file string) error {
 
 // prepareDebianRootfs runs debootstrap --variant=minbase bookworm into dir
 // and makes it a sandbox image's tree.
-func prepareDebianRootfs(ctx context.Context, dir string, log io.Writer) error {
+func prepareDebianRootfs(ctx context.Context, _ *client.Client, dir string, log io.Writer) error {
 	fmt.Fprintf(log, "docker: debootstrap --variant=minbase bookworm into %s (minutes)\n", dir)
 	if err := Debootstrap(ctx, dir); err != nil {
 		return err

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/providertest"
 	"github.com/forkline/forkline/runtime"
@@ -29,7 +31,7 @@ func newEngineProxy(t *testing.T) *engineProxy {
 	host := cli.DaemonHost()
 	target, ok := strings.CutPrefix(host, "unix://")
 	if !ok {
-		t.Skipf("the engine is at %s, not on a unix socket: the outage proxy speaks unix sockets only", host)
+		testenv.Inapplicable(t, fmt.Sprintf("the engine is at %s, not on a unix socket: the outage proxy speaks unix sockets only", host))
 	}
 	return &engineProxy{SocketProxy: providertest.NewSocketProxy(t, "unix", target), target: target}
 }

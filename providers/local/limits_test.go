@@ -35,11 +35,12 @@ func run(t *testing.T, sb providers.Sandbox, cmd string) string {
 // no writable pids cgroup.
 func cgroupProvider(t *testing.T, params map[string]string) *local.Provider {
 	t.Helper()
+	testenv.Need(t, testenv.Cgroup, nil)
 	p, err := local.New(providers.Options{Dir: t.TempDir(), Params: params})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, p.Close(t.Context())) })
 	if mode, why := p.PidsLimit(); mode != local.PidsCgroup {
-		testenv.Missing(t, "cgroup", "local bounds processes by "+mode+" here: "+why)
+		testenv.Missing(t, testenv.Cgroup, "local bounds processes by "+mode+" here: "+why)
 	}
 	return p
 }
@@ -204,9 +205,7 @@ func rlimitHelper(dir string) {
 }
 
 func TestPidsRlimitAsUser(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to run the check as another user")
-	}
+	testenv.NeedRoot(t)
 	bin := filepath.Join(t.TempDir(), "local.test")
 	self, err := os.ReadFile(os.Args[0])
 	require.NoError(t, err)

@@ -58,7 +58,9 @@
 //
 // # Actions
 //
-// exec runs "/bin/sh -c CMD" in the workspace, in its own process group,
+// exec runs "/bin/sh -c CMD" in the workspace (a CMD longer than 32 KiB,
+// past what one execve argument may safely be, is written to a file beside
+// the workspace and sourced by that shell), in its own process group,
 // with stdin /dev/null and stdout and stderr sharing one pipe, so the output
 // is interleaved exactly as written and capped by a providers.CapBuffer
 // (Spec.OutputCap). The environment is PATH (the host's), LANG=C.UTF-8,

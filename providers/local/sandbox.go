@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -139,7 +140,21 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	defer cancel()
 
 	out := providers.NewCapBuffer(s.spec.outputCap)
-	argv, gated := s.limit.command(a.Cmd)
+	n := strconv.FormatInt(s.execs.Add(1), 10)
+	mark := s.mark + n
+	script := a.Cmd
+	if len(script) > inlineCommandBytes {
+		// A command line longer than one execve argument may be (a model
+		// may emit one: a long heredoc, a file pasted into an echo) runs
+		// from a file beside the workspace, read by the same shell.
+		file := filepath.Join(s.dir, "cmd-"+n+".sh")
+		if err := os.WriteFile(file, []byte(a.Cmd), 0o600); err != nil {
+			return runtime.Observation{}, fmt.Errorf("local: exec in %s: the command's file: %w", s.id, err)
+		}
+		defer os.Remove(file)
+		script = ". " + shellQuote(file)
+	}
+	argv, gated := s.limit.command(script)
 	cmd := exec.CommandContext(tctx, argv[0], argv[1:]...)
 	var gate, release *os.File
 	if gated {
@@ -151,21 +166,24 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		cmd.ExtraFiles = []*os.File{gate} // descriptor 3, read by gatePrefix
 	}
 	cmd.Dir = s.ws
-	mark := s.mark + strconv.FormatInt(s.execs.Add(1), 10)
 	cmd.Env = append(s.env[:len(s.env):len(s.env)], execMarker+"="+mark)
-	// The same writer for both makes os/exec share one pipe between them, so
-	// the output is interleaved exactly as the command wrote it.
-	cmd.Stdout, cmd.Stderr = out, out
+	pipe, err := newOutputPipe(out)
+	if err != nil {
+		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
+	}
+	cmd.Stdout, cmd.Stderr = pipe.w, pipe.w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	cmd.WaitDelay = PipeGrace
-	err := cmd.Start()
+	err = cmd.Start()
 	if gate != nil {
 		gate.Close() // the child has its own copy
 	}
 	if err != nil {
+		pipe.abandon()
 		return runtime.Observation{}, fmt.Errorf("local: exec in %s: %w", s.id, err)
 	}
+	pipe.started()
 	pgid := cmd.Process.Pid
 	if gated {
 		// The command's shell waits on the gate: nothing of it runs before
@@ -173,6 +191,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		if err := s.limit.limit(pgid); err != nil {
 			_ = killGroup(pgid)
 			_ = cmd.Wait()
+			pipe.finish(0)
 			return runtime.Observation{}, err
 		}
 		_, _ = release.Write([]byte("\n"))
@@ -193,6 +212,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		_ = killGroup(pgid)     // members that escaped the first kill by forking
 		killMarked(mark, false) // and those that left the group (setsid)
 	}
+	pipe.finish(PipeGrace)
 	s.groupDone(pgid)
 
 	if ctx.Err() != nil {
@@ -222,6 +242,20 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		}
 	}
 	return obs, nil
+}
+
+// inlineCommandBytes is the longest command passed as the shell's -c
+// argument. Linux caps one execve argument at 128 KiB (MAX_ARG_STRLEN) and
+// all of them, with the environment, at a quarter of the stack limit; a
+// longer command is written to a file that the shell sources ("." reads it
+// in the same shell: $0, the arguments and the exit status are as with -c;
+// only error messages name the file instead of "sh"). Well under the cap,
+// so that a task's environment still fits beside it.
+const inlineCommandBytes = 32 << 10
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // exitCode is the shell's view of ps: the exit status, or 128+signal.

@@ -35,6 +35,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/runtime"
 )
@@ -70,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) providers.Provider) {
 	t.Run("WorkspaceAbsolutePath", s.testAbsolutePath)
 	t.Run("UnsupportedActions", s.testUnsupported)
 	t.Run("NULBytes", s.testNULBytes)
+	t.Run("LongCommands", s.testLongCommands)
 	t.Run("BadSpec", s.testBadSpec)
 	t.Run("GUI", s.testGUI)
 	t.Run("Checkpoint", s.testCheckpoint)
@@ -160,7 +162,7 @@ func checkpoint(t *testing.T, p providers.Provider, sb providers.Sandbox, label 
 	if !caps.Checkpoint {
 		require.ErrorIs(t, err, providers.ErrNotSupported,
 			"Capabilities().Checkpoint is false, so Checkpoint must fail with ErrNotSupported")
-		t.Skipf("provider %s cannot checkpoint (Checkpoint returned ErrNotSupported as it must): fork tests skipped", p.Name())
+		testenv.Inapplicable(t, fmt.Sprintf("provider %s cannot checkpoint (Checkpoint returned ErrNotSupported as it must): fork tests skipped", p.Name()))
 	}
 	require.NoError(t, err, "Checkpoint")
 	require.NotEmpty(t, cp.ID, "checkpoint id")
@@ -170,7 +172,7 @@ func checkpoint(t *testing.T, p providers.Provider, sb providers.Sandbox, label 
 		_, err := p.Fork(t.Context(), cp)
 		require.ErrorIs(t, err, providers.ErrNotSupported,
 			"Capabilities().Fork is false, so Fork must fail with ErrNotSupported")
-		t.Skipf("provider %s cannot fork (Fork returned ErrNotSupported as it must): fork tests skipped", p.Name())
+		testenv.Inapplicable(t, fmt.Sprintf("provider %s cannot fork (Fork returned ErrNotSupported as it must): fork tests skipped", p.Name()))
 	}
 	t.Cleanup(func() {
 		ctx, cancel := cleanupCtx()
@@ -551,6 +553,25 @@ func (s *suite) testNULBytes(t *testing.T) {
 	write(t, sb, "data.bin", "a\x00b")
 	require.Equal(t, "a\x00b", read(t, sb, "data.bin"), "a NUL in file content is data")
 	require.Equal(t, "3\n", run(t, sb, "wc -c < data.bin | tr -d ' '"))
+}
+
+// testLongCommands: a command longer than one execve argument may be
+// (Linux: 128 KiB) is a model's action like any other — a long heredoc, a
+// file pasted into an echo — and runs: never an infrastructure error
+// ("argument list too long" made it env_error, a scaffold loss that
+// replaced the replica), with the shell semantics of a short one.
+func (s *suite) testLongCommands(t *testing.T) {
+	p := s.provider(t)
+	sb := create(t, p, providers.Spec{})
+	long := strings.Repeat("x", 200<<10)
+	require.Equal(t, fmt.Sprintf("%d\n", len(long)+1), run(t, sb, "echo "+long+" | wc -c | tr -d ' '"), "a 200 KB echo runs")
+	body := strings.Repeat("line of a long heredoc\n", 15000) // 345 KB
+	require.Equal(t, fmt.Sprintf("%d\n", len(body)), run(t, sb, "cat > big.txt <<'EOF'\n"+body+"EOF\nwc -c < big.txt | tr -d ' '"))
+	obs := act(t, sb, runtime.Action{Kind: runtime.ActExec, Cmd: ": " + long + "; echo \"$0 $#\"; exit 7"})
+	require.Equal(t, 7, obs.ExitCode, "exit ends the command with its status: %s", obs.Text())
+	require.Equal(t, run(t, sb, `echo "$0 $#"`), obs.Text(), "the same $0 and arguments as a short command")
+	huge := act(t, sb, runtime.Action{Kind: runtime.ActExec, Cmd: ": '" + strings.Repeat("y", 60<<20) + "'; echo done"})
+	require.Equal(t, "done\n", huge.Text(), "a 60 MiB command runs")
 }
 
 // testBadSpec: a spec no command could run under is refused by Create,
@@ -985,7 +1006,7 @@ func (s *suite) testNoLeaks(t *testing.T) {
 	p := s.provider(t)
 	lc, ok := providers.As[LeakChecker](p)
 	if !ok {
-		t.Skipf("provider %s does not implement providertest.LeakChecker: leak checks skipped", p.Name())
+		testenv.Inapplicable(t, fmt.Sprintf("provider %s does not implement providertest.LeakChecker: leak checks skipped", p.Name()))
 	}
 	ctx := t.Context()
 	sb, err := p.Create(ctx, providers.Spec{Files: map[string][]byte{"f": []byte("x")}})

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -33,7 +34,11 @@ import (
 type Client struct {
 	conn    *websocket.Conn
 	timeout time.Duration // EnvClient's message_timeout_s
+	last    []byte        // the last answer's bytes
 }
+
+// LastRaw is the last answer as it came over the wire.
+func (c *Client) LastRaw() []byte { return c.last }
 
 // StepResult is OpenEnv's StepResult.
 type StepResult struct {
@@ -86,6 +91,7 @@ func (c *Client) Receive() (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.last = raw
 	var resp map[string]any
 	if err := json.Unmarshal(raw, &resp); err != nil {
 		return nil, fmt.Errorf("openenvtest: answer is not JSON: %w: %s", err, raw)
@@ -157,8 +163,35 @@ func (c *Client) Disconnect() {
 }
 
 // Drop closes the TCP connection with no close message or frame: a
-// trainer process that died.
+// trainer process that died (the kernel sends FIN).
 func (c *Client) Drop() { c.conn.UnderlyingConn().Close() }
+
+// DropReset closes the TCP connection with a reset (RST: SO_LINGER 0), as
+// a host that lost the process's socket state does.
+func (c *Client) DropReset() {
+	if tc, ok := c.conn.UnderlyingConn().(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.conn.UnderlyingConn().Close()
+}
+
+// Send sends a message without waiting for its answer (a step whose
+// client goes away while it runs).
+func (c *Client) Send(msg map[string]any) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	return c.conn.WriteMessage(websocket.TextMessage, b)
+}
+
+// SendBytes sends b as one text message without waiting for its answer
+// (Receive reads it): many sessions can send one prepared payload.
+func (c *Client) SendBytes(b []byte) error { return c.conn.WriteMessage(websocket.TextMessage, b) }
+
+// Raw is the underlying connection, for tests that write bytes a
+// WebSocket library would not (a frame that stops half-way).
+func (c *Client) Raw() net.Conn { return c.conn.UnderlyingConn() }
 
 // WaitClosed reads until the server closes the connection and returns the
 // close frame's code and text (-1 when the connection ended without one).
@@ -182,6 +215,20 @@ func (c *Client) WaitClosed(within time.Duration) (int, string, error) {
 // HTTPJSON is a one-shot HTTP call: method, path, body (nil for none);
 // the status and the decoded answer.
 func HTTPJSON(method, url string, body any) (int, map[string]any, error) {
+	status, raw, err := HTTPRaw(method, url, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return status, nil, fmt.Errorf("openenvtest: answer is not a JSON object: %w: %s", err, raw)
+	}
+	return status, out, nil
+}
+
+// HTTPRaw is a one-shot HTTP call that returns the answer's bytes as they
+// came: method, url, body (nil for none).
+func HTTPRaw(method, url string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -201,12 +248,146 @@ func HTTPJSON(method, url string, body any) (int, map[string]any, error) {
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
+}
+
+// MCPClient speaks to /mcp as OpenEnv's MCPToolClient does in production
+// mode (openenv.core.mcp_client, use_production_mode=True):
+// _production_mcp_request POSTs {"jsonrpc": "2.0", "method", "params":
+// params or {}, "id": a counter from 1} to BASE/mcp and reads the JSON
+// answer (raise_for_status first); _ensure_production_session sends
+// openenv/session/create once and keeps result.session_id; list_tools
+// sends tools/list with {"session_id"}; call_tool sends tools/call with
+// {"name", "arguments", "session_id"} and returns result["data"] when the
+// result has it, else the result; close sends openenv/session/close.
+type MCPClient struct {
+	URL       string // BASE/mcp
+	SessionID string
+	id        int
+}
+
+// NewMCPClient is MCPToolClient(base_url=base) with production mode on.
+func NewMCPClient(base string) *MCPClient {
+	return &MCPClient{URL: strings.TrimRight(base, "/") + "/mcp"}
+}
+
+// Request is _production_mcp_request: the whole JSON-RPC answer.
+func (m *MCPClient) Request(method string, params map[string]any) (map[string]any, error) {
+	if params == nil {
+		params = map[string]any{}
+	}
+	m.id++
+	status, raw, err := HTTPRaw("POST", m.URL, map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": m.id})
 	if err != nil {
-		return 0, nil, err
+		return nil, err
+	}
+	if status >= 400 {
+		return nil, fmt.Errorf("openenvtest: POST %s: HTTP %d: %s", m.URL, status, raw)
 	}
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return resp.StatusCode, nil, fmt.Errorf("openenvtest: answer is not a JSON object: %w: %s", err, raw)
+		return nil, fmt.Errorf("openenvtest: /mcp answer is not a JSON object: %w: %s", err, raw)
 	}
-	return resp.StatusCode, out, nil
+	return out, nil
+}
+
+// rpcFailure is an answer's "error" as MCPToolClient raises it.
+func rpcFailure(what string, answer map[string]any) error {
+	e, ok := answer["error"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	msg, _ := e["message"].(string)
+	if msg == "" {
+		msg = "unknown error"
+	}
+	return fmt.Errorf("%s failed: %s", what, msg)
+}
+
+// EnsureSession is _ensure_production_session.
+func (m *MCPClient) EnsureSession() (string, error) {
+	if m.SessionID != "" {
+		return m.SessionID, nil
+	}
+	data, err := m.Request("openenv/session/create", nil)
+	if err != nil {
+		return "", err
+	}
+	if err := rpcFailure("openenvtest: creating the MCP session", data); err != nil {
+		return "", err
+	}
+	result, _ := data["result"].(map[string]any)
+	id, _ := result["session_id"].(string)
+	if id == "" {
+		return "", fmt.Errorf("openenvtest: failed to create MCP session: missing session_id")
+	}
+	m.SessionID = id
+	return id, nil
+}
+
+// ListTools is list_tools: each tool's name, description and
+// input_schema (read from "input_schema", else "inputSchema").
+func (m *MCPClient) ListTools() ([]map[string]any, error) {
+	sid, err := m.EnsureSession()
+	if err != nil {
+		return nil, err
+	}
+	data, err := m.Request("tools/list", map[string]any{"session_id": sid})
+	if err != nil {
+		return nil, err
+	}
+	if err := rpcFailure("list_tools", data); err != nil {
+		return nil, err
+	}
+	result, _ := data["result"].(map[string]any)
+	list, _ := result["tools"].([]any)
+	var out []map[string]any
+	for _, t := range list {
+		tm, _ := t.(map[string]any)
+		schema := tm["input_schema"]
+		if schema == nil {
+			schema = tm["inputSchema"]
+		}
+		out = append(out, map[string]any{"name": tm["name"], "description": tm["description"], "input_schema": schema})
+	}
+	return out, nil
+}
+
+// CallTool is call_tool(name, **kwargs).
+func (m *MCPClient) CallTool(name string, kwargs map[string]any) (any, error) {
+	sid, err := m.EnsureSession()
+	if err != nil {
+		return nil, err
+	}
+	if kwargs == nil {
+		kwargs = map[string]any{}
+	}
+	data, err := m.Request("tools/call", map[string]any{"name": name, "arguments": kwargs, "session_id": sid})
+	if err != nil {
+		return nil, err
+	}
+	if err := rpcFailure(fmt.Sprintf("Tool '%s'", name), data); err != nil {
+		return nil, err
+	}
+	result := data["result"]
+	if r, ok := result.(map[string]any); ok {
+		if d, ok := r["data"]; ok {
+			return d, nil
+		}
+	}
+	return result, nil
+}
+
+// Close is close(): openenv/session/close for the session, if one was
+// made.
+func (m *MCPClient) Close() error {
+	if m.SessionID == "" {
+		return nil
+	}
+	data, err := m.Request("openenv/session/close", map[string]any{"session_id": m.SessionID})
+	m.SessionID = ""
+	if err != nil {
+		return err
+	}
+	return rpcFailure("close", data)
 }

@@ -483,8 +483,8 @@ func TestAPIKeyOmittedIDsAndProps(t *testing.T) {
 		t.Errorf("logprobs name the generated tokens: %v, generated %v", names, rec.GeneratedIDs)
 	}
 	c = choice0(t, withKey("/v1/completions", map[string]any{"prompt": prompt, "max_tokens": nil}))
-	if c["finish_reason"] != "stop" {
-		t.Errorf("max_tokens null leaves the rest of the context: %v", c)
+	if c["finish_reason"] != "length" {
+		t.Errorf("max_tokens null is 16, as absent (normalize_null_max_tokens): %v", c)
 	}
 	c = choice0(t, withKey("/v1/completions", map[string]any{"prompt": prompt}))
 	if c["finish_reason"] != "length" {
@@ -531,4 +531,32 @@ func getJSON(s *Server, path, key string) (map[string]any, int, error) {
 	var out map[string]any
 	err = json.NewDecoder(resp.Body).Decode(&out)
 	return out, resp.StatusCode, err
+}
+
+// vLLM's CompletionRequest makes max_tokens 16 when it is absent and, by its
+// normalize_null_max_tokens validator, when it is null
+// (vllm/entrypoints/openai/completion/protocol.py): never the rest of the
+// context. A client that wants more must send the number.
+func TestCompletionsNullMaxTokensIsSixteen(t *testing.T) {
+	long := strings.Repeat("word ", 40)
+	s := Start(t, Config{Respond: Replies(Reply{Text: long}, Reply{Text: long}, Reply{Text: long})})
+	status, tok := post(t, s, "/tokenize", map[string]any{"messages": []any{driftUser}})
+	if status != 200 {
+		t.Fatalf("%d %v", status, tok)
+	}
+	prompt := ids(t, tok["tokens"])
+	for _, body := range []map[string]any{{"prompt": prompt}, {"prompt": prompt, "max_tokens": nil}} {
+		status, resp := post(t, s, "/v1/completions", body)
+		if status != 200 {
+			t.Fatalf("%d %v", status, resp)
+		}
+		if c := choice0(t, resp); c["finish_reason"] != "length" || resp["usage"].(map[string]any)["completion_tokens"] != float64(16) {
+			t.Errorf("/v1/completions with max_tokens %v: want 16 tokens, cut: %v", body["max_tokens"], resp)
+		}
+	}
+	budget := int(tok["max_model_len"].(float64)) - len(prompt)
+	status, resp := post(t, s, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": budget})
+	if c := choice0(t, resp); status != 200 || c["finish_reason"] != "stop" {
+		t.Errorf("/v1/completions with max_tokens max_model_len - prompt: %d %v", status, resp)
+	}
 }

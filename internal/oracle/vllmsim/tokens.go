@@ -107,8 +107,9 @@ func (s *Server) promptIDs(ctx context.Context, req object, key string, addDefau
 }
 
 // completions is vLLM's POST /v1/completions
-// (vllm/entrypoints/openai/completion: CompletionRequest, max_tokens
-// default 16, logprobs an int; CompletionResponseChoice with text, logprobs
+// (vllm/entrypoints/openai/completion/protocol.py: CompletionRequest,
+// max_tokens default 16, and its normalize_null_max_tokens validator makes
+// an explicit null the default too; logprobs an int; CompletionResponseChoice with text, logprobs
 // {text_offset, token_logprobs, tokens, top_logprobs}, finish_reason,
 // stop_reason, token_ids and prompt_token_ids when return_token_ids).
 func (s *Server) completions(ctx context.Context, r *Received) (any, error) {
@@ -137,11 +138,13 @@ func (s *Server) completions(ctx context.Context, r *Received) (any, error) {
 		return nil, err
 	}
 	r.Prompt, r.PromptIDs = text, ids
-	// CompletionRequest's max_tokens defaults to 16 when absent; null is
-	// None, which vLLM resolves to what is left of the context.
+	// CompletionRequest's max_tokens defaults to 16 when absent, and its
+	// normalize_null_max_tokens validator turns an explicit null into that
+	// default as well (older releases answered 500): a client that wants
+	// the rest of the context must send the number.
 	asked := new(int)
 	*asked = 16
-	if _, present := req.get("max_tokens"); present {
+	if sp.MaxTokens != nil {
 		asked = sp.MaxTokens
 	}
 	budget, err := s.maxTokens(len(ids), asked, "max_tokens")
