@@ -1,8 +1,6 @@
 package serve_test
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,12 +33,7 @@ func TestGvisorCheckpointOverTheWireCarriesProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts sandboxes")
 	}
-	if _, err := exec.LookPath("runsc"); err != nil {
-		testenv.Missing(t, "gvisor", "runsc is not installed (apt-get install runsc)")
-	}
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "gvisor", "runsc runs sandboxes as root here")
-	}
+	testenv.NeedGvisor(t)
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	require.NoError(t, gvisor.BusyboxRootfs(rootfs, "/bin/busybox"))
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, counterServeTask), Provider: "gvisor",

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -23,12 +22,7 @@ import (
 // -provider-opt rootfs=DIR.
 func gvisorRootfs(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("runsc"); err != nil {
-		testenv.Missing(t, "gvisor", "runsc is not installed (apt-get install runsc; bash .ci/gvisor-up.sh)")
-	}
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "gvisor", "runsc runs sandboxes as root here")
-	}
+	testenv.NeedGvisor(t)
 	dir := filepath.Join(t.TempDir(), "rootfs")
 	if err := gvisor.BusyboxRootfs(dir, "/bin/busybox"); err != nil {
 		testenv.Missing(t, "gvisor", err.Error())

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -30,9 +31,12 @@ func TestRuntimeRunsc(t *testing.T) {
 	cli := engine(t)
 	info, err := cli.Info(t.Context(), client.InfoOptions{})
 	require.NoError(t, err)
-	if _, ok := info.Info.Runtimes["runsc"]; !ok {
-		testenv.Missing(t, "docker-runsc", "the engine has no runtime named runsc (start dockerd with --add-runtime runsc=/usr/bin/runsc; .ci/docker-up.sh does when runsc is installed)")
-	}
+	testenv.Need(t, testenv.DockerRunsc, func() error {
+		if _, ok := info.Info.Runtimes["runsc"]; !ok {
+			return errors.New("the engine has no runtime named runsc (start dockerd with --add-runtime runsc=/usr/bin/runsc; .ci/docker-up.sh does when runsc is installed)")
+		}
+		return nil
+	})
 	p := open(t, map[string]string{ParamRuntime: "runsc"})
 	sb, err := p.Create(t.Context(), providers.Spec{Files: map[string][]byte{"f.txt": []byte("file")}})
 	require.NoError(t, err)

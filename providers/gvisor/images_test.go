@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -25,16 +24,7 @@ import (
 // answers with image ref on it.
 func needImage(t *testing.T, component, ref string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	cli, err := docker.Connect(ctx)
-	if err != nil {
-		testenv.Missing(t, "docker", err.Error())
-	}
-	defer cli.Close()
-	if _, err := cli.ImageInspect(ctx, ref); err != nil {
-		testenv.Missing(t, component, ref+" is not on the engine: "+err.Error())
-	}
+	testenv.NeedDockerImage(t, component, ref)
 }
 
 // The default rootfs is forkline/busybox's files, exported through the
