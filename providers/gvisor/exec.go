@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -96,7 +97,16 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	out := providers.NewCapBuffer(s.spec.outputCap)
 	diag := providers.NewCapBuffer(diagCap)
 	mark := s.id + "." + strconv.FormatInt(s.execs.Add(1), 10)
-	code, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, a.Cmd, mark},
+	cmd := a.Cmd
+	if len(cmd) > inlineCommandBytes {
+		file, err := s.commandFile(ctx, mark, cmd)
+		if err != nil {
+			return runtime.Observation{}, err
+		}
+		defer s.removeCommandFile(ctx, file)
+		cmd = ". " + file
+	}
+	code, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, cmd, mark},
 		[]string{"FORKLINE_EXEC_WRAPPER=" + execWrapper, "FORKLINE_KILL_MARKED=" + killMarkedScript}, nil, out, diag, timeout+execBackstop)
 	rep := parseDiag(diag.Bytes())
 	if err != nil {
@@ -256,4 +266,35 @@ func (s *sandbox) killGroup(ctx context.Context, pgid int, mark string) {
 	defer cancel()
 	_, _ = s.run(kctx, []string{"sh", "-c", `kill -KILL "-$1"; m=$2; eval "$3"`, "forkline-kill", strconv.Itoa(pgid), mark, killMarkedScript},
 		nil, nil, io.Discard, io.Discard, 30*time.Second)
+}
+
+// inlineCommandBytes is the longest command passed to the wrapper as an
+// argument, as on docker: Linux caps one execve argument at 128 KiB, and
+// runsc exec passes the command on as one. A longer one (a model's long
+// heredoc) is written into the sandbox as a file that the shell sources:
+// "." reads it in the same shell, so $0, the arguments and the exit status
+// are those of a short command.
+const inlineCommandBytes = 32 << 10
+
+// commandFile writes cmd into the sandbox as /.forkline-cmd-MARK.sh
+// (through a runsc exec's stdin, so no argument carries it) and returns
+// its path.
+func (s *sandbox) commandFile(ctx context.Context, mark, cmd string) (string, error) {
+	file := "/.forkline-cmd-" + mark + ".sh"
+	var diag bytes.Buffer
+	code, err := s.run(ctx, []string{"sh", "-c", `umask 022; cat > "$1"`, "forkline-cmd", file}, nil, strings.NewReader(cmd), io.Discard, &diag, fileTimeout)
+	if err != nil {
+		return "", err
+	}
+	if code != 0 {
+		return "", fmt.Errorf("gvisor: exec: writing a long command to %s: exit %d: %s", file, code, strings.TrimSpace(diag.String()))
+	}
+	return file, nil
+}
+
+// removeCommandFile removes a command file once its command ended, so
+// that no checkpoint holds it.
+func (s *sandbox) removeCommandFile(ctx context.Context, file string) {
+	var out bytes.Buffer
+	_, _ = s.run(context.WithoutCancel(ctx), []string{"rm", "-f", "--", file}, nil, nil, &out, &out, execBackstop)
 }
