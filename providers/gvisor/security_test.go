@@ -150,7 +150,7 @@ func TestForkBombAndMemoryHog(t *testing.T) {
 	t.Run("forkBomb", func(t *testing.T) {
 		sb := create(t, p, providers.Spec{Resources: providers.Resources{Pids: 128}})
 		obs, err := sb.Act(t.Context(), runtime.Action{Kind: runtime.ActExec,
-			Cmd: `(bomb() { bomb | bomb & }; bomb) & sleep 5; set -- /proc/[0-9]*; echo "tasks $#" > /tmp/forkline-tasks; exec sleep 60`, TimeoutMS: 20000})
+			Cmd: `(bomb() { bomb | bomb & }; bomb) & sleep 5; set -- /proc/[0-9]*; echo "tasks $#" > /tmp/forkline-tasks; exec sleep 60`, TimeoutMS: 10000})
 		require.NoError(t, err, "a fork bomb is the action's failure, not the sandbox's")
 		text := obs.Text()
 		require.True(t, obs.TimedOut, "the bomb runs until the action times out (exit %d): ...%s", obs.ExitCode, text[max(0, len(text)-400):])
