@@ -159,6 +159,25 @@ var providerParamShapes = map[string]map[string]bool{
 		// either way (a tag that moved in its registry between two
 		// invocations changes episodes whatever this says).
 		"pull": false,
+		// gVisor's kernel instead of the host's: what commands see.
+		"runtime": true,
+	},
+	"gvisor": {
+		"image":     true, // the filesystem and userland commands run in
+		"rootfs":    true,
+		"network":   true, // what commands can reach
+		"platform":  true, // ptrace or kvm: what a restore can read, and timing
+		"runsc":     true, // another gVisor kernel
+		"pids":      true, // the default limits: a command may hit them
+		"memory_mb": true,
+		"cpus":      true,
+		// Where goldens are kept across runs, where runsc logs, how long a
+		// boot may take, the start-up cleaning: not what a sandbox is (a
+		// stored golden is one of the same task, rootfs, limits and runsc).
+		"goldens":      false,
+		"debug_log":    false,
+		"boot_timeout": false,
+		"sweep":        false,
 	},
 }
 

@@ -34,7 +34,9 @@ var ErrCannotBranch = errors.New("pool: this provider cannot checkpoint, so epis
 // middle of its episode. Forks of it (ForkBranch, or jobs whose
 // Job.Branch it is) start with the replica's files as they were then —
 // not its processes: the template's BranchStart commands run in each
-// instead of its Start commands.
+// instead of its Start commands. On a provider that forks memory
+// (Capabilities().ForksMemory) they start with its processes too, and
+// nothing runs in them.
 //
 // A Branch holds provider storage (local: the layer of the episode's
 // changes; docker: the committed image) until it is released: by Release,
@@ -104,7 +106,8 @@ func (p *Pool) Checkpoint(ctx context.Context, r Replica, label string, uses int
 }
 
 // ForkBranch returns a replica forked from b, with the template's
-// BranchStart commands run: ready for a branch's episode. The caller
+// BranchStart commands run (none on a provider that forks memory): ready
+// for a branch's episode. The caller
 // closes its sandbox. Replica.Strategy is Branched; Reset is the fork and
 // the commands.
 func (p *Pool) ForkBranch(ctx context.Context, b *Branch) (Replica, error) {
@@ -122,9 +125,11 @@ func (p *Pool) ForkBranch(ctx context.Context, b *Branch) (Replica, error) {
 	if err != nil {
 		return r, fmt.Errorf("pool: fork of branch point %s: %w", b.Checkpoint.ID, err)
 	}
-	if err := runCommands(ctx, sb, "branch_start", b.Template.BranchStart, b.Template.CommandTimeout); err != nil {
-		sb.Close(context.WithoutCancel(ctx))
-		return r, err
+	if !p.forksMemory { // else the branch runs its parent's processes
+		if err := runCommands(ctx, sb, "branch_start", b.Template.BranchStart, b.Template.CommandTimeout); err != nil {
+			sb.Close(context.WithoutCancel(ctx))
+			return r, err
+		}
 	}
 	r.Sandbox, r.Origin, r.Reset = sb, sb.Info().Origin, time.Since(began)
 	p.count(func(s *Stats) { s.Resets++; s.BranchForks++ })

@@ -5,6 +5,13 @@
 // parallel. A replica whose sandbox breaks is discarded and replaced; the
 // run goes on.
 //
+// On a provider whose checkpoints hold memory (Capabilities().ForksMemory:
+// gvisor) the start commands run once, in the golden after setup and before
+// its checkpoint: what they leave running is running in every fork, so no
+// fork runs them again, and a branch runs neither them nor BranchStart (it
+// has its parent's processes). A recreated replica has no checkpoint to
+// inherit from and runs them as on any provider.
+//
 // It also makes branch points: checkpoints of a replica in the middle of its
 // episode (Checkpoint), which replicas are forked from like from a golden
 // (ForkBranch, or a Job whose Branch is set), bounded in number and
@@ -58,10 +65,15 @@ type Template struct {
 	Key   string         // unique per template, e.g. task id + hash
 	Spec  providers.Spec // sandbox to create
 	Setup []string       // run once, into the golden checkpoint (or per episode when recreating)
-	Start []string       // run in every replica before its episode
+	// Start is run in every replica before its episode — or, on a provider
+	// that forks memory (Capabilities().ForksMemory), once in the golden
+	// before its checkpoint, so that what it starts runs in every fork.
+	Start []string
 	// BranchStart is run instead of Start in every replica forked from a
 	// branch point (a Branch): it carries the parent's files, not its
-	// processes, and Start was written for the golden's state.
+	// processes, and Start was written for the golden's state. It is not
+	// run on a provider that forks memory: a branch has the parent's
+	// processes.
 	BranchStart []string
 	// CommandTimeout bounds each setup and start command.
 	CommandTimeout time.Duration
@@ -101,6 +113,9 @@ type Replica struct {
 type Golden struct {
 	Checkpoint providers.Checkpoint
 	BuildTime  time.Duration // create + setup + checkpoint
+	// Stored: the provider had it from an earlier run
+	// (providers.GoldenStore); BuildTime is then the look-up.
+	Stored bool
 }
 
 // Outcome tells the pool what became of a replica after its episode.
@@ -179,6 +194,10 @@ type GoldenProgress struct {
 type Pool struct {
 	cfg      Config
 	strategy Strategy
+	// forksMemory: the pool forks on a provider whose checkpoints hold
+	// processes, so Start runs in the golden, not per fork (see the
+	// package comment).
+	forksMemory bool
 
 	mu       sync.Mutex
 	goldens  map[string]*goldenEntry
@@ -273,7 +292,7 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.MaxBranches <= 0 {
 		cfg.MaxBranches = defaultMaxBranches(cfg.Replicas)
 	}
-	return &Pool{cfg: cfg, strategy: strategy, goldens: map[string]*goldenEntry{},
+	return &Pool{cfg: cfg, strategy: strategy, forksMemory: strategy == Fork && caps.ForksMemory, goldens: map[string]*goldenEntry{},
 		standbys: map[string]*standby{}, branches: map[*Branch]struct{}{}, creates: make(chan struct{}, cfg.MaxCreates)}, nil
 }
 
@@ -481,6 +500,13 @@ func (p *Pool) acquire(ctx context.Context, t *Template) (Replica, error) {
 		if err != nil {
 			return r, fmt.Errorf("pool: fork of %s: %w", t.Key, err)
 		}
+		if p.forksMemory {
+			// The golden ran Start before its checkpoint: its processes
+			// came with the fork.
+			r.Sandbox, r.Origin, r.Reset = sb, sb.Info().Origin, time.Since(began)
+			p.count(func(s *Stats) { s.Resets++ })
+			return r, nil
+		}
 	} else {
 		if err := p.Check(t); err != nil {
 			return r, err
@@ -548,6 +574,16 @@ func (p *Pool) buildGolden(ctx context.Context, t *Template) (g *Golden, err err
 			tell(GoldenProgress{Phase: GoldenBuilt, Took: g.BuildTime})
 		}
 	}()
+	if gs, ok := providers.As[providers.GoldenStore](p.cfg.Provider); ok {
+		cp, stored, err := gs.StoredGolden(ctx, t.Spec, t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("pool: golden for %s: %w", t.Key, err)
+		}
+		if stored {
+			p.cfg.Log("golden for %s: stored by an earlier run (%s), not built", t.Key, cp.ID)
+			return &Golden{Checkpoint: cp, BuildTime: time.Since(began), Stored: true}, nil
+		}
+	}
 	sb, err := p.cfg.Provider.Create(ctx, t.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("pool: golden for %s: create: %w", t.Key, err)
@@ -556,6 +592,13 @@ func (p *Pool) buildGolden(ctx context.Context, t *Template) (g *Golden, err err
 	onCommand := func(i int, cmd string) { tell(GoldenProgress{Phase: GoldenSetup, Command: cmd, Index: i}) }
 	if err := runCommandsTold(ctx, sb, "setup", t.Setup, t.CommandTimeout, onCommand); err != nil {
 		return nil, fmt.Errorf("pool: golden for %s: %w", t.Key, err)
+	}
+	if p.forksMemory {
+		// The checkpoint holds processes: what start leaves running runs
+		// in every fork, started once.
+		if err := runCommands(ctx, sb, "start", t.Start, t.CommandTimeout); err != nil {
+			return nil, fmt.Errorf("pool: golden for %s: %w", t.Key, err)
+		}
 	}
 	tell(GoldenProgress{Phase: GoldenCheckpoint})
 	cp, err := p.cfg.Provider.Checkpoint(ctx, sb, t.Key)

@@ -21,6 +21,8 @@ import (
 // command "touch F" writes F, "fail" exits 1, "break" breaks the sandbox.
 type fakeProvider struct {
 	canCheckpoint bool
+	forksMemory   bool         // claim Capabilities().ForksMemory
+	ran           atomic.Int32 // commands run, over every sandbox
 	creates       atomic.Int32
 	forks         atomic.Int32
 	failForks     atomic.Int32 // fail this many forks first
@@ -43,7 +45,7 @@ func newFake(checkpoint bool) *fakeProvider {
 
 func (f *fakeProvider) Name() string { return "fake" }
 func (f *fakeProvider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{Checkpoint: f.canCheckpoint, Fork: f.canCheckpoint}
+	return providers.Capabilities{Checkpoint: f.canCheckpoint, Fork: f.canCheckpoint, ForksMemory: f.forksMemory}
 }
 func (f *fakeProvider) track(s *fakeSandbox) *fakeSandbox {
 	f.mu.Lock()
@@ -94,6 +96,7 @@ func (f *fakeProvider) openCount() int {
 }
 
 func (s *fakeSandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observation, error) {
+	s.p.ran.Add(1)
 	switch {
 	case a.Cmd == "fail":
 		return runtime.Observation{Output: []byte("boom"), ExitCode: 1, Error: true}, nil
@@ -397,6 +400,93 @@ func TestRecreateRefusesASetupNetwork(t *testing.T) {
 	f, err := New(Config{Provider: newFake(true), Strategy: Fork})
 	require.NoError(t, err)
 	require.NoError(t, f.Check(tmpl), "a fork gets the episodes' network")
+}
+
+// On a provider whose checkpoints hold processes, start runs once, in the
+// golden before its checkpoint, and its effect reaches every fork; no fork
+// runs it again, a branch runs neither it nor branch_start; a recreated
+// replica, which inherits nothing, runs setup and start itself.
+func TestMemoryForksRunStartOnceInTheGolden(t *testing.T) {
+	f := newFake(true)
+	f.forksMemory = true
+	p, err := New(Config{Provider: f, Replicas: 2})
+	require.NoError(t, err)
+	tmpl := &Template{Key: "t", Setup: []string{"touch built"}, Start: []string{"touch started"}, BranchStart: []string{"touch branched"}}
+	var jobs []Job
+	for range 5 {
+		jobs = append(jobs, Job{Template: tmpl})
+	}
+	for _, g := range collectReplicas(t, p, context.Background(), jobs) {
+		require.NoError(t, g.err)
+		require.Equal(t, map[string]bool{"built": true, "started": true}, g.files, "the golden's setup and start came with the fork")
+	}
+	require.EqualValues(t, 2, f.ran.Load(), "setup and start ran once each, in the golden; no fork ran a command")
+	require.EqualValues(t, 1, f.creates.Load())
+
+	r, err := p.acquire(t.Context(), tmpl)
+	require.NoError(t, err)
+	touch(t, r, "step1")
+	b, err := p.Checkpoint(t.Context(), r, "bp", 0)
+	require.NoError(t, err)
+	before := f.ran.Load()
+	br, err := p.ForkBranch(t.Context(), b)
+	require.NoError(t, err)
+	require.Equal(t, before, f.ran.Load(), "no command ran in the branch")
+	require.Equal(t, map[string]bool{"built": true, "started": true, "step1": true}, br.Sandbox.(*fakeSandbox).files)
+	require.NoError(t, br.Sandbox.Close(t.Context()))
+	require.NoError(t, r.Sandbox.Close(t.Context()))
+	require.NoError(t, p.Close(context.Background()))
+
+	f.ran.Store(0)
+	q, err := New(Config{Provider: f, Strategy: Recreate})
+	require.NoError(t, err)
+	for _, g := range collectReplicas(t, q, context.Background(), []Job{{Template: tmpl}, {Template: tmpl}}) {
+		require.NoError(t, g.err)
+		require.Equal(t, map[string]bool{"built": true, "started": true}, g.files)
+	}
+	require.EqualValues(t, 4, f.ran.Load(), "recreating: setup and start in each of the two replicas")
+	require.NoError(t, q.Close(context.Background()))
+}
+
+// storeFake is a fakeProvider that has a stored golden for one label.
+type storeFake struct {
+	*fakeProvider
+	label string
+	asked atomic.Int32
+}
+
+func (s *storeFake) StoredGolden(ctx context.Context, spec providers.Spec, label string) (providers.Checkpoint, bool, error) {
+	s.asked.Add(1)
+	if label != s.label {
+		return providers.Checkpoint{}, false, nil
+	}
+	return providers.Checkpoint{ID: "stored", Provider: "fake"}, true, nil
+}
+
+// A provider that keeps goldens across runs (providers.GoldenStore) is
+// asked first: a stored golden is forked, never built; a template without
+// one is built as usual.
+func TestStoredGoldenIsNotBuilt(t *testing.T) {
+	f := &storeFake{fakeProvider: newFake(true), label: "kept"}
+	p, err := New(Config{Provider: f, Replicas: 1})
+	require.NoError(t, err)
+	kept := &Template{Key: "kept", Setup: []string{"touch built"}}
+	other := &Template{Key: "other", Setup: []string{"touch built"}}
+	got := collectReplicas(t, p, context.Background(), []Job{{Template: kept}, {Template: other}})
+	require.Len(t, got, 2)
+	for _, g := range got {
+		require.NoError(t, g.err)
+		if g.r.Golden.Checkpoint.ID == "stored" {
+			require.True(t, g.r.Golden.Stored)
+			require.Equal(t, map[string]bool{"stored": true}, g.files, "forked from the stored golden, no setup ran")
+		} else {
+			require.False(t, g.r.Golden.Stored)
+			require.True(t, g.files["built"])
+		}
+	}
+	require.EqualValues(t, 1, f.creates.Load(), "only the template without a stored golden was built")
+	require.EqualValues(t, 2, f.asked.Load())
+	require.NoError(t, p.Close(context.Background()))
 }
 
 // A job the pool took before scheduling stopped, but had not started, is

@@ -44,10 +44,12 @@ type Provider interface {
 	// sb may be any live sandbox: one made by Create (a golden), or a fork
 	// in the middle of an episode, whose checkpoint forks start from the
 	// fork's state at that moment (branching). Memory state — processes
-	// sb runs — is not part of it. Returns ErrNotSupported when
-	// Capabilities().Checkpoint is false.
+	// sb runs — is part of it only when Capabilities().ForksMemory: then
+	// every fork runs sb's processes as they were, with their memory.
+	// Returns ErrNotSupported when Capabilities().Checkpoint is false.
 	Checkpoint(ctx context.Context, sb Sandbox, label string) (Checkpoint, error)
-	// Fork makes a new sandbox whose filesystem starts equal to cp. Writes in
+	// Fork makes a new sandbox whose filesystem starts equal to cp (and
+	// whose processes are cp's, when Capabilities().ForksMemory). Writes in
 	// a fork are invisible to cp and to every other fork.
 	Fork(ctx context.Context, cp Checkpoint) (Sandbox, error)
 	// Release deletes cp. It is idempotent. Forks made from cp may or may not
@@ -84,7 +86,8 @@ type SandboxInfo struct {
 	GUI bool
 }
 
-// Checkpoint is a frozen filesystem state that forks start from.
+// Checkpoint is a frozen state that forks start from: the sandbox's files,
+// and its processes too on a provider whose Capabilities().ForksMemory.
 type Checkpoint struct {
 	ID       string
 	Label    string
@@ -109,7 +112,13 @@ type Capabilities struct {
 	Fork       bool   `json:"fork"`        // can start sandboxes from a checkpoint
 	GUI        bool   `json:"gui"`         // can host a GUI beside a sandbox that asks for one (Spec.GUI); SandboxInfo.GUI says which sandboxes have one
 	Isolation  string `json:"isolation"`   // "none" (host processes) or "container"; never claim more than is true
-	ForkMethod string `json:"fork_method"` // how Fork works here, e.g. "overlay", "copy", "image"
+	ForkMethod string `json:"fork_method"` // how Fork works here, e.g. "overlay", "copy", "image", "restore"
+	// ForksMemory says a checkpoint holds the sandbox's processes and their
+	// memory, not only its files: every fork goes on running what the
+	// checkpointed sandbox ran (gvisor). Callers then run a template's start
+	// commands once, in the golden before its checkpoint, instead of in
+	// every fork, and nothing in a branch (see pool).
+	ForksMemory bool `json:"forks_memory"`
 }
 
 // Spec describes a sandbox to create.
@@ -345,4 +354,18 @@ type File struct {
 // and returns early with ctx's error when ctx is done.
 type Sweeper interface {
 	Sweep(ctx context.Context) error
+}
+
+// GoldenStore is implemented by providers that keep golden checkpoints
+// across runs (gvisor with its "goldens" param): a golden made once — its
+// setup, and on a provider that forks memory its start commands — is
+// forked by later runs and resumed ones without being made again. The pool
+// finds it with As and asks before it builds a golden.
+type GoldenStore interface {
+	// StoredGolden returns a checkpoint of the golden stored for a sandbox
+	// of spec under label (the pool's template key, which names the task
+	// and its spec's hash), registered with the provider like one made by
+	// Checkpoint (fork it, release it). ok is false when none is stored.
+	// An error means a stored golden exists and cannot be used.
+	StoredGolden(ctx context.Context, spec Spec, label string) (cp Checkpoint, ok bool, err error)
 }

@@ -22,6 +22,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -47,6 +48,8 @@ const (
 	Registry       = "registry"
 	Templates      = "templates"
 	Slurm          = "slurm"
+	Gvisor         = "gvisor"
+	DockerRunsc    = "docker-runsc"
 	// Agents: the agent harnesses installed from npm (forkline images -agent).
 	Agents = "agents"
 )
@@ -71,6 +74,8 @@ var components = []Component{
 	{Registry, "two container registries on loopback, one open and one behind htpasswd", "bash .ci/registry-up.sh"},
 	{Templates, "the test oracle's real chat templates and tokenizers: Node.js with internal/oracle/js/node_modules, /usr/bin/python3 with python3-jinja2", "bash .ci/oracle-up.sh"},
 	{Slurm, "Debian's slurm-wlm and munge, run as root (each test starts a one-node cluster on 127.0.0.1)", "bash .ci/slurm-up.sh"},
+	{Gvisor, "Debian's runsc (gVisor) running sandboxes as root: the gvisor provider", "bash .ci/gvisor-up.sh (apt-get install runsc; run the tests as root)"},
+	{DockerRunsc, "a Docker engine with runsc registered as the runtime \"runsc\" (-provider-opt runtime=runsc)", "bash .ci/gvisor-up.sh, then bash .ci/docker-up.sh (it registers runsc in /etc/docker/daemon.json before it starts dockerd)"},
 	{Agents, "the agent harnesses Claude Code, Codex and opencode, installed from npm at their pinned versions into forkline's cache (internal/agenttest)", "bash .ci/agents-up.sh (forkline images -agent claude-code,codex,opencode; needs npm)"},
 }
 
@@ -325,4 +330,64 @@ func NeedRoot(t testing.TB) {
 		}
 		return nil
 	})
+}
+
+// NeedGvisor ends the test unless runsc (Debian's gVisor) is installed and
+// the test runs as root (runsc here runs sandboxes as root), and returns
+// runsc's path.
+func NeedGvisor(t testing.TB) string {
+	t.Helper()
+	var path string
+	Need(t, Gvisor, func() error {
+		p, err := exec.LookPath("runsc")
+		if err != nil {
+			return fmt.Errorf("runsc is not installed (apt-get install runsc): %v", err)
+		}
+		if uid := os.Geteuid(); uid != 0 {
+			return fmt.Errorf("runsc runs sandboxes as root, and the test runs as uid %d", uid)
+		}
+		path = p
+		return nil
+	})
+	return path
+}
+
+// NeedDockerRuntime ends the test unless a Docker engine answers and has
+// the runtime called name registered (docker info's Runtimes); its absence
+// is component's (docker-runsc for runsc).
+func NeedDockerRuntime(t testing.TB, component, name string) {
+	t.Helper()
+	Need(t, Docker, PingDocker)
+	Need(t, component, func() error { return dockerRuntime(name) })
+}
+
+func dockerRuntime(name string) error {
+	hc, base, err := dockerClient()
+	if err != nil {
+		return err
+	}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(base + "/info")
+	if err != nil {
+		return fmt.Errorf("asking the engine for its runtimes: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the engine answers %s to GET /info", resp.Status)
+	}
+	var info struct {
+		Runtimes map[string]json.RawMessage
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		return fmt.Errorf("reading the engine's GET /info: %v", err)
+	}
+	if _, ok := info.Runtimes[name]; !ok {
+		known := make([]string, 0, len(info.Runtimes))
+		for k := range info.Runtimes {
+			known = append(known, k)
+		}
+		slices.Sort(known)
+		return fmt.Errorf("the engine has no runtime named %s (it has: %s; start dockerd with --add-runtime %s=PATH, or register it in /etc/docker/daemon.json)", name, strings.Join(known, ", "), name)
+	}
+	return nil
 }

@@ -1,5 +1,5 @@
-// Package all registers every sandbox backend forkline ships (local and
-// docker) with package providers. Programs and libraries that open
+// Package all registers every sandbox backend forkline ships (local,
+// docker and gvisor) with package providers. Programs and libraries that open
 // providers by name (collect, replay, the commands) import it for its side
 // effect, instead of importing backends one by one:
 //
@@ -12,5 +12,6 @@ package all
 
 import (
 	_ "github.com/forkline/forkline/providers/docker" // registers "docker"
+	_ "github.com/forkline/forkline/providers/gvisor" // registers "gvisor"
 	_ "github.com/forkline/forkline/providers/local"  // registers "local"
 )

@@ -11,5 +11,5 @@ import (
 
 // Importing all is enough to open every backend by name.
 func TestRegistersEveryBackend(t *testing.T) {
-	require.Equal(t, []string{"docker", "local"}, providers.Names())
+	require.Equal(t, []string{"docker", "gvisor", "local"}, providers.Names())
 }

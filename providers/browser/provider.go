@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/forkline/forkline/providers"
@@ -254,6 +255,12 @@ func (p *provider) checkChromium(ctx context.Context, spec providers.Spec) error
 		image = "the image built from " + spec.Build.Context
 	}
 	if _, pipes := sb.(Piper); !pipes {
+		// A session runs Chromium on the host only for a sandbox whose
+		// workspace is a host directory (NewSession); others (gvisor) have
+		// no way to run it.
+		if st, err := os.Stat(sb.Info().Workspace); err != nil || !st.IsDir() || !strings.HasPrefix(sb.Info().Workspace, "/") {
+			return fmt.Errorf("%w: %w (provider %s)", providers.ErrCannotPrepare, ErrNoHost, sb.Info().Provider)
+		}
 		if st, err := os.Stat(exec); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return fmt.Errorf("%w: browser tasks need Chromium at %s on this host (apt-get install chromium, or set %s)", providers.ErrCannotPrepare, exec, ExecEnv)
 		}

@@ -358,6 +358,9 @@ func sortedKeys(m map[string]bool) []string {
 // other name (bridge included: an engine started with --bridge=none has
 // none) must be a network of the engine.
 func (p *Provider) checkNetwork(ctx context.Context, n string) error {
+	if p.runtimeNoNetwork && n != "none" {
+		return fmt.Errorf("%w: network %q: the engine runs runtime %s with --network=none, so its containers have no network", providers.ErrCannotPrepare, n, p.runtime)
+	}
 	if n == "none" || n == "host" || strings.HasPrefix(n, "container:") {
 		return nil
 	}

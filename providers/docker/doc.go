@@ -158,6 +158,8 @@
 //	memory_mb  default memory limit per sandbox, MiB (default 2048)
 //	cpus       default CPU limit per sandbox, cores (default 1)
 //	output     auto (default), fifo, stream: how command output reaches the provider
+//	runtime    the engine's OCI runtime for the containers, e.g. runsc (gVisor) once
+//	           registered (dockerd --add-runtime runsc=/usr/bin/runsc); default the engine's
 //
 // Any other key fails New with the list of these.
 package docker

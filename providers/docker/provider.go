@@ -9,6 +9,8 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,6 +78,12 @@ const (
 	// what dead owners on this host left. "off" makes Sweep a no-op, for
 	// hosts where another tool owns that cleanup; New never sweeps.
 	ParamSweep = "sweep"
+	// ParamRuntime is the OCI runtime of the engine that runs the
+	// containers (docker run --runtime), e.g. "runsc" for gVisor once the
+	// engine has it registered (dockerd --add-runtime runsc=/usr/bin/runsc).
+	// Default: the engine's default runtime. Checkpoints stay commits:
+	// files, never processes (the gvisor provider forks those).
+	ParamRuntime = "runtime"
 )
 
 // The values of ParamInit.
@@ -119,7 +127,13 @@ type Provider struct {
 	network  string
 	limits   limits // defaults for what a Spec leaves zero
 	sweep    bool   // ParamSweep is on
-	dir      string // Options.Dir, where output directories live
+	runtime  string // ParamRuntime, "" for the engine's default
+	// runtimeNoNetwork: the engine registered the runtime with
+	// --network=none in its arguments (gVisor's runsc, where it cannot
+	// take the engine's network namespace): its containers have no
+	// network whatever they ask, so another network is refused.
+	runtimeNoNetwork bool
+	dir              string // Options.Dir, where output directories live
 
 	// probeEvery and probeTimeout pace the engine watch (see watch).
 	probeEvery, probeTimeout time.Duration
@@ -175,7 +189,7 @@ type sandboxSpec struct {
 // most pingTimeout); New removes nothing: call Sweep for that.
 func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 	if err := providers.CheckParams(Name, opts.Params, ParamImage, ParamNetwork, ParamInit, ParamSweep,
-		ParamPids, ParamMemoryMB, ParamCPUs, ParamOutput, ParamPull); err != nil {
+		ParamPids, ParamMemoryMB, ParamCPUs, ParamOutput, ParamPull, ParamRuntime); err != nil {
 		return nil, err
 	}
 	pull := opts.Params[ParamPull]
@@ -245,17 +259,40 @@ func New(ctx context.Context, opts providers.Options) (*Provider, error) {
 		return nil, err
 	}
 	p.cli = cli
-	if initMode != InitOff {
+	p.runtime = opts.Params[ParamRuntime]
+	if initMode != InitOff || p.runtime != "" {
 		info, err := cli.Info(ctx, client.InfoOptions{})
 		if err != nil {
 			_ = cli.Close()
 			return nil, fmt.Errorf("docker: engine info: %w", err)
 		}
-		p.initBinary = info.Info.InitBinary
-		p.useInit = p.initBinary != ""
-		if initMode == InitOn && !p.useInit {
+		rt, ok := info.Info.Runtimes[p.runtime]
+		if p.runtime != "" && !ok {
 			_ = cli.Close()
-			return nil, fmt.Errorf("docker: param %s=%s but the engine reports no init binary", ParamInit, InitOn)
+			known := make([]string, 0, len(info.Info.Runtimes))
+			for name := range info.Info.Runtimes {
+				known = append(known, name)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("docker: param %s=%s: the engine has no such runtime (it has: %s); register it (dockerd --add-runtime %s=PATH, or a \"runtimes\" entry in /etc/docker/daemon.json) and restart the engine",
+				ParamRuntime, p.runtime, strings.Join(known, ", "), p.runtime)
+		}
+		p.runtimeNoNetwork = p.runtime != "" && slices.Contains(rt.Args, "--network=none")
+		if p.runtime != "" && path.Base(rt.Path) == "runsc" && !slices.Contains(rt.Args, "--file-access=shared") {
+			// File actions copy through the engine into the container's
+			// files; gVisor's default (exclusive) file access caches them
+			// and would not see those writes.
+			_ = cli.Close()
+			return nil, fmt.Errorf("docker: param %s=%s: the engine runs gVisor (%s) without --file-access=shared in its runtimeArgs, so the sandbox would not see the files the engine writes into it (write_file, hidden test files); add it to the runtime's \"runtimeArgs\" in /etc/docker/daemon.json and restart the engine",
+				ParamRuntime, p.runtime, rt.Path)
+		}
+		if initMode != InitOff {
+			p.initBinary = info.Info.InitBinary
+			p.useInit = p.initBinary != ""
+			if initMode == InitOn && !p.useInit {
+				_ = cli.Close()
+				return nil, fmt.Errorf("docker: param %s=%s but the engine reports no init binary", ParamInit, InitOn)
+			}
 		}
 	}
 	return p, nil
@@ -359,6 +396,11 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 	own := ss
 	if spec.SetupNetwork != "" {
 		own.network = spec.SetupNetwork
+	}
+	for _, n := range []string{own.network, ss.network} {
+		if p.runtimeNoNetwork && n != "none" {
+			return nil, fmt.Errorf("docker: network %q: the engine runs runtime %s with --network=none, so its containers have no network", n, p.runtime)
+		}
 	}
 	sb, err := p.startSandbox(ctx, entry.ref, own, OriginCreate, "")
 	if err != nil {
@@ -474,6 +516,7 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(ss.network),
 		Init:        &useInit,
+		Runtime:     p.runtime,
 	}
 	if err := p.applyLimits(hc, ss.res); err != nil {
 		return "", err

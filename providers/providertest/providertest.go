@@ -1,7 +1,8 @@
 // Package providertest is the conformance suite every provider must pass:
 // files, exec, timeouts that kill the whole process tree, output caps, binary
 // output, path confinement, checkpoint and fork isolation (of goldens and of
-// checkpoints of forks in the middle of an episode: branching), cleanup,
+// checkpoints of forks in the middle of an episode: branching), processes
+// that go on in every fork on a provider that forks memory, cleanup,
 // concurrency, and the GUI claim (a sandbox says it has a GUI only when it
 // asked for one and GUI actions reach it; a provider that cannot host one
 // refuses the request). A backend's test calls Run with a function that
@@ -79,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) providers.Provider) {
 	t.Run("ForkDeletes", s.testForkDeletes)
 	t.Run("MidEpisodeCheckpoint", s.testMidEpisodeCheckpoint)
 	t.Run("MidEpisodeCheckpointBusy", s.testMidEpisodeCheckpointBusy)
+	t.Run("ForkMemory", s.testForkMemory)
 	t.Run("ConcurrentForks", s.testConcurrentForks)
 	t.Run("CloseIdempotent", s.testClose)
 	t.Run("ReleaseIdempotent", s.testRelease)
@@ -858,20 +860,68 @@ func (s *suite) testMidEpisodeCheckpoint(t *testing.T) {
 // testMidEpisodeCheckpointBusy: a checkpoint of a fork while a process the
 // episode started still runs in its workspace freezes the files as they
 // are at that moment; what the process writes later reaches neither the
-// branches nor, through them, anyone else, and the fork goes on.
+// branches nor, through them, anyone else, and the fork goes on. On a
+// provider that forks memory, each branch has its own copy of the process,
+// which goes on in the branch and sees the branch's files, not the
+// parent's.
 func (s *suite) testMidEpisodeCheckpointBusy(t *testing.T) {
 	p := s.provider(t)
 	_, golden := golden(t, p)
 	ep := fork(t, p, golden)
 	write(t, ep, "before.txt", "before")
-	run(t, ep, "(sleep 3; echo late > late.txt) >/dev/null 2>&1 &")
+	write(t, ep, "who", "parent")
+	// The process waits (at most 30 s) for a file named go, then copies who
+	// to late.txt.
+	run(t, ep, "(i=0; while [ ! -f go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; cat who > late.txt) >/dev/null 2>&1 &")
 	mid := checkpoint(t, p, ep, "busy-"+t.Name())
 	branch := fork(t, p, mid)
 	require.Equal(t, "before", read(t, branch, "before.txt"), "the branch has the files written before the checkpoint")
-	run(t, ep, "i=0; while [ ! -f late.txt ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; cat late.txt")
+	write(t, ep, "go", "")
+	require.Equal(t, "parent", run(t, ep, "i=0; while [ ! -f late.txt ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; cat late.txt"))
 	requireMissing(t, branch, "late.txt")
 	requireMissing(t, fork(t, p, mid), "late.txt")
 	require.Equal(t, "before", read(t, ep, "before.txt"), "the fork goes on")
+	if !p.Capabilities().ForksMemory {
+		return
+	}
+	write(t, branch, "who", "branch")
+	write(t, branch, "go", "")
+	require.Equal(t, "branch", run(t, branch, "i=0; while [ ! -f late.txt ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; cat late.txt"),
+		"the branch's copy of the process went on, in the branch")
+	require.Equal(t, "parent", read(t, ep, "late.txt"), "and wrote nothing into the parent")
+}
+
+// testForkMemory, on a provider whose checkpoints hold processes
+// (Capabilities().ForksMemory): a process that keeps its state only in
+// memory — a shell counting the requests it answered — runs in every fork
+// of a checkpoint with the state it had then; each copy goes on on its
+// own, the checkpointed sandbox too; a fork's checkpoint carries the
+// fork's state (branching). Providers that fork files only skip it.
+func (s *suite) testForkMemory(t *testing.T) {
+	p := s.provider(t)
+	if !p.Capabilities().ForksMemory {
+		t.Skipf("provider %s forks files, not processes (Capabilities().ForksMemory is false)", p.Name())
+	}
+	sb := create(t, p, providers.Spec{})
+	run(t, sb, `(n=0; while :; do if [ -f req ]; then rm -f req; n=$((n+1)); echo $n > resp.tmp; mv resp.tmp resp; fi; sleep 0.05; done) >/dev/null 2>&1 &`)
+	ask := func(sb providers.Sandbox, what string) string {
+		t.Helper()
+		write(t, sb, "req", "")
+		got := strings.TrimSpace(run(t, sb, "i=0; while [ ! -f resp ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; cat resp 2>/dev/null && rm resp; true"))
+		require.NotEmpty(t, got, "%s: the counting process did not answer within 30 s", what)
+		return got
+	}
+	require.Equal(t, "1", ask(sb, "created"))
+	require.Equal(t, "2", ask(sb, "created"))
+	cp := checkpoint(t, p, sb, "memory")
+	a, b := fork(t, p, cp), fork(t, p, cp)
+	require.Equal(t, "3", ask(a, "fork a"), "the fork's process has the counter it had at the checkpoint")
+	require.Equal(t, "4", ask(a, "fork a"))
+	require.Equal(t, "3", ask(b, "fork b"), "a sibling's copy has its own memory")
+	require.Equal(t, "3", ask(sb, "checkpointed"), "the checkpointed sandbox goes on")
+	mid := checkpoint(t, p, a, "memory-mid")
+	require.Equal(t, "5", ask(fork(t, p, mid), "branch of a"), "a branch has its parent's memory at the branch point")
+	require.Equal(t, "5", ask(a, "fork a"), "and its parent goes on from there")
 }
 
 func (s *suite) testConcurrentForks(t *testing.T) {
