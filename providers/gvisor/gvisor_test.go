@@ -193,3 +193,20 @@ func TestCheckpointDetails(t *testing.T) {
 	require.Equal(t, before, after, "the failed fork left nothing")
 	require.Equal(t, "one\n", sh(t, f, "cat f").Text(), "the checkpointed fork resumes from its own copy")
 }
+
+// Host paths bound into a sandbox (how the agent policy brings its harness
+// and gateway socket into docker sandboxes) are refused by name, before
+// any sandbox, not dropped: a harness would otherwise start without them.
+func TestMountsAreRefusedByName(t *testing.T) {
+	p := open(t, nil)
+	spec := providers.Spec{Mounts: []providers.Mount{{Source: t.TempDir(), Target: "/opt/forkline/harness"}}}
+	err := p.Prepare(t.Context(), []providers.Spec{spec}, nil)
+	require.ErrorIs(t, err, providers.ErrCannotPrepare)
+	require.ErrorIs(t, err, providers.ErrNotSupported)
+	require.ErrorContains(t, err, "/opt/forkline/harness")
+	_, err = p.Create(t.Context(), spec)
+	require.ErrorIs(t, err, providers.ErrNotSupported)
+	left, err := p.Leftovers(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, left)
+}

@@ -463,6 +463,10 @@ func (p *Provider) Prepare(ctx context.Context, specs []providers.Spec, progress
 			errs = append(errs, fmt.Errorf("gvisor: %w: %w", providers.ErrCannotPrepare, providers.ErrNoGUI))
 			continue
 		}
+		if err := refuseMounts(s); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", providers.ErrCannotPrepare, err))
+			continue
+		}
 		if err := s.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("gvisor: %w: %w", providers.ErrCannotPrepare, err))
 			continue
@@ -520,6 +524,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	}
 	if spec.GUI != nil {
 		return nil, fmt.Errorf("gvisor: %w", providers.ErrNoGUI)
+	}
+	if err := refuseMounts(spec); err != nil {
+		return nil, err
 	}
 	files, err := specFiles(spec.Files)
 	if err != nil {
@@ -785,4 +792,21 @@ func specFiles(files map[string][]byte) ([]providers.File, error) {
 	}
 	slices.SortFunc(out, func(a, b providers.File) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
+}
+
+// refuseMounts refuses host paths bound into a sandbox (Spec.Mounts, how
+// the agent policy brings a harness, the relay and the gateway's socket
+// into docker sandboxes). They are not taken into a gvisor sandbox yet:
+// its checkpoint images would have to re-bind them on every restore, and a
+// unix socket to the host needs runsc's host-UDS support, neither tried
+// here. Refused by name rather than run without them.
+func refuseMounts(s providers.Spec) error {
+	if len(s.Mounts) == 0 {
+		return nil
+	}
+	targets := make([]string, len(s.Mounts))
+	for i, m := range s.Mounts {
+		targets[i] = m.Target
+	}
+	return fmt.Errorf("gvisor: %w: host paths bound into a sandbox (%s) are not supported on this provider; the agent policy runs on local and docker", providers.ErrNotSupported, strings.Join(targets, ", "))
 }
