@@ -26,6 +26,7 @@ import (
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/internal/oracle/vllmsim"
 	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/providers/gvisor"
 	"github.com/forkline/forkline/serve/openenvtest"
 )
 
@@ -268,6 +269,17 @@ func corpusKinds() []corpusKind {
 		{name: "docker", build: func(t *testing.T, c *corpus) string {
 			requireDocker(t)
 			return collectKind(t, c, "docker", zero, "-tasks", "../../examples/tasks/fix-sum.yaml", "-provider", "docker", "-repeats", "2", "-replicas", "2")
+		}},
+		{name: "gvisor", build: func(t *testing.T, c *corpus) string {
+			// A memory-forking provider: its golden is a checkpoint image of
+			// processes and files, its rootfs a directory kept for replay.
+			testenv.NeedGvisor(t)
+			rootfs := filepath.Join(c.root, "gvisor-rootfs")
+			if err := gvisor.BusyboxRootfs(rootfs, "/bin/busybox"); err != nil {
+				testenv.Missing(t, testenv.Gvisor, err.Error())
+			}
+			return collectKind(t, c, "gvisor", zero, "-tasks", "../../examples/tasks/fix-sum.yaml", "-provider", "gvisor",
+				"-provider-opt", "rootfs="+rootfs, "-repeats", "2", "-replicas", "2")
 		}},
 		{name: "harbor", build: func(t *testing.T, c *corpus) string {
 			requireDockerDebian(t)
