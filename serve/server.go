@@ -19,7 +19,6 @@ import (
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
-	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
 	"github.com/forkline/forkline/task"
 )
 
