@@ -9,6 +9,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 )
 
@@ -68,6 +69,11 @@ type Config struct {
 
 	// Log receives the server's events; nil discards them.
 	Log *slog.Logger
+	// Observer, when set, is told of the run as it goes (package observe),
+	// as collect's and replay's are: golden builds, resets, steps, episodes;
+	// metrics and progress are observers. RunStarted's Planned is 0: a
+	// server's episodes are whatever its clients ask for.
+	Observer observe.Observer
 	// Ready, when set, is called once with the address the server listens
 	// on, before it accepts the first connection.
 	Ready func(addr net.Addr)
