@@ -251,16 +251,11 @@ func allowedText(r *rule) string {
 	return strings.Join(r.allowed, ", ")
 }
 
-// moduleGraph lists the module's packages and their non-test imports of
-// the module, by `go list`.
-func moduleGraph(t *testing.T, root string) map[string][]string {
-	graph, _ := importGraph(t, root)
-	return graph
-}
-
-// importGraph is moduleGraph, and every package the module's packages
-// depend on (the module's relative, others by their import path, the
-// standard library left out) with all its imports named the same way.
+// importGraph lists, by `go list`, the module's packages and their
+// non-test imports of the module (module), and every package the module's
+// packages depend on (the module's relative, others by their import path,
+// the standard library left out) with all its imports named the same way
+// (all).
 func importGraph(t *testing.T, root string) (module, all map[string][]string) {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Imports,Module,Standard", "./...")
