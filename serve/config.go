@@ -16,7 +16,7 @@ import (
 // Config is everything a server needs. forkline serve fills it from flags.
 type Config struct {
 	Tasks          string            // a task file or a directory of them
-	Provider       string            // registry name; default "local"
+	Provider       string            // registry name; default "local"; the program registers it (import providers/all)
 	ProviderParams map[string]string // backend settings
 	Reset          pool.Strategy     // default auto
 	// Standby keeps this many ready replicas per task prepared in the
