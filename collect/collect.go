@@ -41,7 +41,6 @@ import (
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
-	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -53,12 +52,12 @@ const Version = "0.1.0"
 // Config is everything a run needs. forkline collect fills it from flags.
 type Config struct {
 	Tasks          string            // a task file or a directory of them
-	Provider       string            // registry name, e.g. "local"
+	Provider       string            // registry name, e.g. "local": the program registers it (import providers/all, or one backend)
 	ProviderParams map[string]string // backend settings
 	Replicas       int               // episodes in parallel
 	Repeats        int               // episodes per task
 	Seed           int64
-	Policy         string // registry name, e.g. "script"
+	Policy         string // registry name, e.g. "script": the program registers it (import policy/all, or one policy)
 	ScriptFile     string // for policy script: actions to replay instead of each task's solution
 	// PolicyOptions are policy settings (-policy-opt k=v). They are recorded
 	// in the manifest, so they must never hold a secret: policies take keys

@@ -7,8 +7,6 @@ import (
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
-
-	_ "github.com/forkline/forkline/policy/all" // the policies Config.Policy names
 )
 
 // openPolicy opens cfg.Policy with cfg's options, checks it against every

@@ -126,60 +126,13 @@ func (p *priorRun) nothingToDo(plan []planned, branch BranchPlan) bool {
 	return true
 }
 
-// providerParamShapes says, per provider and setting, whether a different
-// value changes what a sandbox is, and so what an episode observes (true),
-// or only how the run gets its sandboxes (false). A resume refuses a
-// difference in the first kind and accepts one in the second. A setting not
-// listed here — any setting of a provider this table does not know — counts
-// as shaping: when in doubt, refuse. The names are the providers' own
-// (providers/local.ParamFork, providers/docker.Param*); a test checks that
-// every setting a registered provider accepts is listed.
-var providerParamShapes = map[string]map[string]bool{
-	"local": {
-		// overlay or copy: the fork holds the same files either way, and
-		// every episode row records the method (reset_origin).
-		"fork": false,
-		// The process limit of every sandbox: a command may hit it.
-		"pids": true,
-	},
-	"docker": {
-		"image":   true,  // the filesystem and userland commands run in
-		"network": true,  // what commands can reach
-		"init":    true,  // PID 1 and how orphans are reaped, visible to commands (ps, zombies)
-		"sweep":   false, // start-up cleaning of what dead runs left: not about this run's sandboxes
-		// The default limits of sandboxes whose task sets none: a command
-		// may hit them (an OOM kill, a fork that fails).
-		"pids":      true,
-		"memory_mb": true,
-		"cpus":      true,
-		// fifo or the engine's exec stream: the same bytes either way
-		// (providers/docker TestOutputPathsAgree); timing only.
-		"output": false,
-		// When a named image is pulled: the same image name is asked for
-		// either way (a tag that moved in its registry between two
-		// invocations changes episodes whatever this says).
-		"pull": false,
-		// gVisor's kernel instead of the host's: what commands see.
-		"runtime": true,
-	},
-	"gvisor": {
-		"image":     true, // the filesystem and userland commands run in
-		"rootfs":    true,
-		"network":   true, // what commands can reach
-		"platform":  true, // ptrace or kvm: what a restore can read, and timing
-		"runsc":     true, // another gVisor kernel
-		"pids":      true, // the default limits: a command may hit them
-		"memory_mb": true,
-		"cpus":      true,
-		// Where goldens are kept across runs, where runsc logs, how long a
-		// boot may take, the start-up cleaning: not what a sandbox is (a
-		// stored golden is one of the same task, rootfs, limits and runsc).
-		"goldens":      false,
-		"debug_log":    false,
-		"boot_timeout": false,
-		"sweep":        false,
-	},
-}
+// The provider settings' table (which settings shape a sandbox) is
+// manifest's: serve's resume applies the same rule.
+var (
+	providerParamShapes   = manifest.ProviderParamShapes
+	retiredProviderParams = manifest.RetiredProviderParams
+	providerSettingShapes = manifest.ProviderSettingShapes
+)
 
 // policyOptionShapes says, per policy and option, whether a different value
 // changes what the policy does in an episode (true) or only how it reaches
@@ -232,33 +185,11 @@ var policyOptionShapes = map[string]map[string]bool{
 	},
 }
 
-// retiredProviderParams are settings providers no longer accept, with
-// whether they shaped a sandbox. Runs collected with them still carry them
-// in their manifests; a resume, which cannot pass them any more, compares
-// them by this table, so a setting that only changed timing does not
-// refuse the resume of an old run.
-var retiredProviderParams = map[string]map[string]bool{
-	"docker": {
-		// The provider's own standby of started forks, replaced by the
-		// pool's (-standby): timing only.
-		"standby": false,
-	},
-}
-
 func shapes(table map[string]map[string]bool, name, key string) bool {
 	if v, ok := table[name][key]; ok {
 		return v
 	}
 	return true
-}
-
-// providerSettingShapes is shapes for a provider setting, current or
-// retired.
-func providerSettingShapes(provider, key string) bool {
-	if v, ok := retiredProviderParams[provider][key]; ok {
-		return v
-	}
-	return shapes(providerParamShapes, provider, key)
 }
 
 // compatible refuses a resume that would produce other episodes than the
@@ -336,14 +267,7 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now manifest.Po
 		if was.Name != cfg.Provider {
 			differ("-provider: the run used %s, this command gives %s", was.Name, cfg.Provider)
 		} else {
-			for _, k := range settingKeys(was.Params, cfg.ProviderParams) {
-				o, okO := was.Params[k]
-				n, okN := cfg.ProviderParams[k]
-				if providerSettingShapes(cfg.Provider, k) && (o != n || okO != okN) {
-					differ("-provider-opt %s: the run used %s, this command gives %s (it changes what a %s sandbox is)",
-						k, settingValue(o, okO), settingValue(n, okN), cfg.Provider)
-				}
-			}
+			diffs = append(diffs, was.SettingDiffs(cfg.ProviderParams)...)
 		}
 	}
 	if m.Policy != nil {

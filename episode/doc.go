@@ -8,8 +8,9 @@
 // drives the same Rollout through Driver, with the client as its policy; a
 // branch that continues a parent's history calls them in its own order.
 //
-// It knows tasks, the pool, providers (and the browser decorator in
-// providers/browser), capture, and the dataset's row types. It does not
+// It knows tasks, the pool, providers (and the GUI host the program
+// registers, providers/browser's, never the browser itself), capture, and
+// the dataset's row types. It does not
 // know plans, resumes, comparisons, reports, or where rows are written: the
 // caller decides what an episode's failure means for its run, and commits
 // the rows.

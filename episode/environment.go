@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/providers"
-	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/task"
 )
 
@@ -22,31 +21,25 @@ func GUI(b *task.Browser) (*providers.GUI, error) {
 	if observe == "" {
 		observe = task.DefaultBrowserObserve
 	}
-	var err error
-	if g.Screenshots, g.A11y, err = browser.ParseObserve(observe); err != nil {
-		return nil, err
+	switch observe {
+	case "screenshot+a11y":
+		g.Screenshots, g.A11y = true, true
+	case "screenshot":
+		g.Screenshots = true
+	case "a11y":
+		g.A11y = true
+	case "none":
+	default:
+		return nil, fmt.Errorf("episode: browser observe %q is not known (known: %s)", observe, strings.Join(task.BrowserObserveModes, ", "))
 	}
 	return g, nil
 }
 
-// BrowserConfig is the browser session configuration of a task's browser
-// section: the browser's defaults with what the section says.
-func BrowserConfig(b *task.Browser) (browser.Config, error) {
-	g, err := GUI(b)
-	if err != nil {
-		return browser.Config{}, err
-	}
-	if g == nil {
-		g = &providers.GUI{}
-	}
-	cfg := browser.ConfigFor(browser.DefaultConfig(), *g)
-	return cfg, cfg.Validate()
-}
-
 // Environment is the provider the episodes of specs run on: prov itself
-// when no task has a browser section, else prov wrapped by the browser
-// decorator, so that a sandbox whose Spec asks for a GUI (Template) comes
-// with its browser — GUI actions go to Chromium, the golden checkpoint holds
+// when no task has a browser section, else prov wrapped by the registered
+// GUI host (providers.RegisteredGUIHost: the browser decorator, which the
+// program chooses by importing providers/browser or providers/all), so that
+// a sandbox whose Spec asks for a GUI (Template) comes with its browser — GUI actions go to Chromium, the golden checkpoint holds
 // the prepared profile, Close closes both — and every other sandbox is
 // prov's as it is. Every task's browser section is checked here, so a bad
 // one is refused before anything runs, naming the task and its file.
@@ -56,7 +49,7 @@ func BrowserConfig(b *task.Browser) (browser.Config, error) {
 // task's /tests and /logs/verifier) — is refused on a provider whose
 // sandboxes share the host's (local): those paths would be the host's.
 func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider, error) {
-	wrap := false
+	var host *providers.GUIHost
 	for _, s := range specs {
 		if why := needsOwnFilesystem(s); why != "" && prov.Capabilities().Isolation != "container" {
 			return nil, fmt.Errorf("episode: task %s (%s) %s, which needs sandboxes with a filesystem of their own: provider %s runs commands on the host (use -provider docker)", s.ID, s.Source, why, prov.Name())
@@ -64,15 +57,25 @@ func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider
 		if s.Browser == nil {
 			continue
 		}
-		if _, err := BrowserConfig(s.Browser); err != nil {
+		if host == nil {
+			h, err := providers.RegisteredGUIHost()
+			if err != nil {
+				return nil, fmt.Errorf("episode: task %s (%s): %w", s.ID, s.Source, err)
+			}
+			host = &h
+		}
+		g, err := GUI(s.Browser)
+		if err == nil {
+			err = host.Check(*g)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("episode: task %s (%s): %w", s.ID, s.Source, err)
 		}
-		wrap = true
 	}
-	if !wrap {
+	if host == nil {
 		return prov, nil
 	}
-	return browser.Provider(prov, browser.DefaultConfig()), nil
+	return host.Wrap(prov), nil
 }
 
 // needsOwnFilesystem says why s needs sandboxes with their own filesystem,

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/providers"
+	_ "github.com/forkline/forkline/providers/browser" // the GUI host Environment wraps with
 	"github.com/forkline/forkline/providers/local"
 	"github.com/forkline/forkline/task"
 )

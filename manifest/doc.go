@@ -3,7 +3,9 @@
 // with the conversation the policy had (Policy), the plan (Plan) and the
 // run summary (Summary: collect's, serve's, replay's or merge's report,
 // with the one latency distribution every command reports, Latency, and
-// the one quantile rule, Sample). Every writer builds these types and
+// the one quantile rule, Sample), and the one rule for which provider
+// settings a resume must find unchanged (ProviderSettingShapes,
+// Provider.SettingDiffs: collect's and serve's -resume). Every writer builds these types and
 // every reader decodes them (Read, and the Decode functions), so no command
 // writes a map literal or reads with a private copy of a struct: a field
 // renamed on one side is a compile error, not an empty inspect.

@@ -56,6 +56,13 @@ func (s *Sample) Exact() bool { return s.n <= SampleSize }
 // smallest value v such that at least q of the values are <= v (the value
 // of rank ⌈q·n⌉ in ascending order). It is always one of the values, and
 // 0 for an empty sample.
+//
+// Nearest rank, not linear interpolation (numpy's default, which makes the
+// p50 of 1..4 2.5): a reported latency is then one a reset really took, the
+// rule needs no choice among interpolation methods to reproduce, and a p95
+// over few resets names the slowest one instead of a figure between two.
+// Every consumer (collect's summary, serve's stats, inspect) goes through
+// Sample, so the same samples give the same figures everywhere.
 func (s *Sample) Quantile(q float64) float64 {
 	if len(s.vals) == 0 {
 		return 0

@@ -70,7 +70,7 @@ type Mask struct {
 // Config configures a replay.
 type Config struct {
 	In             string // the dataset to replay
-	Provider       string // default: the provider the dataset was collected with
+	Provider       string // default: the provider the dataset was collected with; the program registers it (import providers/all)
 	ProviderParams map[string]string
 	Image          string // override every task's image (docker)
 	// TaskFiles, when set, replaces the recorded specs with the specs of the

@@ -19,7 +19,6 @@ import (
 	"github.com/forkline/forkline/policy/agent"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
-	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"

@@ -9,13 +9,14 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 )
 
 // Config is everything a server needs. forkline serve fills it from flags.
 type Config struct {
 	Tasks          string            // a task file or a directory of them
-	Provider       string            // registry name; default "local"
+	Provider       string            // registry name; default "local"; the program registers it (import providers/all)
 	ProviderParams map[string]string // backend settings
 	Reset          pool.Strategy     // default auto
 	// Standby keeps this many ready replicas per task prepared in the
@@ -68,6 +69,11 @@ type Config struct {
 
 	// Log receives the server's events; nil discards them.
 	Log *slog.Logger
+	// Observer, when set, is told of the run as it goes (package observe),
+	// as collect's and replay's are: golden builds, resets, steps, episodes;
+	// metrics and progress are observers. RunStarted's Planned is 0: a
+	// server's episodes are whatever its clients ask for.
+	Observer observe.Observer
 	// Ready, when set, is called once with the address the server listens
 	// on, before it accepts the first connection.
 	Ready func(addr net.Addr)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/observe"
+	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -38,6 +41,7 @@ func (s *Server) begin(ctx context.Context, req resetRequest, endPrevious func()
 		return nil, StepResult{}, s.resetFailed(t, err)
 	}
 	s.stats.reset(rep)
+	s.obs.Observe(resetEvent(t.spec.ID, rep))
 	var seed int64
 	if req.Seed != nil {
 		seed = *req.Seed
@@ -97,6 +101,9 @@ func (s *Server) step(ctx context.Context, l *liveEpisode, dec runtime.Decision)
 		return StepResult{}, err
 	}
 	s.stats.step()
+	if taken.Step != nil {
+		s.obs.Observe(episode.StepEvent(l.t.spec.ID, l.ep.Row.EpisodeID, *taken.Step))
+	}
 	if !taken.Ended {
 		return StepResult{Observation: observationOf(l.ep.Row.EpisodeID, l.t.spec.ID, *taken.Step)}, nil
 	}
@@ -166,6 +173,9 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 		reward = ep.Reward.Value
 	}
 	s.stats.episodeEnded(ep.Row.ExitReason, reward, keep)
+	s.obs.Observe(observe.EpisodeEnded{Task: l.t.spec.ID, EpisodeID: ep.Row.EpisodeID, Exit: ep.Row.ExitReason,
+		ScaffoldLoss: runtime.ParseExitReason(ep.Row.ExitReason).ScaffoldLoss(), Steps: l.drv.Steps(), Kept: keep,
+		Reward: reward, RewardMissing: ep.Reward != nil && ep.Reward.Value == nil, Took: time.Since(l.began)})
 	s.cfg.Log.Debug("serve: episode ended", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "exit", ep.Row.ExitReason,
 		"steps", l.drv.Steps(), "detail", ep.Row.Detail)
 	kept := res
@@ -180,4 +190,24 @@ func (s *Server) isDraining() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.draining
+}
+
+// resetEvent is the observe event of a replica handed to an episode of
+// task, as collect and replay report theirs.
+func resetEvent(task string, rep pool.Replica) observe.Reset {
+	return observe.Reset{Task: task, Strategy: episode.ResetName(rep), Method: rep.Origin, Took: rep.Reset}
+}
+
+// onGolden tells the observers how a golden build goes, and logs its end
+// (the pool's OnGolden).
+func (s *Server) onGolden(g pool.GoldenProgress) {
+	task, _, _ := strings.Cut(g.Template, "@")
+	s.obs.Observe(observe.Golden{Task: task, Phase: observe.GoldenPhase(g.Phase), Command: g.Command, Index: g.Index,
+		Commands: g.Commands, Began: g.Began, Took: g.Took, Err: g.Err})
+	switch g.Phase {
+	case pool.GoldenBuilt:
+		s.cfg.Log.Info("serve: golden checkpoint built", "task", task, "setup_commands", g.Commands, "took", g.Took.Round(time.Millisecond).String())
+	case pool.GoldenFailed:
+		s.cfg.Log.Warn("serve: golden checkpoint failed", "task", task, "took", g.Took.Round(time.Millisecond).String(), "err", g.Err)
+	}
 }

@@ -81,8 +81,9 @@ func openRecorder(cfg Config, runID string, specs []task.Spec, prov manifest.Pro
 // resumeDataset reopens a served dataset after a stop or a crash: its
 // closed shards are checked, what a crash left half-written is removed,
 // and recording goes on under its run id. One served with other tasks,
-// another provider, another capture policy or by another policy is
-// refused, changing nothing.
+// another provider or a setting of it that shapes a sandbox (collect's
+// rule, manifest.Provider.SettingDiffs), another capture policy or by
+// another policy is refused, changing nothing.
 func resumeDataset(cfg Config, tasksRec json.RawMessage, prov manifest.Provider) (*shard.Writer, error) {
 	ds, err := shard.Open(cfg.Out)
 	if err != nil {
@@ -104,6 +105,11 @@ func resumeDataset(cfg Config, tasksRec json.RawMessage, prov manifest.Provider)
 	}
 	if was.Name != prov.Name {
 		return nil, badInput(fmt.Errorf("serve: -resume: %s was served on provider %s, not %s", cfg.Out, was.Name, prov.Name))
+	}
+	// collect's rule: a setting that changes what a sandbox is refuses the
+	// resume; one that changes only how sandboxes are had does not.
+	if diffs := was.SettingDiffs(prov.Params); len(diffs) > 0 {
+		return nil, badInput(fmt.Errorf("serve: -resume: %s was served otherwise: %s", cfg.Out, strings.Join(diffs, "; ")))
 	}
 	if !bytes.Equal(compactJSON(m.Capture), compactJSON(cfg.Capture.MarshalManifest())) {
 		return nil, badInput(fmt.Errorf("serve: -resume: %s was recorded under capture policy %s, not %s", cfg.Out, m.Capture, cfg.Capture.MarshalManifest()))

@@ -17,9 +17,9 @@ import (
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
+	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
-	_ "github.com/forkline/forkline/providers/all" // Run opens providers by name
 	"github.com/forkline/forkline/task"
 )
 
@@ -71,6 +71,7 @@ type Server struct {
 	ids        map[string]bool // episode ids recorded or in play: a reset may not reuse one
 	roundRobin int
 	stats      *stats
+	obs        observe.Observer // cfg.Observer, or one that does nothing
 	// checkpoints are the live branch points sessions made, by id.
 	checkpoints map[string]*checkpoint
 
@@ -109,7 +110,7 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, badInput(err)
 	}
 	s := &Server{cfg: cfg, tasks: map[string]*served{}, jobs: make(chan pool.Job), poolDone: make(chan struct{}),
-		slots: make(chan struct{}, cfg.MaxSessions), sessions: map[*session]bool{}, ids: map[string]bool{}, stats: newStats(),
+		slots: make(chan struct{}, cfg.MaxSessions), sessions: map[*session]bool{}, ids: map[string]bool{}, stats: newStats(), obs: observe.Or(cfg.Observer),
 		checkpoints: map[string]*checkpoint{}, holding: map[string][]shard.EpisodeBatch{},
 		budget: newBudget(cfg.MessageBudget, cfg.MaxMessageBytes)}
 	for i := range specs {
@@ -181,7 +182,8 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 		maxCreates = 2 * cfg.MaxSessions
 	}
 	s.pool, err = pool.New(pool.Config{Provider: s.prov, Replicas: 2 * cfg.MaxSessions, Strategy: cfg.Reset, Standby: cfg.Standby,
-		MaxCreates: maxCreates, MaxBranches: cfg.MaxCheckpoints, Log: func(format string, args ...any) { cfg.Log.Warn("serve: pool: " + fmt.Sprintf(format, args...)) }})
+		MaxCreates: maxCreates, MaxBranches: cfg.MaxCheckpoints, Log: func(format string, args ...any) { cfg.Log.Warn("serve: pool: " + fmt.Sprintf(format, args...)) },
+		OnGolden: s.onGolden})
 	if err != nil {
 		return fail(badInput(err))
 	}
@@ -224,6 +226,10 @@ func (s *Server) serve(ctx context.Context) (*Summary, error) {
 			s.pool.Expect(s.runCtx, s.tasks[sp.ID].template, s.cfg.Standby)
 		}
 	}
+	s.obs.Observe(observe.RunStarted{Command: "serve", RunID: s.runner.RunID, Replicas: 2 * s.cfg.MaxSessions, Live: func() observe.Live {
+		o := s.pool.Occupancy()
+		return observe.Live{Replicas: o.Replicas, Busy: o.Busy, Standby: o.Standby}
+	}})
 	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return s.runCtx }}
 	served := make(chan error, 1)
 	go func() { served <- s.http.Serve(s.ln) }()
@@ -248,6 +254,11 @@ func (s *Server) serve(ctx context.Context) (*Summary, error) {
 	if serveErr != nil {
 		serveErr = fmt.Errorf("serve: %w", serveErr)
 	}
+	status := string(shard.StatusComplete)
+	if serveErr != nil || closeErr != nil {
+		status = string(shard.StatusPartial)
+	}
+	s.obs.Observe(observe.RunEnded{Status: status, Err: errors.Join(serveErr, closeErr)})
 	return sum, errors.Join(serveErr, closeErr)
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/episode"
+	_ "github.com/forkline/forkline/policy/all" // collect opens the script policy by name
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/providers/local"
@@ -164,8 +165,10 @@ func timeObservations(spec *task.Spec, dir string, n int) []timeResult {
 	var base float64
 	// none first: the others are compared with it.
 	for _, mode := range []string{"none", "screenshot", "a11y", "screenshot+a11y"} {
-		cfg, err := episode.BrowserConfig(spec.WithDefaults().Browser)
+		g, err := episode.GUI(spec.WithDefaults().Browser)
 		check(err)
+		cfg := browser.ConfigFor(browser.DefaultConfig(), *g)
+		check(cfg.Validate())
 		cfg.Screenshots, cfg.A11y, err = browser.ParseObserve(mode)
 		check(err)
 		sb, err := prov.Create(context.Background(), providers.Spec{Files: files})

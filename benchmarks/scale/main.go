@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/collect"
+	_ "github.com/forkline/forkline/policy/all"    // the program chooses the backends
+	_ "github.com/forkline/forkline/providers/all" // collect opens by name
 )
 
 func main() {

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/pool"
+	_ "github.com/forkline/forkline/providers/all" // serve opens the provider by name
 	"github.com/forkline/forkline/serve"
 	"github.com/forkline/forkline/serve/openenvtest"
 )

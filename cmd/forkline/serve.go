@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"runtime/debug"
@@ -30,6 +29,7 @@ type serveOptions struct {
 	rollEvery   time.Duration
 	maxMsgMB    int64
 	budgetMB    int64
+	metricsAddr string
 }
 
 func serveCommand() *cli.Command {
@@ -109,6 +109,10 @@ func setupServe(f *cli.FlagSet) cli.Runner {
 	f.String(&o.captureFile, "capture", "FILE", "the whole capture policy from YAML; -text, -pixels, -a11y, -tokens given too override it")
 	f.Int64(&o.rollMB, "roll-mb", "MB", "close a shard generation after about this many MB")
 	f.Duration(&o.rollEvery, "roll-interval", "D", "close a shard generation at least this often: the most a crash can lose")
+
+	f.Group("monitoring", "-metrics-addr :9464 -log-format json")
+	f.String(&o.metricsAddr, "metrics-addr", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics while the server runs (docs/metrics.md)")
+	f.Logging()
 	return func(ctx context.Context, inv *cli.Invocation) int { return runServe(ctx, inv, o) }
 }
 
@@ -117,11 +121,12 @@ func runServe(ctx context.Context, inv *cli.Invocation, o *serveOptions) int {
 	if err := o.parse(inv); err != nil {
 		return inv.Fail(cli.ExitBadInput, err)
 	}
-	level := slog.LevelInfo
-	if inv.Quiet {
-		level = slog.LevelWarn
+	cfg.Log = inv.Logger()
+	stopMetrics, err := watchRun(inv, o.metricsAddr, &cfg.Observer, "serve")
+	if err != nil {
+		return inv.Fail(cli.ExitBadInput, err)
 	}
-	cfg.Log = slog.New(slog.NewTextHandler(inv.Stderr, &slog.HandlerOptions{Level: level}))
+	defer stopMetrics()
 	cfg.Ready = func(a net.Addr) {
 		// Always printed, even with -quiet: with -addr HOST:0 it is the
 		// only way to learn the port.

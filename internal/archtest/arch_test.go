@@ -77,6 +77,92 @@ func parseLayout(readme []byte) ([]rule, error) {
 	return rules, sc.Err()
 }
 
+// ban is one row of the README's "must not import" table: the packages it
+// names must not depend on any package forbidden names, directly or through
+// their imports.
+type ban struct {
+	line      int
+	packages  []string
+	forbidden []string // module packages relative, others by import path; "/..." a subtree
+}
+
+// parseBans reads the table whose header is "| package | must not import |"
+// under the "## Layout" heading; a README without one has no bans.
+func parseBans(readme []byte) ([]ban, error) {
+	var bans []ban
+	inSection, inTable := false, false
+	sc := bufio.NewScanner(bytes.NewReader(readme))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "## "):
+			inSection = strings.TrimSpace(strings.TrimPrefix(line, "## ")) == "Layout"
+			inTable = false
+		case !inSection || !strings.HasPrefix(line, "|"):
+			inTable = false
+		case !inTable:
+			cells := splitRow(line)
+			inTable = len(cells) == 2 && cells[0] == "package" && cells[1] == "must not import"
+		default:
+			cells := splitRow(line)
+			if strings.Trim(cells[0], "-: ") == "" {
+				continue
+			}
+			if len(cells) != 2 {
+				return nil, fmt.Errorf("README.md:%d: a must-not-import row has %d cells, want 2 (package, must not import)", n, len(cells))
+			}
+			b := ban{line: n, packages: names(cells[0]), forbidden: names(cells[1])}
+			if len(b.packages) == 0 || len(b.forbidden) == 0 {
+				return nil, fmt.Errorf("README.md:%d: a must-not-import row names no package or nothing forbidden", n)
+			}
+			bans = append(bans, b)
+		}
+	}
+	return bans, sc.Err()
+}
+
+// checkBans returns every way a package named by bans depends, in all (each
+// package to its direct imports), on one a ban forbids, with the chain of
+// imports that reaches it; and every row naming a package that is not in
+// all.
+func checkBans(bans []ban, all map[string][]string) []string {
+	var problems []string
+	for _, b := range bans {
+		for _, pkg := range b.packages {
+			if _, ok := all[pkg]; !ok {
+				problems = append(problems, fmt.Sprintf("README.md:%d names %s, which is not a package of the module", b.line, pkg))
+				continue
+			}
+			// Breadth first from pkg: the first path found to each
+			// dependency is a shortest one.
+			via := map[string]string{pkg: ""}
+			queue := []string{pkg}
+			for len(queue) > 0 {
+				cur := queue[0]
+				queue = queue[1:]
+				for _, imp := range all[cur] {
+					if _, seen := via[imp]; seen {
+						continue
+					}
+					via[imp] = cur
+					queue = append(queue, imp)
+					if !slices.ContainsFunc(b.forbidden, func(f string) bool { return covers(f, imp) }) {
+						continue
+					}
+					chain := []string{imp}
+					for p := cur; p != ""; p = via[p] {
+						chain = append([]string{p}, chain...)
+					}
+					problems = append(problems, fmt.Sprintf("%s depends on %s (%s), which README.md:%d forbids",
+						pkg, imp, strings.Join(chain, " → "), b.line))
+				}
+			}
+		}
+	}
+	return problems
+}
+
 func splitRow(line string) []string {
 	line = strings.TrimSuffix(strings.TrimPrefix(line, "|"), "|")
 	cells := strings.Split(line, "|")
@@ -165,45 +251,68 @@ func allowedText(r *rule) string {
 	return strings.Join(r.allowed, ", ")
 }
 
-// moduleGraph lists the module's packages and their non-test imports of
-// the module, by `go list`.
-func moduleGraph(t *testing.T, root string) map[string][]string {
+// importGraph lists, by `go list`, the module's packages and their
+// non-test imports of the module (module), and every package the module's
+// packages depend on (the module's relative, others by their import path,
+// the standard library left out) with all its imports named the same way
+// (all).
+func importGraph(t *testing.T, root string) (module, all map[string][]string) {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Module", "./...")
+	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Imports,Module,Standard", "./...")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	graph := map[string][]string{}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	var module string
-	for dec.More() {
-		var p struct {
-			ImportPath string
-			Imports    []string
-			Module     *struct{ Path string }
+	type pkg struct {
+		ImportPath string
+		Imports    []string
+		Standard   bool
+		Module     *struct {
+			Path string
+			Main bool
 		}
+	}
+	var pkgs []pkg
+	var mod string
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p pkg
 		if err := dec.Decode(&p); err != nil {
 			t.Fatalf("go list output: %v", err)
 		}
-		if p.Module == nil {
+		if p.Module != nil && p.Module.Main {
+			mod = p.Module.Path
+		}
+		pkgs = append(pkgs, p)
+	}
+	name := func(path string) string {
+		if path == mod {
+			return "."
+		}
+		if r, ok := strings.CutPrefix(path, mod+"/"); ok {
+			return r
+		}
+		return path
+	}
+	module, all = map[string][]string{}, map[string][]string{}
+	for _, p := range pkgs {
+		if p.Standard {
 			continue
 		}
-		module = p.Module.Path
-		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
-		if rel == "" {
-			rel = "."
-		}
-		var deps []string
+		var mine, deps []string
 		for _, imp := range p.Imports {
-			if r, ok := strings.CutPrefix(imp, module+"/"); ok {
-				deps = append(deps, r)
+			if r, ok := strings.CutPrefix(imp, mod+"/"); ok {
+				mine = append(mine, r)
 			}
+			deps = append(deps, name(imp))
 		}
-		graph[rel] = deps
+		all[name(p.ImportPath)] = deps
+		if p.Module != nil && p.Module.Main {
+			module[name(p.ImportPath)] = mine
+		}
 	}
-	return graph
+	return module, all
 }
 
 func repoRoot(t *testing.T) string {
@@ -223,8 +332,57 @@ func TestImportsFollowTheLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range check(rules, moduleGraph(t, root)) {
+	bans, err := parseBans(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bans) == 0 {
+		t.Fatal("the README's Layout section has no | package | must not import | table")
+	}
+	module, all := importGraph(t, root)
+	for _, p := range check(rules, module) {
 		t.Error(p)
+	}
+	for _, p := range checkBans(bans, all) {
+		t.Error(p)
+	}
+}
+
+// The real house with one synthetic import of providers/all from collect:
+// both tables refuse it, and the must-not-import check names the backends it
+// drags in.
+func TestSyntheticBackendImportFromCollectIsRefused(t *testing.T) {
+	root := repoRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := parseLayout(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bans, err := parseBans(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	module, all := importGraph(t, root)
+	if p := checkBans(bans, all); len(p) != 0 {
+		t.Fatalf("the real house breaks its bans: %v", p)
+	}
+	module["collect"] = append(module["collect"], "providers/all")
+	all["collect"] = append(all["collect"], "providers/all")
+	problems := append(check(rules, module), checkBans(bans, all)...)
+	for _, want := range []string{
+		"collect imports providers/all, which README.md:",
+		"collect depends on providers/all (collect → providers/all), which README.md:",
+		"collect depends on providers/docker (collect → providers/all → providers/docker)",
+		"collect depends on providers/browser (collect → providers/all → providers/browser)",
+		"collect depends on github.com/moby/moby/client (",
+		"collect depends on github.com/chromedp/chromedp (",
+	} {
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.HasPrefix(p, want) }) {
+			t.Errorf("no problem starts with %q; got:\n%s", want, strings.Join(problems, "\n"))
+		}
 	}
 }
 
