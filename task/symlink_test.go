@@ -76,7 +76,10 @@ func TestHarborSymlinksStayInTheFolder(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			files := map[string]string{}
 			for k, v := range c.files {
-				if v != "" {
+				// The tests folder made a link is done below, once the
+				// folder's files are written (in map order, a link
+				// written first met the folder test.sh made: "file exists").
+				if v != "" && k != "tests" {
 					files[k] = v
 				}
 			}
