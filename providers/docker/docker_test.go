@@ -124,7 +124,7 @@ func TestParams(t *testing.T) {
 		params map[string]string
 		want   string
 	}{
-		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: cpus, image, init, memory_mb, network, output, pids, pull, sweep)`},
+		{"unknown", map[string]string{"imgae": "x"}, `no setting "imgae" (known: cpus, image, init, memory_mb, network, output, pids, pull, runtime, sweep)`},
 		// The provider's own standby is gone (the pool's is the one).
 		{"standbyRetired", map[string]string{"standby": "1"}, `no setting "standby"`},
 		{"output", map[string]string{ParamOutput: "pipe"}, "known: auto, fifo, stream"},
