@@ -900,7 +900,7 @@ func (s *suite) testMidEpisodeCheckpointBusy(t *testing.T) {
 func (s *suite) testForkMemory(t *testing.T) {
 	p := s.provider(t)
 	if !p.Capabilities().ForksMemory {
-		t.Skipf("provider %s forks files, not processes (Capabilities().ForksMemory is false)", p.Name())
+		testenv.Inapplicable(t, fmt.Sprintf("provider %s forks files, not processes (Capabilities().ForksMemory is false)", p.Name()))
 	}
 	sb := create(t, p, providers.Spec{})
 	run(t, sb, `(n=0; while :; do if [ -f req ]; then rm -f req; n=$((n+1)); echo $n > resp.tmp; mv resp.tmp resp; fi; sleep 0.05; done) >/dev/null 2>&1 &`)
