@@ -204,6 +204,9 @@ func rlimitHelper(dir string) {
 	fmt.Printf("mode=%s exit=%d %s\n", mode, obs.ExitCode, strings.ReplaceAll(obs.Text(), "\n", " "))
 }
 
+// rlimitTestUID is a user no account and no other process has.
+const rlimitTestUID = 47311
+
 func TestPidsRlimitAsUser(t *testing.T) {
 	testenv.NeedRoot(t)
 	bin := filepath.Join(t.TempDir(), "local.test")
@@ -217,11 +220,15 @@ func TestPidsRlimitAsUser(t *testing.T) {
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), rlimitHelperEnv+"="+dir)
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	// A uid of its own: RLIMIT_NPROC counts every task of the user, and
+	// nobody (65534) is shared (runsc's sandboxes run as nobody, so the
+	// gvisor tests' sandboxes, started or gone while this ran, moved the
+	// count the limit is based on: 200 sleeps started).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: rlimitTestUID, Gid: rlimitTestUID}}
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	got := string(out)
-	t.Logf("as uid 65534: %s", got)
+	t.Logf("as uid %d: %s", rlimitTestUID, got)
 	require.Contains(t, got, "mode="+local.PidsRlimit, got)
 	require.Contains(t, got, "Cannot fork", "the 200 sleeps hit the limit: %s", got)
 	require.NotContains(t, got, "started=200")
