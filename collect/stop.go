@@ -294,6 +294,25 @@ func (c *canary) stop() {
 // signal came, is to be kept as cancelled (the decision above), and why.
 func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
 	at, ok := h.signalledAt()
+	if !ok && h.hostProcesses && failedVerify(ep) {
+		// A verifier that failed may have failed because the stop killed
+		// its command: the sweep that signals the sandboxes' processes
+		// reaches the canary a moment later, and on a loaded machine the
+		// signaller can be descheduled between the two (an episode was
+		// kept with reward 0 this way). A failed verification waits a
+		// moment for the canary before it is judged; a passed one, or
+		// an episode without a verifier, does not.
+		for end := time.Now().Add(suspectWait); !h.canary.struck() && time.Now().Before(end); {
+			select {
+			case <-h.signalCame:
+			case <-time.After(10 * time.Millisecond):
+			}
+			if _, ok := h.signalledAt(); ok {
+				break
+			}
+		}
+		at, ok = h.signalledAt()
+	}
 	if !ok && h.canary.struck() {
 		// The stop reached the canary before the collector (above): wait
 		// for the collector's own signal. None within canaryWait means
@@ -314,6 +333,16 @@ func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
 		return fmt.Sprintf("ended as %s after the stop signal, which reached the collector's children too (%s); -resume runs it again", exit, ep.Row.Detail), true
 	}
 	return "", false
+}
+
+// suspectWait is how long a failed verification waits for the canary to
+// show a stop under way before the episode is judged (stopHit).
+const suspectWait = 250 * time.Millisecond
+
+// failedVerify reports whether ep's verifier ran and gave no reward above
+// zero (failed, or gave none).
+func failedVerify(ep *episode.Episode) bool {
+	return ep.Reward != nil && (ep.Reward.Value == nil || *ep.Reward.Value <= 0)
 }
 
 // signal records the moment of the run's stop signal.

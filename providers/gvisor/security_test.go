@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -165,7 +166,15 @@ func TestForkBombAndMemoryHog(t *testing.T) {
 		// The count goes to a file (a builtin's redirect needs no fork):
 		// on stdout it could be lost past the output cap among the
 		// bomb's "can't fork" lines.
-		count := sh(t, sb, "cat /tmp/forkline-tasks").Text()
+		// Bomb processes forked during the kill's scans may hold process
+		// slots a moment longer: runsc exec answers "try again" then.
+		var count string
+		for range 50 {
+			if count = sh(t, sb, "cat /tmp/forkline-tasks").Text(); strings.HasPrefix(count, "tasks ") {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		n, ok := strings.CutPrefix(strings.TrimSpace(count), "tasks ")
 		require.True(t, ok, "the command counted the sandbox's processes: %q", count)
 		tasks, err := strconv.Atoi(n)
