@@ -19,7 +19,7 @@ help: ## list the targets
 build: ## build forkline into bin/ (statically linked)
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/forkline ./cmd/forkline
 
-test: ## run every test (measured on a fresh clone with every component required: 35 min on 2 cores shared at load average 20, measured before the agent harness tests joined; less on idle cores, and when components are missing and their tests skip)
+test: ## run every test (measured on a fresh clone with every component required: about 20 min on 2 cores shared at load average 7-9; less on idle cores, and when components are missing and their tests skip)
 	$(GO) test $(TESTFLAGS) -count=1 -timeout 30m ./...
 
 test-bare: ## every test as a bare machine runs it: every optional component hidden (FORKLINE_HIDE=all), the skips listed (7.5 min on 2 cores at load average 20)
