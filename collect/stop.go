@@ -336,8 +336,13 @@ func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
 }
 
 // suspectWait is how long a failed verification waits for the canary to
-// show a stop under way before the episode is judged (stopHit).
-const suspectWait = 250 * time.Millisecond
+// show a stop under way before the episode is judged (stopHit). It is paid
+// by every failed verification on a provider whose sandboxes are host
+// processes, stop or not: a fixed cost per failed episode, traded for never
+// training on a reward the stop made. Long against a signaller's sweep
+// (microseconds between two kills; a scheduling delay at most tens of
+// milliseconds on a loaded machine), short against an episode.
+const suspectWait = 100 * time.Millisecond
 
 // failedVerify reports whether ep's verifier ran and gave no reward above
 // zero (failed, or gave none).
