@@ -871,8 +871,9 @@ func (s *suite) testMidEpisodeCheckpointBusy(t *testing.T) {
 	write(t, ep, "before.txt", "before")
 	write(t, ep, "who", "parent")
 	// The process waits (at most 30 s) for a file named go, then copies who
-	// to late.txt.
-	run(t, ep, "(i=0; while [ ! -f go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; cat who > late.txt) >/dev/null 2>&1 &")
+	// to late.txt, through a temporary file so that late.txt appears whole
+	// (a reader polling for it once read it empty, on a loaded machine).
+	run(t, ep, "(i=0; while [ ! -f go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; cat who > late.tmp && mv late.tmp late.txt) >/dev/null 2>&1 &")
 	mid := checkpoint(t, p, ep, "busy-"+t.Name())
 	branch := fork(t, p, mid)
 	require.Equal(t, "before", read(t, branch, "before.txt"), "the branch has the files written before the checkpoint")
