@@ -66,9 +66,20 @@ type Meter struct {
 	goldens map[string]*golden // builds in progress, by task
 	width   int                // of the last TTY line, to blank it
 
+	// wmu serializes writes to w: events arrive from every replica at
+	// once, and w (a file, a buffer) need not be safe for concurrent use.
+	wmu sync.Mutex
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
+}
+
+// printf writes to w, one writer at a time.
+func (m *Meter) printf(format string, args ...any) {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	fmt.Fprintf(m.w, format, args...)
 }
 
 type golden struct {
@@ -304,9 +315,10 @@ func (m *Meter) draw(final bool) {
 	}
 	m.width = len(line)
 	m.mu.Unlock()
-	fmt.Fprintf(m.w, "\r%s%s", line, pad)
 	if final {
-		fmt.Fprintln(m.w)
+		m.printf("\r%s%s\n", line, pad)
+	} else {
+		m.printf("\r%s%s", line, pad)
 	}
 }
 
@@ -330,10 +342,10 @@ func (m *Meter) plain(line string, attrs ...any) {
 		m.mu.Lock()
 		m.width = 0
 		m.mu.Unlock()
-		fmt.Fprintf(m.w, "\r%s\n", line)
+		m.printf("\r%s\n", line)
 		return
 	}
-	fmt.Fprintf(m.w, "%s: %s\n", m.opts.Command, line)
+	m.printf("%s: %s\n", m.opts.Command, line)
 }
 
 func fmtDuration(d time.Duration) string {

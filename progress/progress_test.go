@@ -3,6 +3,7 @@ package progress
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -229,4 +230,29 @@ func TestThePlanGrowsTheTotal(t *testing.T) {
 	}
 	assert.Contains(t, m.Line(), "30/30 episodes")
 	m.Close()
+}
+
+// Golden setup lines come from every replica's goroutine at once; the
+// meter writes them one at a time to a writer that is not safe for
+// concurrent use (a bytes.Buffer here; the race run found the unguarded
+// writes through forkline collect's in-process tests).
+func TestSetupLinesFromManyGoroutinesAreWrittenOneAtATime(t *testing.T) {
+	var buf bytes.Buffer
+	m := New(&buf, Options{Command: "collect", Every: time.Hour})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				m.Observe(observe.Golden{Task: fmt.Sprintf("t%d", i), Phase: observe.GoldenSetup, Command: "true", Index: j, Commands: 20})
+			}
+		}()
+	}
+	wg.Wait()
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	require.Len(t, lines, 160)
+	for _, l := range lines {
+		require.Regexp(t, `^collect: golden t\d: setup \d+/20: true$`, l)
+	}
 }

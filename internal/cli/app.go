@@ -223,6 +223,11 @@ func (a *App) run(ctx context.Context, sig *signals, args []string, stdout, stde
 		fmt.Fprintln(stderr, err)
 		return ExitBadInput
 	}
+	// A subcommand writes to its streams from many goroutines (progress
+	// lines, log records, notes from every replica). A file takes each
+	// write whole; any other writer (a buffer in a caller's process) is
+	// given one writer at a time.
+	stdout, stderr = serialized(stdout), serialized(stderr)
 	inv := &Invocation{App: a.Name, Command: c.Name, Args: positional, Stdout: stdout, Stderr: stderr,
 		JSON: f.json, Quiet: f.quiet, flags: f, sig: sig}
 	if f.logging {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -353,5 +355,45 @@ func TestQuietLogsErrorsOnly(t *testing.T) {
 	_, _, stderr = execute(t, a, "logs", "-quiet")
 	if strings.Contains(stderr, "info record") || strings.Contains(stderr, "warning record") || !strings.Contains(stderr, "an error record") {
 		t.Errorf("-quiet logs errors only: %s", stderr)
+	}
+}
+
+// Log records and plain writes to stderr from many goroutines at once
+// reach a caller's buffer one at a time (the race run found progress lines
+// and records colliding in forkline collect's in-process tests).
+func TestStreamsTakeConcurrentWritesOneAtATime(t *testing.T) {
+	busy := &Command{Name: "busy", Summary: "busy", About: "Writes.", Examples: []string{"forkline busy"},
+		Exits: []Exit{{ExitOK, "fine"}},
+		Setup: func(f *FlagSet) Runner {
+			f.Logging()
+			return func(ctx context.Context, i *Invocation) int {
+				var wg sync.WaitGroup
+				for range 8 {
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						for range 25 {
+							i.Logger().Info("record")
+						}
+					}()
+					go func() {
+						defer wg.Done()
+						for range 25 {
+							fmt.Fprintln(i.Stderr, "plain line")
+							fmt.Fprintln(i.Stdout, "out line")
+						}
+					}()
+				}
+				wg.Wait()
+				return ExitOK
+			}
+		}}
+	a := &App{Name: "forkline", Summary: "test", Commands: []*Command{busy}}
+	_, stdout, stderr := execute(t, a, "busy")
+	if n := strings.Count(stderr, "\n"); n != 400 {
+		t.Errorf("stderr has %d lines, want 400", n)
+	}
+	if n := strings.Count(stdout, "out line\n"); n != 200 {
+		t.Errorf("stdout has %d lines, want 200", n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 )
@@ -111,6 +112,16 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// serialized is w when it is a file (the kernel takes each write whole),
+// and w behind a lock otherwise.
+func serialized(w io.Writer) io.Writer {
+	switch w.(type) {
+	case *os.File, *lockedWriter:
+		return w
+	}
+	return &lockedWriter{w: w}
 }
 
 // recordWriter turns every line written to it into an info record.

@@ -191,6 +191,12 @@ func (s *sandbox) run(ctx context.Context, argv, env []string, stdin io.Reader, 
 	if stdin != nil {
 		cmd.Stdin = stdin
 	}
+	if stdout == stderr {
+		// One writer for both streams (as os/exec allows): the two drains
+		// below take turns at it.
+		lw := &lockedWriter{w: stdout}
+		stdout, stderr = lw, lw
+	}
 	var drains sync.WaitGroup
 	var readers, writers []*os.File
 	for _, w := range []io.Writer{stdout, stderr} {
@@ -290,6 +296,18 @@ func (s *sandbox) commandFile(ctx context.Context, mark, cmd string) (string, er
 		return "", fmt.Errorf("gvisor: exec: writing a long command to %s: exit %d: %s", file, code, strings.TrimSpace(diag.String()))
 	}
 	return file, nil
+}
+
+// lockedWriter lets two goroutines write to one writer in turn.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // removeCommandFile removes a command file once its command ended, so
