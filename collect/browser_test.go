@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/capture"
-	"github.com/forkline/forkline/export/model/tabletest"
+	"github.com/forkline/forkline/formats/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
 	"github.com/forkline/forkline/providers/browser"

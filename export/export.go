@@ -7,12 +7,12 @@
 // named episode reward, staging the output so that only a complete one appears at
 // Out (and never over an input, or over anything export did not write: see
 // output.go), and the registry of targets (Targets, Describe) that hands each
-// selected episode, as an export/model Episode with the conversation its
+// selected episode, as an formats/model Episode with the conversation its
 // policy recorded (manifest.Policy), to a writer in formats/.
 //
 // It reads datasets only through formats/shard and their manifests; it must
 // not know how a dataset was collected (providers, pools, policies at run
-// time), what every target shares belongs to export/model, and the byte
+// time), what every target shares belongs to formats/model, and the byte
 // layout of each target to its formats/ package. Run streams one episode at a time and is deterministic: the same
 // inputs and Options give the same bytes.
 //
@@ -29,7 +29,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/shard"

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/export/model"
-	"github.com/forkline/forkline/export/model/tabletest"
+	"github.com/forkline/forkline/formats/model"
+	"github.com/forkline/forkline/formats/model/tabletest"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/jsonl"
 	"github.com/forkline/forkline/formats/shard"

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/schemas"

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/export/loadertest"
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/oracle"
 	"github.com/forkline/forkline/internal/testenv"

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/schemas"
 )
 

@@ -16,7 +16,7 @@
 // It must not know how a dataset was collected (providers, pools, policies
 // at run time) or the layout of any trainer format, and it writes nothing
 // into a dataset. Observations are rendered by the export model's
-// ToolResult (export/model), so a transcript shows exactly what the
+// ToolResult (formats/model), so a transcript shows exactly what the
 // chat exports write.
 package inspect
 

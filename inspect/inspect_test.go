@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/aci"
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/runtime"

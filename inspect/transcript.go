@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/forkline/forkline/capture"
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"

@@ -5,7 +5,7 @@
 //
 // It knows column layouts only. It does not know how rows are produced
 // (capture), where files go (formats/shard), or what trainers want
-// (export/model and the formats/ targets).
+// (formats/model and the formats/ targets).
 package schemas
 
 import (

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/export/model/tabletest"
+	"github.com/forkline/forkline/formats/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/harness"
 	"github.com/forkline/forkline/internal/agenttest"

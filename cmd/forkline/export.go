@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/forkline/forkline/export"
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/internal/cli"

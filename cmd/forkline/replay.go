@@ -11,7 +11,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/progress"

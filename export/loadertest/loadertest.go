@@ -24,7 +24,7 @@
 //
 // Messages and tools come out as JSON with their key order kept (a chat
 // template's tojson writes keys in the order it receives them), ready for
-// internal/oracle's renderers. Files are read with export/model/tabletest's
+// internal/oracle's renderers. Files are read with formats/model/tabletest's
 // readers, independent of the writer. It is a test helper package.
 package loadertest
 
@@ -42,7 +42,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/forkline/forkline/export/model/tabletest"
+	"github.com/forkline/forkline/formats/model/tabletest"
 )
 
 // Row is one loaded row: column name → value in tabletest's normalized

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/forkline/forkline/export/model/tabletest"
+	"github.com/forkline/forkline/formats/model/tabletest"
 )
 
 //go:embed verl_harness.py

@@ -1,8 +1,8 @@
 // Package chat writes episodes as OpenAI/TRL chat fine-tuning JSON Lines
-// (target chat-jsonl): each episode's conversation, as export/model builds
+// (target chat-jsonl): each episode's conversation, as formats/model builds
 // it (model.Messages), in OpenAI's message shape.
 //
-// It knows export/model only. It does not select, split or read episodes
+// It knows formats/model only. It does not select, split or read episodes
 // (package export) and imports no other target.
 //
 // # chat-jsonl layout

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 )
 
 // DPOFormat is the line shape of the dpo target.

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 )
 
 // lines writes one JSON Lines file per split, DIR/<split>.jsonl, created

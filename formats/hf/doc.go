@@ -3,7 +3,7 @@
 // card), and the save_to_disk layout of Arrow IPC streams (target hf-disk):
 // the rows (EpisodeFeatures, StepFeatures), the card, the files.
 //
-// It writes through export/model's typed table (model.Features,
+// It writes through formats/model's typed table (model.Features,
 // model.TableWriter) and builds rows from model.Episode and its messages.
 // It does not select, split or read episodes (package export) and imports
 // no other target.

@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 )
 
 // DefaultMaxShardBytes is the size after which a split continues in a new

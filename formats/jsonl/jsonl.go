@@ -3,7 +3,7 @@
 // run with jq, grep or a notebook, and a lossless view of every column
 // (binary columns are base64, as encoding/json writes []byte).
 //
-// It knows the native row types and export/model's Episode, which carries
+// It knows the native row types and formats/model's Episode, which carries
 // them. It does not read datasets (package export streams them in) and
 // imports no other target.
 package jsonl
@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/schemas"
 )
 

@@ -3,7 +3,7 @@ package verl
 import (
 	"fmt"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 )
 
 // verl-sft's encoding. verl's MultiTurnSFTDataset reads the file with

@@ -15,7 +15,7 @@
 //     tools, enable_thinking), with the documented dataset class
 //     docs/verl_sft_dataset.py that turns its rows into exact messages.
 //
-// It knows export/model's Episode, conversations and typed table writer
+// It knows formats/model's Episode, conversations and typed table writer
 // (so every file also carries datasets' features). It does not select,
 // split or read episodes (package export) and imports no other target.
 //
@@ -62,7 +62,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 )
 
 // DataSource and Ability are the constant columns of verl-agent rows.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -345,6 +346,67 @@ func TestImportsFollowTheLayout(t *testing.T) {
 	}
 	for _, p := range checkBans(bans, all) {
 		t.Error(p)
+	}
+}
+
+// folder is the top-level folder a module package lives in ("export" for
+// export/loadertest, "." for the module root).
+func folder(pkg string) string {
+	top, _, _ := strings.Cut(pkg, "/")
+	return top
+}
+
+// folderCycles lists every pair of top-level folders that import each
+// other through their packages, each with one import each way: an arrow
+// that runs back up (a change to one side's model then touches both
+// folders). Imports inside one folder are not arrows between folders.
+func folderCycles(module map[string][]string) []string {
+	type edge struct{ from, to string }
+	example := map[edge]string{}
+	for _, pkg := range slices.Sorted(maps.Keys(module)) {
+		for _, imp := range module[pkg] {
+			e := edge{folder(pkg), folder(imp)}
+			if e.from == e.to {
+				continue
+			}
+			if _, ok := example[e]; !ok {
+				example[e] = pkg + " imports " + imp
+			}
+		}
+	}
+	var problems []string
+	for e, one := range example {
+		back, ok := example[edge{e.to, e.from}]
+		if !ok || e.from > e.to {
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("the folders %s and %s import each other: %s, and %s", e.from, e.to, one, back))
+	}
+	slices.Sort(problems)
+	return problems
+}
+
+// No two top-level folders import each other (formats and export did: the
+// targets in formats/ imported export's model, and export imports the
+// targets; the model now lives in formats/model).
+func TestNoTwoFoldersImportEachOther(t *testing.T) {
+	module, _ := importGraph(t, repoRoot(t))
+	for _, p := range folderCycles(module) {
+		t.Error(p)
+	}
+	// The check itself, on the old arrangement.
+	old := map[string][]string{
+		"export":         {"export/model", "formats/verl"},
+		"export/model":   {"runtime"},
+		"formats/verl":   {"export/model", "runtime"},
+		"formats/shard":  {"schemas"},
+		"runtime":        nil,
+		"export/example": {"export"},
+	}
+	got := folderCycles(old)
+	want := []string{"the folders export and formats import each other: export imports formats/verl, and formats/verl imports export/model"}
+	if !slices.Equal(got, want) {
+		t.Errorf("on the old arrangement:\n got %q\nwant %q", got, want)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
-	"github.com/forkline/forkline/export/model"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/agenttest"
 	"github.com/forkline/forkline/internal/oracle/vllmsim"

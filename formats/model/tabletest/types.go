@@ -1,4 +1,4 @@
-// Package tabletest checks what export/model's TableWriter (and the targets
+// Package tabletest checks what formats/model's TableWriter (and the targets
 // built on it: formats/hf, formats/verl) write, with implementations
 // independent of the one that wrote it: Parquet files are read with
 // parquet-go (they are written with Apache arrow-go), Arrow IPC streams and

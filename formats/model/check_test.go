@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/export/model/tabletest"
+	"github.com/forkline/forkline/formats/model/tabletest"
 )
 
 // The checks are not vacuous: files whose Arrow types differ from their
