@@ -245,7 +245,7 @@ func TestBranchResumeWithAnotherPlanIsRefused(t *testing.T) {
 	cfg.Resume, cfg.Branch = true, BranchPlan{At: 2, Width: 3}
 	_, err = Run(context.Background(), cfg)
 	require.ErrorIs(t, err, ErrIncompatibleResume)
-	require.ErrorContains(t, err, `-branch: the run used "at=2,width=2", this command gives "at=2,width=3"`)
+	require.ErrorContains(t, err, `plan.branch: the run used "at=2,width=2", this command gives "at=2,width=3"`)
 	require.Equal(t, before, dirHashes(t, cfg.Out), "a refused resume changes nothing")
 }
 

@@ -27,9 +27,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -41,6 +38,7 @@ import (
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
+	"github.com/forkline/forkline/record"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -311,62 +309,40 @@ func (inv *invocation) checkResume(ctx context.Context) (nothingToDo *Summary, e
 // environment is what the episodes run on: the provider (with a browser
 // beside the sandboxes of browser tasks) and the pool over it.
 type environment struct {
+	env  *episode.Env
 	prov providers.Provider
 	pool *pool.Pool
 	rec  manifest.Provider // the manifest's provider entry
 	logf func(format string, args ...any)
 }
 
-// openEnvironment opens the provider, sweeps what crashed runs left
-// behind, wires the browser in for browser tasks and opens the pool.
+// openEnvironment opens the run's environment (episode.OpenEnv: the
+// provider swept, the browser wired in for browser tasks, the policy's
+// shaping, the pool) and gets what the templates need ready.
 func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error) {
 	cfg := inv.cfg
-	prov, err := providers.Open(ctx, cfg.Provider, providers.Options{RunID: inv.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return nil, err
-		}
-		return nil, badInput(err)
-	}
-	env := &environment{prov: prov, logf: inv.logf}
-	// Remove what crashed runs left behind before making more. A sweep that
-	// fails is logged, not fatal: leftovers of dead runs do not change this
-	// run's episodes. A cancelled one stops the run.
-	if sw, ok := providers.As[providers.Sweeper](prov); ok {
-		if err := sw.Sweep(ctx); err != nil {
-			if ctx.Err() != nil {
-				env.close()
-				return nil, fmt.Errorf("collect: %w", ctx.Err())
-			}
-			inv.logf("sweeping leftovers of crashed runs: %v", err)
-		}
-	}
-	wired, err := episode.Environment(prov, inv.specs)
-	if err != nil {
-		env.close()
-		return nil, badInput(err)
-	}
-	env.prov = wired
-	// Policies whose sandboxes need something of them (an agent harness's
-	// install and gateway, mounted) say so now that the provider is known.
-	if err := episode.ShapeTemplates(inv.policies, env.prov, inv.templates); err != nil {
-		env.close()
+	opened, err := episode.OpenEnv(ctx, episode.EnvConfig{
+		Provider: cfg.Provider, Options: providers.Options{RunID: inv.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams},
+		Specs: inv.specs, Templates: inv.templates, Shaper: inv.policies,
+		Pool: pool.Config{Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf, Standby: cfg.Standby, MaxCreates: cfg.MaxCreates,
+			MaxBranches: cfg.Branch.maxLive(cfg.Replicas), OnGolden: onGolden(inv.obs, inv.log)},
+		Logf: inv.logf,
+	})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("collect: %w", ctx.Err())
+	case errors.Is(err, context.Canceled):
+		return nil, err
+	case errors.Is(err, episode.ErrShape):
 		return nil, badInput(fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err))
-	}
-	env.pool, err = pool.New(pool.Config{Provider: env.prov, Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf,
-		Standby: cfg.Standby, MaxCreates: cfg.MaxCreates, MaxBranches: cfg.Branch.maxLive(cfg.Replicas), OnGolden: onGolden(inv.obs, inv.log)})
-	if err != nil {
-		env.close()
+	default:
 		return nil, badInput(err)
 	}
+	env := &environment{env: opened, prov: opened.Provider, pool: opened.Pool, rec: opened.Record, logf: inv.logf}
 	if cfg.Branch.IsSet() && env.pool.Strategy() != pool.Fork {
 		env.close()
 		return nil, badInput(fmt.Errorf("collect: -branch %s: %w (provider %s, reset %s)", cfg.Branch, pool.ErrCannotBranch, env.prov.Name(), env.pool.Strategy()))
-	}
-	caps := env.prov.Capabilities()
-	env.rec = manifest.Provider{Name: env.prov.Name(), Capabilities: &caps, Params: maps.Clone(cfg.ProviderParams), Reset: string(env.pool.Strategy())}
-	if env.rec.Params == nil {
-		env.rec.Params = map[string]string{}
 	}
 	if err := inv.prepare(ctx, env); err != nil {
 		env.close()
@@ -450,13 +426,8 @@ func (inv *invocation) prepare(ctx context.Context, env *environment) error {
 
 // close closes the pool (standbys, goldens) and then the provider.
 func (env *environment) close() {
-	if env.pool != nil {
-		env.pool.Close(context.Background())
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := env.prov.Close(closeCtx); err != nil {
-		env.logf("closing provider: %v", err)
+	if err := env.env.Close(context.Background()); err != nil {
+		env.logf("%v", err)
 	}
 }
 
@@ -474,10 +445,11 @@ type dataset struct {
 // run's cancelled episodes, and starts the summary and the recorder.
 func (inv *invocation) openDataset(ctx context.Context, env *environment) (*dataset, error) {
 	cfg := inv.cfg
-	w, err := openOutput(cfg, inv.runID, inv.specs, len(inv.plan), inv.total, inv.from, env.rec, inv.policy)
+	rec, err := openOutput(cfg, inv.runID, inv.specs, len(inv.plan), inv.total, inv.from, env.rec, inv.policy)
 	if err != nil {
 		return nil, badInput(err)
 	}
+	w := rec.Writer()
 	if cfg.Resume {
 		if err := redoCancelledLogged(ctx, w, inv.log); err != nil {
 			w.Close(shard.StatusPartial)
@@ -495,7 +467,7 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 		w.Close(shard.StatusPartial)
 		return nil, err
 	}
-	out.rec = newRecorder(w, out.sum)
+	out.rec = &recorder{Recorder: rec, sum: out.sum}
 	w.OnGeneration(func(g shard.GenerationClosed) {
 		ev := observe.Generation{Number: g.Number}
 		for _, info := range g.Shards {
@@ -505,12 +477,6 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 		out.sum.addShards(ev.Bytes)
 		inv.obs.Observe(ev)
 	})
-	if cfg.Capture.Pixels == capture.PixelsHash {
-		if err := out.rec.loadBlobs(cfg.Out); err != nil {
-			w.Close(shard.StatusPartial)
-			return nil, err
-		}
-	}
 	return out, nil
 }
 
@@ -706,12 +672,10 @@ func (inv *invocation) closeDataset(out *dataset, status shard.Status, runErr er
 	// and Close reports why).
 	_ = out.w.Roll()
 	rep := sum.Report()
-	if sumJSON, err := (manifest.Summary{Collect: &rep}).Encode(); err == nil {
-		out.w.Update(func(m *shard.Manifest) { m.Summary = sumJSON })
-	} else {
+	if _, err := (manifest.Summary{Collect: &rep}).Encode(); err != nil {
 		inv.log.Warn("the run's summary is not recorded in the manifest", "err", err)
 	}
-	err := out.w.Close(status)
+	err := out.rec.Close(status, manifest.Summary{Collect: &rep})
 	if err != nil {
 		sum.Status = string(shard.StatusPartial)
 		err = errors.Join(runErr, err)
@@ -834,7 +798,7 @@ func newRunID() string {
 
 // openOutput creates, resumes or replaces the dataset in cfg.Out.
 // A resume was checked read-only (inspectResume) before it gets here.
-func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, from *manifest.From, prov manifest.Provider, pol manifest.Policy) (*shard.Writer, error) {
+func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, from *manifest.From, prov manifest.Provider, pol manifest.Policy) (*record.Recorder, error) {
 	planRec := manifest.Plan{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
 		Episodes: episodes, Part: manifest.Part(cfg.Part), Total: total, Branch: cfg.Branch.String(), From: from}.Encode()
 	providerRec, policyRec := prov.Encode(), pol.Encode()
@@ -842,30 +806,15 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 	if err != nil {
 		return nil, err
 	}
-	// Another collect (or serve) writing into the same directory is said
-	// so, whatever it has written yet: without this the loser of two
-	// collects started at once was told the directory "holds no forkline
-	// run" (a directory made, no manifest yet) or "holds another run". It
-	// is asked again before each refusal below, since the other may have
-	// taken the directory meanwhile.
-	busy := func() error {
-		if err := shard.CheckFree(cfg.Out); err != nil {
-			return fmt.Errorf("collect: -out %s: %w", cfg.Out, err)
-		}
-		return nil
-	}
-	if err := busy(); err != nil {
-		return nil, err
-	}
-	_, statErr := os.Stat(filepath.Join(cfg.Out, "manifest.json"))
-	exists := statErr == nil
-	switch {
-	case exists && cfg.Resume:
-		w, err := shard.Resume(cfg.Out, cfg.Shards)
-		if err != nil {
-			return nil, err
-		}
-		w.Update(func(m *shard.Manifest) {
+	rec, err := record.Open(record.Config{Dir: cfg.Out, Resume: cfg.Resume, Replace: cfg.Force && !cfg.Resume, Shards: cfg.Shards,
+		Manifest: shard.Manifest{
+			SchemaVersion: schemas.Version, Tool: "forkline", ToolVersion: Version, RunID: runID,
+			Tasks: tasksRec, Plan: planRec, Capture: cfg.Capture.MarshalManifest(),
+			// Recorded at creation, so that a run that crashes before its
+			// first generation closes can still be checked on resume.
+			Provider: providerRec, Policy: policyRec,
+		},
+		Fill: func(m *shard.Manifest) {
 			m.Plan = planRec
 			// The run keeps its own provider and policy entries: the resume
 			// check let through only differences that do not change an
@@ -877,34 +826,25 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 			if m.Policy == nil {
 				m.Policy = policyRec
 			}
-		})
-		return w, nil
-	case exists && cfg.Force:
-		if err := shard.RemoveDataset(cfg.Out); err != nil {
-			return nil, fmt.Errorf("collect: -force refuses to clear %s: %w", cfg.Out, err)
-		}
-	case exists:
-		if err := busy(); err != nil {
-			return nil, err
-		}
+		},
+	})
+	switch {
+	case err == nil:
+		return rec, nil
+	case errors.Is(err, shard.ErrLocked):
+		// Another collect (or serve) writing into the same directory is
+		// said so, whatever it has written yet.
+		return nil, fmt.Errorf("collect: -out %s: %w", cfg.Out, err)
+	case errors.Is(err, record.ErrExists):
 		return nil, fmt.Errorf("%w: %s", ErrOutputExists, cfg.Out)
-	case cfg.Resume:
+	case errors.Is(err, record.ErrNothingToResume):
 		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
-	}
-	if entries, err := os.ReadDir(cfg.Out); err == nil && len(entries) > 0 {
-		if err := busy(); err != nil {
-			return nil, err
-		}
+	case errors.Is(err, record.ErrNotEmpty):
 		return nil, fmt.Errorf("collect: output directory %s is not empty and holds no forkline run; choose an empty or new directory (-force replaces only a forkline run)", cfg.Out)
+	case cfg.Force && !cfg.Resume:
+		return nil, fmt.Errorf("collect: -force: %w", err)
 	}
-	m := shard.Manifest{
-		SchemaVersion: schemas.Version, Tool: "forkline", ToolVersion: Version, RunID: runID,
-		Tasks: tasksRec, Plan: planRec, Capture: cfg.Capture.MarshalManifest(),
-		// Recorded at creation, so that a run that crashes before its first
-		// generation closes can still be checked on resume.
-		Provider: providerRec, Policy: policyRec,
-	}
-	return shard.Create(cfg.Out, m, cfg.Shards)
+	return nil, err
 }
 
 // redoCancelled removes, from a run being resumed, the episodes a stop

@@ -1,21 +1,13 @@
 package collect
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"path/filepath"
-	"slices"
-	"sort"
-	"strings"
 
-	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
-	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
 )
@@ -134,105 +126,38 @@ var (
 	providerSettingShapes = manifest.ProviderSettingShapes
 )
 
-// policyOptionShapes says, per policy and option, whether a different value
-// changes what the policy does in an episode (true) or only how it reaches
-// its server (false). As for providers, an option not listed counts as
-// shaping. A test checks that every option policy/openai knows is listed.
-var policyOptionShapes = map[string]map[string]bool{
-	"openai": {
-		// A different server may serve another model or revision under the
-		// same name (or, with no model option, whatever it serves).
-		"base_url":    true,
-		"model":       true,
-		"temperature": true,
-		"top_p":       true,
-		"max_tokens":  true,
-		"seed":        true,
-		"tool_mode":   true,
-		"actions":     true,
-		// The cap changes what the model is shown.
-		"observation_cap": true,
-		// What the model is shown of a page, and how many images stay.
-		"observe":    true,
-		"max_images": true,
-		// Whether token ids and logprobs are requested changes what is
-		// captured (an RL record or none).
-		"token_ids": true,
-		"logprobs":  true,
-		// The file's path may change; its text is compared through the
-		// recorded conversation (the rendered system prompt).
-		"system_prompt_file": false,
-		// The token path, the client-side parsers, the template's
-		// variables, whether reasoning goes back, which server kind the
-		// requests are shaped for and which server renders new turns all
-		// change the ids the model is given or how its text becomes
-		// actions.
-		"tokens":               true,
-		"tool_parser":          true,
-		"reasoning_parser":     true,
-		"chat_template_kwargs": true,
-		"send_reasoning":       true,
-		"server":               true,
-		"render_url":           true,
-		// Where the key comes from, and how long and how often a request
-		// is tried: they decide whether a request succeeds, not what the
-		// model is asked or answers.
-		"api_key_env": false,
-		"timeout":     false,
-		"retries":     false,
-		"backoff":     false,
-		"backoff_max": false,
-	},
-}
-
-func shapes(table map[string]map[string]bool, name, key string) bool {
-	if v, ok := table[name][key]; ok {
-		return v
-	}
-	return true
-}
+// policyOptionShapes is manifest's table: serve's resume applies it too.
+var policyOptionShapes = manifest.PolicyOptionShapes
 
 // compatible refuses a resume that would produce other episodes than the
-// run being resumed: other tasks or plan, another provider or a setting of
-// it that changes what a sandbox is, another policy or option that changes
-// what it does (now is this command's policy record), another capture
-// policy. Every difference is listed, each with the run's value and this
-// command's.
+// run being resumed: other tasks or capture policy, another provider or a
+// setting of it that changes what a sandbox is, another policy or option
+// that changes what it does (manifest.ResumeMismatches, the rule serve's
+// resume applies too; now is this command's policy record), or another
+// plan. Every difference is listed, each with the run's value and this
+// command's, in a typed error (manifest.ErrResumeMismatch) whose fields the
+// command names by its flags.
 func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now manifest.Policy) error {
-	var diffs []string
-	differ := func(format string, args ...any) { diffs = append(diffs, fmt.Sprintf(format, args...)) }
-
-	oldHash, err := task.RecordHashes(m.Tasks)
+	diffs, err := manifest.ResumeMismatches(m, manifest.Resuming{Tasks: specs, Capture: cfg.Capture,
+		Provider: manifest.Provider{Name: cfg.Provider, Params: cfg.ProviderParams}, Policy: now})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrIncompatibleResume, err)
 	}
-	for _, s := range specs {
-		h, ok := oldHash[s.ID]
-		if !ok {
-			differ("task %s is not in the run being resumed", s.ID)
-			continue
-		}
-		if now := s.Hash(); h != now {
-			differ("task %s changed since the run started (spec hash %.12s, was %.12s)", s.ID, now, h)
-		}
-		delete(oldHash, s.ID)
-	}
-	for _, id := range slices.Sorted(maps.Keys(oldHash)) {
-		differ("task %s of the run being resumed is missing from -tasks", id)
-	}
-
 	if plan, err := manifest.DecodePlan(m.Plan); err == nil {
+		differ := func(field string, was, given any) {
+			diffs = append(diffs, manifest.Mismatch{Field: "plan." + field, Stored: fmt.Sprint(was), Given: fmt.Sprint(given)})
+		}
 		if plan.Repeats != cfg.Repeats {
-			differ("-repeats: the run used %d, this command gives %d", plan.Repeats, cfg.Repeats)
+			differ("repeats", plan.Repeats, cfg.Repeats)
 		}
 		if plan.Seed != cfg.Seed {
-			differ("-seed: the run used %d, this command gives %d", plan.Seed, cfg.Seed)
+			differ("seed", plan.Seed, cfg.Seed)
 		}
 		if plan.Part != manifest.Part(cfg.Part) {
-			differ("-shard: the run collected part %s, this command collects part %s", plan.Part, cfg.Part)
+			differ("part", plan.Part, manifest.Part(cfg.Part))
 		}
 		if now := cfg.Branch.String(); plan.Branch != now {
-			differ("-branch: the run used %q, this command gives %q", plan.Branch, now)
+			differ("branch", fmt.Sprintf("%q", plan.Branch), fmt.Sprintf("%q", now))
 		}
 		was, now := "", ""
 		if plan.From != nil {
@@ -242,106 +167,22 @@ func compatible(m shard.Manifest, specs []task.Spec, cfg Config, now manifest.Po
 			now, _ = filepath.Abs(cfg.From)
 		}
 		if was != now {
-			differ("-from: the run branched from %q, this command from %q", was, now)
-		}
-	}
-
-	if m.Capture != nil {
-		switch was, err := capture.DecodeManifest(m.Capture); {
-		case err != nil:
-			differ("capture policy: the run's entry %s is unreadable (%v), this command gives %s", compactJSON(m.Capture), err, cfg.Capture.MarshalManifest())
-		case was != cfg.Capture:
-			differ("capture policy: the run used %s, this command gives %s", compactJSON(m.Capture), cfg.Capture.MarshalManifest())
-		}
-	}
-
-	// A manifest without a provider or policy entry was written by a run
-	// that crashed before its first generation closed, by a build that
-	// recorded them only then: nothing to compare, and Run records this
-	// command's.
-	if m.Provider != nil {
-		was, err := manifest.DecodeProvider(m.Provider)
-		if err != nil {
-			return fmt.Errorf("%w: the manifest's provider entry is unreadable: %v", ErrIncompatibleResume, err)
-		}
-		if was.Name != cfg.Provider {
-			differ("-provider: the run used %s, this command gives %s", was.Name, cfg.Provider)
-		} else {
-			diffs = append(diffs, was.SettingDiffs(cfg.ProviderParams)...)
-		}
-	}
-	if m.Policy != nil {
-		was, err := manifest.DecodePolicy(m.Policy)
-		if err != nil {
-			return fmt.Errorf("%w: the manifest's policy entry is unreadable: %v", ErrIncompatibleResume, err)
-		}
-		if was.Name != now.Name {
-			differ("-policy: the run used %s, this command gives %s", was.Name, now.Name)
-		} else {
-			for _, k := range settingKeys(was.Options, now.Options) {
-				o, okO := was.Options[k]
-				n, okN := now.Options[k]
-				if shapes(policyOptionShapes, now.Name, k) && (o != n || okO != okN) {
-					differ("-policy-opt %s: the run used %s, this command gives %s", k, settingValue(o, okO), settingValue(n, okN))
-				}
-			}
-			switch {
-			case was.ScriptSHA256 != nil && *was.ScriptSHA256 != *now.ScriptSHA256:
-				differ("-script: the run replayed %s, this command %s", scriptName(was.ScriptFile, *was.ScriptSHA256), scriptName(now.ScriptFile, *now.ScriptSHA256))
-			case was.ScriptSHA256 == nil && (was.ScriptFile == "") != (now.ScriptFile == ""):
-				differ("-script: the run replayed %s, this command %s", scriptName(was.ScriptFile, ""), scriptName(now.ScriptFile, ""))
-			}
-			if was.Conversation != nil {
-				var nowConv policy.Conversation
-				if now.Conversation != nil {
-					nowConv = *now.Conversation
-				}
-				for _, k := range was.Conversation.Diff(nowConv) {
-					differ("the conversation's %s differs from the run's (the model would be shown other messages)", k)
-				}
-			}
+			differ("from", fmt.Sprintf("%q", was), fmt.Sprintf("%q", now))
 		}
 	}
 	if len(diffs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w %s: this command differs from the run in what its episodes would be:\n  %s\n"+
-		"pass the run's settings (the command printed when it stopped reproduces them), or collect into another -out",
-		ErrIncompatibleResume, cfg.Out, strings.Join(diffs, "\n  "))
+	return &resumeRefused{mm: &manifest.ErrResumeMismatch{Dir: cfg.Out, Mismatches: diffs}}
 }
 
-func compactJSON(raw []byte) string {
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return string(raw)
-	}
-	return b.String()
+// resumeRefused is a refused resume: ErrIncompatibleResume, with the typed
+// mismatches.
+type resumeRefused struct{ mm *manifest.ErrResumeMismatch }
+
+func (e *resumeRefused) Error() string {
+	return ErrIncompatibleResume.Error() + " " + e.mm.Error() +
+		"\ngive the run's settings (the command printed when it stopped reproduces them), or collect into another directory"
 }
 
-func settingKeys(a, b map[string]string) []string {
-	keys := slices.Collect(maps.Keys(a))
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func settingValue(v string, set bool) string {
-	if !set {
-		return "none (the default)"
-	}
-	return fmt.Sprintf("%q", v)
-}
-
-func scriptName(file, sha string) string {
-	switch {
-	case file == "":
-		return "each task's solution"
-	case sha == "":
-		return file
-	}
-	return fmt.Sprintf("%s (sha256 %.12s)", file, sha)
-}
+func (e *resumeRefused) Unwrap() []error { return []error{ErrIncompatibleResume, e.mm} }

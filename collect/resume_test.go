@@ -114,7 +114,8 @@ func TestResumeRefusesACapturePolicyItCannotRead(t *testing.T) {
 	cfg.Resume = true
 	_, err = Run(context.Background(), cfg)
 	require.ErrorIs(t, err, ErrIncompatibleResume)
-	require.ErrorContains(t, err, `capture policy: the run's entry`)
+	require.ErrorContains(t, err, `capture: the run used {"a11y":"full"`)
+	require.ErrorContains(t, err, `the run's entry is unreadable`)
 	require.ErrorContains(t, err, `unknown field "video"`)
 }
 

@@ -1,6 +1,9 @@
 // Package episode is what one episode of a task is, whoever runs it: the
-// task's pool template, the environment its sandboxes run in (a browser
-// beside the sandbox for a task with a browser section), and the episode
+// task's pool template, the environment its sandboxes run in — opened once
+// per run for the collector, the replayer and the server alike (OpenEnv:
+// the provider swept, a browser beside the sandbox for a task with a
+// browser section, the policy's shaping, the pool, the manifest's provider
+// entry) — and the episode
 // runner in named pieces — begin an episode on the replica the pool handed
 // over, run a rollout into its capture sink, verify it, build its rows. The
 // collector, the replayer and the environment server run episodes through
@@ -10,7 +13,7 @@
 //
 // It knows tasks, the pool, providers (and the GUI host the program
 // registers, providers/browser's, never the browser itself), capture, and
-// the dataset's row types. It does not
+// the dataset's row types and the manifest's provider entry. It does not
 // know plans, resumes, comparisons, reports, or where rows are written: the
 // caller decides what an episode's failure means for its run, and commits
 // the rows.

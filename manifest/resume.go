@@ -2,8 +2,6 @@ package manifest
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 )
 
 // This file is the one rule for what a resume accepts of a provider's
@@ -64,6 +62,57 @@ var ProviderParamShapes = map[string]map[string]bool{
 	},
 }
 
+// PolicyOptionShapes says, per policy and option, whether a different value
+// changes what the policy does in an episode (true) or only how it reaches
+// its server (false). As for providers, an option not listed counts as
+// shaping. A test (collect's) checks that every option policy/openai knows is listed.
+var PolicyOptionShapes = map[string]map[string]bool{
+	"openai": {
+		// A different server may serve another model or revision under the
+		// same name (or, with no model option, whatever it serves).
+		"base_url":    true,
+		"model":       true,
+		"temperature": true,
+		"top_p":       true,
+		"max_tokens":  true,
+		"seed":        true,
+		"tool_mode":   true,
+		"actions":     true,
+		// The cap changes what the model is shown.
+		"observation_cap": true,
+		// What the model is shown of a page, and how many images stay.
+		"observe":    true,
+		"max_images": true,
+		// Whether token ids and logprobs are requested changes what is
+		// captured (an RL record or none).
+		"token_ids": true,
+		"logprobs":  true,
+		// The file's path may change; its text is compared through the
+		// recorded conversation (the rendered system prompt).
+		"system_prompt_file": false,
+		// The token path, the client-side parsers, the template's
+		// variables, whether reasoning goes back, which server kind the
+		// requests are shaped for and which server renders new turns all
+		// change the ids the model is given or how its text becomes
+		// actions.
+		"tokens":               true,
+		"tool_parser":          true,
+		"reasoning_parser":     true,
+		"chat_template_kwargs": true,
+		"send_reasoning":       true,
+		"server":               true,
+		"render_url":           true,
+		// Where the key comes from, and how long and how often a request
+		// is tried: they decide whether a request succeeds, not what the
+		// model is asked or answers.
+		"api_key_env": false,
+		"timeout":     false,
+		"retries":     false,
+		"backoff":     false,
+		"backoff_max": false,
+	},
+}
+
 // RetiredProviderParams are settings providers no longer accept, with
 // whether they shaped a sandbox. Runs collected with them still carry them
 // in their manifests; a resume, which cannot pass them any more, compares
@@ -88,30 +137,6 @@ func ProviderSettingShapes(provider, key string) bool {
 		return v
 	}
 	return true
-}
-
-// SettingDiffs lists, sorted by setting, every setting that shapes a
-// sandbox whose value in now differs from the one p was recorded with
-// (one set and the other not counts), each saying both values. A resume
-// that gets any is refused.
-func (p Provider) SettingDiffs(now map[string]string) []string {
-	keys := slices.Collect(maps.Keys(p.Params))
-	for k := range now {
-		if _, ok := p.Params[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	var diffs []string
-	for _, k := range keys {
-		o, okO := p.Params[k]
-		n, okN := now[k]
-		if ProviderSettingShapes(p.Name, k) && (o != n || okO != okN) {
-			diffs = append(diffs, fmt.Sprintf("-provider-opt %s: the run used %s, this command gives %s (it changes what a %s sandbox is)",
-				k, settingValue(o, okO), settingValue(n, okN), p.Name))
-		}
-	}
-	return diffs
 }
 
 func settingValue(v string, set bool) string {

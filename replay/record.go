@@ -21,13 +21,16 @@ type recording struct {
 	blobs *capture.BlobRecorder // run-wide blob dedup, as in a collection
 }
 
-func newRecording(cfg Config, src shard.Manifest, specs []task.Spec, provider string) (*recording, error) {
+func newRecording(cfg Config, src shard.Manifest, specs []task.Spec, prov manifest.Provider) (*recording, error) {
 	tasks, err := task.EncodeRecords(specs)
 	if err != nil {
 		return nil, err
 	}
 	runID := "replay-" + time.Now().UTC().Format("20060102T150405Z")
-	provRec := manifest.Provider{Name: provider, Params: cfg.ProviderParams, Image: cfg.Image}.Encode()
+	// The provider entry is the one every command writes (episode.Env's
+	// record), with the image the replay ran in place of the tasks' own.
+	prov.Image = cfg.Image
+	provRec := prov.Encode()
 	polRec := manifest.Policy{Name: "replay", Source: cfg.In, SourceRunID: src.RunID}.Encode()
 	w, err := shard.Create(cfg.Record, shard.Manifest{
 		SchemaVersion: schemas.Version, Tool: shard.ToolName, ToolVersion: src.ToolVersion, RunID: runID,

@@ -115,6 +115,7 @@ type replayer struct {
 	cfg       Config
 	specs     map[string]task.Spec
 	blob      func(sha256 string) ([]byte, error) // resolves recorded screenshots stored by hash
+	env       *episode.Env                        // the provider and pool, opened once (episode.OpenEnv)
 	prov      providers.Provider
 	pool      *pool.Pool
 	templates map[string]*pool.Template
@@ -176,44 +177,36 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 	rp.obs = observe.Or(cfg.Observer)
 	rp.log = replayLogger(cfg, m.RunID)
 	logf := func(format string, args ...any) { rp.log.Warn(fmt.Sprintf(format, args...)) }
-	prov, err := providers.Open(ctx, cfg.Provider, providers.Options{RunID: "replay-" + m.RunID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
-	if err != nil {
-		return nil, err
-	}
-	// As the collector does: remove what crashed runs left before making
-	// more (opening the provider removes nothing); a failed sweep is logged.
-	if sw, ok := providers.As[providers.Sweeper](prov); ok {
-		if err := sw.Sweep(ctx); err != nil {
-			if ctx.Err() != nil {
-				prov.Close(context.WithoutCancel(ctx))
-				return nil, fmt.Errorf("replay: %w", ctx.Err())
-			}
-			logf("sweeping leftovers of crashed runs: %v", err)
-		}
-	}
-	// Browser tasks replay with a browser, as they were collected.
-	if rp.prov, err = episode.Environment(prov, list); err != nil {
-		prov.Close(context.WithoutCancel(ctx))
-		return nil, err
-	}
+	// The environment is opened as the collector opens it (the sweep of
+	// crashed runs' leftovers, the browser for browser tasks as they were
+	// collected, an agent harness's shaping, the pool).
+	var shaper any
 	if rp.agents != nil {
-		if err := episode.ShapeTemplates(rp.agents, rp.prov, rp.templates); err != nil {
-			rp.prov.Close(context.WithoutCancel(ctx))
-			rp.agents.Close()
-			return nil, fmt.Errorf("replay: %w", err)
-		}
+		shaper = rp.agents
 	}
-	if rp.pool, err = pool.New(pool.Config{Provider: rp.prov, Replicas: cfg.Replicas, Log: logf, OnGolden: rp.onGolden}); err != nil {
-		rp.prov.Close(context.WithoutCancel(ctx))
+	rp.env, err = episode.OpenEnv(ctx, episode.EnvConfig{
+		Provider: cfg.Provider, Options: providers.Options{RunID: "replay-" + m.RunID, Dir: cfg.WorkDir, Params: cfg.ProviderParams},
+		Specs: list, Templates: rp.templates, Shaper: shaper,
+		Pool: pool.Config{Replicas: cfg.Replicas, Log: logf, OnGolden: rp.onGolden},
+		Logf: logf,
+	})
+	if err != nil {
+		if rp.agents != nil {
+			rp.agents.Close()
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("replay: %w", ctx.Err())
+		}
 		return nil, err
 	}
+	rp.prov, rp.pool = rp.env.Provider, rp.env.Pool
 	// The replayed steps are captured under the recording's own policy:
 	// the one a Config.Record dataset's manifest states. Without Record the
 	// captured rows are dropped with the episode: one runner for both costs
 	// a row per step in memory, which the stored steps already take.
 	rp.runner = episode.Runner{Provider: rp.prov.Name(), Capture: recorded}
 	if cfg.Record != "" {
-		if rp.rec, err = newRecording(cfg, m, list, rp.prov.Name()); err != nil {
+		if rp.rec, err = newRecording(cfg, m, list, rp.env.Record); err != nil {
 			rp.close(context.WithoutCancel(ctx))
 			return nil, err
 		}
@@ -225,8 +218,9 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 
 // close closes the pool and then the provider.
 func (rp *replayer) close(ctx context.Context) {
-	rp.pool.Close(ctx)
-	rp.prov.Close(ctx)
+	if err := rp.env.Close(ctx); err != nil {
+		rp.log.Warn(fmt.Sprintf("replay: %v", err))
+	}
 	if rp.agents != nil {
 		rp.agents.Close()
 	}

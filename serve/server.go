@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
@@ -45,6 +43,7 @@ type Server struct {
 	ln    net.Listener
 	specs []*task.Spec // sorted by id: a seed picks specs[seed mod len]
 	tasks map[string]*served
+	env   *episode.Env // the provider and pool, opened once (episode.OpenEnv)
 	prov  providers.Provider
 	pool  *pool.Pool
 	jobs  chan pool.Job
@@ -137,11 +136,8 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	fail := func(err error) (*Server, error) {
 		ln.Close()
-		if s.pool != nil {
-			s.pool.Close(context.WithoutCancel(ctx))
-		}
-		if s.prov != nil {
-			s.prov.Close(context.WithoutCancel(ctx))
+		if s.env != nil {
+			s.env.Close(context.WithoutCancel(ctx))
 		}
 		return nil, err
 	}
@@ -150,28 +146,11 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 	// (docker's sweep tells a live server from a crashed one by it); the
 	// rows carry the dataset's, which a resumed dataset keeps.
 	s.runID = newRunID()
-	prov, err := providers.Open(ctx, cfg.Provider, providers.Options{RunID: s.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams})
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return fail(err)
-		}
-		return fail(badInput(err))
-	}
-	s.prov = prov
-	if sw, ok := providers.As[providers.Sweeper](prov); ok {
-		if err := sw.Sweep(ctx); err != nil {
-			if ctx.Err() != nil {
-				return fail(fmt.Errorf("serve: %w", ctx.Err()))
-			}
-			cfg.Log.Warn("serve: sweeping leftovers of crashed runs", "err", err)
-		}
-	}
 	list := make([]task.Spec, len(s.specs))
+	templates := make(map[string]*pool.Template, len(s.specs))
 	for i, sp := range s.specs {
 		list[i] = *sp
-	}
-	if s.prov, err = episode.Environment(prov, list); err != nil {
-		return fail(badInput(err))
+		templates[sp.ID] = s.tasks[sp.ID].template
 	}
 	// The pool's workers hold a replica from its hand-off until its sandbox
 	// is destroyed, which runs after the episode ended: twice as many
@@ -181,14 +160,26 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 	if maxCreates == 0 {
 		maxCreates = 2 * cfg.MaxSessions
 	}
-	s.pool, err = pool.New(pool.Config{Provider: s.prov, Replicas: 2 * cfg.MaxSessions, Strategy: cfg.Reset, Standby: cfg.Standby,
-		MaxCreates: maxCreates, MaxBranches: cfg.MaxCheckpoints, Log: func(format string, args ...any) { cfg.Log.Warn("serve: pool: " + fmt.Sprintf(format, args...)) },
-		OnGolden: s.onGolden})
-	if err != nil {
+	logf := func(format string, args ...any) { cfg.Log.Warn("serve: " + fmt.Sprintf(format, args...)) }
+	s.env, err = episode.OpenEnv(ctx, episode.EnvConfig{
+		Provider: cfg.Provider, Options: providers.Options{RunID: s.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams},
+		Specs: list, Templates: templates,
+		Pool: pool.Config{Replicas: 2 * cfg.MaxSessions, Strategy: cfg.Reset, Standby: cfg.Standby, MaxCreates: maxCreates, MaxBranches: cfg.MaxCheckpoints,
+			Log: func(format string, args ...any) { logf("pool: "+format, args...) }, OnGolden: s.onGolden},
+		Logf: logf,
+	})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return fail(fmt.Errorf("serve: %w", ctx.Err()))
+	case errors.Is(err, context.Canceled):
+		return fail(err)
+	default:
 		return fail(badInput(err))
 	}
+	s.prov, s.pool = s.env.Provider, s.env.Pool
 	if cfg.Out != "" {
-		if s.rec, err = openRecorder(cfg, s.runID, list, s.providerRecord()); err != nil {
+		if s.rec, err = openRecorder(cfg, s.runID, list, s.env.Record); err != nil {
 			return fail(err)
 		}
 		for id := range s.rec.w.Committed() {
@@ -200,16 +191,6 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 		s.runner.RunID = s.rec.runID
 	}
 	return s, nil
-}
-
-// providerRecord is the manifest's provider entry, as collect writes it.
-func (s *Server) providerRecord() manifest.Provider {
-	caps := s.prov.Capabilities()
-	params := maps.Clone(s.cfg.ProviderParams)
-	if params == nil {
-		params = map[string]string{}
-	}
-	return manifest.Provider{Name: s.prov.Name(), Capabilities: &caps, Params: params, Reset: string(s.pool.Strategy())}
 }
 
 // serve accepts connections until ctx is cancelled, then drains.
@@ -321,11 +302,8 @@ func (s *Server) closeAll(sum *Summary) error {
 	closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errs []error
-	if err := s.pool.Close(closeCtx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := s.prov.Close(closeCtx); err != nil {
-		errs = append(errs, fmt.Errorf("serve: closing provider: %w", err))
+	if err := s.env.Close(closeCtx); err != nil {
+		errs = append(errs, fmt.Errorf("serve: %w", err))
 	}
 	if s.rec != nil {
 		if err := s.rec.close(sum); err != nil {

@@ -170,6 +170,7 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 		inv.Errorf("the next collect run sweeps them at start-up, as the command below does. Finish the run with:\n  %s", finish)
 	})
 	sum, err := collect.Run(ctx, *cfg)
+	err = inFlagWords(err)
 	if sum != nil {
 		rep := sum.Report()
 		if inv.JSON {

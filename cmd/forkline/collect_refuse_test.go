@@ -158,12 +158,12 @@ func TestRefusedResumeLeavesTheDatasetUntouched(t *testing.T) {
 		{"capture pixels", tasks, []string{"-pixels", "none"}, []string{`the run used {"text":"full","pixels":"hash"`, `this command gives {"text":"full","pixels":"none"`}},
 		{"capture text", tasks, []string{"-text", "cap:100"}, []string{`"text":"full"`, `"text":"cap:100"`}},
 		{"capture file", tasks, []string{"-capture", captureFile}, []string{`"tokens":"keep"`, `"tokens":"drop"`}},
-		{"task missing", oneTask, nil, []string{"task config-migrate of the run being resumed is missing from -tasks"}},
+		{"task missing", oneTask, nil, []string{"task config-migrate of the run being resumed is not among the tasks given"}},
 		{"task edited", edited, nil, []string{"task config-migrate changed since the run started"}},
 		{"task added", added, nil, []string{"task extra is not in the run being resumed"}},
 		{"provider", tasks, []string{"-provider", "docker"}, []string{"-provider: the run used local, this command gives docker"}},
 		{"policy", tasks, []string{"-policy", "openai", "-base-url", "http://127.0.0.1:1/v1"}, []string{"-policy: the run used script, this command gives openai"}},
-		{"script", tasks, []string{"-script", script}, []string{"-script: the run replayed each task's solution, this command " + script}},
+		{"script", tasks, []string{"-script", script}, []string{"-script: the run used each task's solution, this command gives " + script}},
 		{"several", tasks, []string{"-repeats", "3", "-seed", "9", "-pixels", "none"}, []string{"-repeats: the run used 2", "-seed: the run used 3", `"pixels":"none"`}},
 	}
 

@@ -139,6 +139,7 @@ func runServe(ctx context.Context, inv *cli.Invocation, o *serveOptions) int {
 		debug.SetMemoryLimit(serve.MemoryLimit(*cfg))
 	}
 	sum, err := serve.Run(ctx, *cfg)
+	err = inFlagWords(err)
 	if sum != nil {
 		if inv.JSON {
 			inv.PrintJSON(sum)
