@@ -29,9 +29,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/schemas"

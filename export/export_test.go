@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/forkline/forkline/formats/model"
-	"github.com/forkline/forkline/formats/model/tabletest"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/jsonl"
+	"github.com/forkline/forkline/formats/model"
+	"github.com/forkline/forkline/formats/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/formats/verl"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/schemas"
 )

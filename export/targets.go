@@ -5,10 +5,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/jsonl"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/verl"
 )
 

@@ -83,7 +83,9 @@ type Resuming struct {
 // entry that cannot be read is an error.
 func ResumeMismatches(m shard.Manifest, now Resuming) ([]Mismatch, error) {
 	var out []Mismatch
-	text := func(format string, args ...any) { out = append(out, Mismatch{Field: "task", Text: fmt.Sprintf(format, args...)}) }
+	text := func(format string, args ...any) {
+		out = append(out, Mismatch{Field: "task", Text: fmt.Sprintf(format, args...)})
+	}
 
 	oldHash, err := task.RecordHashes(m.Tasks)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/forkline/forkline/export"
-	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/chat"
+	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/progress"
