@@ -47,33 +47,38 @@ import (
 // Version is the tool version written into manifests.
 const Version = "0.1.0"
 
-// Config is everything a run needs. forkline collect fills it from flags.
+// Config is everything a run needs. forkline collect fills it from flags,
+// starting from DefaultConfig; a zero field means what its comment says
+// (Validate reports a value that cannot run).
 type Config struct {
 	Tasks          string            // a task file or a directory of them
-	Provider       string            // registry name, e.g. "local": the program registers it (import providers/all, or one backend)
+	Provider       string            // registry name; "" is "local"; the program registers it (import providers/all, or one backend)
 	ProviderParams map[string]string // backend settings
-	Replicas       int               // episodes in parallel
-	Repeats        int               // episodes per task
+	Replicas       int               // episodes in parallel; 0 is DefaultReplicas (4), as on the command line
+	Repeats        int               // episodes per task; 0 is 1
 	Seed           int64
-	Policy         string // registry name, e.g. "script": the program registers it (import policy/all, or one policy)
+	Policy         string // registry name; "" is "script"; the program registers it (import policy/all, or one policy)
 	ScriptFile     string // for policy script: actions to replay instead of each task's solution
 	// PolicyOptions are policy settings (-policy-opt k=v). They are recorded
 	// in the manifest, so they must never hold a secret: policies take keys
 	// from environment variables named here, never from values.
 	PolicyOptions map[string]string
-	Reset         pool.Strategy
-	Capture       capture.Policy
-	Shards        shard.Config
+	Reset         pool.Strategy  // "" is pool.Auto
+	Capture       capture.Policy // the zero Policy is capture.DefaultPolicy()
+	Shards        shard.Config   // zero fields are shard.DefaultConfig()'s
 	Out           string
 	// Grace is how long episodes in flight may run on after ctx is
 	// cancelled before they are cancelled too (and kept as cancelled).
+	// 0 cancels them at once; DefaultConfig has DefaultGrace (10s).
 	Grace time.Duration
 	// Standby keeps this many ready replicas per task prepared in the
-	// background, so a reset is a hand-off (pool.Config.Standby).
+	// background, so a reset is a hand-off (pool.Config.Standby); 0 keeps
+	// none.
 	Standby int
-	// MaxCreates caps concurrent sandbox creations (default 2 × Replicas).
+	// MaxCreates caps concurrent sandbox creations; 0 is 2 × Replicas.
 	MaxCreates int
-	// Part is the share of the plan this machine collects (default: all).
+	// Part is the share of the plan this machine collects; the zero Part
+	// is all of it (Whole).
 	Part Part
 	// MaxLoss stops scheduling once this invocation's scaffold losses pass
 	// it (ErrMaxLoss); the zero value is no limit.
@@ -718,76 +723,6 @@ func mostCommonError(r Report) string {
 		return "no error detail"
 	}
 	return "most common: " + r.Errors[0].String()
-}
-
-func validate(cfg *Config) error {
-	if cfg.Tasks == "" {
-		return errors.New("collect: no tasks given (-tasks DIR|FILE)")
-	}
-	switch {
-	case cfg.From == "" && len(cfg.FromEpisodes) > 0:
-		return errors.New("collect: -episode picks episodes of -from DATASET, and no -from is given")
-	case cfg.From != "" && !cfg.Branch.IsSet():
-		return fmt.Errorf("collect: -from %s: give -branch at=K,width=N (where the stored episodes are branched)", cfg.From)
-	case cfg.From != "" && cfg.Branch.tree:
-		return fmt.Errorf("collect: -from %s: -branch %s: trees from a stored dataset are not carried out; use -branch at=K,width=N", cfg.From, cfg.Branch)
-	case cfg.From != "" && cfg.Part.Count > 1:
-		return fmt.Errorf("collect: -from %s: -shard %s: a run from a stored dataset is not parted", cfg.From, cfg.Part)
-	}
-	if cfg.Out == "" {
-		return errors.New("collect: no output directory given (-out DIR)")
-	}
-	if cfg.Provider == "" {
-		cfg.Provider = "local"
-	}
-	if cfg.Policy == "" {
-		cfg.Policy = "script"
-	}
-	// Zero counts take their defaults (a library caller's zero Config);
-	// negative ones are refused, never silently replaced. forkline collect also
-	// refuses an explicit zero where it means nothing.
-	for _, c := range []struct {
-		field, flag string
-		v           int64
-	}{
-		{"Replicas", "-replicas", int64(cfg.Replicas)},
-		{"Repeats", "-repeats", int64(cfg.Repeats)},
-		{"Standby", "-standby", int64(cfg.Standby)},
-		{"MaxCreates", "-max-creates", int64(cfg.MaxCreates)},
-		{"Grace", "-grace", int64(cfg.Grace)},
-	} {
-		if c.v < 0 {
-			return fmt.Errorf("collect: %s (%s) is negative: %d", c.field, c.flag, c.v)
-		}
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.Repeats == 0 {
-		cfg.Repeats = 1
-	}
-	if cfg.Reset == "" {
-		cfg.Reset = pool.Auto
-	}
-	if cfg.Part.Count == 0 {
-		cfg.Part = Whole
-	}
-	if cfg.Part.Index < 0 || cfg.Part.Index >= cfg.Part.Count {
-		return fmt.Errorf("collect: shard %s is out of range", cfg.Part)
-	}
-	if cfg.Capture == (capture.Policy{}) {
-		cfg.Capture = capture.DefaultPolicy()
-	}
-	if err := cfg.Capture.Validate(); err != nil {
-		return err
-	}
-	if cfg.Shards == (shard.Config{}) {
-		cfg.Shards = shard.DefaultConfig()
-	}
-	if cfg.Resume && cfg.Force {
-		return errors.New("collect: -resume and -force contradict each other")
-	}
-	return cfg.Shards.Validate()
 }
 
 func newRunID() string {

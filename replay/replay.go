@@ -67,7 +67,9 @@ type Mask struct {
 	Replace string
 }
 
-// Config configures a replay.
+// Config configures a replay. forkline replay fills it from flags,
+// starting from DefaultConfig; a zero field means what its comment says
+// (Validate reports a value that cannot run).
 type Config struct {
 	In             string // the dataset to replay
 	Provider       string // default: the provider the dataset was collected with; the program registers it (import providers/all)
@@ -79,10 +81,13 @@ type Config struct {
 	TaskFiles  string
 	Tasks      []string // only these task ids (empty: all)
 	EpisodeIDs []string // only these episode ids or id prefixes (empty: all)
-	Mode       Mode
-	Masks      []Mask // Normalized mode; nil means DefaultMasks
-	Replicas   int
-	WorkDir    string
+	Mode       Mode     // "" is Exact
+	Masks      []Mask   // Normalized mode; nil means DefaultMasks
+	// Replicas is the episodes replayed in parallel; 0 is DefaultReplicas
+	// (4), as on the command line. A negative count is refused (it used
+	// to be replaced by 4).
+	Replicas int
+	WorkDir  string
 	// Logger receives the replay's records (each with run_id, the
 	// replay's own, and replayed_run_id); when nil, Log gets them as text.
 	Logger *slog.Logger

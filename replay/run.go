@@ -53,28 +53,6 @@ func (t trajectories) EachEpisode(fn func(ep schemas.EpisodeRow, steps []schemas
 	return t.ds.EachTrajectory(fn)
 }
 
-// withDefaults fills in the defaults and refuses settings out of range.
-func (cfg *Config) withDefaults() error {
-	if cfg.Mode == "" {
-		cfg.Mode = Exact
-	}
-	switch cfg.Mode {
-	case Exact, Normalized, Hash:
-	default:
-		return fmt.Errorf("replay: unknown compare mode %q (known: exact, hash, normalized)", cfg.Mode)
-	}
-	if cfg.Masks == nil {
-		cfg.Masks = DefaultMasks
-	}
-	if cfg.Replicas <= 0 {
-		cfg.Replicas = 4
-	}
-	if cfg.PixelTolerance < 0 || cfg.PixelTolerance >= 1 {
-		return fmt.Errorf("replay: pixel tolerance %g must be in [0, 1)", cfg.PixelTolerance)
-	}
-	return nil
-}
-
 // openRecorded opens the dataset and its task specs: the recorded ones, or
 // those of cfg.TaskFiles with the same ids, and checks the task filter.
 func openRecorded(cfg Config) (*shard.Dataset, map[string]task.Spec, error) {

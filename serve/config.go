@@ -13,14 +13,18 @@ import (
 	"github.com/forkline/forkline/pool"
 )
 
-// Config is everything a server needs. forkline serve fills it from flags.
+// Config is everything a server needs. forkline serve fills it from flags,
+// starting from DefaultConfig; a zero field means what its comment says
+// (Validate reports a value that cannot serve). A server has no replicas
+// count: MaxSessions bounds its sandboxes in use.
 type Config struct {
 	Tasks          string            // a task file or a directory of them
 	Provider       string            // registry name; default "local"; the program registers it (import providers/all)
 	ProviderParams map[string]string // backend settings
 	Reset          pool.Strategy     // default auto
 	// Standby keeps this many ready replicas per task prepared in the
-	// background, so that a reset is a hand-off (pool.Config.Standby).
+	// background, so that a reset is a hand-off (pool.Config.Standby); 0
+	// keeps none.
 	Standby int
 	// MaxCreates caps concurrent sandbox creations and forks; 0 means
 	// 2 × MaxSessions.
@@ -33,10 +37,12 @@ type Config struct {
 	// one-shot HTTP requests); default DefaultMaxSessions.
 	MaxSessions int
 	// IdleTimeout closes a session that sent nothing for this long,
-	// destroying its sandbox; 0 never does.
+	// destroying its sandbox; 0 never does (DefaultConfig has
+	// DefaultIdleTimeout).
 	IdleTimeout time.Duration
 	// Grace is how long, once the server is stopping, the steps in flight
-	// may run before they are interrupted.
+	// may run before they are interrupted; 0 interrupts them at once
+	// (DefaultConfig has DefaultGrace).
 	Grace time.Duration
 	// MaxCheckpoints bounds the checkpoints (branch points made by
 	// sessions' checkpoint messages) live on the server at once; 0 means
@@ -115,10 +121,7 @@ const (
 // episodes keep beyond it (each step's record until its episode ends)
 // makes the collector run more often, never fails. forkline serve sets it.
 func MemoryLimit(cfg Config) int64 {
-	budget := cfg.MessageBudget
-	if budget == 0 {
-		budget = max(DefaultMessageBudget, cfg.MaxMessageBytes)
-	}
+	_, budget := cfg.messageLimits()
 	return 64<<20 + 6*budget
 }
 
@@ -140,45 +143,112 @@ func badInput(err error) error {
 	return configError{err}
 }
 
-// withDefaults fills in defaults and refuses values out of range, naming
-// the field and its flag.
-func (cfg *Config) withDefaults() error {
-	if cfg.Tasks == "" {
-		return errors.New("serve: no tasks given (-tasks DIR|FILE)")
+// DefaultConfig returns the defaults forkline serve runs with when no flag
+// says otherwise, with empty ProviderParams to add to. It names no Tasks:
+// Run refuses a Config without them. Its IdleTimeout and Grace are not
+// what zero means in a Config (zero never times a session out, and gives
+// the steps in flight no time), so a library caller starts from here.
+func DefaultConfig() Config {
+	return Config{
+		Provider:           "local",
+		ProviderParams:     map[string]string{},
+		Reset:              pool.Auto,
+		Addr:               DefaultAddr,
+		MaxSessions:        DefaultMaxSessions,
+		IdleTimeout:        DefaultIdleTimeout,
+		Grace:              DefaultGrace,
+		SessionCheckpoints: DefaultSessionCheckpoints,
+		MaxMessageBytes:    DefaultMaxMessageBytes,
+		MessageBudget:      DefaultMessageBudget,
+		MessageTimeout:     DefaultMessageTimeout,
+		Capture:            capture.DefaultPolicy(),
+		Shards:             shard.DefaultConfig(),
 	}
-	for _, c := range []struct {
-		field, flag string
-		v           int64
+}
+
+// Validate reports the first setting of c that cannot serve, naming its
+// field; zero fields count as what they mean (see Config). It does not ask
+// for Tasks, which DefaultConfig cannot name (Run does), nor look up
+// Provider, which the program registers.
+func (c Config) Validate() error {
+	for _, n := range []struct {
+		field string
+		v     int64
+		zero  string
 	}{
-		{"Standby", "-standby", int64(cfg.Standby)},
-		{"MaxCreates", "-max-creates", int64(cfg.MaxCreates)},
-		{"MaxSessions", "-max-sessions", int64(cfg.MaxSessions)},
-		{"IdleTimeout", "-idle-timeout", int64(cfg.IdleTimeout)},
-		{"Grace", "-grace", int64(cfg.Grace)},
-		{"MaxCheckpoints", "-max-checkpoints", int64(cfg.MaxCheckpoints)},
-		{"SessionCheckpoints", "-session-checkpoints", int64(cfg.SessionCheckpoints)},
-		{"MaxMessageBytes", "-max-message-mb", cfg.MaxMessageBytes},
-		{"MessageBudget", "-message-budget-mb", cfg.MessageBudget},
-		{"MessageTimeout", "-message-timeout", int64(cfg.MessageTimeout)},
+		{"Standby", int64(c.Standby), "no standby"},
+		{"MaxCreates", int64(c.MaxCreates), "2 × MaxSessions"},
+		{"MaxSessions", int64(c.MaxSessions), fmt.Sprint(DefaultMaxSessions)},
+		{"IdleTimeout", int64(c.IdleTimeout), "never"},
+		{"Grace", int64(c.Grace), "interrupt the steps in flight at once"},
+		{"MaxCheckpoints", int64(c.MaxCheckpoints), "MaxSessions"},
+		{"SessionCheckpoints", int64(c.SessionCheckpoints), fmt.Sprint(DefaultSessionCheckpoints)},
+		{"MaxMessageBytes", c.MaxMessageBytes, fmt.Sprintf("%d MiB", DefaultMaxMessageBytes>>20)},
+		{"MessageBudget", c.MessageBudget, fmt.Sprintf("%d MiB, or MaxMessageBytes if larger", DefaultMessageBudget>>20)},
+		{"MessageTimeout", int64(c.MessageTimeout), DefaultMessageTimeout.String()},
 	} {
-		if c.v < 0 {
-			return fmt.Errorf("serve: %s (%s) is negative: %d", c.field, c.flag, c.v)
+		if n.v < 0 {
+			return fmt.Errorf("serve: %s is negative (%d): want >= 0 (0: %s)", n.field, n.v, n.zero)
 		}
 	}
-	if cfg.Resume && cfg.Force {
-		return errors.New("serve: -resume and -force contradict each other")
+	// This one passes through forkline serve unchanged, so it names the
+	// flags beside the fields.
+	if c.Resume && c.Force {
+		return errors.New("serve: Resume (-resume) and Force (-force) contradict each other")
 	}
-	if (cfg.Resume || cfg.Force) && cfg.Out == "" {
-		return errors.New("serve: -resume and -force need -out DIR")
+	if (c.Resume || c.Force) && c.Out == "" {
+		return errors.New("serve: Resume and Force are about the recording, and Out is empty")
+	}
+	if c.Reset != "" {
+		if _, err := pool.ParseStrategy(string(c.Reset)); err != nil {
+			return fmt.Errorf("serve: Reset: %w", err)
+		}
+	}
+	msg, budget := c.messageLimits()
+	if msg > MaxMessageLimit {
+		return fmt.Errorf("serve: MaxMessageBytes is %d bytes; at most %d", msg, MaxMessageLimit)
+	}
+	if budget < msg {
+		return fmt.Errorf("serve: MessageBudget (%d bytes) is less than MaxMessageBytes (%d bytes): the largest message could never be read", budget, msg)
+	}
+	if c.Capture != (capture.Policy{}) {
+		if err := c.Capture.Validate(); err != nil {
+			return fmt.Errorf("serve: Capture: %w", err)
+		}
+	}
+	if err := c.Shards.Validate(); err != nil {
+		return fmt.Errorf("serve: Shards: %w", err)
+	}
+	return nil
+}
+
+// messageLimits are MaxMessageBytes and MessageBudget with their zeros
+// read as the comments on Config say.
+func (c Config) messageLimits() (msg, budget int64) {
+	msg, budget = c.MaxMessageBytes, c.MessageBudget
+	if msg == 0 {
+		msg = DefaultMaxMessageBytes
+	}
+	if budget == 0 {
+		budget = max(DefaultMessageBudget, msg)
+	}
+	return msg, budget
+}
+
+// withDefaults checks cfg as Run needs it — its Tasks, then Validate — and
+// fills its zero fields with what they mean.
+func (cfg *Config) withDefaults() error {
+	if cfg.Tasks == "" {
+		return errors.New("serve: Tasks is empty: no task file or directory given")
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 	if cfg.Provider == "" {
 		cfg.Provider = "local"
 	}
 	if cfg.Reset == "" {
 		cfg.Reset = pool.Auto
-	}
-	if _, err := pool.ParseStrategy(string(cfg.Reset)); err != nil {
-		return err
 	}
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultAddr
@@ -192,32 +262,15 @@ func (cfg *Config) withDefaults() error {
 	if cfg.SessionCheckpoints == 0 {
 		cfg.SessionCheckpoints = DefaultSessionCheckpoints
 	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if cfg.MaxMessageBytes > MaxMessageLimit {
-		return fmt.Errorf("serve: MaxMessageBytes (-max-message-mb) is %d bytes; at most %d", cfg.MaxMessageBytes, MaxMessageLimit)
-	}
-	if cfg.MessageBudget == 0 {
-		cfg.MessageBudget = max(DefaultMessageBudget, cfg.MaxMessageBytes)
-	}
-	if cfg.MessageBudget < cfg.MaxMessageBytes {
-		return fmt.Errorf("serve: MessageBudget (-message-budget-mb, %d bytes) is less than MaxMessageBytes (-max-message-mb, %d bytes): the largest message could never be read", cfg.MessageBudget, cfg.MaxMessageBytes)
-	}
+	cfg.MaxMessageBytes, cfg.MessageBudget = cfg.messageLimits()
 	if cfg.MessageTimeout == 0 {
 		cfg.MessageTimeout = DefaultMessageTimeout
 	}
 	if cfg.Capture == (capture.Policy{}) {
 		cfg.Capture = capture.DefaultPolicy()
 	}
-	if err := cfg.Capture.Validate(); err != nil {
-		return err
-	}
 	if cfg.Shards == (shard.Config{}) {
 		cfg.Shards = shard.DefaultConfig()
-	}
-	if err := cfg.Shards.Validate(); err != nil {
-		return err
 	}
 	if cfg.ToolVersion == "" {
 		cfg.ToolVersion = "dev"

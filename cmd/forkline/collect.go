@@ -71,11 +71,11 @@ ends partial and the command that finishes it is printed. A second signal exits 
 }
 
 func setupCollect(f *cli.FlagSet) cli.Runner {
-	o := &collectOptions{cfg: collect.Config{
-		Provider: "local", ProviderParams: map[string]string{}, Replicas: 4, Repeats: 1,
-		Policy: "script", PolicyOptions: map[string]string{}, Grace: 10 * time.Second,
-		Capture: capture.DefaultPolicy(),
-	}, reset: "auto", text: "full", rollMB: 64, rollEvery: time.Minute}
+	// Every default the help shows is the library's (DefaultConfig): one
+	// source for the command and an embedding program.
+	d := collect.DefaultConfig()
+	o := &collectOptions{cfg: d, reset: string(d.Reset), text: d.Capture.TextFlag(),
+		rollMB: d.Shards.RollBytes >> 20, rollEvery: d.Shards.RollInterval}
 	c := &o.cfg
 
 	f.Group("plan", "-repeats 64 -seed 1 -shard 3/8")

@@ -66,7 +66,8 @@ server is not asked (docs/agents.md).`,
 }
 
 func setupReplay(f *cli.FlagSet) cli.Runner {
-	o := &replayOptions{cfg: replay.Config{ProviderParams: map[string]string{}, Replicas: 4}, mode: string(replay.Exact)}
+	d := replay.DefaultConfig() // the defaults the help shows
+	o := &replayOptions{cfg: d, mode: string(d.Mode)}
 	c := &o.cfg
 	f.Group("input", "")
 	f.String(&c.In, "in", "DIR", "the dataset to replay").Require()

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/pool"
@@ -70,12 +69,12 @@ A second signal exits at once. It listens on loopback unless -addr says otherwis
 }
 
 func setupServe(f *cli.FlagSet) cli.Runner {
-	o := &serveOptions{cfg: serve.Config{
-		Provider: "local", ProviderParams: map[string]string{}, Addr: serve.DefaultAddr, MaxSessions: serve.DefaultMaxSessions,
-		IdleTimeout: serve.DefaultIdleTimeout, Grace: serve.DefaultGrace, SessionCheckpoints: serve.DefaultSessionCheckpoints, Capture: capture.DefaultPolicy(), ToolVersion: collect.Version,
-		MessageTimeout: serve.DefaultMessageTimeout,
-	}, reset: "auto", text: "full", rollMB: 64, rollEvery: time.Minute,
-		maxMsgMB: serve.DefaultMaxMessageBytes >> 20, budgetMB: serve.DefaultMessageBudget >> 20}
+	// Every default the help shows is the library's (DefaultConfig).
+	d := serve.DefaultConfig()
+	d.ToolVersion = collect.Version
+	o := &serveOptions{cfg: d, reset: string(d.Reset), text: d.Capture.TextFlag(),
+		rollMB: d.Shards.RollBytes >> 20, rollEvery: d.Shards.RollInterval,
+		maxMsgMB: d.MaxMessageBytes >> 20, budgetMB: d.MessageBudget >> 20}
 	c := &o.cfg
 
 	f.Group("server", "-addr 127.0.0.1:8000 -max-sessions 64 -idle-timeout 15m")
