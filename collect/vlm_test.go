@@ -9,9 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,15 +27,16 @@ import (
 	"github.com/forkline/forkline/formats/verl"
 	"github.com/forkline/forkline/inspect"
 	"github.com/forkline/forkline/internal/oracle"
+	"github.com/forkline/forkline/policy/openai/openaitest"
 )
 
 // vlmServer is a loopback stand-in for a VLM behind an OpenAI-compatible
-// server (vLLM serving Qwen2.5-VL or Gemma 3): it checks every request as
-// such a server would receive it — content parts of type text and
-// image_url, each image a base64 PNG data URL that decodes — records
-// what it saw, and answers with a scripted "model" that reads the
-// accessibility tree in the request to choose its clicks, so an episode
-// that succeeds proves the observation reached the model.
+// server (vLLM serving Qwen2.5-VL or Gemma 3): openaitest checks every
+// request as such a server would receive it — content parts of type text
+// and image_url, each image a base64 data URL that decodes, images in
+// user messages only — and keeps what it saw; the scripted "model" here
+// reads the accessibility tree in the request to choose its clicks, so an
+// episode that succeeds proves the observation reached the model.
 //
 // Its token ids are a tokenizer of its own, made to behave as vLLM's do
 // for a multimodal prompt: each message is [role id] + its bytes + [end],
@@ -49,13 +46,8 @@ import (
 // placeholders between turns become environment tokens (mask 0) without a
 // drift being flagged.
 type vlmServer struct {
-	t         *testing.T
-	srv       *httptest.Server
+	*openaitest.Server
 	maxImages int // the requests must carry at most this many images (0: any)
-
-	mu       sync.Mutex
-	requests []vlmRequest
-	problems []string
 }
 
 // vlmRequest is what one request carried.
@@ -80,91 +72,27 @@ const (
 var roleIDs = map[string]int32{"system": 1000, "user": 1001, "assistant": 1002, "tool": 1003}
 
 func startVLMServer(t *testing.T, maxImages int) *vlmServer {
-	s := &vlmServer{t: t, maxImages: maxImages}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.handle))
-	t.Cleanup(s.srv.Close)
+	s := &vlmServer{maxImages: maxImages}
+	s.Server = openaitest.Start(t, openaitest.Options{Model: s.respond})
 	return s
 }
 
-func (s *vlmServer) url() string { return s.srv.URL + "/v1" }
+func (s *vlmServer) url() string { return s.URL }
 
-func (s *vlmServer) problem(format string, args ...any) {
-	s.mu.Lock()
-	s.problems = append(s.problems, fmt.Sprintf(format, args...))
-	s.mu.Unlock()
+// requests returns what each request carried, in the order received.
+func (s *vlmServer) requests() []vlmRequest {
+	var out []vlmRequest
+	for _, r := range s.Received() {
+		out = append(out, readVLMRequest(r))
+	}
+	return out
 }
 
-type wireMessage struct {
-	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"`
-	ToolCalls []struct {
-		ID       string `json:"id"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-}
-
-type wirePart struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	ImageURL *struct {
-		URL string `json:"url"`
-	} `json:"image_url"`
-}
-
-func (s *vlmServer) handle(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
-		io.WriteString(w, `{"object":"list","data":[{"id":"scripted-vlm","object":"model","owned_by":"vllm"}]}`)
-		return
-	case r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions":
-		http.NotFound(w, r)
-		return
+func readVLMRequest(r openaitest.Request) vlmRequest {
+	rec := vlmRequest{turn: r.Turn, bytes: len(r.Raw), tools: r.ToolNames(), first: r.FirstUserText()}
+	for _, img := range r.Images() {
+		rec.images = append(rec.images, img.SHA256)
 	}
-	body, _ := io.ReadAll(r.Body)
-	var req struct {
-		Messages []wireMessage `json:"messages"`
-		Tools    []struct {
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		} `json:"tools"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.problem("undecodable request: %v", err)
-		http.Error(w, `{"error":{"message":"bad json"}}`, http.StatusBadRequest)
-		return
-	}
-	rec := vlmRequest{bytes: len(body)}
-	for _, tl := range req.Tools {
-		rec.tools = append(rec.tools, tl.Function.Name)
-	}
-	var prompt []int32
-	var texts []string // every message's text, in order
-	for i, m := range req.Messages {
-		if m.Role == "assistant" {
-			rec.turn++
-		}
-		prompt = append(prompt, roleIDs[m.Role])
-		text, ids, images, err := s.content(m)
-		if err != nil {
-			s.problem("request message %d: %v", i, err)
-			http.Error(w, `{"error":{"message":"bad content"}}`, http.StatusBadRequest)
-			return
-		}
-		if m.Role == "user" && rec.first == "" {
-			rec.first = text
-		}
-		rec.images = append(rec.images, images...)
-		texts = append(texts, text)
-		prompt = append(append(prompt, ids...), idEnd)
-	}
-	if s.maxImages > 0 && len(rec.images) > s.maxImages {
-		s.problem("turn %d carried %d images, max_images is %d", rec.turn, len(rec.images), s.maxImages)
-	}
-	prompt = append(prompt, roleIDs["assistant"])
 	switch {
 	case strings.Contains(rec.first, "create an account for Ada"):
 		rec.task = "web-form"
@@ -173,96 +101,80 @@ func (s *vlmServer) handle(w http.ResponseWriter, r *http.Request) {
 	default:
 		rec.task = "shell"
 	}
-	name, args, err := decide(rec.task, rec.turn, texts)
-	s.mu.Lock()
-	s.requests = append(s.requests, rec)
-	s.mu.Unlock()
-	if err != nil {
-		s.problem("%s turn %d: %v", rec.task, rec.turn, err)
-		http.Error(w, `{"error":{"message":"the scripted model is lost"}}`, http.StatusBadRequest)
-		return
-	}
-	reply := append(renderCall(name, args), idEnd)
-	message := map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
-		"id": fmt.Sprintf("call_%d", rec.turn), "type": "function",
-		"function": map[string]any{"name": name, "arguments": args},
-	}}}
-	finish := "tool_calls"
-	if len(req.Tools) == 0 {
-		// tool_mode=text: the model writes its call in the hermes dialect.
-		text := fmt.Sprintf("<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", name, args)
-		message = map[string]any{"role": "assistant", "content": text}
-		reply, finish = append(bytesIDs(text), idEnd), "stop"
-	}
-	logprobs := make([]map[string]any, len(reply))
-	for i := range logprobs {
-		logprobs[i] = map[string]any{"token": "t", "logprob": -0.5}
-	}
-	json.NewEncoder(w).Encode(map[string]any{
-		"model": "scripted-vlm", "prompt_token_ids": prompt,
-		"choices": []any{map[string]any{
-			"finish_reason": finish, "token_ids": reply, "logprobs": map[string]any{"content": logprobs},
-			"message": message,
-		}},
-		"usage": map[string]any{"prompt_tokens": len(prompt), "completion_tokens": len(reply)},
-	})
+	return rec
 }
 
-// content reads a message's content: a string or a list of text and
-// image_url parts; an image must be a base64 PNG data URL that decodes.
-func (s *vlmServer) content(m wireMessage) (text string, ids []int32, images []string, err error) {
+// respond is the scripted model behind the server: the next action of the
+// task's plan, with the token ids of the tokenizer above.
+func (s *vlmServer) respond(r openaitest.Request) (openaitest.Turn, error) {
+	rec := readVLMRequest(r)
+	if s.maxImages > 0 && len(rec.images) > s.maxImages {
+		return openaitest.Turn{}, fmt.Errorf("carried %d images, max_images is %d", len(rec.images), s.maxImages)
+	}
+	var prompt []int32
+	var texts []string // every message's text, in order
+	for i, m := range r.Messages {
+		ids, err := messageIDs(m)
+		if err != nil {
+			return openaitest.Turn{}, fmt.Errorf("message %d: %v", i, err)
+		}
+		texts = append(texts, m.Text())
+		prompt = append(append(append(prompt, roleIDs[m.Role]), ids...), idEnd)
+	}
+	prompt = append(prompt, roleIDs["assistant"])
+	name, args, err := decide(rec.task, rec.turn, texts)
+	if err != nil {
+		return openaitest.Turn{}, fmt.Errorf("%s: %v", rec.task, err)
+	}
+	turn := openaitest.Turn{PromptIDs: prompt, ResponseIDs: append(renderCall(name, args), idEnd),
+		ToolCalls: []openaitest.ToolCall{{ID: fmt.Sprintf("call_%d", rec.turn), Name: name, Args: args}}}
+	if len(r.Tools) == 0 {
+		// tool_mode=text: the model writes its call in the hermes dialect.
+		text := fmt.Sprintf("<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", name, args)
+		turn.ToolCalls, turn.Content, turn.ResponseIDs = nil, text, append(bytesIDs(text), idEnd)
+	}
+	turn.Logprobs = make([]float64, len(turn.ResponseIDs))
+	for i := range turn.Logprobs {
+		turn.Logprobs[i] = -0.5
+	}
+	return turn, nil
+}
+
+// messageIDs are a message's content ids: its text's bytes, each image as
+// [start] + placeholders + [end of image] where it stands; an assistant's
+// native tool call as the call rendered.
+func messageIDs(m openaitest.Message) ([]int32, error) {
 	if m.Role == "assistant" {
-		var text string
-		if json.Unmarshal(m.Content, &text) == nil && text != "" && len(m.ToolCalls) == 0 {
-			return text, bytesIDs(text), nil, nil // tool_mode=text: the call is in the text
+		if text := m.Text(); text != "" && len(m.ToolCalls) == 0 {
+			return bytesIDs(text), nil // tool_mode=text: the call is in the text
 		}
 		if len(m.ToolCalls) != 1 {
-			return "", nil, nil, fmt.Errorf("assistant message with %d tool calls", len(m.ToolCalls))
+			return nil, fmt.Errorf("assistant message with %d tool calls", len(m.ToolCalls))
 		}
-		c := m.ToolCalls[0].Function
-		return "", renderCall(c.Name, c.Arguments), nil, nil
+		f, _ := m.ToolCalls[0]["function"].(map[string]any)
+		name, _ := f["name"].(string)
+		args, _ := f["arguments"].(string)
+		return renderCall(name, args), nil
 	}
-	var str string
-	if json.Unmarshal(m.Content, &str) == nil {
-		return str, bytesIDs(str), nil, nil
+	if m.Parts == nil {
+		return bytesIDs(m.Text()), nil
 	}
-	var parts []wirePart
-	if err := json.Unmarshal(m.Content, &parts); err != nil {
-		return "", nil, nil, fmt.Errorf("content is neither a string nor parts: %s", m.Content)
-	}
-	if m.Role == "tool" || m.Role == "system" {
-		return "", nil, nil, fmt.Errorf("a %s message with content parts (OpenAI takes images in user messages)", m.Role)
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		switch p.Type {
-		case "text":
-			b.WriteString(p.Text)
+	var ids []int32
+	for _, p := range m.Parts {
+		if p.Image == nil {
 			ids = append(ids, bytesIDs(p.Text)...)
-		case "image_url":
-			const prefix = "data:image/png;base64,"
-			if p.ImageURL == nil || !strings.HasPrefix(p.ImageURL.URL, prefix) {
-				return "", nil, nil, fmt.Errorf("image part without a PNG data URL")
-			}
-			raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(p.ImageURL.URL, prefix))
-			if err != nil {
-				return "", nil, nil, fmt.Errorf("image base64: %v", err)
-			}
-			if _, err := png.Decode(bytes.NewReader(raw)); err != nil {
-				return "", nil, nil, fmt.Errorf("image is not a PNG: %v", err)
-			}
-			sum := sha256.Sum256(raw)
-			images = append(images, hex.EncodeToString(sum[:]))
-			ids = append(ids, idImageStart)
-			for range imageTokens {
-				ids = append(ids, idImage)
-			}
-			ids = append(ids, idImageEnd)
-		default:
-			return "", nil, nil, fmt.Errorf("unknown content part %q", p.Type)
+			continue
 		}
+		if p.Image.MediaType != "image/png" || p.Image.Format != "png" {
+			return nil, fmt.Errorf("an image named %s, of format %s, not the PNG a screenshot is", p.Image.MediaType, p.Image.Format)
+		}
+		ids = append(ids, idImageStart)
+		for range imageTokens {
+			ids = append(ids, idImage)
+		}
+		ids = append(ids, idImageEnd)
 	}
-	return b.String(), ids, images, nil
+	return ids, nil
 }
 
 func bytesIDs(s string) []int32 {
@@ -355,9 +267,7 @@ func vlmRun(t *testing.T, s *vlmServer, dir string, opts map[string]string) Conf
 	cfg.Capture = capture.DefaultPolicy() // pixels hash: the bytes are in blobs/
 	_, err := Run(context.Background(), cfg)
 	require.NoError(t, err)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	require.Empty(t, s.problems, "what the server found wrong in the requests")
+	require.Empty(t, s.Refusals(), "what the server found wrong in the requests")
 	return cfg
 }
 
@@ -392,7 +302,7 @@ func TestVLMWebTasksEndToEnd(t *testing.T) {
 		blobs[b.SHA256] = true
 	}
 	byTask := map[string][]vlmRequest{}
-	for _, r := range s.requests {
+	for _, r := range s.requests() {
 		byTask[r.task] = append(byTask[r.task], r)
 		for _, h := range r.images {
 			require.True(t, blobs[h], "an image sent (%s) is a stored PNG", h)
@@ -451,7 +361,7 @@ verify: {cmd: test "$(cat out.txt)" = hi}
 		require.Equal(t, 1.0, *rewards[id].Value)
 		require.Nil(t, ep.StartOutput, "a shell shows nothing before it is acted on")
 	}
-	for _, r := range s.requests {
+	for _, r := range s.requests() {
 		require.Equal(t, []string{"done", "exec", "read_file", "write_file"}, r.tools)
 		require.Equal(t, "Write hi into out.txt.", r.first)
 		require.Empty(t, r.images)
@@ -524,13 +434,14 @@ func TestVLMBytesPerRequest(t *testing.T) {
 			opts["max_images"] = limit
 		}
 		vlmRun(t, s, dir, opts)
-		r := row{max: limit, requests: len(s.requests)}
-		sort.Slice(s.requests, func(i, j int) bool { return s.requests[i].turn < s.requests[j].turn })
-		for _, q := range s.requests {
+		reqs := s.requests()
+		r := row{max: limit, requests: len(reqs)}
+		sort.Slice(reqs, func(i, j int) bool { return reqs[i].turn < reqs[j].turn })
+		for _, q := range reqs {
 			r.sum += q.bytes
 			r.maxReq = max(r.maxReq, q.bytes)
 		}
-		r.first, r.last = s.requests[0].bytes, s.requests[len(s.requests)-1].bytes
+		r.first, r.last = reqs[0].bytes, reqs[len(reqs)-1].bytes
 		rows = append(rows, r)
 	}
 	t.Logf("| max_images | requests | first request | last request | largest request | episode total |")
@@ -624,7 +535,12 @@ func TestVLMExportsUnderGemma3(t *testing.T) {
 		require.NoError(t, json.Unmarshal(l["messages"], &msgs))
 		images := 0
 		for _, m := range msgs {
-			var parts []wirePart
+			var parts []struct {
+				Type     string `json:"type"`
+				ImageURL *struct {
+					URL string `json:"url"`
+				} `json:"image_url"`
+			}
 			if json.Unmarshal(m.Content, &parts) != nil {
 				continue
 			}

@@ -4,17 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,6 +17,7 @@ import (
 	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/internal/oracle"
 	"github.com/forkline/forkline/internal/oracle/vllmsim"
+	"github.com/forkline/forkline/policy/openai/openaitest"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/tokens"
 )
@@ -49,24 +45,10 @@ func hashOf(b []byte) string {
 // after the tool result), keeps only the last max_images as images with a
 // note for the older ones, and records which images each prompt carried.
 func TestImagesInTheConversation(t *testing.T) {
-	var mu sync.Mutex
-	var bodies [][]byte
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/chat/completions" {
-			http.NotFound(w, r)
-			return
-		}
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		bodies = append(bodies, b)
-		n := len(bodies)
-		mu.Unlock()
-		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"finish_reason": "tool_calls",
-			"message": map[string]any{"content": nil, "tool_calls": []any{map[string]any{"id": "c" + string(rune('0'+n)), "type": "function",
-				"function": map[string]any{"name": "screenshot", "arguments": "{}"}}}}}}})
-	}))
-	defer srv.Close()
-	c, err := ParseOptions(map[string]string{"base_url": srv.URL + "/v1", "observe": "both", "max_images": "2", "tokens": "chat"})
+	srv := openaitest.Start(t, openaitest.Options{Model: func(r openaitest.Request) (openaitest.Turn, error) {
+		return openaitest.Turn{ToolCalls: []openaitest.ToolCall{call(fmt.Sprintf("c%d", r.Turn), "screenshot", "{}")}}, nil
+	}})
+	c, err := ParseOptions(map[string]string{"base_url": srv.URL, "observe": "both", "max_images": "2", "tokens": "chat"})
 	require.NoError(t, err)
 	p, err := New(c)
 	require.NoError(t, err)
@@ -85,52 +67,33 @@ func TestImagesInTheConversation(t *testing.T) {
 		h.Steps = append(h.Steps, runtime.Step{Index: i, Action: d.Action,
 			Observation: runtime.Observation{Output: []byte("url: index.html\n"), ExitCode: -1, Screenshot: sc}})
 	}
+	require.Empty(t, srv.Refusals(), "what the server refused in the requests")
+	reqs := srv.Received()
+	require.Len(t, reqs, 4)
 
-	type part struct {
-		Type     string `json:"type"`
-		Text     string `json:"text"`
-		ImageURL struct {
-			URL string `json:"url"`
-		} `json:"image_url"`
-	}
-	images := func(body []byte) (hashes []string, text string) {
-		var req struct {
-			Messages []struct {
-				Role    string          `json:"role"`
-				Content json.RawMessage `json:"content"`
-			} `json:"messages"`
-		}
-		require.NoError(t, json.Unmarshal(body, &req))
-		for _, m := range req.Messages {
-			if string(m.Content) == "null" {
-				continue
+	// images are the sha256 of the PNGs a request carried, in order, and
+	// text all its messages' text; images come in user messages only.
+	images := func(r openaitest.Request) (hashes []string, text string) {
+		for _, m := range r.Messages {
+			text += m.Text()
+			if len(m.Parts) > 0 {
+				require.Equal(t, "user", m.Role)
 			}
-			var parts []part
-			if json.Unmarshal(m.Content, &parts) != nil {
-				var s string
-				json.Unmarshal(m.Content, &s)
-				text += s
-				continue
-			}
-			require.Equal(t, "user", m.Role)
-			for _, p := range parts {
-				text += p.Text
-				if p.Type == "image_url" {
-					raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(p.ImageURL.URL, "data:image/png;base64,"))
-					require.NoError(t, err)
-					hashes = append(hashes, hashOf(raw))
-				}
+			for _, img := range m.Images() {
+				require.Equal(t, [2]string{"image/png", "png"}, [2]string{img.MediaType, img.Format})
+				require.Equal(t, [2]int{8, 6}, [2]int{img.Width, img.Height})
+				hashes = append(hashes, img.SHA256)
 			}
 		}
 		return hashes, text
 	}
-	first, text := images(bodies[0])
+	first, text := images(reqs[0])
 	require.Equal(t, []string{hashOf(start.Screenshot.PNG)}, first, "the first request shows the start page")
 	require.Contains(t, text, "Sign up.\n\n[forkline: the start page]\nurl: index.html")
 	require.Contains(t, text, "button \"Go\" box=10,20,30,40")
 	require.Equal(t, first, events[0].PromptImages)
 
-	last, text := images(bodies[3])
+	last, text := images(reqs[3])
 	require.Equal(t, []string{hashOf(shots[2].PNG), hashOf(shots[3].PNG)}, last, "the last 2 images stay")
 	require.Equal(t, 2, strings.Count(text, aci.ImageNote(8, 6, 2)), "the 2 older ones are notes")
 	require.Equal(t, last, events[3].PromptImages)
