@@ -333,7 +333,7 @@ func TestBranchResumeOfAPrefixThatDoesNotReproduce(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 
 	var log syncBuffer
-	cfg.Resume, cfg.Log = true, &log
+	cfg.Resume, cfg.Logger = true, textLogger(&log)
 	sum, err := Run(context.Background(), cfg)
 	require.ErrorContains(t, err, "planned episodes are missing")
 	require.Equal(t, "partial", sum.Report().Status)

@@ -104,10 +104,9 @@ type Config struct {
 	// episode's with its task and episode id: warnings (fallbacks,
 	// replaced replicas, the first episode of each distinct error), the
 	// run's start, golden builds and end at info, every episode's end at
-	// debug. When nil, Log gets them as text; when both are nil, nothing
-	// is logged.
+	// debug. When nil, nothing is logged. (Every config takes one logger
+	// type: collect, replay and serve a *slog.Logger named Logger.)
 	Logger *slog.Logger
-	Log    io.Writer
 	// Observer, when set, is told of the run as it goes (package observe):
 	// metrics and progress are observers.
 	Observer observe.Observer

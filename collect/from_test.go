@@ -45,7 +45,7 @@ func TestBranchFromAStoredDataset(t *testing.T) {
 
 	var log syncBuffer
 	cfg := baseConfig(t, tasks)
-	cfg.From, cfg.Log = src.Out, &log
+	cfg.From, cfg.Logger = src.Out, textLogger(&log)
 	cfg.Branch = BranchPlan{At: 2, Width: 3}
 	sum, err := Run(context.Background(), cfg)
 	require.NoError(t, err, log.String())

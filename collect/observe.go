@@ -18,15 +18,11 @@ import (
 	"github.com/forkline/forkline/schemas"
 )
 
-// setLogger makes the run's logger from Config.Logger (or Config.Log as
-// text): every record carries the run id, read when the record is made, so
+// setLogger makes the run's logger from Config.Logger: every record carries the run id, read when the record is made, so
 // that a resume's records carry the id of the run it resumes. logf is the
 // printf form of a warning, for the pieces (pool, policy) that log so.
 func (inv *invocation) setLogger() {
 	base := inv.cfg.Logger
-	if base == nil && inv.cfg.Log != nil {
-		base = slog.New(slog.NewTextHandler(inv.cfg.Log, nil))
-	}
 	if base == nil {
 		base = slog.New(slog.DiscardHandler)
 	}

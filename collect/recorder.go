@@ -18,7 +18,7 @@ type recorder struct {
 // commit writes the episode and counts it; firstError reports a scaffold
 // loss whose error this invocation had not met yet.
 func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) (firstError bool, err error) {
-	if err := r.Commit(ctx, b); err != nil {
+	if err := r.Commit(ctx, &b); err != nil {
 		return false, err
 	}
 	return r.sum.addEpisode(b), nil

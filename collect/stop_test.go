@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,7 +180,7 @@ func TestBackendGoneMidRunThenResume(t *testing.T) {
 	cfg := baseConfig(t, spec)
 	cfg.Provider, cfg.Replicas, cfg.Repeats = outageName, 2, 12
 	var log syncBuffer
-	cfg.Log = &log
+	cfg.Logger = textLogger(&log)
 	const upForks = 4
 	theOutage.downAfterForks.Store(upForks)
 
@@ -284,7 +286,7 @@ func TestEveryEpisodeLostIsReportedOnceWithACount(t *testing.T) {
 	cfg := baseConfig(t, spec)
 	cfg.Repeats = 6
 	var log syncBuffer
-	cfg.Log = &log
+	cfg.Logger = textLogger(&log)
 	sum, err := Run(context.Background(), cfg)
 	require.ErrorIs(t, err, ErrAllLost)
 	rep := sum.Report()
@@ -396,13 +398,13 @@ solution:
 	}
 	atFailure := -1
 	var mu sync.Mutex
-	cfg.Log = writerFunc(func(p []byte) {
+	cfg.Logger = textLogger(writerFunc(func(p []byte) {
 		mu.Lock()
 		defer mu.Unlock()
 		if atFailure < 0 && bytes.Contains(p, []byte("could not be written")) {
 			atFailure = countMarks()
 		}
-	})
+	}))
 	_, err := Run(context.Background(), cfg)
 	require.Error(t, err)
 	require.True(t, errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left"), "%v", err)
@@ -445,3 +447,6 @@ func TestCanaryStruckOnlyByARecentSignal(t *testing.T) {
 	require.False(t, k.struck(), "the collector's own SIGKILL is no stop")
 	require.False(t, k.reached(time.Now()))
 }
+
+// textLogger logs every record as text to w (Config.Logger).
+func textLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

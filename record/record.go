@@ -156,11 +156,12 @@ func (r *Recorder) Resumed() bool { return r.resumed }
 
 // Commit writes one ended episode, with each of its blobs the run has not
 // stored yet (in the generation of the first episode that references it, or
-// an earlier one).
-func (r *Recorder) Commit(ctx context.Context, b shard.EpisodeBatch) error {
+// an earlier one). b.Blobs is left holding the blobs stored with it, which
+// is what a summary counts.
+func (r *Recorder) Commit(ctx context.Context, b *shard.EpisodeBatch) error {
 	err := r.blobs.Commit(b.Blobs, func(fresh []schemas.BlobRow) error {
 		b.Blobs = fresh
-		return r.w.Commit(ctx, b)
+		return r.w.Commit(ctx, *b)
 	})
 	if err != nil {
 		r.mu.Lock()

@@ -76,7 +76,7 @@ func TestABlobIsStoredOnceAcrossAResume(t *testing.T) {
 	r := open(t, record.Config{Dir: dir})
 	require.False(t, r.Resumed())
 	for i := range 2 {
-		require.NoError(t, r.Commit(context.Background(), episode(fmt.Sprint("a", i), png)))
+		require.NoError(t, r.Commit(context.Background(), new(episode(fmt.Sprint("a", i), png))))
 	}
 	require.NoError(t, r.Close(shard.StatusPartial, manifest.Summary{}))
 	require.Equal(t, 1, blobCount(t, dir))
@@ -86,8 +86,11 @@ func TestABlobIsStoredOnceAcrossAResume(t *testing.T) {
 	require.True(t, r.Resumed())
 	require.True(t, filled, "Fill sees the stored manifest")
 	require.Len(t, r.Writer().Committed(), 2)
-	require.NoError(t, r.Commit(context.Background(), episode("b0", png)))
-	require.NoError(t, r.Commit(context.Background(), episode("b1", []byte("\x89PNG another"))))
+	b0, b1 := episode("b0", png), episode("b1", []byte("\x89PNG another"))
+	require.NoError(t, r.Commit(context.Background(), &b0))
+	require.Empty(t, b0.Blobs, "the batch holds what was stored with it: nothing new")
+	require.NoError(t, r.Commit(context.Background(), &b1))
+	require.Len(t, b1.Blobs, 1)
 	require.NoError(t, r.Close(shard.StatusComplete, manifest.Summary{Serve: &manifest.Serve{Sessions: 4}}))
 	require.Equal(t, 2, blobCount(t, dir), "the resumed run's blob is not stored again")
 
@@ -108,7 +111,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 	base := t.TempDir()
 	ds := filepath.Join(base, "ds")
 	r := open(t, record.Config{Dir: ds})
-	require.NoError(t, r.Commit(context.Background(), episode("a", []byte("png"))))
+	require.NoError(t, r.Commit(context.Background(), new(episode("a", []byte("png")))))
 	require.NoError(t, r.Close(shard.StatusComplete, manifest.Summary{}))
 	notMine := filepath.Join(base, "notmine")
 	require.NoError(t, os.MkdirAll(notMine, 0o755))

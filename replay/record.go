@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
+	"github.com/forkline/forkline/record"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -15,10 +15,11 @@ import (
 // recording writes replayed episodes as a new dataset (Config.Record): the
 // same episode ids and tasks, the steps as they happened in the replay,
 // captured under the recording's capture policy, and the replayed rewards.
+// It is written through the recorder every command writes datasets with
+// (record.Recorder: a new directory only, each distinct blob once).
 type recording struct {
-	w     *shard.Writer
+	rec   *record.Recorder
 	runID string
-	blobs *capture.BlobRecorder // run-wide blob dedup, as in a collection
 }
 
 func newRecording(cfg Config, src shard.Manifest, specs []task.Spec, prov manifest.Provider) (*recording, error) {
@@ -30,24 +31,20 @@ func newRecording(cfg Config, src shard.Manifest, specs []task.Spec, prov manife
 	// The provider entry is the one every command writes (episode.Env's
 	// record), with the image the replay ran in place of the tasks' own.
 	prov.Image = cfg.Image
-	provRec := prov.Encode()
 	polRec := manifest.Policy{Name: "replay", Source: cfg.In, SourceRunID: src.RunID}.Encode()
-	w, err := shard.Create(cfg.Record, shard.Manifest{
+	rec, err := record.Open(record.Config{Dir: cfg.Record, Shards: shard.DefaultConfig(), Manifest: shard.Manifest{
 		SchemaVersion: schemas.Version, Tool: shard.ToolName, ToolVersion: src.ToolVersion, RunID: runID,
-		Provider: provRec, Policy: polRec, Capture: src.Capture, Tasks: tasks, Plan: src.Plan,
-	}, shard.DefaultConfig())
+		Provider: prov.Encode(), Policy: polRec, Capture: src.Capture, Tasks: tasks, Plan: src.Plan,
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("replay: -record: %w", err)
 	}
-	return &recording{w: w, runID: runID, blobs: capture.NewBlobRecorder()}, nil
+	return &recording{rec: rec, runID: runID}, nil
 }
 
 // commit writes one replayed episode's rows (episode.Episode.Rows).
 func (r *recording) commit(ctx context.Context, b shard.EpisodeBatch) error {
-	return r.blobs.Commit(b.Blobs, func(fresh []schemas.BlobRow) error {
-		b.Blobs = fresh
-		return r.w.Commit(context.WithoutCancel(ctx), b)
-	})
+	return r.rec.Commit(context.WithoutCancel(ctx), &b)
 }
 
 // close records the replay's counts in the manifest and closes the
@@ -58,8 +55,5 @@ func (r *recording) close(rep *Report, finished bool) error {
 	if !finished || rep.Errored > 0 {
 		status = shard.StatusPartial
 	}
-	if sum, err := (manifest.Summary{Replay: &manifest.Replay{ReplayOf: rep.Dataset, Identical: rep.Identical, Diverged: rep.Diverged, Errored: rep.Errored}}).Encode(); err == nil {
-		r.w.Update(func(m *shard.Manifest) { m.Summary = sum })
-	}
-	return r.w.Close(status)
+	return r.rec.Close(status, manifest.Summary{Replay: &manifest.Replay{ReplayOf: rep.Dataset, Identical: rep.Identical, Diverged: rep.Diverged, Errored: rep.Errored}})
 }

@@ -13,7 +13,6 @@ package replay
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"regexp"
 	"sort"
@@ -89,9 +88,8 @@ type Config struct {
 	Replicas int
 	WorkDir  string
 	// Logger receives the replay's records (each with run_id, the
-	// replay's own, and replayed_run_id); when nil, Log gets them as text.
+	// replay's own, and replayed_run_id); when nil, nothing is logged.
 	Logger *slog.Logger
-	Log    io.Writer
 	// Observer, when set, is told of the replay as it goes (package
 	// observe): metrics and progress are observers.
 	Observer observe.Observer

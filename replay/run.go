@@ -335,13 +335,9 @@ func (rep *Report) tally() {
 	}
 }
 
-// replayLogger is the replay's logger: Config.Logger (or Config.Log as
-// text), every record with the id of the run replayed.
+// replayLogger is the replay's logger: Config.Logger, every record with the id of the run replayed.
 func replayLogger(cfg Config, replayed string) *slog.Logger {
 	l := cfg.Logger
-	if l == nil && cfg.Log != nil {
-		l = slog.New(slog.NewTextHandler(cfg.Log, nil))
-	}
 	if l == nil {
 		return slog.New(slog.DiscardHandler)
 	}

@@ -106,7 +106,7 @@ func (ss *session) checkpoint() (CheckpointInfo, error) {
 	s.mu.Unlock()
 	s.hold(l.ep.Row.EpisodeID)
 	s.stats.checkpointed()
-	s.cfg.Log.Debug("serve: checkpoint", "checkpoint", cp.id, "episode", l.ep.Row.EpisodeID, "step", step, "took", b.Took.String())
+	s.cfg.Logger.Debug("serve: checkpoint", "checkpoint", cp.id, "episode", l.ep.Row.EpisodeID, "step", step, "took", b.Took.String())
 	return info(cp), nil
 }
 
@@ -168,7 +168,7 @@ func (s *Server) releaseCheckpoint(cp *checkpoint) {
 	s.mu.Unlock()
 	cp.forks.Wait()
 	if err := cp.branch.Release(context.WithoutCancel(s.runCtx)); err != nil {
-		s.cfg.Log.Warn("serve: releasing a checkpoint", "checkpoint", cp.id, "err", err)
+		s.cfg.Logger.Warn("serve: releasing a checkpoint", "checkpoint", cp.id, "err", err)
 	}
 }
 
@@ -304,7 +304,7 @@ func (s *Server) record(b shard.EpisodeBatch, keep bool, id string) {
 			if err := s.rec.commit(next.b); err != nil {
 				ok = false
 				s.stats.recordFailed()
-				s.cfg.Log.Error("serve: episode could not be recorded", "episode", eid, "task", next.b.Episode.TaskID, "err", err)
+				s.cfg.Logger.Error("serve: episode could not be recorded", "episode", eid, "task", next.b.Episode.TaskID, "err", err)
 			}
 		}
 		held := s.holding[eid]
@@ -312,7 +312,7 @@ func (s *Server) record(b shard.EpisodeBatch, keep bool, id string) {
 		for _, c := range held {
 			if !ok {
 				s.stats.recordFailed()
-				s.cfg.Log.Error("serve: branch not recorded: its parent is not in the dataset", "episode", c.Episode.EpisodeID, "parent", eid)
+				s.cfg.Logger.Error("serve: branch not recorded: its parent is not in the dataset", "episode", c.Episode.EpisodeID, "parent", eid)
 				continue
 			}
 			queue = append(queue, pending{c, true})

@@ -73,8 +73,8 @@ type Config struct {
 	// ToolVersion is written into the manifest and /metadata.
 	ToolVersion string
 
-	// Log receives the server's events; nil discards them.
-	Log *slog.Logger
+	// Logger receives the server's events; nil discards them.
+	Logger *slog.Logger
 	// Observer, when set, is told of the run as it goes (package observe),
 	// as collect's and replay's are: golden builds, resets, steps, episodes;
 	// metrics and progress are observers. RunStarted's Planned is 0: a
@@ -275,8 +275,8 @@ func (cfg *Config) withDefaults() error {
 	if cfg.ToolVersion == "" {
 		cfg.ToolVersion = "dev"
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }

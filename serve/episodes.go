@@ -88,7 +88,7 @@ func (s *Server) resetFailed(t *served, err error) error {
 	// pool's retries: OpenEnv's factory error. No episode began; the client
 	// may retry with the same id.
 	s.stats.resetFailed()
-	s.cfg.Log.Warn("serve: reset failed", "task", t.spec.ID, "err", err)
+	s.cfg.Logger.Warn("serve: reset failed", "task", t.spec.ID, "err", err)
 	return refuse(codeFactory, "serve: reset of task %s: %v", t.spec.ID, err)
 }
 
@@ -136,7 +136,7 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 	}
 	ep := l.ep
 	if err := l.drv.Wait(); err != nil {
-		s.cfg.Log.Warn("serve: episode ended by a failure", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "err", err)
+		s.cfg.Logger.Warn("serve: episode ended by a failure", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "err", err)
 	}
 	if ep.Row.ExitReason == string(runtime.ExitCancelled) && errors.Is(context.Cause(l.ctx), errClientGone) {
 		// The client went away: the session's own words when it ended the
@@ -152,7 +152,7 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 	// its reward, and its sandbox is released at once.
 	if ep.Row.ExitReason != string(runtime.ExitCancelled) {
 		if _, err := ep.Verify(s.runCtx); err != nil {
-			s.cfg.Log.Warn("serve: verifier's session failed", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "err", err)
+			s.cfg.Logger.Warn("serve: verifier's session failed", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "err", err)
 		}
 	}
 	batch, keep := ep.Rows()
@@ -176,7 +176,7 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 	s.obs.Observe(observe.EpisodeEnded{Task: l.t.spec.ID, EpisodeID: ep.Row.EpisodeID, Exit: ep.Row.ExitReason,
 		ScaffoldLoss: runtime.ParseExitReason(ep.Row.ExitReason).ScaffoldLoss(), Steps: l.drv.Steps(), Kept: keep,
 		Reward: reward, RewardMissing: ep.Reward != nil && ep.Reward.Value == nil, Took: time.Since(l.began)})
-	s.cfg.Log.Debug("serve: episode ended", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "exit", ep.Row.ExitReason,
+	s.cfg.Logger.Debug("serve: episode ended", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "exit", ep.Row.ExitReason,
 		"steps", l.drv.Steps(), "detail", ep.Row.Detail)
 	kept := res
 	kept.Observation.Answer = ""
@@ -206,8 +206,8 @@ func (s *Server) onGolden(g pool.GoldenProgress) {
 		Commands: g.Commands, Began: g.Began, Took: g.Took, Err: g.Err})
 	switch g.Phase {
 	case pool.GoldenBuilt:
-		s.cfg.Log.Info("serve: golden checkpoint built", "task", task, "setup_commands", g.Commands, "took", g.Took.Round(time.Millisecond).String())
+		s.cfg.Logger.Info("serve: golden checkpoint built", "task", task, "setup_commands", g.Commands, "took", g.Took.Round(time.Millisecond).String())
 	case pool.GoldenFailed:
-		s.cfg.Log.Warn("serve: golden checkpoint failed", "task", task, "took", g.Took.Round(time.Millisecond).String(), "err", g.Err)
+		s.cfg.Logger.Warn("serve: golden checkpoint failed", "task", task, "took", g.Took.Round(time.Millisecond).String(), "err", g.Err)
 	}
 }

@@ -158,7 +158,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.oneShotKeys.note(s.cfg.Log, "POST /reset", ignored, "episode_id", optional(req.EpisodeID))
+	s.oneShotKeys.note(s.cfg.Logger, "POST /reset", ignored, "episode_id", optional(req.EpisodeID))
 	if err := s.takeSlot(); err != nil {
 		httpError(w, err)
 		return
@@ -208,7 +208,7 @@ func (s *Server) handleStep(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.oneShotKeys.note(s.cfg.Log, "POST /step", ignored, "episode_id", optional(req.EpisodeID))
+	s.oneShotKeys.note(s.cfg.Logger, "POST /step", ignored, "episode_id", optional(req.EpisodeID))
 	res, err := s.oneShot(r.Context(), "one-shot HTTP /step", req, dec)
 	if err != nil {
 		httpError(w, err)

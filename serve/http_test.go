@@ -164,7 +164,7 @@ func (b *logBuffer) lines(subs ...string) []string {
 func TestExtraEnvelopeKeysAreDroppedAndLoggedOncePerSession(t *testing.T) {
 	var logs logBuffer
 	ts := startServer(t, serve.Config{Tasks: writeTask(t, sleepTask),
-		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	ignored := func(key string) int { return len(logs.lines("ignoring request keys", key)) }
 
 	c, err := openenvtest.Dial(ts.base)

@@ -403,7 +403,7 @@ func (s *Server) mcpToolsCall(ctx context.Context, params map[string]json.RawMes
 		if err != nil {
 			return nil, err
 		}
-		ms.ignored.note(s.cfg.Log, "/mcp tools/call", ignored, "session_id", sid)
+		ms.ignored.note(s.cfg.Logger, "/mcp tools/call", ignored, "session_id", sid)
 		for _, k := range []string{"task_id", "seed", "episode_id", "timeout_s"} {
 			if _, ok := fields[k]; ok {
 				return nil, rpcFail(rpcInvalidParams, "Invalid params: %s: a session's task and episode were chosen when it was created", k)
@@ -411,7 +411,7 @@ func (s *Server) mcpToolsCall(ctx context.Context, params map[string]json.RawMes
 		}
 		return ms.call(ctx, name, action)
 	}
-	s.oneShotKeys.note(s.cfg.Log, "/mcp tools/call", ignored)
+	s.oneShotKeys.note(s.cfg.Logger, "/mcp tools/call", ignored)
 	delete(fields, "name")
 	delete(fields, "arguments")
 	delete(fields, "session_id")
@@ -526,7 +526,7 @@ func (s *Server) mcpSessionCreate(ctx context.Context, params map[string]json.Ra
 		return nil, err
 	}
 	ms := &mcpSession{id: "mcp-" + randomID(), srv: s, task: l.t, live: l, lastUsed: time.Now()}
-	ms.ignored.note(s.cfg.Log, "/mcp openenv/session/create", ignored, "session_id", ms.id)
+	ms.ignored.note(s.cfg.Logger, "/mcp openenv/session/create", ignored, "session_id", ms.id)
 	s.mu.Lock()
 	if s.draining {
 		s.mu.Unlock()

@@ -149,7 +149,7 @@ func toolSchemas(t *testing.T, tools []any) (names []string, in, out map[string]
 func TestMCPStatelessToolCalls(t *testing.T) {
 	var logs logBuffer
 	out := filepath.Join(t.TempDir(), "served")
-	ts := startServer(t, serve.Config{Out: out, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	ts := startServer(t, serve.Config{Out: out, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	_, _, raw := rpc(t, ts.base, `{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}`)
 	names, in, outSchemas := toolSchemas(t, rpcAnswer(t, raw)["result"].(map[string]any)["tools"].([]any))
 	require.Equal(t, []string{"done", "exec", "read_file", "write_file"}, names, "every served task's actions: shell tasks here")

@@ -98,7 +98,7 @@ func checkResume(cfg Config, specs []task.Spec, prov manifest.Provider, pol mani
 
 // commit writes one ended episode.
 func (r *recorder) commit(b shard.EpisodeBatch) error {
-	return r.Commit(context.Background(), b)
+	return r.Commit(context.Background(), &b)
 }
 
 // close records the summary and closes the dataset: complete, since every

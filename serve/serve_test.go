@@ -50,7 +50,7 @@ func startServer(t *testing.T, cfg serve.Config) *testServer {
 		cfg.Tasks = exampleTasks
 	}
 	if os.Getenv("SERVE_TEST_LOG") != "" {
-		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	ready := make(chan string, 1)
 	cfg.Ready = func(a net.Addr) { ready <- "http://" + a.String() }

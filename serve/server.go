@@ -132,7 +132,7 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.ln = ln
 	if !loopback(ln.Addr()) {
-		cfg.Log.Warn("serve: listening beyond loopback: whoever reaches this address runs commands in the sandboxes", "addr", ln.Addr().String())
+		cfg.Logger.Warn("serve: listening beyond loopback: whoever reaches this address runs commands in the sandboxes", "addr", ln.Addr().String())
 	}
 	fail := func(err error) (*Server, error) {
 		ln.Close()
@@ -160,7 +160,7 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 	if maxCreates == 0 {
 		maxCreates = 2 * cfg.MaxSessions
 	}
-	logf := func(format string, args ...any) { cfg.Log.Warn("serve: " + fmt.Sprintf(format, args...)) }
+	logf := func(format string, args ...any) { cfg.Logger.Warn("serve: " + fmt.Sprintf(format, args...)) }
 	s.env, err = episode.OpenEnv(ctx, episode.EnvConfig{
 		Provider: cfg.Provider, Options: providers.Options{RunID: s.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams},
 		Specs: list, Templates: templates,
@@ -214,7 +214,7 @@ func (s *Server) serve(ctx context.Context) (*Summary, error) {
 	s.http = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return s.runCtx }}
 	served := make(chan error, 1)
 	go func() { served <- s.http.Serve(s.ln) }()
-	s.cfg.Log.Info("serve: listening", "addr", s.ln.Addr().String(), "tasks", len(s.specs), "provider", s.prov.Name(),
+	s.cfg.Logger.Info("serve: listening", "addr", s.ln.Addr().String(), "tasks", len(s.specs), "provider", s.prov.Name(),
 		"reset", string(s.pool.Strategy()), "standby", s.cfg.Standby, "max_sessions", s.cfg.MaxSessions, "out", s.cfg.Out)
 	if s.cfg.Ready != nil {
 		s.cfg.Ready(s.ln.Addr())
@@ -254,12 +254,12 @@ func (s *Server) drain() {
 		open = append(open, ss)
 	}
 	s.mu.Unlock()
-	s.cfg.Log.Info("serve: stopping: steps in flight finish, then every session is closed", "sessions", len(open), "grace", s.cfg.Grace.String())
+	s.cfg.Logger.Info("serve: stopping: steps in flight finish, then every session is closed", "sessions", len(open), "grace", s.cfg.Grace.String())
 	// MCP sessions between calls end now, before the grace can interrupt
 	// anything; those in a call end once it is answered (below).
 	s.closeMCPSessions("the server stopped", false)
 	grace := time.AfterFunc(s.cfg.Grace, func() {
-		s.cfg.Log.Warn("serve: grace is over: interrupting what still runs")
+		s.cfg.Logger.Warn("serve: grace is over: interrupting what still runs")
 		s.cancelRun()
 	})
 	defer grace.Stop()

@@ -308,7 +308,7 @@ func (ss *session) reset(data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ss.ignored.note(ss.srv.cfg.Log, "/ws reset", ignored, "episode_id", optional(req.EpisodeID))
+	ss.ignored.note(ss.srv.cfg.Logger, "/ws reset", ignored, "episode_id", optional(req.EpisodeID))
 	if ss.srv.isDraining() {
 		return nil, errStopping
 	}

@@ -154,7 +154,7 @@ func TestRefusedResumeLeavesTheDatasetUntouched(t *testing.T) {
 	}{
 		{"repeats", tasks, []string{"-repeats", "3"}, []string{"-repeats: the run used 2, this command gives 3"}},
 		{"seed", tasks, []string{"-seed", "4"}, []string{"-seed: the run used 3, this command gives 4"}},
-		{"shard", tasks, []string{"-shard", "0/2"}, []string{"-shard: the run collected part 0/1, this command collects part 0/2"}},
+		{"shard", tasks, []string{"-shard", "0/2"}, []string{"-shard: the run used 0/1, this command gives 0/2"}},
 		{"capture pixels", tasks, []string{"-pixels", "none"}, []string{`the run used {"text":"full","pixels":"hash"`, `this command gives {"text":"full","pixels":"none"`}},
 		{"capture text", tasks, []string{"-text", "cap:100"}, []string{`"text":"full"`, `"text":"cap:100"`}},
 		{"capture file", tasks, []string{"-capture", captureFile}, []string{`"tokens":"keep"`, `"tokens":"drop"`}},

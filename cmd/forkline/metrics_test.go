@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -235,7 +234,7 @@ func TestReplayMetricsAtTheEndEqualTheReport(t *testing.T) {
 	require.NoError(t, err)
 	defer srv.Close()
 	rep, err := replay.Run(context.Background(), replay.Config{In: out, Mode: replay.Normalized, Replicas: 2, WorkDir: t.TempDir(),
-		Log: io.Discard, Observer: observe.Multi{m}})
+		Observer: observe.Multi{m}})
 	require.NoError(t, err)
 	s, err := metricstest.Get("http://" + srv.Addr() + "/metrics")
 	require.NoError(t, err)

@@ -120,7 +120,7 @@ func runServe(ctx context.Context, inv *cli.Invocation, o *serveOptions) int {
 	if err := o.parse(inv); err != nil {
 		return inv.Fail(cli.ExitBadInput, err)
 	}
-	cfg.Log = inv.Logger()
+	cfg.Logger = inv.Logger()
 	stopMetrics, err := watchRun(inv, o.metricsAddr, &cfg.Observer, "serve")
 	if err != nil {
 		return inv.Fail(cli.ExitBadInput, err)
