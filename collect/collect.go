@@ -110,6 +110,13 @@ type Config struct {
 	// Observer, when set, is told of the run as it goes (package observe):
 	// metrics and progress are observers.
 	Observer observe.Observer
+	// StopGuard, when set, tells whether a stop (ctx cancelled by a
+	// signal) reached the sandboxes' processes too, on a provider whose
+	// sandboxes are host processes: their episodes in flight are then kept
+	// as cancelled, and a resume runs them again. forkline's command gives
+	// internal/stopguard's canary. Nil takes every stop to reach the
+	// collector alone (a context cancelled by the program).
+	StopGuard StopGuard
 }
 
 // ErrOutputExists is returned when Out holds another run and neither Resume
@@ -496,8 +503,7 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	halt := &halter{sched: sched, stop: stopScheduling, cancelRun: cancelRun, log: inv.logf,
-		canary: startCanary(), hostProcesses: env.prov.Capabilities().Isolation == "none", signalCame: make(chan struct{})}
-	defer halt.canary.stop()
+		guard: cfg.StopGuard, hostProcesses: env.prov.Capabilities().Isolation == "none", signalCame: make(chan struct{})}
 	stopGrace := context.AfterFunc(ctx, func() {
 		halt.signal()
 		if cfg.Grace <= 0 {
@@ -508,7 +514,7 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 		time.AfterFunc(cfg.Grace, cancelRun)
 		if halt.hostProcesses {
 			go func() {
-				if halt.canary.reached(time.Now()) {
+				if halt.reached(time.Now()) {
 					// Their commands were killed with the collector's
 					// children: finishing them is no use (stopHit keeps
 					// them as cancelled).

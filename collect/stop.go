@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/forkline/forkline/episode"
@@ -126,9 +123,9 @@ type halter struct {
 	cancelRun context.CancelFunc
 	log       func(format string, args ...any)
 
-	// canary and hostProcesses tell whether a stop signal reached the
+	// guard and hostProcesses tell whether a stop signal reached the
 	// sandboxes' processes (stopHit).
-	canary        *canary
+	guard         StopGuard
 	hostProcesses bool
 
 	mu          sync.Mutex
@@ -167,128 +164,40 @@ func (h *halter) stopped() bool { return h.sched.Err() != nil }
 // proctrack/linuxproc signals a job's process tree deepest first, so a
 // verifier's `cat` dies, its shell exits 1 and the episode ends while the
 // collector's own SIGTERM is still on its way. An episode that ends before
-// the collector has seen a stop therefore asks the canary too: a canary
-// already struck (a signal pending, dying, or dead of a signal) means a
+// the collector has seen a stop therefore asks the canary too (the
+// command's StopGuard): a canary already struck (a signal pending, dying, or dead of a signal) means a
 // stop is under way, and the episode waits for the collector's signal
 // before it is judged. The canary is the collector's child, signalled in
 // the same sweep as the sandboxes' commands, microseconds apart; the
 // episode's end takes a shell's exit and the verifier's scoring after its
 // command died, which is longer.
 
-// canary is the child whose fate says whether a stop reached the
-// collector's children too.
-type canary struct {
-	cmd    *exec.Cmd
-	gone   chan struct{} // closed when the canary has exited
-	hit    bool          // it died of a signal nobody in the collector sent; read after gone
-	diedAt time.Time     // when it was reaped; read after gone
+// StopGuard tells whether a stop reached the collector's children too (the
+// decision above). Signals are the program's: forkline's command gives its
+// canary (internal/stopguard); a program that embeds the collector gives
+// its own, or none.
+type StopGuard interface {
+	// Struck reports, without waiting, whether a stop is under way among
+	// the children (a hint: the verdict is Reached's).
+	Struck() bool
+	// Reached reports whether the stop that came at since reached the
+	// children; it may wait up to about a second after since to tell.
+	Reached(since time.Time) bool
 }
 
-// startCanary starts the canary; nil when the host has no sleep(1), and a
-// stop is then taken to reach the children (the safe side).
-func startCanary() *canary {
-	path, err := exec.LookPath("sleep")
-	if err != nil {
-		return nil
-	}
-	c := &canary{cmd: exec.Command(path, "2147483647"), gone: make(chan struct{})}
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if c.cmd.Start() != nil {
-		return nil
-	}
-	go func() {
-		_ = c.cmd.Wait()
-		if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() != syscall.SIGKILL {
-			c.hit = true
-		}
-		c.diedAt = time.Now()
-		close(c.gone)
-	}()
-	return c
-}
+// guardWait is how long an episode that saw the guard struck waits for the
+// collector's own stop before it takes the children's to be theirs alone.
+const guardWait = time.Second
 
-// canaryWait is how long after the stop signal the collector waits for
-// the canary's fate before it takes the stop to have reached the collector
-// alone: a signal sent to every process of a job arrives at once, and
-// reaping the canary takes milliseconds.
-const canaryWait = time.Second
+// struck is the guard's hint; with no guard, nothing is under way.
+func (h *halter) struck() bool { return h.guard != nil && h.guard.Struck() }
 
-// reached reports whether the stop that came at since reached the
-// collector's children; it waits up to canaryWait after since for the
-// canary to tell. A canary that died of a signal long before the stop (a
-// `pkill sleep` on the host an hour ago) tells nothing about it.
-func (c *canary) reached(since time.Time) bool {
-	if c == nil {
-		return true
-	}
-	select {
-	case <-c.gone:
-	case <-time.After(time.Until(since.Add(canaryWait))):
-		select {
-		case <-c.gone:
-		default:
-			return false
-		}
-	}
-	return c.hit && c.diedAt.After(since.Add(-canaryWait))
-}
-
-// struck reports, without waiting, whether something is happening to the
-// canary: it died of a signal, or, read from /proc, a signal is pending on
-// it or it is no longer asleep (dying, a zombie not yet reaped). It is a
-// hint that a stop is under way, not a verdict: the verdict is reached's,
-// once the collector has its own signal.
-//
-// A canary that died long ago (a `pkill sleep` on the host) is not struck:
-// otherwise every later episode would wait canaryWait for a signal that
-// never comes. The guard is blind from then on: a later stop is taken
-// to reach the collector alone (reached).
-func (c *canary) struck() bool {
-	if c == nil {
-		return false
-	}
-	recent := func() bool { return c.hit && time.Since(c.diedAt) < canaryWait }
-	select {
-	case <-c.gone:
-		return recent()
-	default:
-	}
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/status")
-	if err != nil {
-		// Gone from /proc: it has exited and is being reaped (or /proc
-		// cannot be read, and nothing is known).
-		select {
-		case <-c.gone:
-			return recent()
-		case <-time.After(100 * time.Millisecond):
-			return false
-		}
-	}
-	for line := range strings.Lines(string(status)) {
-		key, value, _ := strings.Cut(strings.TrimSpace(line), ":")
-		value = strings.TrimSpace(value)
-		switch key {
-		case "State":
-			if !strings.HasPrefix(value, "S") {
-				return true
-			}
-		case "SigPnd", "ShdPnd":
-			if strings.Trim(value, "0") != "" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// stop ends the canary (SIGKILL: not a hit).
-func (c *canary) stop() {
-	if c == nil {
-		return
-	}
-	_ = c.cmd.Process.Kill()
-	<-c.gone
-}
+// reached is the guard's verdict. With no guard the stop is taken to have
+// reached the collector alone, and -grace is kept as it is: a program that
+// cancels the run's context without a signal to its children (the usual
+// embedding) loses no episode to it; one whose stops reach its children
+// gives a guard.
+func (h *halter) reached(since time.Time) bool { return h.guard != nil && h.guard.Reached(since) }
 
 // stopHit reports whether episode ep, which was in flight when the stop
 // signal came, is to be kept as cancelled (the decision above), and why.
@@ -302,7 +211,7 @@ func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
 		// kept with reward 0 this way). A failed verification waits a
 		// moment for the canary before it is judged; a passed one, or
 		// an episode without a verifier, does not.
-		for end := time.Now().Add(suspectWait); !h.canary.struck() && time.Now().Before(end); {
+		for end := time.Now().Add(suspectWait); !h.struck() && time.Now().Before(end); {
 			select {
 			case <-h.signalCame:
 			case <-time.After(10 * time.Millisecond):
@@ -313,17 +222,17 @@ func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
 		}
 		at, ok = h.signalledAt()
 	}
-	if !ok && h.canary.struck() {
+	if !ok && h.struck() {
 		// The stop reached the canary before the collector (above): wait
-		// for the collector's own signal. None within canaryWait means
+		// for the collector's own signal. None within guardWait means
 		// the canary alone was killed, and nothing stops.
 		select {
 		case <-h.signalCame:
 			at, ok = h.signalledAt()
-		case <-time.After(canaryWait):
+		case <-time.After(guardWait):
 		}
 	}
-	if !ok || !h.canary.reached(at) {
+	if !ok || !h.reached(at) {
 		return "", false
 	}
 	if h.hostProcesses {

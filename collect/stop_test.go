@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -419,34 +418,6 @@ solution:
 type writerFunc func(p []byte)
 
 func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
-
-// The canary tells a stop under way from a canary killed on its own: a
-// signal on it strikes it at once (the hint an episode that ends before
-// the collector's own signal acts on), a SIGKILL from the collector does
-// not, and once a killed canary is older than canaryWait it is struck no
-// more and says nothing of a later stop — otherwise, after a `pkill
-// sleep` on the host, every episode would wait for a signal that never
-// comes.
-func TestCanaryStruckOnlyByARecentSignal(t *testing.T) {
-	c := startCanary()
-	require.NotNil(t, c, "sleep(1) is on the PATH")
-	// (Just started, it may not be asleep yet.)
-	require.Eventually(t, func() bool { return !c.struck() }, time.Second, time.Millisecond, "a canary asleep is not struck")
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
-	require.Eventually(t, c.struck, time.Second, time.Millisecond, "a pending or delivered SIGTERM strikes it")
-	<-c.gone
-	require.True(t, c.struck())
-	require.True(t, c.reached(time.Now()), "a stop that comes now reached it")
-	time.Sleep(canaryWait + 100*time.Millisecond)
-	require.False(t, c.struck(), "killed long ago: no stop is under way")
-	require.False(t, c.reached(time.Now()), "and it says nothing of a stop that comes now")
-
-	k := startCanary()
-	require.NotNil(t, k)
-	k.stop()
-	require.False(t, k.struck(), "the collector's own SIGKILL is no stop")
-	require.False(t, k.reached(time.Now()))
-}
 
 // textLogger logs every record as text to w (Config.Logger).
 func textLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

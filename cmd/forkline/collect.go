@@ -12,6 +12,7 @@ import (
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/internal/stopguard"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/pool"
@@ -169,6 +170,13 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 		inv.Errorf("this run's sandboxes stay behind (local workspaces and their overlay mounts under %s, Docker containers):", workdir)
 		inv.Errorf("the next collect run sweeps them at start-up, as the command below does. Finish the run with:\n  %s", finish)
 	})
+	// Signals are the command's: its canary tells the collector whether a
+	// stop reached the sandboxes' processes too (internal/stopguard).
+	// Without sleep(1) there is no canary, and the nil guard takes every
+	// stop to reach them (the safe side).
+	guard := stopguard.Start()
+	defer guard.Close()
+	cfg.StopGuard = guard
 	sum, err := collect.Run(ctx, *cfg)
 	err = inFlagWords(err)
 	if sum != nil {
