@@ -35,4 +35,3 @@ func TestCanaryStruckOnlyByARecentSignal(t *testing.T) {
 	require.False(t, k.Struck(), "the program's own SIGKILL is no stop")
 	require.False(t, k.Reached(time.Now()))
 }
-
