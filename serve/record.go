@@ -66,10 +66,10 @@ func openRecorder(cfg Config, runID string, specs []task.Spec, prov manifest.Pro
 // checkResume says, reading it only, whether a served dataset may be
 // resumed (record.Open then reopens it: its closed shards are checked, what
 // a crash left half-written is removed, and recording goes on under its run
-// id). One served with other tasks,
-// another provider or a setting of it that shapes a sandbox (collect's
-// rule, manifest.Provider.SettingDiffs), another capture policy or by
-// another policy is refused, changing nothing.
+// id). One recorded by another command is refused, and so is one served
+// with other tasks, another capture policy, another provider or a setting
+// of it that shapes a sandbox (collect's rule, manifest.ResumeMismatches),
+// changing nothing.
 func checkResume(cfg Config, specs []task.Spec, prov manifest.Provider, pol manifest.Policy) error {
 	ds, err := shard.Open(cfg.Out)
 	if err != nil {
