@@ -21,6 +21,7 @@ import (
 	"github.com/forkline/forkline/formats/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/internal/ui"
 	"github.com/forkline/forkline/providers/browser"
 	"github.com/forkline/forkline/runtime"
 )
@@ -126,7 +127,7 @@ func TestCollectWebTasks(t *testing.T) {
 	require.Less(t, blobs, shots, "identical screenshots are stored once")
 	require.InDelta(t, float64(shots)/float64(blobs), rep.DedupRatio, 1e-9)
 	var out bytes.Buffer
-	rep.Print(&out, "")
+	ui.WriteCollect(&out, rep, "")
 	require.Contains(t, out.String(), fmt.Sprintf("screenshots: %d, blobs stored: %d (dedup ratio", shots, blobs))
 
 	t.Run("hf export embeds the screenshots", func(t *testing.T) { checkHFImages(t, cfg.Out, ds) })

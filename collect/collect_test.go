@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/internal/ui"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
@@ -401,6 +402,6 @@ func TestBytesPerStepIsWhatTheShardsTake(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &m))
 	require.InDelta(t, rep.BytesPerStep, m.Summary.BytesPerStep, 1e-9, "the manifest's summary says the same")
 	var b strings.Builder
-	rep.Print(&b, cfg.Out)
+	ui.WriteCollect(&b, rep, cfg.Out)
 	require.Contains(t, b.String(), fmt.Sprintf("bytes kept per step: %.0f\n", float64(onDisk)/float64(rep.RanSteps)))
 }

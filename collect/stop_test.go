@@ -21,6 +21,7 @@ import (
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/testenv"
+	"github.com/forkline/forkline/internal/ui"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
@@ -299,7 +300,7 @@ func TestEveryEpisodeLostIsReportedOnceWithACount(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logged, "msg=\"episode "), "the error is logged once, not per episode:\n%s", logged)
 	require.Contains(t, logged, "msg=\"6 episodes: env_error: ")
 	var printed bytes.Buffer
-	rep.Print(&printed, "")
+	ui.WriteCollect(&printed, rep, "")
 	require.Contains(t, printed.String(), "6 episodes: env_error: golden build failed")
 	ds, err := shard.Open(cfg.Out)
 	require.NoError(t, err)

@@ -15,7 +15,9 @@
 // reward values (all bounded), never with the number of episodes or steps.
 // It must not know how a dataset was collected (providers, pools, policies
 // at run time) or the layout of any trainer format, and it writes nothing
-// into a dataset. Observations are rendered by the export model's
+// into a dataset. It prints nothing either: Summary and Transcript are data
+// (their JSON is what inspect -json prints), and internal/ui turns them
+// into the text inspect prints. Observations are rendered by the export model's
 // ToolResult (formats/model), so a transcript shows exactly what the
 // chat exports write.
 package inspect

@@ -1,10 +1,7 @@
 package inspect
 
 import (
-	"fmt"
-	"io"
 	"slices"
-	"strings"
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/schemas"
@@ -100,33 +97,4 @@ func trees(ds *shard.Dataset, ids []string) (map[string]*TreeNode, error) {
 		out[id] = nodes[root]
 	}
 	return out, nil
-}
-
-// writeTree prints the tree with the episode at marked pointed out.
-func writeTree(w io.Writer, root *TreeNode, marked string) {
-	fmt.Fprintf(w, "\n[branching tree of root %s]\n", root.EpisodeID)
-	var walk func(n *TreeNode, indent string)
-	walk = func(n *TreeNode, indent string) {
-		label := "root"
-		if n.Parent != "" {
-			label = fmt.Sprintf("branch %d at step %d", n.BranchIndex, n.BranchStep)
-		}
-		var rw []string
-		for _, k := range sortedKeys(n.Rewards) {
-			rw = append(rw, k+"="+num(n.Rewards[k]))
-		}
-		if len(rw) > 0 {
-			rw[0] = "  reward " + rw[0]
-		}
-		here := ""
-		if n.EpisodeID == marked {
-			here = "   <- this episode"
-		}
-		fmt.Fprintf(w, "  %s%-22s %s  %-9s %s%s%s\n", indent, label, n.EpisodeID[:min(12, len(n.EpisodeID))], n.ExitReason,
-			plural(n.Steps, "step"), strings.Join(rw, " "), here)
-		for _, b := range n.Branches {
-			walk(b, indent+"  ")
-		}
-	}
-	walk(root, "")
 }

@@ -24,5 +24,6 @@
 // setup shared by collect, replay and serve builds on it.
 //
 // It must not know how a run is carried out (pools, episodes, servers) or
-// any trainer format.
+// any trainer format, nor how its entries read to a person: the summaries
+// are data, and internal/ui writes the text collect and serve print.
 package manifest

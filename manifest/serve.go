@@ -1,13 +1,5 @@
 package manifest
 
-import (
-	"fmt"
-	"io"
-	"strings"
-
-	"github.com/forkline/forkline/runtime"
-)
-
 // Serve is what forkline serve served, for the operator and the manifest.
 type Serve struct {
 	Addr     string  `json:"addr"`
@@ -42,43 +34,4 @@ type Serve struct {
 type ResetLatency struct {
 	Kind string `json:"kind"`
 	Latency
-}
-
-// Print writes the summary for a person.
-func (sum *Serve) Print(w io.Writer) {
-	fmt.Fprintf(w, "forkline serve: stopped after %.1fs on %s — %d sessions (%d reaped idle, %d dropped), %d resets (%d failed), %d steps\n",
-		sum.Seconds, sum.Addr, sum.Sessions, sum.Reaped, sum.Dropped, sum.Resets, sum.ResetFailures, sum.Steps)
-	var exits []string
-	for _, r := range runtime.ExitReasons() {
-		if n := sum.Episodes[string(r)]; n > 0 {
-			exits = append(exits, fmt.Sprintf("%s=%d", r, n))
-		}
-	}
-	total := 0
-	for _, n := range sum.Episodes {
-		total += n
-	}
-	if len(exits) == 0 {
-		exits = []string{"none"}
-	}
-	fmt.Fprintf(w, "  episodes: %d ended (%s)", total, strings.Join(exits, " "))
-	if sum.Dataset != "" {
-		fmt.Fprintf(w, ", %d recorded", sum.Kept)
-	}
-	fmt.Fprintln(w)
-	if sum.Checkpoints > 0 {
-		fmt.Fprintf(w, "  branching: %d checkpoints, %d resets from them\n", sum.Checkpoints, sum.BranchResets)
-	}
-	if sum.RewardMean != nil {
-		fmt.Fprintf(w, "  reward: mean %.3f over %d episodes\n", *sum.RewardMean, sum.Rewarded)
-	}
-	for _, l := range sum.ResetLatency {
-		fmt.Fprintf(w, "  reset %-22s p50 %9.3f ms   p95 %9.3f ms   (n=%d)\n", l.Kind, l.P50, l.P95, l.N)
-	}
-	if sum.RecordErrors > 0 {
-		fmt.Fprintf(w, "  %d episodes could not be recorded (see the log)\n", sum.RecordErrors)
-	}
-	if sum.Dataset != "" {
-		fmt.Fprintf(w, "  dataset: %s\n", sum.Dataset)
-	}
 }

@@ -3,13 +3,10 @@ package manifest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"sort"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/runtime"
 )
 
 // Summary is the manifest's "summary" entry: what the command that last
@@ -43,9 +40,8 @@ func DecodeSummary(raw json.RawMessage) (Summary, error) {
 	return s, nil
 }
 
-// Collect is collect's report of a run (printed, and written into the
-// manifest). Fields
-// marked "this invocation" measure only what the last invocation did; the
+// Collect is collect's report of a run (written into the manifest, and
+// printed by the command through internal/ui). Fields marked "this invocation" measure only what the last invocation did; the
 // others cover the whole dataset.
 type Collect struct {
 	RunID       string         `json:"run_id,omitempty"`
@@ -82,97 +78,6 @@ type Collect struct {
 	RowBytesPerStep float64 `json:"row_bytes_per_step"`
 	TokenDrift      int     `json:"episodes_with_token_drift"`
 	Replacements    int     `json:"replicas_replaced"` // this invocation
-}
-
-// Print writes the human summary.
-func (r Collect) Print(w io.Writer, out string) {
-	if r.NothingToDo {
-		fmt.Fprintf(w, "\nforkline collect: nothing to do — the run is complete: %d of %d planned episodes kept; nothing was changed\n", r.Episodes, r.Planned)
-		if out != "" {
-			fmt.Fprintf(w, "  dataset: %s\n", out)
-		}
-		return
-	}
-	fmt.Fprintf(w, "\nforkline collect: %s — %d of %d planned episodes kept, %d steps\n", r.Status, r.Episodes, r.Planned, r.Steps)
-	fmt.Fprintf(w, "  this invocation: %d episodes, %d steps in %.1fs (%.1f steps/s, %.2f episodes/s)", r.Ran, r.RanSteps, r.WallSec, r.StepsPerSec, r.EpisodesPerSec)
-	if r.Skipped > 0 {
-		fmt.Fprintf(w, "; %d kept before", r.Skipped)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  exit reasons:")
-	for _, e := range runtime.ExitReasons() {
-		if n := r.ByExit[string(e)]; n > 0 {
-			tag := ""
-			if e.ScaffoldLoss() {
-				tag = "*"
-			}
-			fmt.Fprintf(w, " %s%s=%d", e, tag, n)
-		}
-	}
-	fmt.Fprintf(w, "   (* scaffold loss: %d)\n", r.Losses)
-	if len(r.Errors) > 0 {
-		fmt.Fprintf(w, "  scaffold losses by error:\n")
-		for _, e := range r.Errors {
-			fmt.Fprintf(w, "    %s\n", e)
-		}
-		if r.OtherErrors > 0 {
-			fmt.Fprintf(w, "    %d more episodes with other errors\n", r.OtherErrors)
-		}
-	}
-	if r.NotRun > 0 {
-		fmt.Fprintf(w, "  not kept, a service was unavailable (-resume runs them):\n")
-		for _, e := range r.Unavailable {
-			fmt.Fprintf(w, "    %s\n", e)
-		}
-	}
-	if r.RewardMean != nil {
-		fmt.Fprintf(w, "  reward: mean %.3f over %d episodes", *r.RewardMean, r.Rewarded)
-	} else {
-		fmt.Fprintf(w, "  reward: none")
-	}
-	if r.RewardsMissing > 0 {
-		fmt.Fprintf(w, " (%d verifications gave no value)", r.RewardsMissing)
-	}
-	fmt.Fprintln(w)
-	keys := make([]string, 0, len(r.ResetMS))
-	for k := range r.ResetMS {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		l := r.ResetMS[k]
-		fmt.Fprintf(w, "  reset %-16s p50 %9.3f ms   p95 %9.3f ms   (n=%d)\n", k, l.P50, l.P95, l.N)
-	}
-	if len(r.GoldenBuildMS) > 0 {
-		var parts []string
-		for k, v := range r.GoldenBuildMS {
-			parts = append(parts, fmt.Sprintf("%s %.0fms", k, v))
-		}
-		sort.Strings(parts)
-		fmt.Fprintf(w, "  golden builds: %s\n", strings.Join(parts, ", "))
-	}
-	only := ""
-	if r.Skipped > 0 {
-		only = " (this invocation)"
-	}
-	switch {
-	case r.Screenshots > 0 && r.BlobsStored > 0:
-		fmt.Fprintf(w, "  screenshots: %d, blobs stored: %d (dedup ratio %.1fx)%s\n", r.Screenshots, r.BlobsStored, r.DedupRatio, only)
-	case r.Screenshots > 0:
-		fmt.Fprintf(w, "  screenshots: %d, no blobs stored by this run%s\n", r.Screenshots, only)
-	}
-	if r.RanSteps > 0 {
-		fmt.Fprintf(w, "  bytes kept per step: %.0f%s\n", r.BytesPerStep, only)
-	}
-	if r.TokenDrift > 0 {
-		fmt.Fprintf(w, "  token drift: %d episodes flagged\n", r.TokenDrift)
-	}
-	if r.Replacements > 0 {
-		fmt.Fprintf(w, "  replicas replaced: %d%s\n", r.Replacements, only)
-	}
-	if out != "" {
-		fmt.Fprintf(w, "  dataset: %s\n", out)
-	}
 }
 
 // ErrorCount is how many episodes ended with one identical error.

@@ -13,6 +13,7 @@ import (
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/cli"
 	"github.com/forkline/forkline/internal/stopguard"
+	"github.com/forkline/forkline/internal/ui"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/pool"
@@ -184,7 +185,7 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 		if inv.JSON {
 			inv.PrintJSON(rep)
 		} else {
-			rep.Print(inv.Stdout, cfg.Out)
+			ui.WriteCollect(inv.Stdout, rep, cfg.Out)
 		}
 	}
 	if err == nil {

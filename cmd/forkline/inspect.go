@@ -6,6 +6,7 @@ import (
 
 	"github.com/forkline/forkline/inspect"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/internal/ui"
 )
 
 type inspectOptions struct {
@@ -83,7 +84,7 @@ func runInspect(ctx context.Context, inv *cli.Invocation, o *inspectOptions) int
 			if i > 0 {
 				inv.Stdout.Write([]byte("\n"))
 			}
-			t.WriteText(inv.Stdout)
+			ui.WriteTranscript(inv.Stdout, t)
 		}
 		return cli.ExitOK
 	}
@@ -92,7 +93,7 @@ func runInspect(ctx context.Context, inv *cli.Invocation, o *inspectOptions) int
 		if inv.JSON {
 			inv.PrintJSON(s)
 		} else {
-			s.WriteText(inv.Stdout)
+			ui.WriteSummary(inv.Stdout, s)
 		}
 	}
 	if err != nil {

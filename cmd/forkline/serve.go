@@ -12,6 +12,7 @@ import (
 
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/internal/ui"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/serve"
@@ -143,7 +144,7 @@ func runServe(ctx context.Context, inv *cli.Invocation, o *serveOptions) int {
 		if inv.JSON {
 			inv.PrintJSON(sum)
 		} else {
-			sum.Print(inv.Stdout)
+			ui.WriteServe(inv.Stdout, sum)
 		}
 	}
 	switch {

@@ -17,6 +17,7 @@ import (
 	"github.com/forkline/forkline/collect"
 	"github.com/forkline/forkline/export"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/internal/ui"
 	"github.com/forkline/forkline/policy/openai"
 	"github.com/forkline/forkline/policy/openai/openaitest"
 	"github.com/forkline/forkline/runtime"
@@ -294,7 +295,7 @@ func TestCollectWithOpenAIPolicy(t *testing.T) {
 	require.True(t, sawCanary, "the search must see into the Parquet files: the model's text is there in plain bytes")
 	require.NotContains(t, string(logged), apiKey)
 	var report bytes.Buffer
-	rep.Print(&report, out)
+	ui.WriteCollect(&report, rep, out)
 	repJSON, _ := json.Marshal(rep)
 	require.NotContains(t, report.String()+string(repJSON), apiKey)
 	rows, _ := json.Marshal([]any{eps, steps})
