@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -105,7 +106,7 @@ func collectFake(t *testing.T, sim *vllmsim.Server, tasks string) (string, strin
 		Replicas: 2, Repeats: 1, Policy: "agent", Capture: capture.DefaultPolicy(),
 		PolicyOptions: map[string]string{"harness": "command", "cmd": fake + ` "$FAKE_MODE"`,
 			"base_url": sim.URL + "/v1", "model": "Qwen/Qwen3-8B", "max_tokens": "200"},
-		Shards: shard.Config{Compression: "none"}, Log: log, Progress: log,
+		Shards: shard.Config{Compression: "none"}, Logger: slog.New(slog.NewTextHandler(log, nil)), Progress: log,
 	}
 	_, err := collect.Run(context.Background(), cfg)
 	return cfg.Out, log.String(), err
@@ -265,7 +266,7 @@ func TestModelServerGoneMidRunIsTheRunsFailure(t *testing.T) {
 		Replicas: 1, Repeats: 1, Policy: "agent", Capture: capture.DefaultPolicy(),
 		PolicyOptions: map[string]string{"harness": "command", "cmd": fake + ` "$FAKE_MODE"`,
 			"base_url": front.URL + "/v1", "model": "Qwen/Qwen3-8B", "max_tokens": "200", "retries": "0"},
-		Log: log, Progress: log,
+		Logger: slog.New(slog.NewTextHandler(log, nil)), Progress: log,
 	}
 	_, err = collect.Run(context.Background(), cfg)
 	require.ErrorIs(t, err, collect.ErrUnavailable, log.String())
@@ -296,7 +297,7 @@ func TestConcurrentEpisodesKeepTheirCalls(t *testing.T) {
 		Tasks: filepath.Join(filepath.Dir(file), "..", "..", "examples", "tasks", "fix-sum.yaml"), Out: filepath.Join(t.TempDir(), "run"),
 		Provider: "local", WorkDir: t.TempDir(), Replicas: n, Repeats: n, Policy: "agent", Capture: capture.DefaultPolicy(),
 		PolicyOptions: map[string]string{"harness": h, "base_url": sim.URL + "/v1", "model": "Qwen/Qwen3-8B", "max_tokens": "200"},
-		Log:           log, Progress: log,
+		Logger:        slog.New(slog.NewTextHandler(log, nil)), Progress: log,
 	}
 	// The verifier fails (nothing fixed sum.sh): every episode ends done
 	// with reward 0, which is no scaffold loss.

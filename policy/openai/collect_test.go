@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -125,7 +126,7 @@ func runCollect(t *testing.T, srv *openaitest.Server, names []string, tokens str
 			"retries": "2", "backoff": "1ms", "backoff_max": "5ms", "timeout": "10s"},
 		// Uncompressed, so that searching the files' bytes means something.
 		Shards: shard.Config{Compression: "none"},
-		Log:    log, Progress: log,
+		Logger: slog.New(slog.NewTextHandler(log, nil)), Progress: log,
 	}
 	sum, err := collect.Run(context.Background(), cfg)
 	require.NoError(t, err)

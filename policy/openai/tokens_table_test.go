@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -183,7 +184,7 @@ func runCell(t *testing.T, sc tokenScenario, mode string) cell {
 	log := &lockedBuffer{}
 	_, err := collect.Run(context.Background(), collect.Config{
 		Tasks: tasks, Out: out, Provider: "local", WorkDir: t.TempDir(), Replicas: 2, Repeats: 1,
-		Policy: "openai", PolicyOptions: opts, Capture: capture.DefaultPolicy(), Log: log, Progress: log,
+		Policy: "openai", PolicyOptions: opts, Capture: capture.DefaultPolicy(), Logger: slog.New(slog.NewTextHandler(log, nil)), Progress: log,
 	})
 	if (sc.cutAt || (sc.idsLost && mode == "tito")) && errors.Is(err, collect.ErrAllLost) {
 		err = nil // every episode ends output_truncated or policy_error, by design: the dataset is complete
@@ -594,7 +595,7 @@ func TestCollectTITOKeepsTheKeyOut(t *testing.T) {
 		Tasks: tasks, Out: out, Provider: "local", WorkDir: t.TempDir(), Replicas: 1, Repeats: 2, Policy: "openai",
 		PolicyOptions: map[string]string{"base_url": s.URL + "/v1", "tokens": "tito", "api_key_env": "FORKLINE_E2E_KEY",
 			"actions": "exec,done", "max_tokens": "100"},
-		Capture: capture.DefaultPolicy(), Shards: shard.Config{Compression: "none"}, Log: log, Progress: log,
+		Capture: capture.DefaultPolicy(), Shards: shard.Config{Compression: "none"}, Logger: slog.New(slog.NewTextHandler(log, nil)), Progress: log,
 	})
 	require.NoError(t, err, "%s", log.Bytes())
 	guarded := 0
