@@ -82,17 +82,21 @@ func OpenEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 			logf("sweeping leftovers of crashed runs: %v", err)
 		}
 	}
-	if env.Provider, err = Environment(prov, cfg.Specs); err != nil {
+	wired, err := Environment(prov, cfg.Specs)
+	if err != nil {
 		return fail(err)
 	}
+	env.Provider = wired
 	if err := ShapeTemplates(cfg.Shaper, env.Provider, cfg.Templates); err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrShape, err))
 	}
 	pc := cfg.Pool
 	pc.Provider = env.Provider
-	if env.Pool, err = pool.New(pc); err != nil {
+	pl, err := pool.New(pc)
+	if err != nil {
 		return fail(err)
 	}
+	env.Pool = pl
 	caps := env.Provider.Capabilities()
 	params := maps.Clone(cfg.Options.Params)
 	if params == nil {
