@@ -3,7 +3,6 @@ package manifest
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -190,12 +189,6 @@ func (p Provider) SettingMismatches(now map[string]string) []Mismatch {
 		}
 	}
 	return out
-}
-
-// IsResumeMismatch reports whether err is a refused resume.
-func IsResumeMismatch(err error) bool {
-	var mm *ErrResumeMismatch
-	return errors.As(err, &mm)
 }
 
 func settingKeys(a, b map[string]string) []string {
