@@ -189,7 +189,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if done, err := inv.checkResume(ctx); done != nil || err != nil {
 		if done != nil {
 			done.RunID = inv.runID
-			inv.log.Info("nothing to do: the run is complete", "episodes", done.Episodes, "planned", done.Planned, "out", cfg.Out)
+			inv.log.Info("nothing to do: the run is complete", "episodes", done.kept(), "planned", done.Planned, "out", cfg.Out)
 		}
 		return done, err
 	}
@@ -309,7 +309,7 @@ func (inv *invocation) checkResume(ctx context.Context) (nothingToDo *Summary, e
 	inv.prior, inv.runID = prior, prior.manifest.RunID
 	if prior.nothingToDo(inv.plan, inv.cfg.Branch) {
 		sum := prior.tally
-		sum.Planned, sum.Skipped = inv.plannedWith(prior.branched), sum.Episodes
+		sum.Planned, sum.Skipped = inv.plannedWith(prior.branched), sum.kept()
 		sum.Status, sum.NothingToDo = string(shard.StatusComplete), true
 		return sum, nil
 	}
@@ -472,7 +472,7 @@ func (inv *invocation) openDataset(ctx context.Context, env *environment) (*data
 		// The summary covers the whole dataset: the episodes kept before,
 		// as tallied from their rows, and what this invocation adds.
 		out.sum = inv.prior.tally
-		out.sum.Planned, out.sum.Skipped = inv.plannedWith(inv.prior.branched), out.sum.Episodes
+		out.sum.Planned, out.sum.Skipped = inv.plannedWith(inv.prior.branched), out.sum.kept()
 	}
 	if out.remakes, err = inv.loadRemakes(ctx, out.committed); err != nil {
 		w.Close(shard.StatusPartial)
@@ -534,8 +534,17 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 		"part", cfg.Part.String(), "provider", env.prov.Name(), "policy", cfg.Policy, "replicas", cfg.Replicas, "out", cfg.Out)
 	began := time.Now()
 	queue := newBranchQueue()
-	runner := episodeRunner{cfg: cfg, runner: episode.Runner{RunID: inv.runID, Provider: env.prov.Name(), Capture: cfg.Capture},
-		rec: out.rec, policies: inv.policies, log: inv.logf, logger: inv.log, obs: inv.obs, live: live, halt: halt, todo: todo,
+	// The summary is told of the episodes as every observer is: it is
+	// their tally.
+	obs := observe.Multi{out.sum, inv.obs}
+	out.sum.tally.OnFirstError(func(e observe.EpisodeEnded) {
+		// Each distinct error is logged once; the summary counts them.
+		inv.log.Warn(fmt.Sprintf("episode %s of %s: %s: %s (further episodes with this error are counted, not logged)",
+			e.EpisodeID[:min(12, len(e.EpisodeID))], e.Task, e.Exit, oneLine(e.Detail, 1000)),
+			"task", e.Task, "episode_id", e.EpisodeID, "exit_reason", e.Exit)
+	})
+	runner := episodeRunner{cfg: cfg, runner: episode.Runner{RunID: inv.runID, Provider: env.prov.Name(), Capture: cfg.Capture, Observer: obs},
+		rec: out.rec, policies: inv.policies, log: inv.logf, logger: inv.log, obs: obs, live: live, halt: halt, todo: todo,
 		pool: env.pool, queue: queue, templates: inv.templates}
 	// Once scheduling stops, a job the pool took but has not started does
 	// not start (no golden of the next task is built after a stop).
@@ -708,19 +717,10 @@ func (inv *invocation) closeDataset(out *dataset, status shard.Status, runErr er
 // logErrorCounts logs, once each, the distinct errors this invocation met,
 // with how many episodes of the dataset ended with them.
 func logErrorCounts(sum *Summary, logf func(string, ...any)) {
+	sum.tally.RepeatedErrors(func(e manifest.ErrorCount) { logf("%s", e) })
 	sum.mu.Lock()
 	defer sum.mu.Unlock()
-	for _, t := range []*errorTally{&sum.errs, &sum.unavailable} {
-		for i, e := range t.counts {
-			if t.seen[i] && e.Episodes > 1 {
-				what := ""
-				if t == &sum.unavailable {
-					what = "not kept, a service was unavailable: "
-				}
-				logf("%s%s", what, e)
-			}
-		}
-	}
+	sum.unavailable.Repeated(func(e manifest.ErrorCount) { logf("not kept, a service was unavailable: %s", e) })
 }
 
 func mostCommonError(r Report) string {

@@ -61,9 +61,6 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		return pool.Done
 	}
 	defer er.live.ended.Add(1)
-	if acquireErr == nil {
-		er.obs.Observe(resetEvent(p.task.ID, rep))
-	}
 	ep := er.runner.Begin(er.identity(p), p.task, rep)
 	play := er.play
 	if p.branch != nil {
@@ -76,8 +73,8 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 		// Its steps so far are not kept, and a resume runs it whole once
 		// the service is back.
 		er.notKept(p, exit, err)
-		er.obs.Observe(observe.EpisodeEnded{Task: p.task.ID, EpisodeID: p.id, Exit: string(exit),
-			ScaffoldLoss: exit.ScaffoldLoss(), Steps: len(ep.Capture.Steps()), Kept: false})
+		ep.Row.ExitReason, ep.Row.Detail = string(exit), err.Error()
+		ep.End(false, "")
 		return pool.Done
 	}
 	if detail, hit := er.halt.stopHit(ep); hit {
@@ -91,16 +88,15 @@ func (er episodeRunner) run(ctx context.Context, job pool.Job, rep pool.Replica,
 	}
 	batch, keep := ep.Rows()
 	if !keep {
-		er.obs.Observe(observe.EpisodeEnded{Task: p.task.ID, EpisodeID: p.id, Exit: ep.Row.ExitReason, Kept: false})
+		ep.End(false, "")
 		return ep.Outcome()
 	}
-	if !er.commit(ctx, p, batch) {
+	if !er.commit(ctx, p, ep, batch) {
 		if branched != nil {
 			branched.release(ctx, er.log)
 		}
 		return ep.Outcome()
 	}
-	er.obs.Observe(episodeEnded(batch.Episode, batch.Rewards, true))
 	er.logger.Debug("episode kept", "task", p.task.ID, "episode_id", p.id, "exit_reason", batch.Episode.ExitReason,
 		"steps", batch.Episode.Steps, "duration_ms", batch.Episode.DurationMS)
 	if branched != nil {
@@ -180,7 +176,6 @@ func (er episodeRunner) rollout(ctx context.Context, ep *episode.Episode, p *pla
 	}
 	// A failing sink is kept as unknown (Rollout recorded it so); only an
 	// unavailable service is not kept.
-	watch = teeSinks(episode.StepObserver(er.obs, p.task.ID, p.id), watch)
 	if err := ep.Rollout(ctx, pol, h, lim, watch); errors.Is(err, runtime.ErrUnavailable) {
 		return ep.Result.Exit, nil, err
 	}
@@ -294,35 +289,30 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 		// A -from root: the re-executed prefix is this run's root, kept
 		// (branched) before its branches run, as a live root is.
 		batch, keep := ep.Rows()
-		if !keep || !er.commit(ctx, p, batch) {
+		if !keep || !er.commit(ctx, p, ep, batch) {
 			if err := b.Release(context.WithoutCancel(ctx)); err != nil {
 				er.log("%v", err)
 			}
 			return
 		}
-		er.obs.Observe(episodeEnded(batch.Episode, batch.Rewards, true))
 		prefixMS = batch.Episode.DurationMS
 		er.planned(len(p.remake.missing))
 	}
 	er.queue.push(er.cfg.Branch.branchJobs(p, b, er.templates[p.task.ID], len(p.remake.steps), p.remake.missing, h, nil, prefixMS)...)
 }
 
-// commit writes the episode, counts it, logs its error when it is the
-// first of its kind, and checks -max-loss.
-func (er episodeRunner) commit(ctx context.Context, p *planned, batch shard.EpisodeBatch) (ok bool) {
-	firstError, err := er.rec.commit(context.WithoutCancel(ctx), batch)
-	if err != nil {
+// commit writes the episode, ends it (its end event counts it in the
+// summary, which logs its error when it is the first of its kind), and
+// checks the loss limit.
+func (er episodeRunner) commit(ctx context.Context, p *planned, ep *episode.Episode, batch shard.EpisodeBatch) (ok bool) {
+	if err := er.rec.commit(context.WithoutCancel(ctx), batch); err != nil {
+		ep.End(false, "")
 		er.logger.Warn(fmt.Sprintf("episode %s of %s could not be written: %v", p.id[:12], p.task.ID, err),
 			"task", p.task.ID, "episode_id", p.id)
 		er.halt.writeFailed(err)
 		return false
 	}
-	if firstError {
-		// Each distinct error is logged once; the summary counts them.
-		er.logger.Warn(fmt.Sprintf("episode %s of %s: %s: %s (further episodes with this error are counted, not logged)",
-			p.id[:12], p.task.ID, batch.Episode.ExitReason, oneLine(batch.Episode.Detail, 1000)),
-			"task", p.task.ID, "episode_id", p.id, "exit_reason", batch.Episode.ExitReason)
-	}
+	ep.End(true, "")
 	if limit := er.cfg.MaxLoss; limit.IsSet() {
 		if losses := er.rec.sum.RanLosses(); limit.passed(losses, er.todo) {
 			er.halt.lossLimitPassed(limit, losses, er.todo)
@@ -339,20 +329,4 @@ func (er episodeRunner) notKept(p *planned, exit runtime.ExitReason, err error) 
 		er.logger.Warn(fmt.Sprintf("episode %s of %s not kept: %s: %v", p.id[:12], p.task.ID, exit, err),
 			"task", p.task.ID, "episode_id", p.id, "exit_reason", string(exit))
 	}
-}
-
-// teeSinks writes each step to every sink that is not nil, in order,
-// stopping at the first error.
-func teeSinks(sinks ...runtime.StepSink) runtime.StepSink {
-	return runtime.StepSinkFunc(func(ctx context.Context, st runtime.Step) error {
-		for _, s := range sinks {
-			if s == nil {
-				continue
-			}
-			if err := s.WriteStep(ctx, st); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }

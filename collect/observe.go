@@ -8,14 +8,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/progress"
-	"github.com/forkline/forkline/runtime"
-	"github.com/forkline/forkline/schemas"
 )
 
 // setLogger makes the run's logger from Config.Logger: every record carries the run id, read when the record is made, so
@@ -102,26 +98,6 @@ func (l *liveCounter) live(pl *pool.Pool) func() observe.Live {
 		return observe.Live{Replicas: o.Replicas, Busy: o.Busy, Standby: o.Standby, Queued: max(queued, 0)}
 	}
 }
-
-// episodeEnded is the observe event of a committed episode's rows.
-func episodeEnded(ep schemas.EpisodeRow, rewards []schemas.RewardRow, kept bool) observe.EpisodeEnded {
-	e := observe.EpisodeEnded{Task: ep.TaskID, EpisodeID: ep.EpisodeID, Exit: ep.ExitReason,
-		ScaffoldLoss: runtime.ParseExitReason(ep.ExitReason).ScaffoldLoss(), Steps: int(ep.Steps), Kept: kept,
-		Took: msDuration(ep.DurationMS)}
-	for _, r := range rewards {
-		if r.StepIndex == nil && r.Name == "verify" {
-			e.Reward, e.RewardMissing = r.Value, r.Value == nil
-		}
-	}
-	return e
-}
-
-// resetEvent is the observe event of a replica handed to an episode.
-func resetEvent(task string, rep pool.Replica) observe.Reset {
-	return observe.Reset{Task: task, Strategy: episode.ResetName(rep), Method: rep.Origin, Took: rep.Reset}
-}
-
-func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
 // lineLog is an io.Writer whose every line is a log record at info: how a
 // provider's progress lines (written for a terminal) join the run's log.

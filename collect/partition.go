@@ -4,10 +4,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"github.com/forkline/forkline/manifest"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/forkline/forkline/manifest"
 )
 
 // Part selects the share of a run one machine collects: the episodes whose

@@ -15,13 +15,14 @@ type recorder struct {
 	sum *Summary
 }
 
-// commit writes the episode and counts it; firstError reports a scaffold
-// loss whose error this invocation had not met yet.
-func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) (firstError bool, err error) {
+// commit writes the episode and counts what was stored of it (its
+// episode figures come with its end event).
+func (r *recorder) commit(ctx context.Context, b shard.EpisodeBatch) error {
 	if err := r.Commit(ctx, &b); err != nil {
-		return false, err
+		return err
 	}
-	return r.sum.addEpisode(b), nil
+	r.sum.addCommitted(b)
+	return nil
 }
 
 func (r *recorder) failed() error { return r.Failed() }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/runtime"
+	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
 
@@ -64,6 +66,17 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manif
 		}
 	}
 	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tree: map[string]treeNode{}, tally: newSummary(0, 0)}
+	// The verifier rewards first, so that each kept episode is told to the
+	// tally once, with its reward, as its end event told it when it ran.
+	rewards := map[string]schemas.RewardRow{}
+	for r, err := range ds.Rewards() {
+		if err != nil {
+			return nil, fmt.Errorf("collect: -resume: reading the kept rewards: %w", err)
+		}
+		if v := episode.VerifierReward([]schemas.RewardRow{r}); v != nil {
+			rewards[r.EpisodeID] = *v
+		}
+	}
 	for e, err := range ds.Episodes() {
 		if err != nil {
 			return nil, fmt.Errorf("collect: -resume: reading the kept episodes: %w", err)
@@ -84,15 +97,11 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manif
 		if e.ExitReason == string(runtime.ExitBranched) {
 			p.branched[e.EpisodeID] = true
 		}
-		p.tally.addKept(e, false)
-	}
-	for r, err := range ds.Rewards() {
-		if err != nil {
-			return nil, fmt.Errorf("collect: -resume: reading the kept rewards: %w", err)
+		var reward *schemas.RewardRow
+		if r, ok := rewards[e.EpisodeID]; ok {
+			reward = &r
 		}
-		if p.kept[r.EpisodeID] {
-			p.tally.addReward(r)
-		}
+		p.tally.tally.Kept(e, reward)
 	}
 	return p, nil
 }

@@ -1,53 +1,41 @@
 package collect
 
 import (
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/forkline/forkline/episode"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
+	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
-	"github.com/forkline/forkline/schemas"
-	"github.com/forkline/forkline/task"
 )
 
-// Summary is what a run did. It is kept in bounded memory whatever the number
-// of episodes: counters, latency samples in fixed-size reservoirs, and at
-// most maxDistinctErrors distinct error texts.
+// Summary is what a run did. Its episode figures are the run's
+// episode.Tally, fed by the events every episode emits (and, for a resumed
+// run, by the rows kept before it): the same counting serve and replay
+// use. What only collect knows — the plan, the episodes not kept because a
+// service was unavailable, what the recorder stored, the wall time — it
+// counts itself. It is kept in bounded memory whatever the number of
+// episodes.
 //
-// After a resume it covers the whole dataset — the episodes kept before
-// (tallied from their rows when the run was resumed) and the ones this
-// invocation added — except for what only this invocation measured: its wall
-// time and rates, screenshots, blobs and bytes per step, and replaced
-// replicas.
+// After a resume it covers the whole dataset except for what only this
+// invocation measured: its wall time and rates, screenshots, blobs and
+// bytes per step, and replaced replicas.
 type Summary struct {
 	mu sync.Mutex
 
-	RunID    string // set when the run's manifest is closed
-	Planned  int    // planned episodes of this part
-	Skipped  int    // kept before this invocation (resume)
-	Episodes int    // kept in the dataset
-	Steps    int64
-	ByExit   map[string]int
-	// Ran and RanSteps are what this invocation committed; ranLosses its
-	// scaffold losses (what -max-loss limits).
-	Ran       int
-	RanSteps  int64
-	ranLosses int
+	RunID   string // set when the run's manifest is closed
+	Planned int    // planned episodes of this part
+	Skipped int    // kept before this invocation (resume)
 	// NotRun counts the episodes this invocation ended without keeping
 	// because a service they depend on was unavailable.
-	NotRun         int
-	Rewards        int
-	rewardSum      float64
-	RewardsMissing int // verifier produced no value
-	reset          map[string]*manifest.Sample
-	Screenshots    int64
-	BlobsStored    int64
+	NotRun      int
+	Screenshots int64
+	BlobsStored int64
 	// Bytes are the rows this invocation committed (steps, episodes,
 	// rewards, blobs) as the shard writer measures them (the schemas row
 	// types' Size, uncompressed): what rolled its shards.
@@ -55,82 +43,29 @@ type Summary struct {
 	// DiskBytes are the bytes of the shards this invocation closed: what
 	// its rows take on disk, zstd Parquet.
 	DiskBytes int64
-	Drift     int
 	Wall      time.Duration
 	Pool      pool.Stats
 	Status    string
 	// NothingToDo is set when a resumed run was already complete: nothing
 	// ran and nothing was changed.
 	NothingToDo bool
-	golden      map[string]float64 // task → build ms
-	errs        errorTally         // scaffold losses of the dataset, by identical detail
-	unavailable errorTally         // episodes not kept, by identical error
+
+	tally       *episode.Tally
+	unavailable episode.ErrorTally // episodes not kept, by identical error
 }
 
 func newSummary(planned, skipped int) *Summary {
-	return &Summary{Planned: planned, Skipped: skipped, ByExit: map[string]int{},
-		reset: map[string]*manifest.Sample{}, golden: map[string]float64{}}
+	return &Summary{Planned: planned, Skipped: skipped, tally: episode.NewTally()}
 }
 
-// addKept counts an episode of the dataset: one kept before this
-// invocation, or (through addEpisode) one it committed. It reports whether
-// the episode is a scaffold loss whose error text this invocation had not
-// seen yet, so the caller logs each distinct error once.
-func (s *Summary) addKept(ep schemas.EpisodeRow, thisRun bool) (firstError bool) {
-	s.Episodes++
-	s.Steps += int64(ep.Steps)
-	s.ByExit[ep.ExitReason]++
-	if ep.TokenDrift {
-		s.Drift++
-	}
-	if ep.ResetMS > 0 { // a replica was really acquired
-		key := ep.ResetStrategy
-		if ep.ResetOrigin != "" {
-			key += "/" + ep.ResetOrigin
-		}
-		if s.reset[key] == nil {
-			s.reset[key] = &manifest.Sample{}
-		}
-		s.reset[key].Add(ep.ResetMS)
-	}
-	if ep.GoldenID != "" {
-		s.golden[ep.TaskID] = ep.GoldenBuildMS
-	}
-	if runtime.ParseExitReason(ep.ExitReason).ScaffoldLoss() {
-		if thisRun {
-			s.ranLosses++
-		}
-		return s.errs.add(ep.ExitReason, ep.Detail, thisRun)
-	}
-	return false
-}
+// Observe hands an event of the run to the summary's tally.
+func (s *Summary) Observe(e observe.Event) { s.tally.Observe(e) }
 
-// addReward counts an episode-level reward of a kept episode: the task
-// verifier's (task.RewardName); a Harbor reward.json's further metrics are
-// rows of their own and no part of the episode's reward.
-func (s *Summary) addReward(r schemas.RewardRow) {
-	if r.StepIndex != nil || r.Name != task.RewardName {
-		return
-	}
-	if r.Value == nil {
-		s.RewardsMissing++
-		return
-	}
-	s.Rewards++
-	s.rewardSum += *r.Value
-}
-
-// addEpisode counts an episode this invocation committed; see addKept for
-// the result.
-func (s *Summary) addEpisode(b shard.EpisodeBatch) (firstError bool) {
+// addCommitted counts what the recorder stored of an episode this
+// invocation committed (its episode figures come with its end event).
+func (s *Summary) addCommitted(b shard.EpisodeBatch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	firstError = s.addKept(b.Episode, true)
-	s.Ran++
-	s.RanSteps += int64(len(b.Steps))
-	for _, r := range b.Rewards {
-		s.addReward(r)
-	}
 	for _, st := range b.Steps {
 		if st.ScreenHash != "" {
 			s.Screenshots++
@@ -138,7 +73,6 @@ func (s *Summary) addEpisode(b shard.EpisodeBatch) (firstError bool) {
 	}
 	s.BlobsStored += int64(len(b.Blobs))
 	s.Bytes += b.Size()
-	return firstError
 }
 
 // addShards counts the bytes of shards this invocation closed.
@@ -154,7 +88,7 @@ func (s *Summary) addUnavailable(exit, detail string) (first bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.NotRun++
-	return s.unavailable.add(exit, detail, true)
+	return s.unavailable.Add(exit, detail, true)
 }
 
 func (s *Summary) finish(wall time.Duration, ps pool.Stats) {
@@ -179,76 +113,19 @@ func (s *Summary) addPlanned(n int) {
 }
 
 // Done returns how many episodes this invocation has committed so far.
-func (s *Summary) Done() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.Ran
-}
+func (s *Summary) Done() int { return s.tally.Ran() }
+
+// kept returns how many episodes of the dataset are kept.
+func (s *Summary) kept() int { return s.tally.Counts().Kept }
 
 // cancelled returns how many episodes of the dataset are kept as
 // cancelled: a resume removes the ones an earlier invocation kept (they
 // are not tallied), so these are this invocation's, and a resume runs
 // them again.
-func (s *Summary) cancelled() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ByExit[string(runtime.ExitCancelled)]
-}
+func (s *Summary) cancelled() int { return s.tally.KeptBy(string(runtime.ExitCancelled)) }
 
 // RanLosses returns how many of them are scaffold losses.
-func (s *Summary) RanLosses() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ranLosses
-}
-
-// maxDistinctErrors bounds the error texts a summary keeps; further
-// distinct ones are only counted.
-const maxDistinctErrors = 32
-
-// errorTally counts episodes by identical (exit reason, detail), so that a
-// run where every episode fails the same way reports it once with a count
-// ("24 episodes: env_error: pool: golden for X: create: no such image")
-// instead of once per episode.
-type errorTally struct {
-	index  map[errorKey]int
-	counts []ErrorCount
-	seen   []bool // this invocation met the error
-	other  int    // episodes whose error did not fit in the tally
-}
-
-type errorKey struct{ exit, detail string }
-
-func (t *errorTally) add(exit, detail string, thisRun bool) (firstThisRun bool) {
-	k := errorKey{exit, detail}
-	i, ok := t.index[k]
-	if !ok {
-		if len(t.counts) >= maxDistinctErrors {
-			t.other++
-			return false
-		}
-		if t.index == nil {
-			t.index = map[errorKey]int{}
-		}
-		i = len(t.counts)
-		t.index[k] = i
-		t.counts = append(t.counts, ErrorCount{ExitReason: exit, Detail: detail})
-		t.seen = append(t.seen, false)
-	}
-	t.counts[i].Episodes++
-	if thisRun && !t.seen[i] {
-		t.seen[i] = true
-		return true
-	}
-	return false
-}
-
-// report returns the counts, most frequent first (then in the order met).
-func (t *errorTally) report() []ErrorCount {
-	out := slices.Clone(t.counts)
-	sort.SliceStable(out, func(a, b int) bool { return out[a].Episodes > out[b].Episodes })
-	return out
-}
+func (s *Summary) RanLosses() int { return s.tally.RanLosses() }
 
 // Report is the summary as data, as the manifest records it (see
 // manifest.Collect).
@@ -259,37 +136,27 @@ type ErrorCount = manifest.ErrorCount
 
 // Report returns the summary as data.
 func (s *Summary) Report() Report {
+	c := s.tally.Counts()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := Report{RunID: s.RunID, Status: s.Status, NothingToDo: s.NothingToDo, Planned: s.Planned, Skipped: s.Skipped, Episodes: s.Episodes,
-		Ran: s.Ran, NotRun: s.NotRun, Steps: s.Steps, RanSteps: s.RanSteps,
-		ByExit: map[string]int{}, ResetMS: map[string]manifest.Latency{}, GoldenBuildMS: map[string]float64{},
-		Errors: s.errs.report(), OtherErrors: s.errs.other, Unavailable: s.unavailable.report(),
-		Rewarded: s.Rewards, RewardsMissing: s.RewardsMissing, WallSec: s.Wall.Seconds(),
-		Screenshots: s.Screenshots, BlobsStored: s.BlobsStored, TokenDrift: s.Drift, Replacements: s.Pool.Replacements}
-	for k, v := range s.ByExit {
-		r.ByExit[k] = v
+	r := Report{RunID: s.RunID, Status: s.Status, NothingToDo: s.NothingToDo, Planned: s.Planned, Skipped: s.Skipped, Episodes: c.Kept,
+		Ran: c.Ran, NotRun: s.NotRun, Steps: c.Steps, RanSteps: c.RanSteps,
+		ByExit: c.ByExit, ResetMS: c.ResetMS, GoldenBuildMS: c.GoldenBuildMS,
+		Errors: c.Errors, OtherErrors: c.OtherErrors, Unavailable: s.unavailable.Report(),
+		Rewarded: c.Rewarded, RewardMean: c.RewardMean, RewardsMissing: c.RewardsMissing, WallSec: s.Wall.Seconds(),
+		Screenshots: s.Screenshots, BlobsStored: s.BlobsStored, TokenDrift: c.TokenDrift, Replacements: s.Pool.Replacements}
+	for k, v := range c.ByExit {
 		if runtime.ParseExitReason(k).ScaffoldLoss() {
 			r.Losses += v
 		}
 	}
-	if s.Rewards > 0 {
-		m := s.rewardSum / float64(s.Rewards)
-		r.RewardMean = &m
-	}
-	for k, res := range s.reset {
-		r.ResetMS[k] = res.Latency()
-	}
-	for k, v := range s.golden {
-		r.GoldenBuildMS[k] = v
-	}
 	if s.Wall > 0 {
-		r.StepsPerSec = float64(s.RanSteps) / s.Wall.Seconds()
-		r.EpisodesPerSec = float64(s.Ran) / s.Wall.Seconds()
+		r.StepsPerSec = float64(c.RanSteps) / s.Wall.Seconds()
+		r.EpisodesPerSec = float64(c.Ran) / s.Wall.Seconds()
 	}
-	if s.RanSteps > 0 {
-		r.BytesPerStep = float64(s.DiskBytes) / float64(s.RanSteps)
-		r.RowBytesPerStep = float64(s.Bytes) / float64(s.RanSteps)
+	if c.RanSteps > 0 {
+		r.BytesPerStep = float64(s.DiskBytes) / float64(c.RanSteps)
+		r.RowBytesPerStep = float64(s.Bytes) / float64(c.RanSteps)
 	}
 	if s.BlobsStored > 0 {
 		r.DedupRatio = float64(s.Screenshots) / float64(s.BlobsStored)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/shard"
+	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/runtime"
@@ -23,6 +24,10 @@ type Runner struct {
 	RunID    string         // every row's run_id
 	Provider string         // the provider's name, every row's provider
 	Capture  capture.Policy // what each step keeps
+	// Observer is told of every episode's reset (Begin), steps (Rollout,
+	// Drive) and end (End): the one place the events of an episode are
+	// made, whichever consumer runs it. Nil tells no one.
+	Observer observe.Observer
 }
 
 // Identity is what defines an episode, whichever run runs it: a collected
@@ -70,6 +75,9 @@ type Episode struct {
 	// Broken is set when the sandbox failed under the episode: the pool
 	// replaces the replica (Outcome).
 	Broken bool
+
+	obs   observe.Observer
+	built *schemas.EpisodeRow // the row Rows built
 }
 
 // Begin starts an episode of t on the replica the pool handed over (a zero
@@ -99,7 +107,29 @@ func (r Runner) Begin(id Identity, t *task.Spec, rep pool.Replica) *Episode {
 		parent, step, index := b.ParentID, int32(b.Step), int32(b.Index)
 		row.ParentEpisodeID, row.BranchStep, row.BranchIndex = &parent, &step, &index
 	}
-	return &Episode{Task: t, Replica: rep, Row: row, Capture: capture.NewSink(r.Capture, id.EpisodeID, t.ID)}
+	e := &Episode{Task: t, Replica: rep, Row: row, Capture: capture.NewSink(r.Capture, id.EpisodeID, t.ID), obs: r.Observer}
+	if rep.Strategy != "" && e.obs != nil { // a replica was handed over (not NoReplica)
+		ev := observe.Reset{Task: t.ID, Strategy: row.ResetStrategy, Method: rep.Origin, Took: rep.Reset}
+		if rep.Golden != nil {
+			ev.GoldenBuild = rep.Golden.BuildTime
+		}
+		e.obs.Observe(ev)
+	}
+	return e
+}
+
+// End tells the run's observer that the episode ended: kept when the
+// consumer kept it (Rows said so and the commit went through), status a
+// replay's verdict ("" otherwise). Call it once, after Rows when it ran.
+func (e *Episode) End(kept bool, status string) {
+	row := e.Row
+	switch {
+	case e.built != nil:
+		row = *e.built
+	case e.Capture != nil:
+		row.Steps = int32(len(e.Capture.Steps()))
+	}
+	observe.Or(e.obs).Observe(EndedEvent(row, e.Reward, kept, status))
 }
 
 // ResetName is the reset_strategy column: fork or recreate, with "+standby"
@@ -153,6 +183,9 @@ func (e *Episode) PolicyFailed(err error) {
 // unknown, Broken).
 func (e *Episode) Rollout(ctx context.Context, pol runtime.Policy, h runtime.History, lim runtime.Limits, watch runtime.StepSink) error {
 	var sink runtime.StepSink = e.Capture
+	if e.obs != nil {
+		watch = ChainSinks(StepObserver(e.obs, e.Task.ID, e.Row.EpisodeID), watch)
+	}
 	if watch != nil {
 		sink = runtime.StepSinkFunc(func(ctx context.Context, s runtime.Step) error {
 			if err := e.Capture.WriteStep(ctx, s); err != nil {
@@ -411,6 +444,7 @@ func (e *Episode) Rows() (b shard.EpisodeBatch, keep bool) {
 		ep.Detail = strings.TrimSpace(ep.Detail + "; token record refused: " + err.Error())
 	}
 	b = shard.EpisodeBatch{Episode: ep, Steps: steps, Blobs: e.Capture.Blobs()}
+	e.built = &b.Episode
 	if e.Reward != nil {
 		b.Rewards = append([]schemas.RewardRow{*e.Reward}, e.Metrics...)
 	}

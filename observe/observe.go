@@ -120,6 +120,9 @@ type Reset struct {
 	Strategy string // fork, recreate, fork+standby ...
 	Method   string // how the provider made the sandbox (overlay, copy, container ...)
 	Took     time.Duration
+	// GoldenBuild is how long the golden the replica comes from took to
+	// build (zero for a replica made without one).
+	GoldenBuild time.Duration
 }
 
 // Step is one step of an episode, as soon as it is recorded.
@@ -138,8 +141,12 @@ type Step struct {
 type EpisodeEnded struct {
 	Task, EpisodeID string
 	Exit            string // the exit reason
+	Detail          string // the episode row's detail: why it ended so
 	ScaffoldLoss    bool
 	Steps           int
+	// TokenDrift is set when the episode's token record drifted from the
+	// model's own tokens (see the episode row's token_drift).
+	TokenDrift bool
 	// Kept is false for an episode the run did not keep: one ended by an
 	// unavailable service (a resume runs it again), or one cancelled
 	// before its first step.

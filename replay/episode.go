@@ -19,8 +19,19 @@ import (
 // its recorded actions through episode's runner, each step compared with
 // the recorded one, then its verification; with Config.Record the replayed
 // episode is committed to the recording.
-func (rp *replayer) episode(ctx context.Context, j *recorded, r pool.Replica, acqErr error) (EpisodeReport, pool.Outcome) {
-	er := EpisodeReport{EpisodeID: j.ep.EpisodeID, TaskID: j.ep.TaskID, Steps: len(j.steps), RewardRecorded: j.reward}
+func (rp *replayer) episode(ctx context.Context, j *recorded, r pool.Replica, acqErr error) (er EpisodeReport, out pool.Outcome) {
+	er = EpisodeReport{EpisodeID: j.ep.EpisodeID, TaskID: j.ep.TaskID, Steps: len(j.steps), RewardRecorded: j.reward}
+	// The replay is the same episode (identity) run again: how this run
+	// went — replica, reset, golden, timings — is the replay's own.
+	ep := rp.runner.Begin(episode.Identity{EpisodeID: j.ep.EpisodeID, TaskHash: j.ep.TaskHash, Repeat: int(j.ep.Repeat), Seed: j.ep.Seed}, j.spec, r)
+	defer func() {
+		// Its end, with the verdict, as every episode's is told.
+		if ep.Row.ExitReason == "" {
+			// No replica, or no rollout.
+			ep.Row.ExitReason, ep.Row.Detail = string(runtime.ExitEnvError), er.Error
+		}
+		ep.End(true, string(er.Status))
+	}()
 	if acqErr != nil {
 		er.Status, er.Error = Errored, acqErr.Error()
 		return er, pool.Done
@@ -45,16 +56,11 @@ func (rp *replayer) episode(ctx context.Context, j *recorded, r pool.Replica, ac
 		}
 		expected = len(j.steps)
 	}
-	// The replay is the same episode (identity) run again: how this run
-	// went — replica, reset, golden, timings — is the replay's own.
-	ep := rp.runner.Begin(episode.Identity{EpisodeID: j.ep.EpisodeID, TaskHash: j.ep.TaskHash, Repeat: int(j.ep.Repeat), Seed: j.ep.Seed}, j.spec, r)
 	cmp := &comparer{cfg: rp.cfg, capture: rp.compare, rec: j.steps, blob: rp.blob}
 	lim := j.spec.Limits.Runtime()
 	lim.MaxSteps = expected + 1
 	// An unavailable backend ends the rollout as env_error, reported below.
-	watch := episode.ChainSinks(cmp, episode.StepObserver(rp.obs, j.ep.TaskID, j.ep.EpisodeID))
-	err = ep.Rollout(ctx, pol, runtime.History{Instruction: j.spec.Instruction}, lim, watch)
-	er.exit = ep.Row.ExitReason
+	err = ep.Rollout(ctx, pol, runtime.History{Instruction: j.spec.Instruction}, lim, cmp)
 	if err != nil && !errors.Is(err, runtime.ErrUnavailable) {
 		er.Status, er.Error = Errored, err.Error()
 		return er, pool.Broken

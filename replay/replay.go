@@ -138,8 +138,6 @@ type EpisodeReport struct {
 	RewardReplayed *float64  `json:"reward_replayed"`
 	RewardChanged  bool      `json:"reward_changed"`
 	Error          string    `json:"error,omitempty"`
-
-	exit string // how the replayed rollout ended, for the observers
 }
 
 // Report is the whole replay.

@@ -19,7 +19,6 @@ import (
 	"github.com/forkline/forkline/policy/agent"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/providers"
-	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/schemas"
 	"github.com/forkline/forkline/task"
 )
@@ -182,7 +181,7 @@ func newReplayer(ctx context.Context, cfg Config, ds *shard.Dataset, specs map[s
 	// the one a Config.Record dataset's manifest states. Without Record the
 	// captured rows are dropped with the episode: one runner for both costs
 	// a row per step in memory, which the stored steps already take.
-	rp.runner = episode.Runner{Provider: rp.prov.Name(), Capture: recorded}
+	rp.runner = episode.Runner{Provider: rp.prov.Name(), Capture: recorded, Observer: rp.obs}
 	if cfg.Record != "" {
 		if rp.rec, err = newRecording(cfg, m, list, rp.env.Record); err != nil {
 			rp.close(context.WithoutCancel(ctx))
@@ -244,12 +243,9 @@ func (rp *replayer) replayAll(ctx context.Context, src episodeSource) (*Report, 
 	var mu sync.Mutex
 	rp.pool.Run(ctx, jobs, func(ctx context.Context, job pool.Job, r pool.Replica, acqErr error) pool.Outcome {
 		j := job.Payload.(*recorded)
-		if acqErr == nil {
-			rp.obs.Observe(observe.Reset{Task: j.ep.TaskID, Strategy: episode.ResetName(r), Method: r.Origin, Took: r.Reset})
-		}
 		er, out := rp.episode(ctx, j, r, acqErr)
 		rp.ended.Add(1)
-		rp.observeEnded(er)
+		rp.logEnded(er)
 		mu.Lock()
 		rep.Episodes = append(rep.Episodes, er)
 		mu.Unlock()
@@ -364,15 +360,9 @@ func (rp *replayer) onGolden(g pool.GoldenProgress) {
 	}
 }
 
-// observeEnded tells the observers of a replayed episode's verdict.
-func (rp *replayer) observeEnded(er EpisodeReport) {
-	exit := er.exit
-	if exit == "" {
-		exit = string(runtime.ExitEnvError) // no replica, or no rollout
-	}
-	rp.obs.Observe(observe.EpisodeEnded{Task: er.TaskID, EpisodeID: er.EpisodeID, Exit: exit,
-		ScaffoldLoss: runtime.ParseExitReason(exit).ScaffoldLoss(), Steps: er.Matched, Kept: true,
-		Reward: er.RewardReplayed, Status: string(er.Status)})
+// logEnded logs a replayed episode's verdict (its end event went to the
+// observers from the episode: episode.End).
+func (rp *replayer) logEnded(er EpisodeReport) {
 	if er.Status != Identical {
 		rp.log.Warn("episode "+string(er.Status), "task", er.TaskID, "episode_id", er.EpisodeID, "steps_matched", er.Matched, "error", er.Error)
 	} else {

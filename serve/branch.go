@@ -240,8 +240,6 @@ func (s *Server) beginBranch(ctx context.Context, req resetRequest, endPrevious 
 		s.unclaim(id)
 		return nil, StepResult{}, s.resetFailed(t, err)
 	}
-	s.stats.reset(rep)
-	s.obs.Observe(resetEvent(t.spec.ID, rep))
 	parentID := p.ep.Row.EpisodeID
 	group := episode.BranchGroupID(parentID, cp.step)
 	ep := s.runner.Begin(episode.Identity{EpisodeID: id, TaskHash: t.hash, Repeat: int(p.ep.Row.Repeat), Seed: p.ep.Row.Seed,

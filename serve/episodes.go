@@ -40,8 +40,6 @@ func (s *Server) begin(ctx context.Context, req resetRequest, endPrevious func()
 		s.unclaim(id)
 		return nil, StepResult{}, s.resetFailed(t, err)
 	}
-	s.stats.reset(rep)
-	s.obs.Observe(resetEvent(t.spec.ID, rep))
 	var seed int64
 	if req.Seed != nil {
 		seed = *req.Seed
@@ -99,10 +97,6 @@ func (s *Server) step(ctx context.Context, l *liveEpisode, dec runtime.Decision)
 	taken, err := l.drv.Step(ctx, dec)
 	if err != nil {
 		return StepResult{}, err
-	}
-	s.stats.step()
-	if taken.Step != nil {
-		s.obs.Observe(episode.StepEvent(l.t.spec.ID, l.ep.Row.EpisodeID, *taken.Step))
 	}
 	if !taken.Ended {
 		return StepResult{Observation: observationOf(l.ep.Row.EpisodeID, l.t.spec.ID, *taken.Step)}, nil
@@ -168,14 +162,7 @@ func (s *Server) finish(l *liveEpisode, exit runtime.ExitReason, detail string) 
 		obs.RewardDetail = r.Detail
 	}
 	res.Observation = obs
-	var reward *float64
-	if ep.Reward != nil {
-		reward = ep.Reward.Value
-	}
-	s.stats.episodeEnded(ep.Row.ExitReason, reward, keep)
-	s.obs.Observe(observe.EpisodeEnded{Task: l.t.spec.ID, EpisodeID: ep.Row.EpisodeID, Exit: ep.Row.ExitReason,
-		ScaffoldLoss: runtime.ParseExitReason(ep.Row.ExitReason).ScaffoldLoss(), Steps: l.drv.Steps(), Kept: keep,
-		Reward: reward, RewardMissing: ep.Reward != nil && ep.Reward.Value == nil, Took: time.Since(l.began)})
+	ep.End(keep, "")
 	s.cfg.Logger.Debug("serve: episode ended", "episode", ep.Row.EpisodeID, "task", l.t.spec.ID, "exit", ep.Row.ExitReason,
 		"steps", l.drv.Steps(), "detail", ep.Row.Detail)
 	kept := res
@@ -190,12 +177,6 @@ func (s *Server) isDraining() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.draining
-}
-
-// resetEvent is the observe event of a replica handed to an episode of
-// task, as collect and replay report theirs.
-func resetEvent(task string, rep pool.Replica) observe.Reset {
-	return observe.Reset{Task: task, Strategy: episode.ResetName(rep), Method: rep.Origin, Took: rep.Reset}
 }
 
 // onGolden tells the observers how a golden build goes, and logs its end

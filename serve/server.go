@@ -109,9 +109,11 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, badInput(err)
 	}
 	s := &Server{cfg: cfg, tasks: map[string]*served{}, jobs: make(chan pool.Job), poolDone: make(chan struct{}),
-		slots: make(chan struct{}, cfg.MaxSessions), sessions: map[*session]bool{}, ids: map[string]bool{}, stats: newStats(), obs: observe.Or(cfg.Observer),
+		slots: make(chan struct{}, cfg.MaxSessions), sessions: map[*session]bool{}, ids: map[string]bool{}, stats: newStats(),
 		checkpoints: map[string]*checkpoint{}, holding: map[string][]shard.EpisodeBatch{},
 		budget: newBudget(cfg.MessageBudget, cfg.MaxMessageBytes)}
+	// The stats' tally is told of the episodes as every observer is.
+	s.obs = observe.Multi{s.stats.tally, cfg.Observer}
 	for i := range specs {
 		sp := specs[i].WithDefaults()
 		tmpl, err := episode.Template(&sp)
@@ -186,7 +188,7 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 			s.ids[id] = true
 		}
 	}
-	s.runner = episode.Runner{RunID: s.runID, Provider: s.prov.Name(), Capture: cfg.Capture}
+	s.runner = episode.Runner{RunID: s.runID, Provider: s.prov.Name(), Capture: cfg.Capture, Observer: s.obs}
 	if s.rec != nil {
 		s.runner.RunID = s.rec.runID
 	}
