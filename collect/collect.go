@@ -526,7 +526,10 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	})
 	defer stopGrace()
 
-	todo := inv.expectStandbys(runCtx, env.pool, out.committed)
+	todo, ahead := inv.expectStandbys(runCtx, env.pool, out.committed, out.remakes)
+	// Every task's golden is built ahead, up to one build per replica at a
+	// time, so no replica waits for a golden at a task boundary.
+	env.pool.Prepare(runCtx, sched, ahead, cfg.Replicas)
 	live := &liveCounter{todo: todo}
 	inv.obs.Observe(observe.RunStarted{Command: "collect", RunID: inv.runID, Planned: len(inv.plan), KeptBefore: len(out.committed),
 		Todo: todo, Replicas: cfg.Replicas, Live: live.live(env.pool)})
@@ -627,13 +630,20 @@ func (inv *invocation) plannedWith(branched map[string]bool) int {
 
 // expectStandbys tells the pool, with cfg.Standby, how many episodes of
 // each task will come, so it prepares replicas ahead; it returns how many
-// episodes this invocation runs.
-func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, committed map[string]bool) (todo int) {
+// episodes this invocation runs, and the templates of the tasks it runs
+// (or remakes a branch point of), in plan order: the goldens to build
+// ahead.
+func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, committed map[string]bool, remakes map[string][]*remakeJob) (todo int, templates []*pool.Template) {
 	byTask := map[string]int{}
+	needed := map[string]bool{}
 	for _, p := range inv.plan {
 		if !committed[p.id] {
 			byTask[p.task.ID]++
 			todo++
+		}
+		if (!committed[p.id] || len(remakes[p.id]) > 0) && !needed[p.task.ID] {
+			needed[p.task.ID] = true
+			templates = append(templates, inv.templates[p.task.ID])
 		}
 	}
 	if inv.cfg.Standby > 0 {
@@ -641,7 +651,7 @@ func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, commit
 			pl.Expect(ctx, inv.templates[id], n)
 		}
 	}
-	return todo
+	return todo, templates
 }
 
 // outcome decides the run's status and error. The run is complete when

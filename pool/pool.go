@@ -205,6 +205,13 @@ type Pool struct {
 	branches map[*Branch]struct{} // live branch points
 	creates  chan struct{}        // semaphore of MaxCreates
 
+	// closers bounds the sandboxes being torn down in the background
+	// (release) to Replicas; closing counts them, background golden
+	// builds (Prepare) are in ahead.
+	closers chan struct{}
+	closing sync.WaitGroup
+	ahead   sync.WaitGroup
+
 	statsMu sync.Mutex
 	stats   Stats
 	busy    int // slots running a job: resetting a replica or in its episode
@@ -293,7 +300,8 @@ func New(cfg Config) (*Pool, error) {
 		cfg.MaxBranches = defaultMaxBranches(cfg.Replicas)
 	}
 	return &Pool{cfg: cfg, strategy: strategy, forksMemory: strategy == Fork && caps.ForksMemory, goldens: map[string]*goldenEntry{},
-		standbys: map[string]*standby{}, branches: map[*Branch]struct{}{}, creates: make(chan struct{}, cfg.MaxCreates)}, nil
+		standbys: map[string]*standby{}, branches: map[*Branch]struct{}{}, creates: make(chan struct{}, cfg.MaxCreates),
+		closers: make(chan struct{}, cfg.Replicas)}, nil
 }
 
 // Strategy returns the strategy really in use (Auto resolved).
@@ -348,6 +356,7 @@ func (p *Pool) RunScheduled(ctx, sched context.Context, jobs <-chan Job, fn Epis
 		select {
 		case <-ctx.Done():
 			wp.Wait()
+			p.closing.Wait()
 			return
 		case job, ok = <-jobs:
 		}
@@ -372,6 +381,8 @@ func (p *Pool) RunScheduled(ctx, sched context.Context, jobs <-chan Job, fn Epis
 		})
 	}
 	wp.Wait()
+	// Every sandbox the jobs used is closed when Run returns.
+	p.closing.Wait()
 }
 
 func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
@@ -402,11 +413,13 @@ func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
 			continue
 		}
 		out := fn(ctx, job, r, nil)
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		if err := r.Sandbox.Close(closeCtx); err != nil {
-			p.cfg.Log("closing sandbox %s: %v", r.Sandbox.Info().ID, err)
+		if job.Branch != nil {
+			// A branch point is released once its branches' sandboxes are
+			// gone (ended, below): this one is closed first.
+			p.closeSandbox(ctx, r.Sandbox)
+		} else {
+			p.release(ctx, r.Sandbox)
 		}
-		cancel()
 		if out == Broken {
 			p.count(func(s *Stats) { s.Replacements++ })
 			p.cfg.Log("replica %d broke during an episode of %s; replaced", slot, job.Template.Key)
@@ -420,6 +433,74 @@ func (p *Pool) runJob(ctx context.Context, job Job, slot int, fn EpisodeFunc) {
 	if job.Branch != nil {
 		job.Branch.ended(ctx)
 	}
+}
+
+// release closes an episode's sandbox in the background, so that the
+// teardown is never on an episode's path: the slot takes its next job at
+// once. At most Replicas sandboxes are torn down at a time; past that, the
+// slot waits, so the sandboxes alive stay below twice the replicas. Run
+// returns once every one is closed.
+func (p *Pool) release(ctx context.Context, sb providers.Sandbox) {
+	p.closers <- struct{}{}
+	p.closing.Add(1)
+	go func() {
+		defer func() {
+			<-p.closers
+			p.closing.Done()
+		}()
+		p.closeSandbox(ctx, sb)
+	}()
+}
+
+// closeSandbox closes sb within a minute, even when ctx is done (a
+// cancelled run still removes what it made).
+func (p *Pool) closeSandbox(ctx context.Context, sb providers.Sandbox) {
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := sb.Close(closeCtx); err != nil {
+		p.cfg.Log("closing sandbox %s: %v", sb.Info().ID, err)
+	}
+}
+
+// Prepare builds the goldens of templates ahead of their first episodes,
+// in the background, in the order given (a run's plan order), up to n at
+// a time; it returns at once. So no replica waits for a golden at a task
+// boundary, and a run's first episode still starts when its own task's
+// golden is ready (its Golden call waits for that build only). A build not
+// begun when sched is done never begins (a stopped run builds nothing
+// more); one begun goes on under ctx, as an episode's own build would. A
+// failed build is remembered as Golden remembers it: the task's episodes
+// fail fast with its error. Only a forking pool has goldens; Close waits
+// for the builds.
+func (p *Pool) Prepare(ctx, sched context.Context, templates []*Template, n int) {
+	if p.strategy != Fork || len(templates) == 0 {
+		return
+	}
+	n = max(n, 1)
+	next := make(chan *Template)
+	for range min(n, len(templates)) {
+		p.ahead.Add(1)
+		go func() {
+			defer p.ahead.Done()
+			for t := range next {
+				if sched.Err() == nil {
+					_, _ = p.Golden(ctx, t) // remembered for the task's episodes
+				}
+			}
+		}()
+	}
+	p.ahead.Add(1)
+	go func() {
+		defer p.ahead.Done()
+		defer close(next)
+		for _, t := range templates {
+			select {
+			case next <- t:
+			case <-sched.Done():
+				return
+			}
+		}
+	}()
 }
 
 // branchStrategy is Branched for a job that forks a branch point, so that
@@ -653,6 +734,8 @@ func outputTail(s string, n int) string {
 // Close stops the standby fillers, closes the replicas nobody took, and
 // releases every branch point still live and then every golden checkpoint.
 func (p *Pool) Close(ctx context.Context) error {
+	p.ahead.Wait()
+	p.closing.Wait()
 	p.mu.Lock()
 	sbs := p.standbys
 	p.standbys = map[string]*standby{}

@@ -28,7 +28,9 @@ type fakeProvider struct {
 	failForks     atomic.Int32 // fail this many forks first
 	// forkHook, when set, runs before every fork; its error fails the fork.
 	forkHook func(ctx context.Context) error
-	mu       sync.Mutex
+	// closeHook, when set, runs at the start of every sandbox's Close.
+	closeHook func()
+	mu        sync.Mutex
 	open     map[*fakeSandbox]bool
 	released []string // checkpoint ids, in Release order
 }
@@ -106,6 +108,9 @@ func (s *fakeSandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observ
 	return runtime.Observation{}, nil
 }
 func (s *fakeSandbox) Close(context.Context) error {
+	if s.p.closeHook != nil {
+		s.p.closeHook()
+	}
 	s.p.mu.Lock()
 	delete(s.p.open, s)
 	s.p.mu.Unlock()
@@ -533,5 +538,94 @@ func TestAJobNotStartedWhenSchedulingStopsNeverStarts(t *testing.T) {
 	<-done
 	require.Equal(t, []string{"first"}, ran, "the waiting job never started")
 	require.EqualValues(t, 1, f.creates.Load(), "only the first task's golden was built")
+	require.NoError(t, p.Close(context.Background()))
+}
+
+// Every task's golden is built ahead, in plan order, before any job asks
+// for it; a job of a later task then forks at once. A stopped schedule
+// builds nothing more.
+func TestGoldensAreBuiltAhead(t *testing.T) {
+	f := newFake(true)
+	var mu sync.Mutex
+	var built []string
+	p, err := New(Config{Provider: f, Replicas: 2, OnGolden: func(g GoldenProgress) {
+		if g.Phase == GoldenBuilt {
+			mu.Lock()
+			built = append(built, g.Template)
+			mu.Unlock()
+		}
+	}})
+	require.NoError(t, err)
+	var tmpls []*Template
+	for _, k := range []string{"a", "b", "c"} {
+		tmpls = append(tmpls, &Template{Key: k, Setup: []string{"touch " + k}})
+	}
+	ctx := context.Background()
+	p.Prepare(ctx, ctx, tmpls, 2)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(built) == 3
+	}, 10*time.Second, time.Millisecond, "every golden is built with no job asking")
+	require.EqualValues(t, 3, f.creates.Load())
+	var jobs []Job
+	for _, tm := range tmpls {
+		jobs = append(jobs, Job{Template: tm})
+	}
+	p.Run(ctx, feed(jobs...), func(ctx context.Context, job Job, r Replica, err error) Outcome {
+		require.NoError(t, err)
+		require.NotNil(t, r.Golden)
+		return Done
+	})
+	require.EqualValues(t, 3, f.creates.Load(), "no golden was built twice")
+	require.Equal(t, 3, p.Stats().GoldenBuilds)
+	require.NoError(t, p.Close(ctx))
+
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	f2 := newFake(true)
+	p2, err := New(Config{Provider: f2, Replicas: 2})
+	require.NoError(t, err)
+	p2.Prepare(ctx, stopped, tmpls, 2)
+	require.NoError(t, p2.Close(ctx))
+	require.Zero(t, f2.creates.Load(), "a stopped run builds nothing ahead")
+}
+
+// An episode's sandbox is torn down off the slot's path: the next job on
+// the one replica runs while the last one's Close still runs, and Run
+// returns only once every sandbox is closed.
+func TestTeardownIsOffTheEpisodesPath(t *testing.T) {
+	f := newFake(true)
+	unblock := make(chan struct{})
+	var closes atomic.Int32
+	f.closeHook = func() {
+		if closes.Add(1) == 2 { // the first episode's fork (1 is the golden builder)
+			<-unblock
+		}
+	}
+	p, err := New(Config{Provider: f, Replicas: 1})
+	require.NoError(t, err)
+	tm := &Template{Key: "a"}
+	var ran atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(context.Background(), feed(Job{Template: tm}, Job{Template: tm}), func(ctx context.Context, job Job, r Replica, err error) Outcome {
+			require.NoError(t, err)
+			if ran.Add(1) == 2 {
+				close(unblock) // ran while the first sandbox's Close waited
+			}
+			return Done
+		})
+	}()
+	select {
+	case <-done:
+		t.Fatal("Run returned with a sandbox still closing")
+	case <-unblock:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second episode waited for the first one's teardown")
+	}
+	<-done
+	require.Zero(t, f.openCount(), "every sandbox is closed when Run returns")
 	require.NoError(t, p.Close(context.Background()))
 }
