@@ -3,7 +3,10 @@
 // from it, runs each template's start commands in every replica, measures the
 // reset, and schedules episodes over a bounded number of replicas in
 // parallel. A replica whose sandbox breaks is discarded and replaced; the
-// run goes on.
+// run goes on. Two things stay off an episode's path: a run's goldens can
+// be built ahead, all of them, in the background (Prepare), and a finished
+// episode's sandbox is closed in the background while its slot takes the
+// next job.
 //
 // On a provider whose checkpoints hold memory (Capabilities().ForksMemory:
 // gvisor) the start commands run once, in the golden after setup and before

@@ -53,6 +53,7 @@ func main() {
 	rounds := flag.Int("rounds", 3, "episodes per replica in each measurement")
 	jsonOut := flag.String("json", "", "also write the results to `FILE`")
 	cpuProfile := flag.String("cpuprofile", "", "child: write a CPU profile of the collection to `FILE`")
+	minOfIdeal := flag.Float64("min-of-ideal", 0, "fail (exit 1) when a measurement reaches less than this `FRACTION` of the ideal: the regression guard CI runs")
 	flag.Parse()
 
 	switch {
@@ -101,6 +102,7 @@ func main() {
 		cpu0 := machineCPU()
 		out, err := exec.Command(self, "-child", strconv.Itoa(n), "-rounds", strconv.Itoa(*rounds), "-base-url", "http://"+addr+"/v1").Output()
 		if err != nil {
+			srv.Process.Kill()
 			fatal("collect with %d replicas: %v\n%s", n, err, out)
 		}
 		cpu1 := machineCPU()
@@ -117,6 +119,17 @@ func main() {
 	if *jsonOut != "" {
 		data, _ := json.MarshalIndent(all, "", "  ")
 		check(os.WriteFile(*jsonOut, append(data, '\n'), 0o644))
+	}
+	// The guard is a ratio measured in this run against this run's ideal,
+	// never an absolute time: a slower machine moves both sides.
+	for _, r := range all {
+		if *minOfIdeal > 0 && r.OfIdeal < *minOfIdeal {
+			srv.Process.Kill() // fatal exits without running the deferred kill
+			fatal("scale guard: %d replicas reached %.1f%% of the ideal, below the bound of %.1f%%", r.Replicas, 100*r.OfIdeal, 100**minOfIdeal)
+		}
+	}
+	if *minOfIdeal > 0 {
+		fmt.Printf("scale guard: every measurement at or above %.1f%% of the ideal\n", 100**minOfIdeal)
 	}
 }
 
