@@ -220,10 +220,19 @@ func (rp *replayer) replayAll(ctx context.Context, src episodeSource) (*Report, 
 			rep.Masks = append(rep.Masks, mk.Name+": "+mk.Pattern.String())
 		}
 	}
-	todo, err := rp.countSelected(src)
+	todo, tasks, err := rp.countSelected(src)
 	if err != nil {
 		return nil, err
 	}
+	// The goldens of the replayed tasks are built ahead, in the order
+	// their episodes come, so no replica waits at a task boundary.
+	var ahead []*pool.Template
+	for _, id := range tasks {
+		if t := rp.templates[id]; t != nil {
+			ahead = append(ahead, t)
+		}
+	}
+	rp.pool.Prepare(ctx, ctx, ahead, rp.cfg.Replicas)
 	runID := "replay-" + rp.replayed
 	if rp.rec != nil {
 		runID = rp.rec.runID
@@ -371,8 +380,9 @@ func (rp *replayer) logEnded(er EpisodeReport) {
 }
 
 // countSelected counts the episodes the replay will run (the progress's
-// total), from the episode rows only.
-func (rp *replayer) countSelected(src episodeSource) (int, error) {
+// total), from the episode rows only, and lists their tasks in the order
+// their first episodes come.
+func (rp *replayer) countSelected(src episodeSource) (int, []string, error) {
 	var ds *shard.Dataset
 	switch s := src.(type) {
 	case *shard.Dataset:
@@ -380,16 +390,22 @@ func (rp *replayer) countSelected(src episodeSource) (int, error) {
 	case trajectories:
 		ds = s.ds // what Run replays: it counted 0 before, "6/0 episodes"
 	default:
-		return 0, nil
+		return 0, nil, nil
 	}
 	n := 0
+	var tasks []string
+	seen := map[string]bool{}
 	for ep, err := range ds.Episodes() {
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if selected(rp.cfg, ep) {
 			n++
+			if !seen[ep.TaskID] {
+				seen[ep.TaskID] = true
+				tasks = append(tasks, ep.TaskID)
+			}
 		}
 	}
-	return n, nil
+	return n, tasks, nil
 }
