@@ -31,8 +31,8 @@ type fakeProvider struct {
 	// closeHook, when set, runs at the start of every sandbox's Close.
 	closeHook func()
 	mu        sync.Mutex
-	open     map[*fakeSandbox]bool
-	released []string // checkpoint ids, in Release order
+	open      map[*fakeSandbox]bool
+	released  []string // checkpoint ids, in Release order
 }
 
 type fakeSandbox struct {
