@@ -287,6 +287,19 @@ func appendList(lb *array.ListBuilder, f List, v any) (int64, error) {
 			return int64(len(s)) + 4, nil
 		}
 	}
+	if items, ok := v.([]any); ok {
+		// The common shape (rows built of []any), without reflection.
+		lb.Append(true)
+		var n int64 = 4
+		for i, it := range items {
+			en, err := appendValue(vb, f.Item, it)
+			if err != nil {
+				return 0, fmt.Errorf("item %d: %w", i, err)
+			}
+			n += en
+		}
+		return n, nil
+	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Slice {
 		return 0, fmt.Errorf("list wants a slice, got %T", v)
@@ -304,6 +317,53 @@ func appendList(lb *array.ListBuilder, f List, v any) (int64, error) {
 }
 
 func appendScalar(b array.Builder, dtype Value, v any) (int64, error) {
+	// The common Go types without reflection; anything else takes the
+	// general path below, which gives the same values.
+	switch x := v.(type) {
+	case string:
+		if bb, ok := b.(*array.StringBuilder); ok {
+			bb.Append(x)
+			return int64(len(x)) + 4, nil
+		}
+	case *string:
+		if bb, ok := b.(*array.StringBuilder); ok {
+			if x == nil {
+				bb.AppendNull()
+				return 1, nil
+			}
+			bb.Append(*x)
+			return int64(len(*x)) + 4, nil
+		}
+	case bool:
+		if bb, ok := b.(*array.BooleanBuilder); ok {
+			bb.Append(x)
+			return 1, nil
+		}
+	case float64:
+		if bb, ok := b.(*array.Float64Builder); ok {
+			bb.Append(x)
+			return 8, nil
+		}
+	case *float64:
+		if bb, ok := b.(*array.Float64Builder); ok {
+			if x == nil {
+				bb.AppendNull()
+				return 1, nil
+			}
+			bb.Append(*x)
+			return 8, nil
+		}
+	case int32:
+		if bb, ok := b.(*array.Int32Builder); ok {
+			bb.Append(x)
+			return 8, nil
+		}
+	case int64:
+		if bb, ok := b.(*array.Int64Builder); ok {
+			bb.Append(x)
+			return 8, nil
+		}
+	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() == reflect.Pointer {
 		if rv.IsNil() {
