@@ -9,7 +9,7 @@ TESTFLAGS ?=
 # staticcheck's version, run with `go run` (it is not a dependency of the module).
 STATICCHECK ?= v0.8.2
 
-.PHONY: help build test test-bare test-race test-short bench demo lint install images images-debian images-browser clean
+.PHONY: help build test test-bare test-race test-short bench bench-guard demo lint install images images-debian images-browser clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -43,6 +43,17 @@ bench: ## benchmarks: every provider's reset against recreate, local and docker 
 	$(GO) run ./benchmarks/reset
 	$(GO) run ./benchmarks/docker
 	$(GO) run ./benchmarks/throughput
+
+# The export regression guard: a ratio against DuckDB copying the same
+# shards in the same run, never an absolute time (benchmarks/export). On
+# 2,000 episodes a process's start and the shard reads weigh more than at
+# 100,000, so the bound is looser than the goal of 1.0 (RESULTS.md has
+# both); it still fails on any export that falls back to the costs before
+# issue 28 (3-5x DuckDB's CPU at this size).
+BENCH_GUARD_EPISODES ?= 2000
+BENCH_GUARD_RATIO    ?= 2.5
+bench-guard: ## export CPU against DuckDB's on 2,000 episodes, every target must stay under BENCH_GUARD_RATIO (about 2 min; the DuckDB baseline's first build takes longer)
+	$(GO) run ./benchmarks/export -episodes $(BENCH_GUARD_EPISODES) -data $${TMPDIR:-/tmp}/forkline-bench-guard -max-cpu-ratio $(BENCH_GUARD_RATIO)
 
 demo: build ## collect the example tasks: 4 replicas, 24 episodes, into runs/demo
 	rm -rf $(DEMO_OUT)

@@ -43,6 +43,13 @@ const (
 // TableWriter appends rows of one Features schema to a Parquet file or an
 // Arrow IPC stream, one bounded record batch at a time, so memory does not
 // grow with the table. It is not safe for concurrent use.
+//
+// A full batch is encoded (Parquet pages, compression, the write to w) on
+// a goroutine of its own while the next one is built, so an export uses two
+// cores. At most one batch is in flight: Flush waits for the previous one
+// before it hands over the next, so memory holds at most two batches (the
+// one encoding and the one building), and the batches reach w in the order
+// they were appended — the bytes do not depend on scheduling.
 type TableWriter struct {
 	features Features
 	schema   *arrow.Schema
@@ -56,9 +63,32 @@ type TableWriter struct {
 	BatchBytes int64 // approximate bytes per batch; DefaultBatchBytes when 0
 
 	bw  *bufio.Writer
+	out *countWriter // under bw: the bytes that reached w
 	pq  *pqarrow.FileWriter
 	ipc *ipc.Writer
 	err error
+
+	// The encoder: batches go in on batches, each one's error comes back
+	// on encoded; inflight is the estimated bytes of the batch being
+	// encoded (0 when none is), settled what had reached w when it was
+	// handed over.
+	batches  chan arrow.RecordBatch
+	encoded  chan error
+	inflight int64
+	busy     bool
+	settled  int64
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // NewParquetWriter writes a Parquet file to w (zstd, dictionary encoding,
@@ -96,7 +126,8 @@ func NewStreamWriter(w io.Writer, fs Features) (*TableWriter, error) {
 }
 
 func newTableWriter(w io.Writer, fs Features) *TableWriter {
-	t := &TableWriter{features: fs, schema: fs.ArrowSchema(), index: map[string]int{}, bw: bufio.NewWriterSize(w, 1<<20)}
+	out := &countWriter{w: w}
+	t := &TableWriter{features: fs, schema: fs.ArrowSchema(), index: map[string]int{}, out: out, bw: bufio.NewWriterSize(out, 1<<20)}
 	for i, f := range fs {
 		t.index[f.Name] = i
 	}
@@ -110,10 +141,12 @@ func (t *TableWriter) Schema() *arrow.Schema { return t.schema }
 // Rows returns the number of rows appended so far.
 func (t *TableWriter) Rows() int64 { return t.rows }
 
-// PendingBytes is about how many bytes the rows of the batch not yet
-// written take: what a writer that rolls its files by size adds to the
-// bytes already written to know a file's size.
-func (t *TableWriter) PendingBytes() int64 { return t.bytes }
+// Size is about how big the output is so far: the bytes that had reached
+// w when the last batch was handed to the encoder, and the estimated bytes
+// of that batch and of the rows not yet handed over. It does not depend on
+// how far the encoder has got (a writer that rolls its files by size gets
+// the same files on every run).
+func (t *TableWriter) Size() int64 { return t.settled + t.inflight + t.bytes }
 
 // Append adds one row. A value that does not fit its feature fails the
 // writer: the rows already appended to the current batch are lost.
@@ -150,24 +183,60 @@ func (t *TableWriter) Append(r Row) error {
 	return nil
 }
 
-// Flush writes the pending rows as one batch.
+// Flush hands the pending rows to the encoder as one batch, after the
+// batch before it is written; an error of that earlier batch is returned
+// here (or by Close).
 func (t *TableWriter) Flush() error {
 	if t.err != nil || t.pending == 0 {
 		return t.err
 	}
-	rec := t.rb.NewRecordBatch()
-	defer rec.Release()
-	t.pending, t.bytes = 0, 0
-	var err error
-	if t.pq != nil {
-		err = t.pq.Write(rec)
-	} else {
-		err = t.ipc.Write(rec)
+	if err := t.wait(); err != nil {
+		return err
 	}
-	if err != nil {
+	if t.batches == nil {
+		t.batches, t.encoded = make(chan arrow.RecordBatch), make(chan error, 1)
+		go t.encode()
+	}
+	rec := t.rb.NewRecordBatch()
+	t.settled, t.inflight, t.busy = t.out.n, t.bytes, true
+	t.pending, t.bytes = 0, 0
+	t.batches <- rec
+	return nil
+}
+
+// encode writes the batches it is handed, one at a time, in order.
+func (t *TableWriter) encode() {
+	for rec := range t.batches {
+		var err error
+		if t.pq != nil {
+			err = t.pq.Write(rec)
+		} else {
+			err = t.ipc.Write(rec)
+		}
+		rec.Release()
+		t.encoded <- err
+	}
+}
+
+// wait waits for the batch in flight, if any, to be written.
+func (t *TableWriter) wait() error {
+	if !t.busy {
+		return nil
+	}
+	err := <-t.encoded
+	t.busy, t.inflight = false, 0
+	if err != nil && t.err == nil {
 		t.err = fmt.Errorf("model: write batch: %w", err)
 	}
 	return t.err
+}
+
+// stop ends the encoder goroutine once nothing is in flight.
+func (t *TableWriter) stop() {
+	if t.batches != nil {
+		close(t.batches)
+		t.batches = nil
+	}
 }
 
 // Close writes the pending rows and the file's footer (or the stream's end
@@ -175,6 +244,10 @@ func (t *TableWriter) Flush() error {
 // a valid, empty table with the schema.
 func (t *TableWriter) Close() error {
 	err := t.Flush()
+	if werr := t.wait(); err == nil {
+		err = werr
+	}
+	t.stop()
 	t.rb.Release()
 	if t.pq != nil {
 		if cerr := t.pq.Close(); err == nil && cerr != nil {
