@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ActionKind names one canonical action of the agent-computer interface.
@@ -244,15 +246,78 @@ func (a Action) MarshalJSON() ([]byte, error) {
 		if !f.required && isZero(v) {
 			continue
 		}
+		b.WriteString(`,"` + f.name + `":`)
+		if plainValue(&b, v) {
+			continue
+		}
 		enc, err := json.Marshal(v)
 		if err != nil {
 			return nil, err
 		}
-		b.WriteString(`,"` + f.name + `":`)
 		b.Write(enc)
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// plainValue writes v as json.Marshal would when that needs no escape
+// (an integer, or a string of printable ASCII without '"', '\\' and the
+// HTML characters json.Marshal escapes) and reports whether it did: the
+// common fields without encoding/json's reflection, byte for byte the same.
+func plainValue(b *bytes.Buffer, v any) bool {
+	switch x := v.(type) {
+	case int:
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(x), 10))
+		return true
+	case int64:
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), x, 10))
+		return true
+	case string:
+		for i := 0; i < len(x); i++ {
+			if c := x[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return false
+			}
+		}
+		b.WriteByte('"')
+		b.WriteString(x)
+		b.WriteByte('"')
+		return true
+	}
+	return false
+}
+
+// decodePlain sets *p from a JSON value (already checked to be valid JSON)
+// when it is one json.Unmarshal would give the same result for without
+// work (a string without escapes, of valid UTF-8; an integer that fits)
+// and reports whether it did; anything else is json.Unmarshal's.
+func decodePlain(raw json.RawMessage, p any) bool {
+	switch x := p.(type) {
+	case *string:
+		if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+			return false
+		}
+		body := raw[1 : len(raw)-1]
+		if bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
+			return false
+		}
+		*x = string(body)
+		return true
+	case *int:
+		n, err := strconv.ParseInt(string(raw), 10, strconv.IntSize)
+		if err != nil {
+			return false
+		}
+		*x = int(n)
+		return true
+	case *int64:
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil {
+			return false
+		}
+		*x = n
+		return true
+	}
+	return false
 }
 
 func isZero(v any) bool {
@@ -299,6 +364,9 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 			if f.required {
 				return fmt.Errorf("runtime: %w: %s needs field %q", ErrInvalidAction, kind, f.name)
 			}
+			continue
+		}
+		if decodePlain(v, out.fieldPointer(f.name)) {
 			continue
 		}
 		if err := json.Unmarshal(v, out.fieldPointer(f.name)); err != nil {

@@ -569,39 +569,46 @@ func argumentsOf(a runtime.Action) (json.RawMessage, error) {
 	return unescapeHTML(obj)
 }
 
-// unescapeHTML re-encodes a flat JSON object without the HTML escapes
-// encoding/json adds (\u003c for <, ...): in string-encoded arguments they
-// would be what a model is trained to write.
+// unescapeHTML rewrites the HTML escapes encoding/json adds (\u003c for
+// <, \u003e for >, \u0026 for &) in a compact JSON object that
+// encoding/json wrote, as the characters they stand for: in
+// string-encoded arguments they would be what a model is trained to write.
+// Every other escape is kept as it is, which is what decoding the object
+// and encoding it again without HTML escaping gives (EncodeJSON writes the
+// same escapes for the rest: quote, backslash, control characters,
+// U+2028 and U+2029).
 func unescapeHTML(obj []byte) (json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // {
-		return nil, err
+	out := make([]byte, 0, len(obj))
+	for i := 0; i < len(obj); i++ {
+		c := obj[i]
+		if c != '\\' {
+			out = append(out, c)
+			continue
+		}
+		if i+1 >= len(obj) {
+			return nil, fmt.Errorf("model: arguments end in a backslash: %.40q", obj)
+		}
+		if obj[i+1] == 'u' && i+5 < len(obj) {
+			switch string(obj[i+2 : i+6]) {
+			case "003c", "003C":
+				out = append(out, '<')
+				i += 5
+				continue
+			case "003e", "003E":
+				out = append(out, '>')
+				i += 5
+				continue
+			case "0026":
+				out = append(out, '&')
+				i += 5
+				continue
+			}
+		}
+		// Any other escape: both bytes as they are.
+		out = append(out, c, obj[i+1])
+		i++
 	}
-	out := []byte{'{'}
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		kb, err := EncodeJSON(k)
-		if err != nil {
-			return nil, err
-		}
-		vb, err := EncodeJSON(v)
-		if err != nil {
-			return nil, err
-		}
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		out = append(append(append(out, kb...), ':'), vb...)
-	}
-	return append(out, '}'), nil
+	return out, nil
 }
 
 // ToolResult is the text of step s's observation as the policy showed it
