@@ -528,7 +528,9 @@ type parsedAction struct {
 // parseAction decodes a canonical action JSON and its arguments.
 func parseAction(actionJSON string) (parsedAction, error) {
 	var a runtime.Action
-	if err := json.Unmarshal([]byte(actionJSON), &a); err != nil {
+	// Its own decoder directly: json.Unmarshal would scan the text once
+	// more before handing it over.
+	if err := a.UnmarshalJSON([]byte(actionJSON)); err != nil {
 		return parsedAction{}, fmt.Errorf("action_json: %w", err)
 	}
 	if a.Kind == "" {

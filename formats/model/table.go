@@ -27,7 +27,8 @@ import (
 //	List      any slice; a nil interface is null, a nil or empty slice is []
 //	Struct    map[string]any (missing keys are null)
 //	Image     []byte of an encoded image (PNG); nil or empty = null
-//	JSON      json.RawMessage, []byte or string holding one JSON value
+//	JSON      json.RawMessage, []byte or string holding one JSON value, or
+//	          ValidJSON (not checked again)
 //	          (written as given: key order kept); nil = null
 //
 // An untyped nil is null everywhere.
@@ -292,6 +293,13 @@ func appendValue(b array.Builder, f Feature, v any) (int64, error) {
 	case JSON:
 		var data []byte
 		switch j := v.(type) {
+		case ValidJSON:
+			if len(j) == 0 {
+				b.AppendNull()
+				return 1, nil
+			}
+			b.(*array.ExtensionBuilder).StorageBuilder().(*array.StringBuilder).BinaryBuilder.Append(j)
+			return int64(len(j)) + 4, nil
 		case json.RawMessage:
 			data = j
 		case []byte:
