@@ -43,3 +43,31 @@ func TestPlainJSONMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// flatObject reads what json.Unmarshal reads into a map of raw values, or
+// steps aside; it never accepts what json.Unmarshal refuses.
+func TestFlatObjectMatchesEncodingJSON(t *testing.T) {
+	for _, in := range []string{`{}`, `{"kind":"exec","cmd":"ls"}`, `{"kind":"click","x":10,"y":-3}`, `{"a":"1","a":"2"}`,
+		`{"kind":"exec","cmd":"wc -l \u003c f"}`, `{"x":01}`, `{"x":-}`, `{"x":1.5}`, `{"x":1e3}`, `{"x":true}`, `{"x":null}`,
+		`{"x":"a"`, `{"x":"a",}`, `{"x" :"a"}`, `{ "x":"a"}`, `{"x":"a"}}`, `{"x""a"}`, `{"x":"a"b}`, `{"x":[1]}`, "{\"x\":\"\xff\"}",
+		`{"x":-0}`, `{"x":0}`, `{,}`, `{"":""}`} {
+		got, ok := flatObject([]byte(in))
+		var want map[string]json.RawMessage
+		err := json.Unmarshal([]byte(in), &want)
+		if !ok {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: flatObject read %v, json.Unmarshal refuses it: %v", in, got, err)
+			continue
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: flatObject %v, json %v", in, got, want)
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Errorf("%s: key %q: flatObject %s, json %s", in, k, got[k], v)
+			}
+		}
+	}
+}
