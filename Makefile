@@ -47,11 +47,11 @@ bench: ## benchmarks: every provider's reset against recreate, local and docker 
 # The export regression guard: a ratio against DuckDB copying the same
 # shards in the same run, never an absolute time (benchmarks/export). On
 # 2,000 episodes a process's start and the shard reads weigh more than at
-# 100,000, so the bound is looser than the goal of 1.0 (RESULTS.md has
-# both); it still fails on any export that falls back to the costs before
-# issue 28 (3-5x DuckDB's CPU at this size).
+# 25,000, so the bound (3.0) is looser than the goal of 1.0: it catches a
+# gross regression, not a 20% one, and leaves room for the swings of a
+# loaded machine (benchmarks/export/RESULTS.md has the figures).
 BENCH_GUARD_EPISODES ?= 2000
-BENCH_GUARD_RATIO    ?= 2.5
+BENCH_GUARD_RATIO    ?= 3.0
 bench-guard: ## export CPU against DuckDB's on 2,000 episodes, every target must stay under BENCH_GUARD_RATIO (about 2 min; the DuckDB baseline's first build takes longer)
 	$(GO) run ./benchmarks/export -episodes $(BENCH_GUARD_EPISODES) -data $${TMPDIR:-/tmp}/forkline-bench-guard -max-cpu-ratio $(BENCH_GUARD_RATIO)
 

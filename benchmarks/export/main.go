@@ -96,16 +96,16 @@ func main() {
 		check(err)
 		ds := dataset(bin, *data, n)
 		fmt.Printf("\n%d episodes (%s)\n", n, ds)
-		fmt.Printf("  %-28s %10s %9s %12s %8s %13s %14s %13s\n", "what", "rows", "wall s", "rows/s", "CPU s", "peak RSS MB", "time / DuckDB", "CPU / DuckDB")
+		fmt.Printf("  %-31s %10s %9s %12s %8s %13s %14s %13s\n", "what", "rows", "wall s", "rows/s", "CPU s", "peak RSS MB", "time / DuckDB", "CPU / DuckDB")
 		d := duckdb(duck, ds, filepath.Join(tmp, "duck"))
 		d.Episodes = n
-		fmt.Printf("  %-28s %10d %9.2f %12.0f %8.2f %13.1f %14s %13s\n", d.What, d.Rows, d.WallSec, d.RowsPerS, d.CPUSec, d.PeakRSSMB, "1.00", "1.00")
+		fmt.Printf("  %-31s %10d %9.2f %12.0f %8.2f %13.1f %14s %13s\n", d.What, d.Rows, d.WallSec, d.RowsPerS, d.CPUSec, d.PeakRSSMB, "1.00", "1.00")
 		all = append(all, d)
 		for _, to := range strings.Split(*targets, ",") {
 			r := export(bin, ds, to, filepath.Join(tmp, "out-"+to), n)
 			r.OfDuckDB = r.WallSec / d.WallSec
 			r.CPUOfDuckDB = r.CPUSec / d.CPUSec
-			fmt.Printf("  %-28s %10d %9.2f %12.0f %8.2f %13.1f %14.2f %13.2f\n", r.What, r.Rows, r.WallSec, r.RowsPerS, r.CPUSec, r.PeakRSSMB, r.OfDuckDB, r.CPUOfDuckDB)
+			fmt.Printf("  %-31s %10d %9.2f %12.0f %8.2f %13.1f %14.2f %13.2f\n", r.What, r.Rows, r.WallSec, r.RowsPerS, r.CPUSec, r.PeakRSSMB, r.OfDuckDB, r.CPUOfDuckDB)
 			all = append(all, r)
 			if *maxRatio > 0 && r.CPUOfDuckDB > *maxRatio {
 				over = append(over, fmt.Sprintf("%s at %d episodes: CPU %.2fx DuckDB's", to, n, r.CPUOfDuckDB))
