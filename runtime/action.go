@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ActionKind names one canonical action of the agent-computer interface.
@@ -244,15 +246,146 @@ func (a Action) MarshalJSON() ([]byte, error) {
 		if !f.required && isZero(v) {
 			continue
 		}
+		b.WriteString(`,"` + f.name + `":`)
+		if plainValue(&b, v) {
+			continue
+		}
 		enc, err := json.Marshal(v)
 		if err != nil {
 			return nil, err
 		}
-		b.WriteString(`,"` + f.name + `":`)
 		b.Write(enc)
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// plainValue writes v as json.Marshal would when that needs no escape
+// (an integer, or a string of printable ASCII without '"', '\\' and the
+// HTML characters json.Marshal escapes) and reports whether it did: the
+// common fields without encoding/json's reflection, byte for byte the same.
+func plainValue(b *bytes.Buffer, v any) bool {
+	switch x := v.(type) {
+	case int:
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(x), 10))
+		return true
+	case int64:
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), x, 10))
+		return true
+	case string:
+		for i := 0; i < len(x); i++ {
+			if c := x[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return false
+			}
+		}
+		b.WriteByte('"')
+		b.WriteString(x)
+		b.WriteByte('"')
+		return true
+	}
+	return false
+}
+
+// flatObject reads a compact JSON object whose keys are plain strings and
+// whose values are strings without escapes or control characters, or
+// integers, as json.Unmarshal into a map[string]json.RawMessage would (a
+// repeated key: the last wins), and reports whether data was such an
+// object; anything else (whitespace, escapes, other values, a syntax
+// error) is left to json.Unmarshal.
+func flatObject(data []byte) (map[string]json.RawMessage, bool) {
+	n := len(data)
+	if n < 2 || data[0] != '{' || data[n-1] != '}' {
+		return nil, false
+	}
+	out := make(map[string]json.RawMessage, 4)
+	i := 1
+	if i == n-1 {
+		return out, true
+	}
+	for {
+		key, next, ok := plainString(data, i)
+		if !ok || next >= n || data[next] != ':' {
+			return nil, false
+		}
+		i = next + 1
+		start := i
+		switch {
+		case i < n && data[i] == '"':
+			if _, i, ok = plainString(data, i); !ok {
+				return nil, false
+			}
+		default:
+			if i < n && data[i] == '-' {
+				i++
+			}
+			digits := i
+			for i < n && data[i] >= '0' && data[i] <= '9' {
+				i++
+			}
+			if i == digits || (data[digits] == '0' && i-digits > 1) {
+				return nil, false
+			}
+		}
+		out[string(key)] = json.RawMessage(data[start:i])
+		if i == n-1 {
+			return out, true
+		}
+		if data[i] != ',' {
+			return nil, false
+		}
+		i++
+	}
+}
+
+// plainString reads a JSON string at data[i] that holds no backslash and
+// no control character; it returns its contents and the index after it.
+func plainString(data []byte, i int) ([]byte, int, bool) {
+	if i >= len(data) || data[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(data); j++ {
+		switch c := data[j]; {
+		case c == '"':
+			return data[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+// decodePlain sets *p from a JSON value (already checked to be valid JSON)
+// when it is one json.Unmarshal would give the same result for without
+// work (a string without escapes, of valid UTF-8; an integer that fits)
+// and reports whether it did; anything else is json.Unmarshal's.
+func decodePlain(raw json.RawMessage, p any) bool {
+	switch x := p.(type) {
+	case *string:
+		if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+			return false
+		}
+		body := raw[1 : len(raw)-1]
+		if bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
+			return false
+		}
+		*x = string(body)
+		return true
+	case *int:
+		n, err := strconv.ParseInt(string(raw), 10, strconv.IntSize)
+		if err != nil {
+			return false
+		}
+		*x = int(n)
+		return true
+	case *int64:
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil {
+			return false
+		}
+		*x = n
+		return true
+	}
+	return false
 }
 
 func isZero(v any) bool {
@@ -274,9 +407,11 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 		*a = Action{}
 		return nil
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return fmt.Errorf("runtime: %w: %v", ErrInvalidAction, err)
+	raw, ok := flatObject(data)
+	if !ok {
+		if err := json.Unmarshal(data, &raw); err != nil {
+			return fmt.Errorf("runtime: %w: %v", ErrInvalidAction, err)
+		}
 	}
 	kindRaw, ok := raw["kind"]
 	if !ok {
@@ -299,6 +434,9 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 			if f.required {
 				return fmt.Errorf("runtime: %w: %s needs field %q", ErrInvalidAction, kind, f.name)
 			}
+			continue
+		}
+		if decodePlain(v, out.fieldPointer(f.name)) {
 			continue
 		}
 		if err := json.Unmarshal(v, out.fieldPointer(f.name)); err != nil {

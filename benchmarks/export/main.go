@@ -10,6 +10,15 @@
 //
 //	go run ./benchmarks/export                        # 10,000 and 100,000 episodes
 //	go run ./benchmarks/export -episodes 1000,10000 -data /tmp/exportbench
+//
+// With -max-cpu-ratio it is a regression guard (make bench-guard): it fails
+// when an export's CPU seconds exceed that multiple of DuckDB's in the same
+// run — a ratio, never an absolute time, so a slower or busier machine
+// does not fail it.
+//
+// The targets verl-agent and sft-tokens write the token ids a model server
+// returned (-policy openai against vLLM or SGLang); the scripted episodes
+// here have none, so those targets refuse every one and are not measured.
 package main
 
 import (
@@ -59,15 +68,20 @@ type run struct {
 func main() {
 	sizes := flag.String("episodes", "10000,100000", "the datasets' sizes, in episodes")
 	data := flag.String("data", filepath.Join(os.TempDir(), "forkline-export-bench"), "where the datasets are kept between runs")
-	targets := flag.String("to", "jsonl,hf,verl-sft", "export targets")
+	targets := flag.String("to", "jsonl,chat-jsonl,hf,hf-disk,verl-sft", "export targets")
 	jsonOut := flag.String("json", "", "also write the results to `FILE`")
+	given := flag.String("bin", "", "measure this forkline binary instead of building ./cmd/forkline (to compare builds)")
+	maxRatio := flag.Float64("max-cpu-ratio", 0, "fail when an export's CPU seconds exceed this multiple of DuckDB's (0: report only)")
 	flag.Parse()
 
 	tmp, err := os.MkdirTemp("", "forkline-exportbench-")
 	check(err)
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "forkline")
-	build(exec.Command("go", "build", "-o", bin, "./cmd/forkline"))
+	bin := *given
+	if bin == "" {
+		bin = filepath.Join(tmp, "forkline")
+		build(exec.Command("go", "build", "-o", bin, "./cmd/forkline"))
+	}
 	duck := filepath.Join(tmp, "duckcopy")
 	b := exec.Command("go", "build", "-o", duck, ".")
 	b.Dir = "benchmarks/export/duckdb"
@@ -76,28 +90,38 @@ func main() {
 	fmt.Printf("forkline export benchmark — %s, %d cores, %s, %s\n", kernel(), runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02"))
 	fmt.Printf("load average before: %s\n", loadavg())
 	var all []run
+	var over []string
 	for _, f := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		check(err)
 		ds := dataset(bin, *data, n)
 		fmt.Printf("\n%d episodes (%s)\n", n, ds)
-		fmt.Printf("  %-28s %10s %9s %12s %8s %13s %14s %13s\n", "what", "rows", "wall s", "rows/s", "CPU s", "peak RSS MB", "time / DuckDB", "CPU / DuckDB")
+		fmt.Printf("  %-31s %10s %9s %12s %8s %13s %14s %13s\n", "what", "rows", "wall s", "rows/s", "CPU s", "peak RSS MB", "time / DuckDB", "CPU / DuckDB")
 		d := duckdb(duck, ds, filepath.Join(tmp, "duck"))
 		d.Episodes = n
-		fmt.Printf("  %-28s %10d %9.2f %12.0f %8.2f %13.1f %14s %13s\n", d.What, d.Rows, d.WallSec, d.RowsPerS, d.CPUSec, d.PeakRSSMB, "1.00", "1.00")
+		fmt.Printf("  %-31s %10d %9.2f %12.0f %8.2f %13.1f %14s %13s\n", d.What, d.Rows, d.WallSec, d.RowsPerS, d.CPUSec, d.PeakRSSMB, "1.00", "1.00")
 		all = append(all, d)
 		for _, to := range strings.Split(*targets, ",") {
 			r := export(bin, ds, to, filepath.Join(tmp, "out-"+to), n)
 			r.OfDuckDB = r.WallSec / d.WallSec
 			r.CPUOfDuckDB = r.CPUSec / d.CPUSec
-			fmt.Printf("  %-28s %10d %9.2f %12.0f %8.2f %13.1f %14.2f %13.2f\n", r.What, r.Rows, r.WallSec, r.RowsPerS, r.CPUSec, r.PeakRSSMB, r.OfDuckDB, r.CPUOfDuckDB)
+			fmt.Printf("  %-31s %10d %9.2f %12.0f %8.2f %13.1f %14.2f %13.2f\n", r.What, r.Rows, r.WallSec, r.RowsPerS, r.CPUSec, r.PeakRSSMB, r.OfDuckDB, r.CPUOfDuckDB)
 			all = append(all, r)
+			if *maxRatio > 0 && r.CPUOfDuckDB > *maxRatio {
+				over = append(over, fmt.Sprintf("%s at %d episodes: CPU %.2fx DuckDB's", to, n, r.CPUOfDuckDB))
+			}
 		}
 	}
 	fmt.Printf("\nload average after: %s\n", loadavg())
 	if *jsonOut != "" {
 		data, _ := json.MarshalIndent(all, "", "  ")
 		check(os.WriteFile(*jsonOut, append(data, '\n'), 0o644))
+	}
+	if len(over) > 0 {
+		fatal("over the bound of %.2fx DuckDB's CPU: %s", *maxRatio, strings.Join(over, "; "))
+	}
+	if *maxRatio > 0 {
+		fmt.Printf("every export within %.2fx DuckDB's CPU\n", *maxRatio)
 	}
 }
 

@@ -136,7 +136,7 @@ func EpisodeRow(ep *model.Episode, tools any, opt model.Options) (model.Row, err
 	}
 	messages := make([]any, len(msgs))
 	for i, m := range msgs {
-		messages[i] = model.EncodeMessage(m, opt)
+		messages[i] = model.ValidJSON(model.EncodeMessage(m, opt))
 	}
 	// TRL's VLM format: the images the messages' {"type": "image"} parts
 	// stand for, in the same order; empty for a text conversation.

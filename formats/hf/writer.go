@@ -217,7 +217,7 @@ func (w *Writer) Write(ep *model.Episode) error {
 		w.err = fmt.Errorf("hf: episode %s: %w", ep.Row.EpisodeID, err)
 		return w.err
 	}
-	if s.cur.cw.n+s.cur.tw.PendingBytes() >= w.opt.MaxShardBytes {
+	if s.cur.tw.Size() >= w.opt.MaxShardBytes {
 		if err := w.closeShard(s); err != nil {
 			w.err = err
 			return err

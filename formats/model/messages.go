@@ -301,8 +301,12 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 		}
 		content, reasoning := deref(s.ModelText), deref(s.Reasoning)
 		kind := runtime.ActionKind(s.ActionKind)
+		// The step's action is decoded once and used by everything below
+		// (the call's arguments, the text call, the observation shown).
+		var act parsedAction
 		if kind != "" {
-			if _, err := Arguments(s.ActionJSON); err != nil {
+			var err error
+			if act, err = parseAction(s.ActionJSON); err != nil {
 				return nil, where(err)
 			}
 		}
@@ -310,7 +314,7 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 			// The model's text holds its call as written; the observation
 			// went back as a user message.
 			if kind != "" && content == "" {
-				c, err := textCall(s.ActionJSON)
+				c, err := textCall(act)
 				if err != nil {
 					return nil, where(err)
 				}
@@ -321,15 +325,12 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 			}
 			out = append(out, Message{Role: RoleAssistant, Content: content, Reasoning: reasoning, Step: step, Failed: kind == ""})
 			if kind != "" && kind != runtime.ActDone {
-				result, err := shownResult(s, ep.Conversation)
-				if err != nil {
-					return nil, where(err)
-				}
+				result := shownStep(s, act.action, ep.Conversation)
 				out = append(out, Message{Role: RoleUser, Content: result.Text, Step: step, Images: stepImage(s, result)})
 			}
 			continue
 		}
-		calls, err := stepCalls(s)
+		calls, err := stepCallsOf(s, act)
 		if err != nil {
 			return nil, where(err)
 		}
@@ -348,10 +349,7 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 			// No result was shown: the episode ended on this turn.
 			continue
 		}
-		result, err := shownResult(s, ep.Conversation)
-		if err != nil {
-			return nil, where(err)
-		}
+		result := shownStep(s, act.action, ep.Conversation)
 		out = append(out, Message{Role: RoleTool, Content: result.Text, ToolCallID: calls[0].ID, Step: step})
 		for _, c := range calls[1:] {
 			out = append(out, Message{Role: RoleTool, Content: aci.NotRunResult, ToolCallID: c.ID, Step: step})
@@ -409,6 +407,11 @@ func shownResult(s *schemas.StepRow, conv policy.Conversation) (aci.Shown, error
 	return aci.ObservationShown(st, conv.ObservationCap, conv.Shows()), nil
 }
 
+// shownStep is shownResult for a step whose action is already decoded.
+func shownStep(s *schemas.StepRow, a runtime.Action, conv policy.Conversation) aci.Shown {
+	return aci.ObservationShown(stepWith(s, a), conv.ObservationCap, conv.Shows())
+}
+
 func stepImage(s *schemas.StepRow, shown aci.Shown) []ImageRef {
 	if !shown.Image || s.ScreenHash == "" {
 		return nil
@@ -439,6 +442,19 @@ func applyReasoning(msgs []Message, r Reasoning, inHistory bool) {
 // (steps.tool_calls); else the step's action as one call with the
 // canonical fields.
 func stepCalls(s *schemas.StepRow) ([]ToolCall, error) {
+	if s.ToolCalls != nil || s.ActionKind == "" {
+		return stepCallsOf(s, parsedAction{})
+	}
+	act, err := parseAction(s.ActionJSON)
+	if err != nil {
+		return nil, err
+	}
+	return stepCallsOf(s, act)
+}
+
+// stepCallsOf is stepCalls with the step's action decoded (act is used only
+// when the step recorded no tool calls and has an action).
+func stepCallsOf(s *schemas.StepRow, act parsedAction) ([]ToolCall, error) {
 	if s.ToolCalls != nil {
 		var rec []runtime.ToolCall
 		if err := json.Unmarshal([]byte(*s.ToolCalls), &rec); err != nil {
@@ -457,11 +473,7 @@ func stepCalls(s *schemas.StepRow) ([]ToolCall, error) {
 	if s.ActionKind == "" {
 		return nil, nil
 	}
-	args, err := Arguments(s.ActionJSON)
-	if err != nil {
-		return nil, err
-	}
-	return []ToolCall{{ID: CallID(int(s.StepIndex)), Name: s.ActionKind, Arguments: args, Text: string(args)}}, nil
+	return []ToolCall{{ID: CallID(int(s.StepIndex)), Name: s.ActionKind, Arguments: act.args, Text: string(act.args)}}, nil
 }
 
 // argumentsObject is the model's arguments text as a compact JSON object in
@@ -484,19 +496,11 @@ func argumentsObject(text string) json.RawMessage {
 
 // textCall writes a canonical action as the <tool_call> block of the text
 // dialect, for a text-mode step that recorded no model text.
-func textCall(actionJSON string) (string, error) {
-	var a runtime.Action
-	if err := json.Unmarshal([]byte(actionJSON), &a); err != nil {
-		return "", fmt.Errorf("action_json: %w", err)
-	}
-	args, err := Arguments(actionJSON)
-	if err != nil {
-		return "", err
-	}
+func textCall(act parsedAction) (string, error) {
 	call, err := EncodeJSON(struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
-	}{string(a.Kind), args})
+	}{string(act.action.Kind), act.args})
 	if err != nil {
 		return "", err
 	}
@@ -510,13 +514,37 @@ func CallID(step int) string { return "call_" + strconv.Itoa(step) }
 // in canonical order, without "kind": {"kind":"exec","cmd":"ls"} gives
 // {"cmd":"ls"}. It validates the action first.
 func Arguments(actionJSON string) (json.RawMessage, error) {
+	act, err := parseAction(actionJSON)
+	return act.args, err
+}
+
+// parsedAction is a step's action decoded once: the action and its
+// arguments (Arguments).
+type parsedAction struct {
+	action runtime.Action
+	args   json.RawMessage
+}
+
+// parseAction decodes a canonical action JSON and its arguments.
+func parseAction(actionJSON string) (parsedAction, error) {
 	var a runtime.Action
-	if err := json.Unmarshal([]byte(actionJSON), &a); err != nil {
-		return nil, fmt.Errorf("action_json: %w", err)
+	// Its own decoder directly: json.Unmarshal would scan the text once
+	// more before handing it over.
+	if err := a.UnmarshalJSON([]byte(actionJSON)); err != nil {
+		return parsedAction{}, fmt.Errorf("action_json: %w", err)
 	}
 	if a.Kind == "" {
-		return nil, fmt.Errorf("action_json %q holds no action", actionJSON)
+		return parsedAction{}, fmt.Errorf("action_json %q holds no action", actionJSON)
 	}
+	args, err := argumentsOf(a)
+	if err != nil {
+		return parsedAction{}, err
+	}
+	return parsedAction{action: a, args: args}, nil
+}
+
+// argumentsOf is a's fields as Arguments writes them.
+func argumentsOf(a runtime.Action) (json.RawMessage, error) {
 	canon, err := a.MarshalJSON()
 	if err != nil {
 		return nil, err
@@ -532,42 +560,57 @@ func Arguments(actionJSON string) (json.RawMessage, error) {
 	if bytes.Equal(rest, []byte("}")) {
 		return json.RawMessage("{}"), nil
 	}
-	return unescapeHTML(append([]byte("{"), rest[1:]...))
+	obj := append([]byte("{"), rest[1:]...)
+	if !bytes.Contains(obj, []byte(`\u00`)) {
+		// No escape unescapeHTML could rewrite (\u003c, \u003e, \u0026
+		// are the only ones it changes; every other escape and every
+		// number reads back and re-encodes as it was, and the fields are
+		// flat strings and integers): the object is already its output.
+		return obj, nil
+	}
+	return unescapeHTML(obj)
 }
 
-// unescapeHTML re-encodes a flat JSON object without the HTML escapes
-// encoding/json adds (\u003c for <, ...): in string-encoded arguments they
-// would be what a model is trained to write.
+// unescapeHTML rewrites the HTML escapes encoding/json adds (\u003c for
+// <, \u003e for >, \u0026 for &) in a compact JSON object that
+// encoding/json wrote, as the characters they stand for: in
+// string-encoded arguments they would be what a model is trained to write.
+// Every other escape is kept as it is, which is what decoding the object
+// and encoding it again without HTML escaping gives (EncodeJSON writes the
+// same escapes for the rest: quote, backslash, control characters,
+// U+2028 and U+2029).
 func unescapeHTML(obj []byte) (json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // {
-		return nil, err
+	out := make([]byte, 0, len(obj))
+	for i := 0; i < len(obj); i++ {
+		c := obj[i]
+		if c != '\\' {
+			out = append(out, c)
+			continue
+		}
+		if i+1 >= len(obj) {
+			return nil, fmt.Errorf("model: arguments end in a backslash: %.40q", obj)
+		}
+		if obj[i+1] == 'u' && i+5 < len(obj) {
+			switch string(obj[i+2 : i+6]) {
+			case "003c", "003C":
+				out = append(out, '<')
+				i += 5
+				continue
+			case "003e", "003E":
+				out = append(out, '>')
+				i += 5
+				continue
+			case "0026":
+				out = append(out, '&')
+				i += 5
+				continue
+			}
+		}
+		// Any other escape: both bytes as they are.
+		out = append(out, c, obj[i+1])
+		i++
 	}
-	out := []byte{'{'}
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		kb, err := EncodeJSON(k)
-		if err != nil {
-			return nil, err
-		}
-		vb, err := EncodeJSON(v)
-		if err != nil {
-			return nil, err
-		}
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		out = append(append(append(out, kb...), ':'), vb...)
-	}
-	return append(out, '}'), nil
+	return out, nil
 }
 
 // ToolResult is the text of step s's observation as the policy showed it
@@ -588,6 +631,11 @@ func stepFromRow(s *schemas.StepRow) (runtime.Step, error) {
 	if err := json.Unmarshal([]byte(s.ActionJSON), &a); err != nil {
 		return runtime.Step{}, fmt.Errorf("action_json: %w", err)
 	}
+	return stepWith(s, a), nil
+}
+
+// stepWith is stepFromRow with the row's action already decoded.
+func stepWith(s *schemas.StepRow, a runtime.Action) runtime.Step {
 	o := runtime.Observation{
 		Output:      []byte(s.Output),
 		OutputBytes: s.OutputBytes,
@@ -601,7 +649,7 @@ func stepFromRow(s *schemas.StepRow) (runtime.Step, error) {
 	if s.ScreenHash != "" || len(s.Screenshot) > 0 {
 		o.Screenshot = &runtime.Screenshot{Width: int(s.ScreenW), Height: int(s.ScreenH)}
 	}
-	return runtime.Step{Index: int(s.StepIndex), Action: a, Observation: o}, nil
+	return runtime.Step{Index: int(s.StepIndex), Action: a, Observation: o}
 }
 
 func deref(s *string) string {

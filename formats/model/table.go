@@ -27,7 +27,8 @@ import (
 //	List      any slice; a nil interface is null, a nil or empty slice is []
 //	Struct    map[string]any (missing keys are null)
 //	Image     []byte of an encoded image (PNG); nil or empty = null
-//	JSON      json.RawMessage, []byte or string holding one JSON value
+//	JSON      json.RawMessage, []byte or string holding one JSON value, or
+//	          ValidJSON (not checked again)
 //	          (written as given: key order kept); nil = null
 //
 // An untyped nil is null everywhere.
@@ -43,6 +44,13 @@ const (
 // TableWriter appends rows of one Features schema to a Parquet file or an
 // Arrow IPC stream, one bounded record batch at a time, so memory does not
 // grow with the table. It is not safe for concurrent use.
+//
+// A full batch is encoded (Parquet pages, compression, the write to w) on
+// a goroutine of its own while the next one is built, so an export uses two
+// cores. At most one batch is in flight: Flush waits for the previous one
+// before it hands over the next, so memory holds at most two batches (the
+// one encoding and the one building), and the batches reach w in the order
+// they were appended — the bytes do not depend on scheduling.
 type TableWriter struct {
 	features Features
 	schema   *arrow.Schema
@@ -56,9 +64,32 @@ type TableWriter struct {
 	BatchBytes int64 // approximate bytes per batch; DefaultBatchBytes when 0
 
 	bw  *bufio.Writer
+	out *countWriter // under bw: the bytes that reached w
 	pq  *pqarrow.FileWriter
 	ipc *ipc.Writer
 	err error
+
+	// The encoder: batches go in on batches, each one's error comes back
+	// on encoded; inflight is the estimated bytes of the batch being
+	// encoded (0 when none is), settled what had reached w when it was
+	// handed over.
+	batches  chan arrow.RecordBatch
+	encoded  chan error
+	inflight int64
+	busy     bool
+	settled  int64
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // NewParquetWriter writes a Parquet file to w (zstd, dictionary encoding,
@@ -96,7 +127,8 @@ func NewStreamWriter(w io.Writer, fs Features) (*TableWriter, error) {
 }
 
 func newTableWriter(w io.Writer, fs Features) *TableWriter {
-	t := &TableWriter{features: fs, schema: fs.ArrowSchema(), index: map[string]int{}, bw: bufio.NewWriterSize(w, 1<<20)}
+	out := &countWriter{w: w}
+	t := &TableWriter{features: fs, schema: fs.ArrowSchema(), index: map[string]int{}, out: out, bw: bufio.NewWriterSize(out, 1<<20)}
 	for i, f := range fs {
 		t.index[f.Name] = i
 	}
@@ -110,10 +142,12 @@ func (t *TableWriter) Schema() *arrow.Schema { return t.schema }
 // Rows returns the number of rows appended so far.
 func (t *TableWriter) Rows() int64 { return t.rows }
 
-// PendingBytes is about how many bytes the rows of the batch not yet
-// written take: what a writer that rolls its files by size adds to the
-// bytes already written to know a file's size.
-func (t *TableWriter) PendingBytes() int64 { return t.bytes }
+// Size is about how big the output is so far: the bytes that had reached
+// w when the last batch was handed to the encoder, and the estimated bytes
+// of that batch and of the rows not yet handed over. It does not depend on
+// how far the encoder has got (a writer that rolls its files by size gets
+// the same files on every run).
+func (t *TableWriter) Size() int64 { return t.settled + t.inflight + t.bytes }
 
 // Append adds one row. A value that does not fit its feature fails the
 // writer: the rows already appended to the current batch are lost.
@@ -150,24 +184,60 @@ func (t *TableWriter) Append(r Row) error {
 	return nil
 }
 
-// Flush writes the pending rows as one batch.
+// Flush hands the pending rows to the encoder as one batch, after the
+// batch before it is written; an error of that earlier batch is returned
+// here (or by Close).
 func (t *TableWriter) Flush() error {
 	if t.err != nil || t.pending == 0 {
 		return t.err
 	}
-	rec := t.rb.NewRecordBatch()
-	defer rec.Release()
-	t.pending, t.bytes = 0, 0
-	var err error
-	if t.pq != nil {
-		err = t.pq.Write(rec)
-	} else {
-		err = t.ipc.Write(rec)
+	if err := t.wait(); err != nil {
+		return err
 	}
-	if err != nil {
+	if t.batches == nil {
+		t.batches, t.encoded = make(chan arrow.RecordBatch), make(chan error, 1)
+		go t.encode()
+	}
+	rec := t.rb.NewRecordBatch()
+	t.settled, t.inflight, t.busy = t.out.n, t.bytes, true
+	t.pending, t.bytes = 0, 0
+	t.batches <- rec
+	return nil
+}
+
+// encode writes the batches it is handed, one at a time, in order.
+func (t *TableWriter) encode() {
+	for rec := range t.batches {
+		var err error
+		if t.pq != nil {
+			err = t.pq.Write(rec)
+		} else {
+			err = t.ipc.Write(rec)
+		}
+		rec.Release()
+		t.encoded <- err
+	}
+}
+
+// wait waits for the batch in flight, if any, to be written.
+func (t *TableWriter) wait() error {
+	if !t.busy {
+		return nil
+	}
+	err := <-t.encoded
+	t.busy, t.inflight = false, 0
+	if err != nil && t.err == nil {
 		t.err = fmt.Errorf("model: write batch: %w", err)
 	}
 	return t.err
+}
+
+// stop ends the encoder goroutine once nothing is in flight.
+func (t *TableWriter) stop() {
+	if t.batches != nil {
+		close(t.batches)
+		t.batches = nil
+	}
 }
 
 // Close writes the pending rows and the file's footer (or the stream's end
@@ -175,6 +245,10 @@ func (t *TableWriter) Flush() error {
 // a valid, empty table with the schema.
 func (t *TableWriter) Close() error {
 	err := t.Flush()
+	if werr := t.wait(); err == nil {
+		err = werr
+	}
+	t.stop()
 	t.rb.Release()
 	if t.pq != nil {
 		if cerr := t.pq.Close(); err == nil && cerr != nil {
@@ -219,6 +293,13 @@ func appendValue(b array.Builder, f Feature, v any) (int64, error) {
 	case JSON:
 		var data []byte
 		switch j := v.(type) {
+		case ValidJSON:
+			if len(j) == 0 {
+				b.AppendNull()
+				return 1, nil
+			}
+			b.(*array.ExtensionBuilder).StorageBuilder().(*array.StringBuilder).BinaryBuilder.Append(j)
+			return int64(len(j)) + 4, nil
 		case json.RawMessage:
 			data = j
 		case []byte:
@@ -287,6 +368,19 @@ func appendList(lb *array.ListBuilder, f List, v any) (int64, error) {
 			return int64(len(s)) + 4, nil
 		}
 	}
+	if items, ok := v.([]any); ok {
+		// The common shape (rows built of []any), without reflection.
+		lb.Append(true)
+		var n int64 = 4
+		for i, it := range items {
+			en, err := appendValue(vb, f.Item, it)
+			if err != nil {
+				return 0, fmt.Errorf("item %d: %w", i, err)
+			}
+			n += en
+		}
+		return n, nil
+	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Slice {
 		return 0, fmt.Errorf("list wants a slice, got %T", v)
@@ -304,6 +398,53 @@ func appendList(lb *array.ListBuilder, f List, v any) (int64, error) {
 }
 
 func appendScalar(b array.Builder, dtype Value, v any) (int64, error) {
+	// The common Go types without reflection; anything else takes the
+	// general path below, which gives the same values.
+	switch x := v.(type) {
+	case string:
+		if bb, ok := b.(*array.StringBuilder); ok {
+			bb.Append(x)
+			return int64(len(x)) + 4, nil
+		}
+	case *string:
+		if bb, ok := b.(*array.StringBuilder); ok {
+			if x == nil {
+				bb.AppendNull()
+				return 1, nil
+			}
+			bb.Append(*x)
+			return int64(len(*x)) + 4, nil
+		}
+	case bool:
+		if bb, ok := b.(*array.BooleanBuilder); ok {
+			bb.Append(x)
+			return 1, nil
+		}
+	case float64:
+		if bb, ok := b.(*array.Float64Builder); ok {
+			bb.Append(x)
+			return 8, nil
+		}
+	case *float64:
+		if bb, ok := b.(*array.Float64Builder); ok {
+			if x == nil {
+				bb.AppendNull()
+				return 1, nil
+			}
+			bb.Append(*x)
+			return 8, nil
+		}
+	case int32:
+		if bb, ok := b.(*array.Int32Builder); ok {
+			bb.Append(x)
+			return 8, nil
+		}
+	case int64:
+		if bb, ok := b.(*array.Int64Builder); ok {
+			bb.Append(x)
+			return 8, nil
+		}
+	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() == reflect.Pointer {
 		if rv.IsNil() {

@@ -142,9 +142,21 @@ func (tc ToolCall) Encoded(enc ArgsEncoding) json.RawMessage {
 
 // mustJSON encodes a string (which cannot fail) without HTML escaping.
 func mustJSON(s string) []byte {
-	b, _ := EncodeJSON(s)
-	return b
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			b, _ := EncodeJSON(s)
+			return b
+		}
+	}
+	// Printable ASCII without a quote or a backslash: encoding/json
+	// (HTML escaping off) writes it as it is, quoted.
+	b := make([]byte, 0, len(s)+2)
+	return append(append(append(b, '"'), s...), '"')
 }
+
+// ValidJSON is a JSON value its producer guarantees valid (EncodeMessage's
+// output): a JSON feature takes it as is, without checking it again.
+type ValidJSON json.RawMessage
 
 // Mask8 converts a 0/1 token mask to the int8 values of a mask column.
 func Mask8(m []int32) []int8 {

@@ -31,6 +31,13 @@ type Dataset struct {
 	blobOnce sync.Once
 	blobIdx  map[string]blobLoc
 	blobErr  error
+
+	// The episodes' lineage, read once (Tree and EachTrajectory both need
+	// it, and an export calls both): the manifest, and so the shards, are
+	// fixed when the Dataset is opened.
+	lineageOnce sync.Once
+	lineage     *lineage
+	lineageErr  error
 }
 
 type blobLoc struct {

@@ -66,6 +66,11 @@ func (n *lineageNode) trajectory() bool { return !n.branched }
 // dataset, a branch starts where its branched parent ends (or within the
 // own steps of a parent that went on), and no episode is its own ancestor. A tree that breaks these is ErrCorrupt.
 func (d *Dataset) readLineage() (*lineage, error) {
+	d.lineageOnce.Do(func() { d.lineage, d.lineageErr = d.loadLineage() })
+	return d.lineage, d.lineageErr
+}
+
+func (d *Dataset) loadLineage() (*lineage, error) {
 	l := &lineage{nodes: map[string]*lineageNode{}}
 	for r, err := range readShards[lineageRow](d.src, d.Shards(schemas.TableEpisodes), readBatchKeys) {
 		if err != nil {
@@ -137,7 +142,7 @@ func (d *Dataset) EachTrajectory(fn func(ep schemas.EpisodeRow, steps []schemas.
 	if err != nil {
 		return err
 	}
-	j := &joiner{l: l, prefixes: map[string][]schemas.StepRow{}, waiting: map[string][]heldEpisode{}, fn: fn}
+	j := &joiner{l: l, prefixes: map[string][]schemas.StepRow{}, waiting: map[string][]heldEpisode{}, served: map[string]int{}, fn: fn}
 	if err := d.EachEpisode(j.episode); err != nil {
 		return err
 	}
@@ -160,7 +165,10 @@ type joiner struct {
 	l        *lineage
 	prefixes map[string][]schemas.StepRow // own steps of ancestors still needed
 	waiting  map[string][]heldEpisode     // trajectories by the ancestor they wait for
-	fn       func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error
+	// served counts, per ancestor, the trajectories handed out with its
+	// prefix (the lineage is shared and read-only: Dataset keeps it).
+	served map[string]int
+	fn     func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error
 }
 
 func (j *joiner) episode(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
@@ -228,9 +236,9 @@ func (j *joiner) trajectory(h heldEpisode) error {
 		return err
 	}
 	for _, a := range chain {
-		n := j.l.nodes[a]
-		if n.descendants--; n.descendants == 0 {
+		if j.served[a]++; j.served[a] == j.l.nodes[a].descendants {
 			delete(j.prefixes, a)
+			delete(j.served, a)
 		}
 	}
 	return nil

@@ -1,0 +1,73 @@
+package runtime
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// The fast paths of Action's JSON give exactly encoding/json's bytes and
+// values, or step aside.
+func TestPlainJSONMatchesEncodingJSON(t *testing.T) {
+	values := []any{"", "ls -la", "a<b", "x&y", `q"uote`, `back\slash`, "tab\there", "é", "\u2028", "\x7f", "\xff",
+		0, -1, 42, int64(-9007199254740993), int64(1) << 62}
+	for _, v := range values {
+		var b bytes.Buffer
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plainValue(&b, v) && !bytes.Equal(b.Bytes(), want) {
+			t.Errorf("plainValue(%q) = %s, json.Marshal %s", v, b.Bytes(), want)
+		}
+	}
+	for _, raw := range []string{`""`, `"ls"`, `"a\u003cb"`, `"\n"`, `"é"`, `"\ud800"`, `0`, `-0`, `12`, `1e3`, `1.5`, `null`, `"7"`,
+		`99999999999999999999`} {
+		var s, js string
+		if decodePlain(json.RawMessage(raw), &s) {
+			if err := json.Unmarshal([]byte(raw), &js); err != nil || s != js {
+				t.Errorf("string %s: fast %q, json %q (%v)", raw, s, js, err)
+			}
+		}
+		var n, jn int
+		if decodePlain(json.RawMessage(raw), &n) {
+			if err := json.Unmarshal([]byte(raw), &jn); err != nil || n != jn {
+				t.Errorf("int %s: fast %d, json %d (%v)", raw, n, jn, err)
+			}
+		}
+		var n64, jn64 int64
+		if decodePlain(json.RawMessage(raw), &n64) {
+			if err := json.Unmarshal([]byte(raw), &jn64); err != nil || n64 != jn64 {
+				t.Errorf("int64 %s: fast %d, json %d (%v)", raw, n64, jn64, err)
+			}
+		}
+	}
+}
+
+// flatObject reads what json.Unmarshal reads into a map of raw values, or
+// steps aside; it never accepts what json.Unmarshal refuses.
+func TestFlatObjectMatchesEncodingJSON(t *testing.T) {
+	for _, in := range []string{`{}`, `{"kind":"exec","cmd":"ls"}`, `{"kind":"click","x":10,"y":-3}`, `{"a":"1","a":"2"}`,
+		`{"kind":"exec","cmd":"wc -l \u003c f"}`, `{"x":01}`, `{"x":-}`, `{"x":1.5}`, `{"x":1e3}`, `{"x":true}`, `{"x":null}`,
+		`{"x":"a"`, `{"x":"a",}`, `{"x" :"a"}`, `{ "x":"a"}`, `{"x":"a"}}`, `{"x""a"}`, `{"x":"a"b}`, `{"x":[1]}`, "{\"x\":\"\xff\"}",
+		`{"x":-0}`, `{"x":0}`, `{,}`, `{"":""}`} {
+		got, ok := flatObject([]byte(in))
+		var want map[string]json.RawMessage
+		err := json.Unmarshal([]byte(in), &want)
+		if !ok {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: flatObject read %v, json.Unmarshal refuses it: %v", in, got, err)
+			continue
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: flatObject %v, json %v", in, got, want)
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Errorf("%s: key %q: flatObject %s, json %s", in, k, got[k], v)
+			}
+		}
+	}
+}
