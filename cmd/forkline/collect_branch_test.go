@@ -175,7 +175,7 @@ func TestCollectNamesTheTasksABranchPlanMisses(t *testing.T) {
 	r := execute(context.Background(), "collect", "-tasks", "../../examples/tasks", "-out", filepath.Join(t.TempDir(), "run"),
 		"-workdir", t.TempDir(), "-branch", "at=9,width=2") // a warning: -quiet prints errors only
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	require.Contains(t, r.stderr, "-branch at=9,width=2: these tasks end by step 9, so their episodes never branch: config-migrate (max_steps 8)")
+	require.Contains(t, r.stderr, "branch plan at=9,width=2: these tasks end by step 9, so their episodes never branch: config-migrate (max_steps 8)")
 	require.NotContains(t, r.stderr, "fix-sum (max_steps")
 }
 
