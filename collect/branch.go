@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
 	"github.com/forkline/forkline/runtime"
@@ -92,57 +93,57 @@ func ParseBranchPlan(s string) (BranchPlan, error) {
 	for part := range strings.SplitSeq(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
-			return BranchPlan{}, fmt.Errorf("collect: -branch %q: %q is not key=value (keys: %s)", s, part, strings.Join(branchKeys, ", "))
+			return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "%q is not key=value (keys: %s)", part, strings.Join(branchKeys, ", "))
 		}
 		if k == "tree" {
-			return BranchPlan{}, fmt.Errorf("%w: -branch tree=...: a tree is given as every=K,width=N,depth=D,max=M", ErrBranchUnsupported)
+			return BranchPlan{}, fielderr.Errorf("", "Branch", `"tree=..."`, "%w: a tree is given as every=K,width=N,depth=D,max=M", ErrBranchUnsupported)
 		}
 		if !slices.Contains(branchKeys, k) {
-			return BranchPlan{}, fmt.Errorf("collect: -branch %q: unknown key %q (keys: %s)", s, k, strings.Join(branchKeys, ", "))
+			return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "unknown key %q (keys: %s)", k, strings.Join(branchKeys, ", "))
 		}
 		if _, dup := seen[k]; dup {
-			return BranchPlan{}, fmt.Errorf("collect: -branch %q: %s given twice", s, k)
+			return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "%s given twice", k)
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return BranchPlan{}, fmt.Errorf("collect: -branch %q: %s must be a whole number >= 1, not %q", s, k, v)
+			return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "%s must be a whole number >= 1, not %q", k, v)
 		}
 		seen[k] = n
 	}
 	if w, ok := seen["width"]; ok && w > MaxBranchWidth {
-		return BranchPlan{}, fmt.Errorf("collect: -branch %q: width=%d is more than %d branches per branch point", s, w, MaxBranchWidth)
+		return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "width=%d is more than %d branches per branch point", w, MaxBranchWidth)
 	}
 	if m, ok := seen["max"]; ok && m > MaxTreeSize {
-		return BranchPlan{}, fmt.Errorf("collect: -branch %q: max=%d is more than %d episodes per tree", s, m, MaxTreeSize)
+		return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "max=%d is more than %d episodes per tree", m, MaxTreeSize)
 	}
 	_, at := seen["at"]
 	_, every := seen["every"]
 	switch {
 	case at && every:
-		return BranchPlan{}, fmt.Errorf("collect: -branch %q: at and every exclude each other (at=K,width=N branches once; every=K,width=N,depth=D,max=M makes a tree)", s)
+		return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "at and every exclude each other (at=K,width=N branches once; every=K,width=N,depth=D,max=M makes a tree)")
 	case at:
 		for _, k := range []string{"depth", "max"} {
 			if _, ok := seen[k]; ok {
-				return BranchPlan{}, fmt.Errorf("collect: -branch %q: %s is for trees (every=K,width=N,depth=D,max=M); at=K branches once", s, k)
+				return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "%s is for trees (every=K,width=N,depth=D,max=M); at=K branches once", k)
 			}
 		}
 		if _, ok := seen["width"]; !ok {
-			return BranchPlan{}, fmt.Errorf("collect: -branch %q: width is missing (the form is at=K,width=N)", s)
+			return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "width is missing (the form is at=K,width=N)")
 		}
 		return BranchPlan{At: seen["at"], Width: seen["width"]}, nil
 	case every:
 		for _, k := range []string{"width", "depth", "max"} {
 			if _, ok := seen[k]; !ok {
-				return BranchPlan{}, fmt.Errorf("collect: -branch %q: %s is missing (the form is every=K,width=N,depth=D,max=M)", s, k)
+				return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "%s is missing (the form is every=K,width=N,depth=D,max=M)", k)
 			}
 		}
 		b = BranchPlan{At: seen["every"], Width: seen["width"], Depth: seen["depth"], Max: seen["max"], tree: true}
 		if b.Max < 1+b.Width {
-			return BranchPlan{}, fmt.Errorf("collect: -branch %q: max=%d leaves no room for one branch point (a root and its %d branches are %d episodes)", s, b.Max, b.Width, 1+b.Width)
+			return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "max=%d leaves no room for one branch point (a root and its %d branches are %d episodes)", b.Max, b.Width, 1+b.Width)
 		}
 		return b, nil
 	}
-	return BranchPlan{}, fmt.Errorf("collect: -branch %q: at or every is missing (the forms are at=K,width=N and every=K,width=N,depth=D,max=M)", s)
+	return BranchPlan{}, fielderr.Errorf("collect", "Branch", fmt.Sprintf("%q", s), "at or every is missing (the forms are at=K,width=N and every=K,width=N,depth=D,max=M)")
 }
 
 // reach checks the plan against the tasks' step limits: a root branches
@@ -168,9 +169,9 @@ func (b BranchPlan) reach(specs []task.Spec) (warning string, err error) {
 	case len(cannot) == 0:
 		return "", nil
 	case len(cannot) == len(specs):
-		return "", fmt.Errorf("collect: -branch %s: no episode would branch: a root branches after step %d only if its task lets it run on, and every task ends by then: %s; give a K below the tasks' max_steps", b, b.At, strings.Join(cannot, ", "))
+		return "", fielderr.Errorf("collect", "Branch", b.String(), "no episode would branch: a root branches after step %d only if its task lets it run on, and every task ends by then: %s; give a K below the tasks' max_steps", b.At, strings.Join(cannot, ", "))
 	}
-	return fmt.Sprintf("-branch %s: these tasks end by step %d, so their episodes never branch: %s", b, b.At, strings.Join(cannot, ", ")), nil
+	return fmt.Sprintf("branch plan %s: these tasks end by step %d, so their episodes never branch: %s", b, b.At, strings.Join(cannot, ", ")), nil
 }
 
 // levels is how many levels of branches a tree has at most.
@@ -471,7 +472,7 @@ func (inv *invocation) loadRemakes(ctx context.Context, kept map[string]bool) (m
 	}
 	ds, err := shard.Open(inv.cfg.Out)
 	if err != nil {
-		return nil, fmt.Errorf("collect: -resume: reading the branch points to remake: %w", err)
+		return nil, fielderr.Errorf("collect", "Resume", "", "reading the branch points to remake: %w", err)
 	}
 	own := map[string][]schemas.StepRow{}
 	took := map[string]float64{}
@@ -485,7 +486,7 @@ func (inv *invocation) loadRemakes(ctx context.Context, kept map[string]bool) (m
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("collect: -resume: reading the branch points to remake: %w", err)
+		return nil, fielderr.Errorf("collect", "Resume", "", "reading the branch points to remake: %w", err)
 	}
 	out := map[string][]*remakeJob{}
 	for _, id := range slices.Sorted(maps.Keys(wants)) {

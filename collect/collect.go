@@ -32,6 +32,7 @@ import (
 
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/observe"
@@ -121,7 +122,7 @@ type Config struct {
 
 // ErrOutputExists is returned when Out holds another run and neither Resume
 // nor Force is set.
-var ErrOutputExists = errors.New("collect: output directory holds another run (use -resume to finish it or -force to replace it)")
+var ErrOutputExists = errors.New("collect: output directory holds another run")
 
 // ErrConfig is wrapped by every error that comes from bad input — flags,
 // task files, names of providers or policies, the output directory — as
@@ -250,7 +251,7 @@ func planRun(cfg Config) (*invocation, error) {
 	for _, dir := range task.NotRead(cfg.Tasks) {
 		// Not recursive: say what is left out rather than skip it
 		// silently (make demo left examples/tasks/web out unsaid).
-		inv.log.Info(fmt.Sprintf("-tasks %s: %s holds task files and is not read (a directory's tasks are its own *.yaml files and Harbor task folders); -tasks %s runs them", cfg.Tasks, dir, dir))
+		inv.log.Info(fmt.Sprintf("the tasks in %s: %s holds task files and is not read (a directory's tasks are its own *.yaml files and Harbor task folders); give %s itself to run them", cfg.Tasks, dir, dir))
 	}
 	inv.obs, inv.closeProgress = inv.observers()
 	for i := range specs {
@@ -346,14 +347,14 @@ func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error
 	case errors.Is(err, context.Canceled):
 		return nil, err
 	case errors.Is(err, episode.ErrShape):
-		return nil, badInput(fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err))
+		return nil, badInput(fielderr.New("collect", "Policy", cfg.Policy, err))
 	default:
 		return nil, badInput(err)
 	}
 	env := &environment{env: opened, prov: opened.Provider, pool: opened.Pool, rec: opened.Record, logf: inv.logf}
 	if cfg.Branch.IsSet() && env.pool.Strategy() != pool.Fork {
 		env.close()
-		return nil, badInput(fmt.Errorf("collect: -branch %s: %w (provider %s, reset %s)", cfg.Branch, pool.ErrCannotBranch, env.prov.Name(), env.pool.Strategy()))
+		return nil, badInput(fielderr.Errorf("collect", "Branch", cfg.Branch.String(), "%w (provider %s, reset %s)", pool.ErrCannotBranch, env.prov.Name(), env.pool.Strategy()))
 	}
 	if err := inv.prepare(ctx, env); err != nil {
 		env.close()
@@ -385,9 +386,9 @@ func (inv *invocation) checkPolicy(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return fmt.Errorf("collect: %w", ctx.Err())
 		case errors.Is(err, runtime.ErrUnavailable):
-			return fmt.Errorf("%w: -policy %s: %w; nothing was collected", ErrUnavailable, inv.cfg.Policy, err)
+			return fmt.Errorf("%w: %w", ErrUnavailable, fielderr.Errorf("", "Policy", inv.cfg.Policy, "%w; nothing was collected", err))
 		}
-		return badInput(fmt.Errorf("collect: -policy %s: %w; nothing was collected", inv.cfg.Policy, err))
+		return badInput(fielderr.Errorf("collect", "Policy", inv.cfg.Policy, "%w; nothing was collected", err))
 	}
 	return nil
 }
@@ -518,7 +519,7 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 					// Their commands were killed with the collector's
 					// children: finishing them is no use (stopHit keeps
 					// them as cancelled).
-					inv.logf("the stop reached the sandboxes' processes too (a signal to every process of the job): the episodes in flight are cancelled now; -resume runs them again")
+					inv.logf("the stop reached the sandboxes' processes too (a signal to every process of the job): the episodes in flight are cancelled now; a resume runs them again")
 					cancelRun()
 				}
 			}()
@@ -668,20 +669,20 @@ func (inv *invocation) outcome(ctx context.Context, out *dataset, halt *halter) 
 	unavailable, writeErr, maxLoss := halt.state()
 	cancelledNote := ""
 	if cancelled > 0 {
-		cancelledNote = fmt.Sprintf(", %d of them cancelled (-resume runs them again)", cancelled)
+		cancelledNote = fmt.Sprintf(", %d of them cancelled (a resume runs them again)", cancelled)
 	}
 	switch rep := sum.Report(); {
 	case out.rec.failed() != nil || writeErr != nil:
 		// The writer broke: no new episode was started after it.
 		return shard.StatusPartial, cmp.Or(out.rec.failed(), writeErr)
 	case unavailable != nil:
-		return shard.StatusPartial, fmt.Errorf("%w: %d episodes were not kept and %d of %d planned episodes are kept; run again with -resume once it is back: %w",
+		return shard.StatusPartial, fmt.Errorf("%w: %d episodes were not kept and %d of %d planned episodes are kept; resume the run once it is back: %w",
 			ErrUnavailable, rep.NotRun, kept, plan, unavailable)
 	case finished < plan && ctx.Err() != nil:
 		return shard.StatusPartial, fmt.Errorf("collect: %w (%d of %d planned episodes kept%s)", context.Canceled, kept, plan, cancelledNote)
 	case finished < plan && maxLoss:
-		return shard.StatusPartial, fmt.Errorf("%w %s: %d scaffold losses in this invocation; %d of %d planned episodes kept%s (-resume continues)",
-			ErrMaxLoss, inv.cfg.MaxLoss, sum.RanLosses(), kept, plan, cancelledNote)
+		return shard.StatusPartial, fmt.Errorf("%w: %w", ErrMaxLoss, fielderr.Errorf("", "MaxLoss", inv.cfg.MaxLoss.String(), "%d scaffold losses in this invocation; %d of %d planned episodes kept%s (a resume continues)",
+			sum.RanLosses(), kept, plan, cancelledNote))
 	case finished < plan:
 		return shard.StatusPartial, fmt.Errorf("collect: %d of %d planned episodes are missing or cancelled", plan-finished, plan)
 	case rep.Episodes > 0 && rep.Losses == rep.Episodes:
@@ -784,15 +785,15 @@ func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int
 	case errors.Is(err, shard.ErrLocked):
 		// Another collect (or serve) writing into the same directory is
 		// said so, whatever it has written yet.
-		return nil, fmt.Errorf("collect: -out %s: %w", cfg.Out, err)
+		return nil, fielderr.New("collect", "Out", cfg.Out, err)
 	case errors.Is(err, record.ErrExists):
 		return nil, fmt.Errorf("%w: %s", ErrOutputExists, cfg.Out)
 	case errors.Is(err, record.ErrNothingToResume):
-		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
+		return nil, fielderr.Errorf("collect", "Resume", "", "%s holds no run (no manifest.json)", cfg.Out)
 	case errors.Is(err, record.ErrNotEmpty):
-		return nil, fmt.Errorf("collect: output directory %s is not empty and holds no forkline run; choose an empty or new directory (-force replaces only a forkline run)", cfg.Out)
+		return nil, fielderr.Sentence("collect", "Out", cfg.Out, "is not empty and holds no forkline run; choose an empty or new directory (Force replaces only a forkline run)").Mentions("Force")
 	case cfg.Force && !cfg.Resume:
-		return nil, fmt.Errorf("collect: -force: %w", err)
+		return nil, fielderr.New("collect", "Force", "", err)
 	}
 	return nil, err
 }

@@ -139,7 +139,7 @@ func TestCollectRefusesOccupiedOutput(t *testing.T) {
 
 	_, err = Run(context.Background(), cfg)
 	require.ErrorIs(t, err, ErrOutputExists)
-	require.ErrorContains(t, err, "-resume")
+	require.ErrorContains(t, err, cfg.Out) // the advice (-resume, -force) is the command's
 
 	// Resume of a complete run runs nothing and duplicates nothing.
 	cfg.Resume = true
@@ -302,7 +302,7 @@ func TestAStopThatCancelsEveryPlannedEpisodeLeavesTheRunPartial(t *testing.T) {
 	require.Positive(t, n, "exits: %v", rep.ByExit)
 	require.Equal(t, 2, n+rep.ByExit["done"], "exits: %v", rep.ByExit)
 	require.Equal(t, string(shard.StatusPartial), rep.Status)
-	require.Contains(t, err.Error(), fmt.Sprintf("2 of 2 planned episodes kept, %d of them cancelled (-resume runs them again)", n))
+	require.Contains(t, err.Error(), fmt.Sprintf("2 of 2 planned episodes kept, %d of them cancelled (a resume runs them again)", n))
 	ds, err := shard.Open(cfg.Out)
 	require.NoError(t, err)
 	require.Equal(t, shard.StatusPartial, ds.Manifest().Status)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/pool"
 )
@@ -80,19 +81,18 @@ func (c Config) Validate() error {
 	if err := c.Branch.validate(); err != nil {
 		return err
 	}
-	// These pass through forkline collect unchanged, so they name the
-	// flag beside the field.
+	// They name the fields; forkline collect says them as its flags.
 	switch {
 	case c.From == "" && len(c.FromEpisodes) > 0:
-		return errors.New("collect: FromEpisodes (-episode) picks episodes of a stored dataset, and no From (-from DATASET) is given")
+		return fielderr.Sentence("collect", "FromEpisodes", "", "picks episodes of a stored dataset, and no From is given").Mentions("From")
 	case c.From != "" && !c.Branch.IsSet():
-		return fmt.Errorf("collect: From (-from) %s needs a Branch plan: give -branch at=K,width=N (where the stored episodes are branched)", c.From)
+		return fielderr.Sentence("collect", "From", c.From, "needs a Branch plan: give Branch at=K,width=N (where the stored episodes are branched)").Mentions("Branch")
 	case c.From != "" && c.Branch.tree:
-		return fmt.Errorf("collect: From (-from) %s with Branch (-branch) %s: trees from a stored dataset are not carried out; use -branch at=K,width=N", c.From, c.Branch)
+		return fielderr.Sentence("collect", "From", c.From, "with Branch %s: trees from a stored dataset are not carried out; use Branch at=K,width=N", c.Branch).Mentions("Branch")
 	case c.From != "" && c.Part.Count > 1:
-		return fmt.Errorf("collect: From (-from) %s with Part (-shard) %s: a run from a stored dataset is not parted", c.From, c.Part)
+		return fielderr.Sentence("collect", "From", c.From, "with Part %s: a run from a stored dataset is not parted", c.Part).Mentions("Part")
 	case c.Resume && c.Force:
-		return errors.New("collect: Resume (-resume) and Force (-force) contradict each other")
+		return fielderr.Errorf("collect", "", "", "Resume and Force contradict each other").Mentions("Resume", "Force")
 	}
 	if c.Capture != (capture.Policy{}) {
 		if err := c.Capture.Validate(); err != nil {

@@ -47,11 +47,11 @@ func TestValidateRefusesBadConfigsByField(t *testing.T) {
 		{"branch at zero", func(c *Config) { c.Branch = BranchPlan{Width: 2} }, "At is 0", ""},
 		{"branch tree too large", func(c *Config) { c.Branch = BranchPlan{At: 1, Width: 2, Max: MaxTreeSize + 1} }, "Max is 4097", ""},
 		{"episodes without from", func(c *Config) { c.FromEpisodes = []string{"ab"} }, "FromEpisodes", "no From"},
-		{"from without branch", func(c *Config) { c.From = "runs/old" }, "From (-from) runs/old", "give -branch at=K,width=N"},
+		{"from without branch", func(c *Config) { c.From = "runs/old" }, "From runs/old", "give Branch at=K,width=N"},
 		{"from with part", func(c *Config) {
 			c.From, c.Branch, c.Part = "runs/old", BranchPlan{At: 1, Width: 2}, Part{Index: 0, Count: 2}
-		}, "Part (-shard) 0/2", "not parted"},
-		{"resume and force", func(c *Config) { c.Resume, c.Force = true, true }, "Resume (-resume) and Force (-force)", ""},
+		}, "with Part 0/2", "not parted"},
+		{"resume and force", func(c *Config) { c.Resume, c.Force = true, true }, "Resume and Force contradict", ""},
 		{"negative text cap", func(c *Config) { c.Capture = capture.Policy{TextCap: -1} }, "Capture:", "text cap -1"},
 		{"unknown pixels", func(c *Config) { c.Capture.Pixels = "jpeg" }, "Capture:", "jpeg"},
 		{"unknown compression", func(c *Config) { c.Shards.Compression = "lz4" }, "Shards:", "known: zstd, snappy, none"},

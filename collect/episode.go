@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/policy"
@@ -246,7 +247,7 @@ func (er episodeRunner) remake(ctx context.Context, p *planned, rep pool.Replica
 	}
 	fail := func(err error) {
 		if src := p.remake.source; src != "" {
-			err = fmt.Errorf("collect: -from: episode %s (%s): %w", src, p.task.ID, err)
+			err = fielderr.Errorf("collect", "From", "", "episode %s (%s): %w", src, p.task.ID, err)
 		} else {
 			err = fmt.Errorf("collect: remaking the branch point of %s (%s): %w", p.id[:12], p.task.ID, err)
 		}

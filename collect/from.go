@@ -4,12 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/schemas"
@@ -46,12 +45,12 @@ func (inv *invocation) planFrom() error {
 	cfg := inv.cfg
 	ds, err := shard.Open(cfg.From)
 	if err != nil {
-		return badInput(fmt.Errorf("collect: -from %s: %w", cfg.From, err))
+		return badInput(fielderr.New("collect", "From", cfg.From, err))
 	}
 	m := ds.Manifest()
 	abs, err := filepath.Abs(cfg.From)
 	if err != nil {
-		return badInput(fmt.Errorf("collect: -from %s: %w", cfg.From, err))
+		return badInput(fielderr.New("collect", "From", cfg.From, err))
 	}
 	inv.from = &manifest.From{Dataset: abs, RunID: m.RunID, Roots: map[string]string{}}
 	matched := map[string]bool{} // the -episode prefixes that matched
@@ -80,7 +79,7 @@ func (inv *invocation) planFrom() error {
 		}
 		s := &inv.specs[i]
 		if h := s.Hash(); h != ep.TaskHash {
-			return fmt.Errorf("collect: -from %s: episode %s is of task %s as it was (spec hash %.12s), but -tasks gives it changed (%.12s): its golden would be another", cfg.From, ep.EpisodeID, s.ID, ep.TaskHash, h)
+			return fielderr.Errorf("collect", "From", cfg.From, "episode %s is of task %s as it was (spec hash %.12s), but Tasks gives it changed (%.12s): its golden would be another", ep.EpisodeID, s.ID, ep.TaskHash, h).Mentions("Tasks")
 		}
 		if len(steps) < at {
 			short++
@@ -98,14 +97,14 @@ func (inv *invocation) planFrom() error {
 	}
 	for _, p := range cfg.FromEpisodes {
 		if !matched[p] {
-			return badInput(fmt.Errorf("collect: -episode %s: no trajectory of %s has an id starting so (a branched parent is a prefix, not a trajectory)", p, cfg.From))
+			return badInput(fielderr.Errorf("collect", "FromEpisodes", p, "no trajectory of %s has an id starting so (a branched parent is a prefix, not a trajectory)", cfg.From))
 		}
 	}
 	if short > 0 || otherTask > 0 {
-		inv.logf("-from %s: %d trajectories have fewer than %d steps and %d are of tasks not in -tasks: left out", cfg.From, short, at, otherTask)
+		inv.logf("from %s: %d trajectories have fewer than %d steps and %d are of tasks not among the tasks given: left out", cfg.From, short, at, otherTask)
 	}
 	if len(inv.plan) == 0 {
-		return badInput(errors.New("collect: -from " + cfg.From + ": no trajectory to branch from (none of a task in -tasks with at least " + fmt.Sprint(at) + " steps)"))
+		return badInput(fielderr.Errorf("collect", "From", cfg.From, "no trajectory to branch from (none of a task in Tasks with at least %d steps)", at).Mentions("Tasks"))
 	}
 	inv.total = len(inv.plan)
 	return nil

@@ -101,7 +101,7 @@ func TestBranchFromAStoredDataset(t *testing.T) {
 	before := dirHashes(t, cfg.Out)
 	cfg.From = t.TempDir()
 	_, err = Run(context.Background(), cfg)
-	require.ErrorContains(t, err, "-from")
+	require.ErrorContains(t, err, "From "+cfg.From)
 	require.Equal(t, before, dirHashes(t, cfg.Out), "a refused command changes nothing")
 }
 
@@ -113,9 +113,9 @@ func TestBranchFromRefusesBadInput(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		"no such episode":  {func(c *Config) { c.FromEpisodes = []string{"zzz"} }, "-episode zzz: no trajectory"},
+		"no such episode":  {func(c *Config) { c.FromEpisodes = []string{"zzz"} }, "FromEpisodes zzz: no trajectory"},
 		"too few steps":    {func(c *Config) { c.Branch.At = 40 }, "no trajectory to branch from"},
-		"no dataset":       {func(c *Config) { c.From = t.TempDir() }, "-from"},
+		"no dataset":       {func(c *Config) { c.From = t.TempDir() }, "From "},
 		"the task changed": {func(c *Config) { c.Tasks = writeTask(t, deepTask+"# edited\nmetadata: {x: 1}\n") }, "its golden would be another"},
 	} {
 		cfg := baseConfig(t, src.Tasks)

@@ -146,7 +146,7 @@ func (in *mergeInputs) sameRun(dir string, m shard.Manifest, plan manifest.Plan,
 		return fmt.Errorf("%w: %s has other tasks or task versions than %s", ErrMerge, dir, first)
 	}
 	if plan.Repeats != fp.Repeats || plan.Seed != fp.Seed || plan.Part.Count != fp.Part.Count {
-		return fmt.Errorf("%w: %s was planned with -repeats %d -seed %d over %d parts, %s with -repeats %d -seed %d over %d parts",
+		return fmt.Errorf("%w: %s was planned with %d repeats, seed %d, over %d parts, %s with %d repeats, seed %d, over %d parts",
 			ErrMerge, dir, plan.Repeats, plan.Seed, plan.Part.Count, first, fp.Repeats, fp.Seed, fp.Part.Count)
 	}
 	if !sameCapture(m.Capture, in.first.Capture) {

@@ -75,7 +75,7 @@ func TestThreeShardsMergedEqualOneRun(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Merge(context.Background(), filepath.Join(base, "bad"), []string{other.Out, parts[1]}, shard.Config{})
 	require.ErrorIs(t, err, ErrMerge)
-	require.ErrorContains(t, err, "-repeats")
+	require.ErrorContains(t, err, "5 repeats")
 }
 
 func TestPartFromEnv(t *testing.T) {

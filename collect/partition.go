@@ -75,9 +75,9 @@ func PartFromEnv(count int, getenv func(string) string) (Part, error) {
 			}
 		}
 		if i < 0 || i >= count {
-			return Part{}, fmt.Errorf("collect: %s gives part %d, outside 0..%d (-shard-count %d)", v, i, count-1, count)
+			return Part{}, fmt.Errorf("collect: %s gives part %d, outside 0..%d (%d parts)", v, i, count-1, count)
 		}
 		return Part{Index: i, Count: count}, nil
 	}
-	return Part{}, fmt.Errorf("collect: -shard-count %d needs JOB_COMPLETION_INDEX (Kubernetes Indexed Job) or SLURM_ARRAY_TASK_ID (Slurm array) in the environment, or use -shard i/n", count)
+	return Part{}, fmt.Errorf("collect: %d parts need JOB_COMPLETION_INDEX (Kubernetes Indexed Job) or SLURM_ARRAY_TASK_ID (Slurm array) in the environment to say which part this is", count)
 }

@@ -3,6 +3,7 @@ package collect
 import (
 	"fmt"
 
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
@@ -18,7 +19,7 @@ func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any))
 	opts := policy.Options{Params: cfg.PolicyOptions, ScriptFile: cfg.ScriptFile, Log: logf, Info: infof}
 	src, err := policy.Open(cfg.Policy, opts)
 	if err != nil {
-		return nil, manifest.Policy{}, fmt.Errorf("collect: -policy %s: %w", cfg.Policy, err)
+		return nil, manifest.Policy{}, fielderr.New("collect", "Policy", cfg.Policy, err)
 	}
 	for i := range specs {
 		pol, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed))
@@ -26,7 +27,7 @@ func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any))
 			return nil, manifest.Policy{}, fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err)
 		}
 		if _, ok := pol.(runtime.SelfDriving); ok && (cfg.Branch.IsSet() || cfg.From != "") {
-			return nil, manifest.Policy{}, fmt.Errorf("collect: -policy %s runs its episodes itself (an agent harness inside the sandbox), so they cannot branch (-branch, -from): forks copy files, not the harness's process", cfg.Policy)
+			return nil, manifest.Policy{}, fielderr.Sentence("collect", "Policy", cfg.Policy, "runs its episodes itself (an agent harness inside the sandbox), so they cannot branch (Branch, From): forks copy files, not the harness's process").Mentions("Branch", "From")
 		}
 	}
 	rec, err := manifest.NewPolicy(cfg.Policy, opts, src)

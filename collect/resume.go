@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/runtime"
@@ -43,14 +44,14 @@ type priorRun struct {
 // the episodes it keeps.
 func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manifest.Policy) (*priorRun, error) {
 	if err := shard.CheckFree(cfg.Out); err != nil {
-		return nil, fmt.Errorf("collect: -resume: -out %s: %w", cfg.Out, err)
+		return nil, fielderr.New("collect", "Resume", "", fielderr.New("", "Out", cfg.Out, err))
 	}
 	ds, err := shard.Open(cfg.Out)
 	if errors.Is(err, shard.ErrNoDataset) {
-		return nil, fmt.Errorf("collect: -resume: %s holds no run (no manifest.json)", cfg.Out)
+		return nil, fielderr.Errorf("collect", "Resume", "", "%s holds no run (no manifest.json)", cfg.Out)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("collect: -resume: %w", err)
+		return nil, fielderr.New("collect", "Resume", "", err)
 	}
 	m := ds.Manifest()
 	if err := compatible(m, specs, cfg, pol); err != nil {
@@ -62,7 +63,7 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manif
 	// checks when it resumes (shard.Resume).
 	if m.Status == shard.StatusComplete {
 		if err := ds.Check(); err != nil {
-			return nil, fmt.Errorf("collect: -resume: %w", err)
+			return nil, fielderr.New("collect", "Resume", "", err)
 		}
 	}
 	p := &priorRun{manifest: m, kept: map[string]bool{}, cancelled: map[string]bool{}, branched: map[string]bool{}, tree: map[string]treeNode{}, tally: newSummary(0, 0)}
@@ -71,7 +72,7 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manif
 	rewards := map[string]schemas.RewardRow{}
 	for r, err := range ds.Rewards() {
 		if err != nil {
-			return nil, fmt.Errorf("collect: -resume: reading the kept rewards: %w", err)
+			return nil, fielderr.Errorf("collect", "Resume", "", "reading the kept rewards: %w", err)
 		}
 		if v := episode.VerifierReward([]schemas.RewardRow{r}); v != nil {
 			rewards[r.EpisodeID] = *v
@@ -79,10 +80,10 @@ func inspectResume(ctx context.Context, cfg Config, specs []task.Spec, pol manif
 	}
 	for e, err := range ds.Episodes() {
 		if err != nil {
-			return nil, fmt.Errorf("collect: -resume: reading the kept episodes: %w", err)
+			return nil, fielderr.Errorf("collect", "Resume", "", "reading the kept episodes: %w", err)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("collect: -resume: %w", err)
+			return nil, fielderr.New("collect", "Resume", "", err)
 		}
 		if e.ExitReason == string(runtime.ExitCancelled) {
 			p.cancelled[e.EpisodeID] = true

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -39,7 +40,7 @@ var ErrUnavailable = errors.New("collect: a service the run depends on is unavai
 // scheduling stopped once this invocation's scaffold losses passed the
 // limit, the episodes in flight were kept, the manifest says partial, and a
 // resume continues the run.
-var ErrMaxLoss = errors.New("collect: scaffold losses passed -max-loss")
+var ErrMaxLoss = errors.New("collect: scaffold losses passed the limit")
 
 // ErrAllLost is wrapped by Run's error when every episode of a complete run
 // is a scaffold loss: the manifest says complete (every planned episode is
@@ -71,7 +72,7 @@ func ParseLossLimit(s string) (LossLimit, error) {
 	if s == "" {
 		return LossLimit{}, nil
 	}
-	bad := fmt.Errorf("collect: -max-loss %s: want a count N >= 0 or a percentage F%% with 0 <= F <= 100, e.g. 10 or 5%%", s)
+	bad := fielderr.Errorf("collect", "MaxLoss", s, "want a count N >= 0 or a percentage F%% with 0 <= F <= 100, e.g. 10 or 5%%")
 	if f, ok := strings.CutSuffix(s, "%"); ok {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 		if err != nil || math.IsNaN(v) || v < 0 || v > 100 {
@@ -236,10 +237,10 @@ func (h *halter) stopHit(ep *episode.Episode) (detail string, hit bool) {
 		return "", false
 	}
 	if h.hostProcesses {
-		return "in flight when the stop signal, which reached the sandbox's processes too, came; -resume runs it again", true
+		return "in flight when the stop signal, which reached the sandbox's processes too, came; a resume runs it again", true
 	}
 	if exit := runtime.ExitReason(ep.Row.ExitReason); exit.ScaffoldLoss() {
-		return fmt.Sprintf("ended as %s after the stop signal, which reached the collector's children too (%s); -resume runs it again", exit, ep.Row.Detail), true
+		return fmt.Sprintf("ended as %s after the stop signal, which reached the collector's children too (%s); a resume runs it again", exit, ep.Row.Detail), true
 	}
 	return "", false
 }
@@ -287,7 +288,7 @@ func (h *halter) serviceUnavailable(err error) {
 		// worker that takes the next job checks it first.
 		h.stop(ErrUnavailable)
 		h.log("a service the episodes depend on is unavailable: %v", err)
-		h.log("no new episodes are started; the episodes in flight finish; episodes it ends are not kept (-resume runs them once the service is back)")
+		h.log("no new episodes are started; the episodes in flight finish; episodes it ends are not kept (a resume runs them once the service is back)")
 	}
 }
 
@@ -313,7 +314,7 @@ func (h *halter) lossLimitPassed(limit LossLimit, losses, todo int) {
 	h.mu.Unlock()
 	if first {
 		h.stop(ErrMaxLoss)
-		h.log("-max-loss %s passed: %d scaffold losses among %d episodes to run; no new episodes are started (the episodes in flight finish and are kept; -resume continues)",
+		h.log("the loss limit %s passed: %d scaffold losses among %d episodes to run; no new episodes are started (the episodes in flight finish and are kept; a resume continues)",
 			limit, losses, todo)
 	}
 }

@@ -354,7 +354,7 @@ func TestParseLossLimit(t *testing.T) {
 	}
 	for _, bad := range []string{"-1", "x", "101%", "-5%", "NaN%", "1.5", "%"} {
 		_, err := ParseLossLimit(bad)
-		require.ErrorContains(t, err, "-max-loss", bad)
+		require.ErrorContains(t, err, "MaxLoss "+bad, bad)
 		require.ErrorContains(t, err, "0 <= F <= 100", bad)
 	}
 	l, _ := ParseLossLimit("")

@@ -52,7 +52,7 @@ func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider
 	var host *providers.GUIHost
 	for _, s := range specs {
 		if why := needsOwnFilesystem(s); why != "" && prov.Capabilities().Isolation != "container" {
-			return nil, fmt.Errorf("episode: task %s (%s) %s, which needs sandboxes with a filesystem of their own: provider %s runs commands on the host (use -provider docker)", s.ID, s.Source, why, prov.Name())
+			return nil, fmt.Errorf("episode: task %s (%s) %s, which needs sandboxes with a filesystem of their own: provider %s runs commands on the host (use the docker provider)", s.ID, s.Source, why, prov.Name())
 		}
 		if s.Browser == nil {
 			continue

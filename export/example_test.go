@@ -58,5 +58,5 @@ func ExampleParseSplit() {
 	fmt.Println(err)
 	// Output:
 	// [{train 0.9} {validation 0.05} {test 0.05}] <nil>
-	// -split "train=0.5,test=0.25": fractions sum to 0.75, not 1
+	// export: Split "train=0.5,test=0.25": fractions sum to 0.75, not 1
 }

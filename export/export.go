@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/model"
@@ -53,6 +54,10 @@ func (b badInput) Error() string   { return b.err.Error() }
 func (b badInput) Unwrap() []error { return []error{b.err, ErrBadInput} }
 
 func bad(format string, args ...any) error { return badInput{fmt.Errorf(format, args...)} }
+
+// badField is bad input about one field of Options (fielderr: the command
+// says it as its flag).
+func badField(e *fielderr.Error) error { return badInput{e} }
 
 // DefaultReward is the reward joined when Options.Reward is empty: the one
 // the task's verifier gives.
@@ -136,7 +141,7 @@ func ParsePairs(s string) (Pairs, error) {
 	case PairsMax, PairsAll:
 		return Pairs(s), nil
 	}
-	return "", fmt.Errorf("-pairs %q (known: max, all)", s)
+	return "", fielderr.Sentence("", "Pairs", fmt.Sprintf("%q", s), "(known: max, all)")
 }
 
 // Validate reports the first problem with o that Run would refuse before
@@ -148,31 +153,31 @@ func (o Options) Validate() error {
 
 func (o Options) validate() (targetSpec, error) {
 	if len(o.Inputs) == 0 || o.Out == "" || o.Target == "" {
-		return targetSpec{}, bad("export: -in, -to and -out are required")
+		return targetSpec{}, badInput{fielderr.Errorf("export", "", "", "Inputs, Target and Out are required").Mentions("Inputs", "Target", "Out")}
 	}
 	spec, err := lookup(o.Target)
 	if err != nil {
 		return targetSpec{}, err
 	}
 	given := map[string]bool{
-		"rows": o.Rows != "", "tool-args": o.ToolArgs != "", "call-content": o.CallContent != "", "reasoning": o.Reasoning != "",
-		"advantage": o.Advantage != "", "max-prompt-tokens": o.MaxPromptTokens != 0, "max-response-tokens": o.MaxResponseTokens != 0,
-		"pairs": o.Pairs != "", "dpo-format": o.DPOFormat != "",
-		"license": o.License != "", "task-category": len(o.TaskCategories) > 0, "language": len(o.Languages) > 0,
+		"Rows": o.Rows != "", "ToolArgs": o.ToolArgs != "", "CallContent": o.CallContent != "", "Reasoning": o.Reasoning != "",
+		"Advantage": o.Advantage != "", "MaxPromptTokens": o.MaxPromptTokens != 0, "MaxResponseTokens": o.MaxResponseTokens != 0,
+		"Pairs": o.Pairs != "", "DPOFormat": o.DPOFormat != "",
+		"License": o.License != "", "TaskCategories": len(o.TaskCategories) > 0, "Languages": len(o.Languages) > 0,
 	}
-	for _, flag := range optionFlags {
-		if given[flag] && !spec.takes(flag) {
-			return targetSpec{}, bad("export: -%s is for %s, not %s", flag, targetsWith(func(s targetSpec) bool { return s.takes(flag) }), o.Target)
+	for _, field := range optionFields {
+		if given[field] && !spec.takes(field) {
+			return targetSpec{}, badInput{fielderr.Sentence("export", field, "", "is for %s, not %s", targetsWith(func(s targetSpec) bool { return s.takes(field) }), o.Target)}
 		}
 	}
 	if o.Rows != "" && !slices.Contains(spec.rows, o.Rows) {
-		return targetSpec{}, bad("export: -rows %q for %s (known: %s)", o.Rows, o.Target, strings.Join(spec.rows, ", "))
+		return targetSpec{}, badInput{fielderr.Sentence("export", "Rows", fmt.Sprintf("%q", o.Rows), "for %s (known: %s)", o.Target, strings.Join(spec.rows, ", "))}
 	}
 	if o.Rows == string(hf.RowsStep) {
 		// Step rows hold no conversation.
-		for _, flag := range conversationOptions {
-			if given[flag] {
-				return targetSpec{}, bad("export: -%s shapes the messages of episode rows; -rows step has none", flag)
+		for _, field := range conversationOptions {
+			if given[field] {
+				return targetSpec{}, badInput{fielderr.Sentence("export", field, "", "shapes the messages of episode rows; Rows step has none").Mentions("Rows")}
 			}
 		}
 	}
@@ -187,10 +192,10 @@ func (o Options) validate() (targetSpec, error) {
 		{o.Pairs != "", func() error { _, err := ParsePairs(string(o.Pairs)); return err }},
 		{o.DPOFormat != "", func() error { _, err := chat.ParseDPOFormat(string(o.DPOFormat)); return err }},
 		{o.MaxPromptTokens < 0 || o.MaxResponseTokens < 0, func() error {
-			return errors.New("-max-prompt-tokens and -max-response-tokens must not be negative")
+			return fielderr.Errorf("", "", "", "MaxPromptTokens and MaxResponseTokens must not be negative").Mentions("MaxPromptTokens", "MaxResponseTokens")
 		}},
 		{o.DPOFormat == chat.DPOOpenAI && o.ToolArgs == model.ArgsObject, func() error {
-			return errors.New("-dpo-format openai writes string arguments (OpenAI requires them); -tool-args object does not apply")
+			return fielderr.Sentence("", "DPOFormat", "openai", "writes string arguments (OpenAI requires them); ToolArgs object does not apply").Mentions("ToolArgs")
 		}},
 	}
 	for _, c := range checks {
@@ -205,7 +210,7 @@ func (o Options) validate() (targetSpec, error) {
 	}
 	for _, w := range o.Where {
 		if err := w.check(); err != nil {
-			return targetSpec{}, badInput{fmt.Errorf("export: -where %q: %w", w.String(), err)}
+			return targetSpec{}, badInput{fielderr.New("export", "Where", fmt.Sprintf("%q", w.String()), err)}
 		}
 	}
 	if o.Split != nil {
@@ -214,17 +219,17 @@ func (o Options) validate() (targetSpec, error) {
 		}
 	}
 	if spec.file && len(o.Split) > 1 {
-		return targetSpec{}, bad("export: -to %s writes one file; -split needs a directory target (chat-jsonl, hf, ...)", o.Target)
+		return targetSpec{}, badInput{fielderr.Sentence("export", "Target", o.Target, "writes one file; Split needs a directory target (chat-jsonl, hf, ...)").Mentions("Split")}
 	}
 	if !spec.file && o.Out == "-" {
-		return targetSpec{}, bad("export: -to %s writes a directory; -out - is for jsonl only", o.Target)
+		return targetSpec{}, badInput{fielderr.Sentence("export", "Target", o.Target, "writes a directory; Out - is for jsonl only").Mentions("Out")}
 	}
 	return spec, nil
 }
 
-// optionFlags are the target options, by flag name, in usage order.
-var optionFlags = []string{"rows", "tool-args", "call-content", "reasoning", "advantage", "max-prompt-tokens", "max-response-tokens",
-	"pairs", "dpo-format", "license", "task-category", "language"}
+// optionFields are the target options, by Options field, in usage order.
+var optionFields = []string{"Rows", "ToolArgs", "CallContent", "Reasoning", "Advantage", "MaxPromptTokens", "MaxResponseTokens",
+	"Pairs", "DPOFormat", "License", "TaskCategories", "Languages"}
 
 // withDefaults fills the optional fields Validate left empty.
 func (o Options) withDefaults(spec targetSpec) Options {
@@ -467,7 +472,7 @@ func (in *input) describe(ep *model.Episode, needTask bool) error {
 		return nil
 	}
 	if needTask {
-		return bad("export: -in %s: episode %s: task %q is not among the manifest's task specs", in.path, ep.Row.EpisodeID, ep.Row.TaskID)
+		return badInput{fielderr.Errorf("export", "Inputs", in.path, "episode %s: task %q is not among the manifest's task specs", ep.Row.EpisodeID, ep.Row.TaskID)}
 	}
 	return nil
 }
@@ -477,7 +482,7 @@ func (in *input) describe(ep *model.Episode, needTask bool) error {
 // written. Other errors pass unchanged.
 func corruptInput(path string, err error) error {
 	if errors.Is(err, shard.ErrCorrupt) && !errors.Is(err, ErrBadInput) {
-		return badInput{fmt.Errorf("export: -in %s: %w", path, err)}
+		return badInput{fielderr.New("export", "Inputs", path, err)}
 	}
 	return err
 }
@@ -497,12 +502,12 @@ func checkWritten(o Options, rep *Report) error {
 		return nil
 	}
 	if rep.Unit == "pairs" {
-		return bad("export: -to dpo found no preference pair among the %d selected episodes (%s); pairs are drawn from one group "+
+		return badInput{fielderr.Sentence("export", "Target", "dpo", "found no preference pair among the %d selected episodes (%s); pairs are drawn from one group "+
 			"(the same task, task spec, golden checkpoint and prompt) and need rewards that differ; nothing written",
-			refused, rep.RefusedText())
+			refused, rep.RefusedText())}
 	}
 	if refused > 0 {
-		return bad("export: -to %s refused every one of the %d selected episodes (%s); nothing written", o.Target, refused, rep.RefusedText())
+		return badInput{fielderr.Sentence("export", "Target", o.Target, "refused every one of the %d selected episodes (%s); nothing written", refused, rep.RefusedText())}
 	}
 	return bad("export: no episode to write: %d read, %d filtered out; nothing written", rep.Read, rep.Filtered)
 }

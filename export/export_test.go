@@ -440,7 +440,7 @@ func TestInputsMustBeCompatible(t *testing.T) {
 		writeRun(t, filepath.Dir(copyDir), runSpec{runID: "again", policy: map[string]any{"name": "script"},
 			episodes: []shard.EpisodeBatch{episodeBatch("b-2", epOpts{task: "shell", exit: "done", reward: ptr(1.0)})}})
 		out := filepath.Join(t.TempDir(), "out")
-		exportBad(t, Options{Inputs: []string{f.runB, copyDir}, Target: "chat-jsonl", Out: out}, "episode b-2 is in both -in "+f.runB+" and -in "+copyDir)
+		exportBad(t, Options{Inputs: []string{f.runB, copyDir}, Target: "chat-jsonl", Out: out}, "episode b-2 is in both Inputs "+f.runB+" and Inputs "+copyDir)
 		assert.NoDirExists(t, out)
 	})
 	t.Run("same run twice", func(t *testing.T) {
@@ -479,7 +479,7 @@ func TestOutputDirectory(t *testing.T) {
 	out := filepath.Join(parent, "out")
 	require.NoError(t, os.MkdirAll(out, 0o755))
 	exportOK(t, Options{Inputs: []string{f.runB}, Target: "chat-jsonl", Out: out}) // an empty directory may be used
-	exportBad(t, Options{Inputs: []string{f.runB}, Target: "verl-sft", Out: out}, "is not empty; choose another directory or pass -force")
+	exportBad(t, Options{Inputs: []string{f.runB}, Target: "verl-sft", Out: out}, "is not empty; choose another directory or pass Force")
 	assert.Equal(t, []string{"train.jsonl"}, files(t, out))
 	exportOK(t, Options{Inputs: []string{f.runB}, Target: "verl-sft", Out: out, Force: true})
 	assert.Equal(t, []string{"train.parquet"}, files(t, out), "-force replaces the directory whole")
@@ -618,32 +618,32 @@ func TestValidate(t *testing.T) {
 		o    Options
 		msg  string
 	}{
-		{"no input", Options{Target: "hf", Out: out}, "-in, -to and -out are required"},
-		{"no out", Options{Inputs: in, Target: "hf"}, "-in, -to and -out are required"},
+		{"no input", Options{Target: "hf", Out: out}, "Inputs, Target and Out are required"},
+		{"no out", Options{Inputs: in, Target: "hf"}, "Inputs, Target and Out are required"},
 		{"unknown target", Options{Inputs: in, Target: "parquet", Out: out}, `unknown target "parquet" (known: chat-jsonl, dpo, hf, hf-disk, jsonl, sft-tokens, verl-agent, verl-sft)`},
-		{"removed target", Options{Inputs: in, Target: "verl-rl", Out: out}, "-to verl-rl was removed"},
-		{"rows for verl-sft", Options{Inputs: in, Target: "verl-sft", Out: out, Rows: "step"}, "-rows is for hf, hf-disk, sft-tokens and verl-agent, not verl-sft"},
-		{"tool args for verl-agent", Options{Inputs: in, Target: "verl-agent", Out: out, ToolArgs: model.ArgsObject}, "-tool-args is for chat-jsonl, dpo, hf, hf-disk and verl-sft, not verl-agent"},
-		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `-rows "turn" for hf (known: episode, step)`},
-		{"step rows have no messages", Options{Inputs: in, Target: "hf", Out: out, Rows: "step", Reasoning: model.ReasoningAll}, "-reasoning shapes the messages of episode rows"},
+		{"removed target", Options{Inputs: in, Target: "verl-rl", Out: out}, "Target verl-rl was removed"},
+		{"rows for verl-sft", Options{Inputs: in, Target: "verl-sft", Out: out, Rows: "step"}, "Rows is for hf, hf-disk, sft-tokens and verl-agent, not verl-sft"},
+		{"tool args for verl-agent", Options{Inputs: in, Target: "verl-agent", Out: out, ToolArgs: model.ArgsObject}, "ToolArgs is for chat-jsonl, dpo, hf, hf-disk and verl-sft, not verl-agent"},
+		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `Rows "turn" for hf (known: episode, step)`},
+		{"step rows have no messages", Options{Inputs: in, Target: "hf", Out: out, Rows: "step", Reasoning: model.ReasoningAll}, "Reasoning shapes the messages of episode rows"},
 		{"unknown tool args", Options{Inputs: in, Target: "chat-jsonl", Out: out, ToolArgs: "yaml"}, `-tool-args "yaml" (known: object, string)`},
 		{"unknown call content", Options{Inputs: in, Target: "chat-jsonl", Out: out, CallContent: "none"}, `-call-content "none" (known: empty, null, split)`},
 		{"unknown reasoning", Options{Inputs: in, Target: "hf", Out: out, Reasoning: "some"}, `-reasoning "some" (known: shown, all, none)`},
 		{"unknown advantage", Options{Inputs: in, Target: "verl-agent", Out: out, Advantage: "ppo"}, `-advantage "ppo" (known: none, grpo, rloo)`},
 		{"negative limit", Options{Inputs: in, Target: "verl-agent", Out: out, MaxPromptTokens: -1}, "must not be negative"},
-		{"unknown pairs", Options{Inputs: in, Target: "dpo", Out: out, Pairs: "best"}, `-pairs "best" (known: max, all)`},
-		{"pairs for chat", Options{Inputs: in, Target: "chat-jsonl", Out: out, Pairs: PairsAll}, "-pairs is for dpo, not chat-jsonl"},
+		{"unknown pairs", Options{Inputs: in, Target: "dpo", Out: out, Pairs: "best"}, `Pairs "best" (known: max, all)`},
+		{"pairs for chat", Options{Inputs: in, Target: "chat-jsonl", Out: out, Pairs: PairsAll}, "Pairs is for dpo, not chat-jsonl"},
 		{"openai dpo with objects", Options{Inputs: in, Target: "dpo", Out: out, DPOFormat: chat.DPOOpenAI, ToolArgs: model.ArgsObject}, "OpenAI requires them"},
 		{"bad license", Options{Inputs: in, Target: "hf", Out: out, License: "MIT License"}, `-license "MIT License"`},
-		{"card language for verl", Options{Inputs: in, Target: "verl-sft", Out: out, Languages: []string{"en"}}, "-language is for hf and sft-tokens, not verl-sft"},
-		{"unknown column", Options{Inputs: in, Target: "hf", Out: out, Where: []Where{{Column: "color", Values: []string{"red"}}}}, `-where "color=red": unknown column "color"`},
-		{"split sum", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"train", 0.5}}}, `-split "train=0.5": fractions sum to 0.5, not 1`},
+		{"card language for verl", Options{Inputs: in, Target: "verl-sft", Out: out, Languages: []string{"en"}}, "Languages is for hf and sft-tokens, not verl-sft"},
+		{"unknown column", Options{Inputs: in, Target: "hf", Out: out, Where: []Where{{Column: "color", Values: []string{"red"}}}}, `Where "color=red": unknown column "color"`},
+		{"split sum", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"train", 0.5}}}, `Split "train=0.5": fractions sum to 0.5, not 1`},
 		{"split name", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"tr-ain", 1}}}, "names of letters"},
 		{"split twice", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"train", 0.5}, {"train", 0.5}}}, "named twice"},
 		{"split negative", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{{"train", 2}, {"test", -1}}}, "fraction of test must be a positive number"},
 		{"split empty", Options{Inputs: in, Target: "hf", Out: out, Split: []SplitPart{}}, "want name=fraction"},
 		{"jsonl split", Options{Inputs: in, Target: "jsonl", Out: "-", Split: []SplitPart{{"train", 0.5}, {"test", 0.5}}}, "writes one file"},
-		{"directory to stdout", Options{Inputs: in, Target: "hf", Out: "-"}, "-out - is for jsonl only"},
+		{"directory to stdout", Options{Inputs: in, Target: "hf", Out: "-"}, "Out - is for jsonl only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.Validate()

@@ -106,7 +106,7 @@ const (
 	RefusedNoReward   = "no reward"
 	RefusedAlone      = "the only rated episode of its group"
 	RefusedUniform    = "in a group whose rewards are all equal"
-	RefusedNotExtreme = "neither the best nor the worst of its group (-pairs max)"
+	RefusedNotExtreme = "neither the best nor the worst of its group (Pairs max)"
 	RefusedIdentical  = "pairs with no model message to prefer (identical, or parting at an observation)"
 )
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
@@ -34,27 +35,27 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 	for _, p := range o.Inputs {
 		ds, err := shard.Open(p)
 		if err != nil {
-			return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
+			return nil, badInput{fielderr.New("export", "Inputs", p, err)}
 		}
 		in := &input{path: p, ds: ds, m: ds.Manifest()}
 		if len(out) > 0 && in.m.SchemaVersion != out[0].m.SchemaVersion {
-			return nil, bad("export: -in %s has schema version %d, -in %s has %d; export runs of one schema version together",
-				p, in.m.SchemaVersion, out[0].path, out[0].m.SchemaVersion)
+			return nil, badField(fielderr.Sentence("export", "Inputs", p, "has schema version %d, Inputs %s has %d; export runs of one schema version together",
+				in.m.SchemaVersion, out[0].path, out[0].m.SchemaVersion).Mentions("Inputs"))
 		}
 		in.tasks = map[string]task.Spec{}
 		if len(in.m.Tasks) > 0 {
 			if in.tasks, err = task.DecodeRecords(in.m.Tasks); err != nil {
-				return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
+				return nil, badInput{fielderr.New("export", "Inputs", p, err)}
 			}
 		} else if needTasks {
-			return nil, bad("export: -in %s: the manifest records no task specs, so there is no instruction for the user message", p)
+			return nil, badField(fielderr.Errorf("export", "Inputs", p, "the manifest records no task specs, so there is no instruction for the user message"))
 		}
 		if err := readPolicy(in); err != nil {
-			return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
+			return nil, badInput{fielderr.New("export", "Inputs", p, err)}
 		}
 		capt, err := capture.DecodeManifest(in.m.Capture)
 		if err != nil {
-			return nil, badInput{fmt.Errorf("export: -in %s: %w", p, err)}
+			return nil, badInput{fielderr.New("export", "Inputs", p, err)}
 		}
 		in.noPixels = capt.Pixels == capture.PixelsNone
 		out = append(out, in)
@@ -103,17 +104,17 @@ func checkUniqueIDs(ctx context.Context, inputs []*input) error {
 				return corruptInput(in.path, err)
 			}
 			if err != nil {
-				return fmt.Errorf("export: -in %s: %w", in.path, err)
+				return fielderr.New("export", "Inputs", in.path, err)
 			}
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			if j, dup := seen[ep.EpisodeID]; dup {
 				if j == i {
-					return fmt.Errorf("export: -in %s holds episode %s twice: %w", in.path, ep.EpisodeID, shard.ErrCorrupt)
+					return fielderr.Sentence("export", "Inputs", in.path, "holds episode %s twice: %w", ep.EpisodeID, shard.ErrCorrupt)
 				}
-				return bad("export: episode %s is in both -in %s and -in %s; episode ids must be unique across inputs (the same run given twice?)",
-					ep.EpisodeID, inputs[j].path, in.path)
+				return badField(fielderr.Errorf("export", "", "", "episode %s is in both Inputs %s and Inputs %s; episode ids must be unique across inputs (the same run given twice?)",
+					ep.EpisodeID, inputs[j].path, in.path).Mentions("Inputs"))
 			}
 			seen[ep.EpisodeID] = i
 		}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/forkline/forkline/fielderr"
 )
 
 // How export keeps its hands off what it did not write.
@@ -117,7 +119,7 @@ func checkOut(o Options, dirTarget bool) error {
 	}
 	out, err := resolvePath(o.Out)
 	if err != nil {
-		return fmt.Errorf("export: -out %s: %w", o.Out, err)
+		return fielderr.New("export", "Out", o.Out, err)
 	}
 	for _, in := range o.Inputs {
 		if err := checkApart(out, o.Out, in); err != nil {
@@ -131,7 +133,7 @@ func checkOut(o Options, dirTarget bool) error {
 // input in. out is the resolved output path; outArg and in are as given.
 func checkApart(out, outArg, in string) error {
 	refuse := func() error {
-		return bad("export: -out %s is, contains or lies inside -in %s; an export must not write over its input", outArg, in)
+		return badField(fielderr.Sentence("export", "Out", outArg, "is, contains or lies inside Inputs %s; an export must not write over its input", in).Mentions("Inputs"))
 	}
 	rin, err := resolvePath(in)
 	if err != nil {
@@ -218,21 +220,21 @@ func checkReplaceable(out string, force, dirTarget bool) error {
 		return fmt.Errorf("export: %w", err)
 	}
 	if st.Mode()&fs.ModeSymlink != 0 {
-		return bad("export: -out %s is a symbolic link; give the path it points to", out)
+		return badField(fielderr.Sentence("export", "Out", out, "is a symbolic link; give the path it points to"))
 	}
 	if !dirTarget {
 		switch {
 		case st.IsDir():
-			return bad("export: -out %s is a directory; -to jsonl writes a file", out)
+			return badField(fielderr.Sentence("export", "Out", out, "is a directory; Target jsonl writes a file").Mentions("Target"))
 		case !st.Mode().IsRegular():
-			return bad("export: -out %s exists and is not a regular file", out)
+			return badField(fielderr.Sentence("export", "Out", out, "exists and is not a regular file"))
 		case !force:
-			return bad("export: -out %s exists; choose another file or pass -force to replace an earlier export", out)
+			return badField(fielderr.Sentence("export", "Out", out, "exists; choose another file or pass Force to replace an earlier export").Mentions("Force"))
 		}
 		return ownOutput(out)
 	}
 	if !st.IsDir() {
-		return bad("export: -out %s exists and is not a directory", out)
+		return badField(fielderr.Sentence("export", "Out", out, "exists and is not a directory"))
 	}
 	empty, err := isEmptyDir(out)
 	if err != nil {
@@ -242,7 +244,7 @@ func checkReplaceable(out string, force, dirTarget bool) error {
 	case empty:
 		return nil
 	case !force:
-		return bad("export: -out %s is not empty; choose another directory or pass -force to replace an earlier export", out)
+		return badField(fielderr.Sentence("export", "Out", out, "is not empty; choose another directory or pass Force to replace an earlier export").Mentions("Force"))
 	}
 	return ownOutput(out)
 }
@@ -252,14 +254,14 @@ func checkReplaceable(out string, force, dirTarget bool) error {
 func ownOutput(out string) error {
 	m, ok := readMark(out)
 	if !ok || m.State != markDone {
-		return bad("export: -force replaces only an earlier export's output, and %s is not one (export marks its output with the extended attribute %s); remove it yourself if it should go", out, markAttr)
+		return badField(fielderr.Sentence("export", "Force", "", "replaces only an earlier export's output, and %s is not one (export marks its output with the extended attribute %s); remove it yourself if it should go", out, markAttr))
 	}
 	tree, err := treeDigest(out)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	if tree != m.Tree {
-		return bad("export: -force refuses to replace %s: it changed since forkline exported it (files added, removed or resized); remove it yourself if it should go", out)
+		return badField(fielderr.Sentence("export", "Force", "", "refuses to replace %s: it changed since forkline exported it (files added, removed or resized); remove it yourself if it should go", out))
 	}
 	return nil
 }
@@ -382,7 +384,7 @@ func writeDirTarget(o Options, build func(dir string) error) error {
 				if oldLock != nil {
 					oldLock.Close()
 				}
-				return fail(fmt.Errorf("export: -out %s is being replaced by another export: %w", out, err))
+				return fail(fielderr.Sentence("export", "Out", out, "is being replaced by another export: %w", err))
 			}
 			defer oldLock.Close()
 			// Swap atomically where the filesystem can: out is never

@@ -79,7 +79,7 @@ func TestOutputNeverOverwritesInput(t *testing.T) {
 			before := treeState(t, f.dir)
 			o := tc.o
 			o.Inputs = []string{f.runB, in}
-			exportBad(t, o, "is, contains or lies inside -in ")
+			exportBad(t, o, "is, contains or lies inside Inputs ")
 			assert.Equal(t, before, treeState(t, f.dir), "a refused export changed files")
 		})
 	}
@@ -95,8 +95,8 @@ func TestOutputNeverOverwritesInput(t *testing.T) {
 		})
 		defer syscall.Unmount(mnt, syscall.MNT_DETACH)
 		before := treeState(t, f.dir)
-		exportBad(t, Options{Inputs: []string{in}, Target: "hf", Out: mnt, Force: true}, "lies inside -in")
-		exportBad(t, Options{Inputs: []string{in}, Target: "jsonl", Out: filepath.Join(mnt, "manifest.json"), Force: true}, "lies inside -in")
+		exportBad(t, Options{Inputs: []string{in}, Target: "hf", Out: mnt, Force: true}, "lies inside Inputs")
+		exportBad(t, Options{Inputs: []string{in}, Target: "jsonl", Out: filepath.Join(mnt, "manifest.json"), Force: true}, "lies inside Inputs")
 		assert.Equal(t, before, treeState(t, f.dir))
 	})
 }
@@ -132,7 +132,7 @@ func TestForceReplacesOnlyAnEarlierExport(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "data")
 		write(filepath.Join(out, "train.parquet"), "the user's own parquet")
 		write(filepath.Join(out, "notes.md"), "precious")
-		refused(t, Options{Inputs: in, Target: "verl-sft", Out: out, Force: true}, "-force replaces only an earlier export's output")
+		refused(t, Options{Inputs: in, Target: "verl-sft", Out: out, Force: true}, "Force replaces only an earlier export's output")
 	})
 	t.Run("an earlier export the user added to", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "hf")
@@ -150,13 +150,13 @@ func TestForceReplacesOnlyAnEarlierExport(t *testing.T) {
 	t.Run("jsonl over an existing file", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "notes.jsonl")
 		write(out, "the user's notes\n")
-		refused(t, Options{Inputs: in, Target: "jsonl", Out: out}, "exists; choose another file or pass -force")
-		refused(t, Options{Inputs: in, Target: "jsonl", Out: out, Force: true}, "-force replaces only an earlier export's output")
+		refused(t, Options{Inputs: in, Target: "jsonl", Out: out}, "exists; choose another file or pass Force")
+		refused(t, Options{Inputs: in, Target: "jsonl", Out: out, Force: true}, "Force replaces only an earlier export's output")
 	})
 	t.Run("jsonl over an earlier jsonl export", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "run.jsonl")
 		exportOK(t, Options{Inputs: in, Target: "jsonl", Out: out})
-		refused(t, Options{Inputs: in, Target: "jsonl", Out: out}, "pass -force")
+		refused(t, Options{Inputs: in, Target: "jsonl", Out: out}, "pass Force")
 		exportOK(t, Options{Inputs: []string{f.runA}, Target: "jsonl", Out: out, Force: true})
 		assert.Equal(t, []string{"run.jsonl"}, dirNames(t, filepath.Dir(out)))
 		require.NoError(t, os.Truncate(out, 10))

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/schemas"
 )
@@ -55,14 +56,14 @@ func ParseWhere(s string) (Where, error) {
 	col, vals, ok := strings.Cut(s, "=")
 	w := Where{}
 	if !ok || col == "" {
-		return w, fmt.Errorf("-where %q: want column=value[,value...] or column!=value[,value...]", s)
+		return w, fielderr.Errorf("export", "Where", fmt.Sprintf("%q", s), "want column=value[,value...] or column!=value[,value...]")
 	}
 	if c, found := strings.CutSuffix(col, "!"); found {
 		col, w.Not = c, true
 	}
 	w.Column, w.Values = col, strings.Split(vals, ",")
 	if err := w.check(); err != nil {
-		return Where{}, fmt.Errorf("-where %q: %w", s, err)
+		return Where{}, fielderr.New("export", "Where", fmt.Sprintf("%q", s), err)
 	}
 	return w, nil
 }
@@ -124,11 +125,11 @@ func ParseSplit(s string) ([]SplitPart, error) {
 	for _, item := range strings.Split(s, ",") {
 		name, frac, ok := strings.Cut(strings.TrimSpace(item), "=")
 		if !ok || !splitName.MatchString(name) {
-			return nil, fmt.Errorf("-split %q: want name=fraction[,name=fraction...], names of letters, digits and _", s)
+			return nil, fielderr.Errorf("export", "Split", fmt.Sprintf("%q", s), "want name=fraction[,name=fraction...], names of letters, digits and _")
 		}
 		f, err := strconv.ParseFloat(frac, 64)
 		if err != nil {
-			return nil, fmt.Errorf("-split %q: fraction of %s must be a positive number", s, name)
+			return nil, fielderr.Errorf("export", "Split", fmt.Sprintf("%q", s), "fraction of %s must be a positive number", name)
 		}
 		p := SplitPart{name, f}
 		if err := checkPart(s, parts, p); err != nil {
@@ -146,7 +147,7 @@ func ParseSplit(s string) ([]SplitPart, error) {
 func checkSplit(parts []SplitPart) error {
 	s := splitText(parts)
 	if len(parts) == 0 {
-		return fmt.Errorf("-split %q: want name=fraction[,name=fraction...], names of letters, digits and _", s)
+		return fielderr.Errorf("export", "Split", fmt.Sprintf("%q", s), "want name=fraction[,name=fraction...], names of letters, digits and _")
 	}
 	for i, p := range parts {
 		if err := checkPart(s, parts[:i], p); err != nil {
@@ -159,13 +160,13 @@ func checkSplit(parts []SplitPart) error {
 // checkPart checks p, to follow before in the split s.
 func checkPart(s string, before []SplitPart, p SplitPart) error {
 	if !splitName.MatchString(p.Name) {
-		return fmt.Errorf("-split %q: want name=fraction[,name=fraction...], names of letters, digits and _", s)
+		return fielderr.Errorf("export", "Split", fmt.Sprintf("%q", s), "want name=fraction[,name=fraction...], names of letters, digits and _")
 	}
 	if !(p.Fraction > 0) || math.IsInf(p.Fraction, 0) {
-		return fmt.Errorf("-split %q: fraction of %s must be a positive number", s, p.Name)
+		return fielderr.Errorf("export", "Split", fmt.Sprintf("%q", s), "fraction of %s must be a positive number", p.Name)
 	}
 	if slices.ContainsFunc(before, func(q SplitPart) bool { return q.Name == p.Name }) {
-		return fmt.Errorf("-split %q: split %s named twice", s, p.Name)
+		return fielderr.Errorf("export", "Split", fmt.Sprintf("%q", s), "split %s named twice", p.Name)
 	}
 	return nil
 }
@@ -176,7 +177,7 @@ func checkSum(s string, parts []SplitPart) error {
 		sum += p.Fraction
 	}
 	if math.Abs(sum-1) > 1e-9 {
-		return fmt.Errorf("-split %q: fractions sum to %g, not 1", s, sum)
+		return fielderr.Errorf("export", "Split", fmt.Sprintf("%q", s), "fractions sum to %g, not 1", sum)
 	}
 	return nil
 }

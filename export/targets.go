@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/chat"
 	"github.com/forkline/forkline/formats/hf"
 	"github.com/forkline/forkline/formats/jsonl"
@@ -35,16 +36,16 @@ type targetSpec struct {
 	layout  string // for the usage text
 	file    bool   // Out is a file (or -), not a directory
 	rows    []string
-	options []string // the target options it takes (flag names); "rows" when rows is set
+	options []string // the target options it takes (Options fields); Rows when rows is set
 	groups  bool     // needs every selected episode's group and reward first (a first pass)
 	open    func(dir string, c *openContext) (sink, error)
 }
 
-func (s targetSpec) takes(flag string) bool {
-	if flag == "rows" {
+func (s targetSpec) takes(field string) bool {
+	if field == "Rows" {
 		return len(s.rows) > 0
 	}
-	return slices.Contains(s.options, flag)
+	return slices.Contains(s.options, field)
 }
 
 // openContext is what a target may need when it opens.
@@ -60,8 +61,8 @@ type openContext struct {
 
 // The option sets.
 var (
-	conversationOptions = []string{"tool-args", "call-content", "reasoning"}
-	cardOptions         = []string{"license", "task-category", "language"}
+	conversationOptions = []string{"ToolArgs", "CallContent", "Reasoning"}
+	cardOptions         = []string{"License", "TaskCategories", "Languages"}
 )
 
 func hfOptions(c *openContext) hf.Options {
@@ -79,10 +80,10 @@ var targets = map[string]targetSpec{
 		},
 	},
 	"verl-agent": {
-		summary: "verl AgentLoopOutput token rows, per episode or per model turn (-rows turn); refuses episodes without a token record or a reward",
+		summary: "verl AgentLoopOutput token rows, per episode or per model turn (Rows turn); refuses episodes without a token record or a reward",
 		layout:  "DIR/<split>.parquet",
 		rows:    []string{string(verl.RowsEpisode), string(verl.RowsTurn)},
-		options: []string{"advantage", "max-prompt-tokens", "max-response-tokens"},
+		options: []string{"Advantage", "MaxPromptTokens", "MaxResponseTokens"},
 		groups:  true,
 		open: func(dir string, c *openContext) (sink, error) {
 			return verl.NewAgentWriter(dir, c.splits, verl.AgentOptions{Rows: verl.RowsPer(c.o.Rows),
@@ -99,7 +100,7 @@ var targets = map[string]targetSpec{
 		},
 	},
 	"hf": {
-		summary: "Hugging Face parquet with features metadata and a dataset card (-rows)",
+		summary: "Hugging Face parquet with features metadata and a dataset card (Rows)",
 		layout:  "DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet",
 		rows:    []string{string(hf.RowsEpisode), string(hf.RowsStep)},
 		options: append(slices.Clone(conversationOptions), cardOptions...),
@@ -108,16 +109,16 @@ var targets = map[string]targetSpec{
 		},
 	},
 	"hf-disk": {
-		summary: "Hugging Face save_to_disk layout, Arrow IPC streams (-rows)",
+		summary: "Hugging Face save_to_disk layout, Arrow IPC streams (Rows)",
 		layout:  "DIR/dataset_dict.json, DIR/<split>/{data-NNNNN-of-MMMMM.arrow,state.json,dataset_info.json}",
 		rows:    []string{string(hf.RowsEpisode), string(hf.RowsStep)},
-		options: append(slices.Clone(conversationOptions), "license"),
+		options: append(slices.Clone(conversationOptions), "License"),
 		open: func(dir string, c *openContext) (sink, error) {
 			return hf.NewDiskWriter(dir, c.splits, hfOptions(c))
 		},
 	},
 	"sft-tokens": {
-		summary: "TRL pre-tokenized SFT from the server's token ids: input_ids, assistant_masks (-rows episode|turn)",
+		summary: "TRL pre-tokenized SFT from the server's token ids: input_ids, assistant_masks (Rows episode|turn)",
 		layout:  "DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet",
 		rows:    []string{"episode", "turn"},
 		options: cardOptions,
@@ -139,9 +140,9 @@ var targets = map[string]targetSpec{
 		},
 	},
 	"dpo": {
-		summary: "preference pairs from a group's episodes whose rewards differ: TRL or OpenAI lines (-pairs, -dpo-format)",
+		summary: "preference pairs from a group's episodes whose rewards differ: TRL or OpenAI lines (Pairs, DPOFormat)",
 		layout:  "DIR/<split>.jsonl",
-		options: append([]string{"pairs", "dpo-format"}, conversationOptions...),
+		options: append([]string{"Pairs", "DPOFormat"}, conversationOptions...),
 		groups:  true,
 		open: func(dir string, c *openContext) (sink, error) {
 			return newPairSink(dir, c), nil
@@ -152,10 +153,10 @@ var targets = map[string]targetSpec{
 // removed are targets that existed once, with why they went and what to
 // use instead.
 var removed = map[string]string{
-	"verl-rl": "export: -to verl-rl was removed: its prompt rows loaded in verl's RLHFDataset but could not be trained — " +
+	"verl-rl": "was removed: its prompt rows loaded in verl's RLHFDataset but could not be trained — " +
 		"no verl reward function scores forkline's verify command (a shell command that must run in the episode's sandbox) " +
 		"and no verl tool drives a forkline sandbox, so verl fell back to a single-turn loop without tools. " +
-		"Online RL needs an environment server, which forkline does not have yet; train on collected episodes with -to verl-agent " +
+		"Online RL needs an environment server, which forkline does not have yet; train on collected episodes with Target verl-agent " +
 		"(docs/verl_agent_loop.py)",
 }
 
@@ -190,7 +191,7 @@ func lookup(target string) (targetSpec, error) {
 	spec, ok := targets[target]
 	if !ok {
 		if why, gone := removed[target]; gone {
-			return targetSpec{}, bad("%s", why)
+			return targetSpec{}, badField(fielderr.Sentence("export", "Target", target, "%s", why).Mentions("Target"))
 		}
 		return targetSpec{}, bad("export: unknown target %q (known: %s)", target, strings.Join(Targets(), ", "))
 	}

@@ -283,7 +283,7 @@ func New(cfg Config) (*Pool, error) {
 	switch cfg.Strategy {
 	case Fork:
 		if !canFork {
-			return nil, fmt.Errorf("pool: provider %s cannot checkpoint and fork; use -reset recreate or auto", cfg.Provider.Name())
+			return nil, fmt.Errorf("pool: provider %s cannot checkpoint and fork; use the recreate or auto strategy", cfg.Provider.Name())
 		}
 	case Auto:
 		if canFork {
@@ -315,7 +315,7 @@ func (p *Pool) Strategy() Strategy { return p.strategy }
 // episodes (Spec.SetupNetwork) while the pool recreates: a recreated
 // sandbox runs setup and the episode in one sandbox, so the episode would
 // have the setup's network.
-var ErrSetupNetworkRecreate = errors.New("pool: a setup network apart from the episodes' needs a golden checkpoint (-reset fork or auto)")
+var ErrSetupNetworkRecreate = errors.New("pool: a setup network apart from the episodes' needs a golden checkpoint (the fork or auto strategy)")
 
 // Check says whether the pool can run t as its strategy would: it refuses
 // a template with a setup network of its own while recreating. Collectors

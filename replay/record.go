@@ -2,9 +2,9 @@ package replay
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/record"
@@ -37,7 +37,7 @@ func newRecording(cfg Config, src shard.Manifest, specs []task.Spec, prov manife
 		Provider: prov.Encode(), Policy: polRec, Capture: src.Capture, Tasks: tasks, Plan: src.Plan,
 	}})
 	if err != nil {
-		return nil, fmt.Errorf("replay: -record: %w", err)
+		return nil, fielderr.New("replay", "Record", "", err)
 	}
 	return &recording{rec: rec, runID: runID}, nil
 }

@@ -84,13 +84,13 @@ func (ss *session) checkpoint() (CheckpointInfo, error) {
 	held := len(ss.checkpoints)
 	s.mu.Unlock()
 	if held >= s.cfg.SessionCheckpoints {
-		return CheckpointInfo{}, refuse(codeCheckpointLimit, "serve: checkpoint: this session holds %d checkpoints (-session-checkpoints %d): release one first",
+		return CheckpointInfo{}, refuse(codeCheckpointLimit, "serve: checkpoint: this session holds %d checkpoints (the server allows %d a session): release one first",
 			held, s.cfg.SessionCheckpoints)
 	}
 	b, err := s.pool.Checkpoint(s.runCtx, l.ep.Replica, "serve "+l.ep.Row.EpisodeID, 0)
 	switch {
 	case errors.Is(err, pool.ErrTooManyBranches):
-		return CheckpointInfo{}, refuse(codeCheckpointLimit, "serve: checkpoint: %d checkpoints are live on the server (-max-checkpoints): release one first", s.cfg.MaxCheckpoints)
+		return CheckpointInfo{}, refuse(codeCheckpointLimit, "serve: checkpoint: %d checkpoints are live on the server (its limit): release one first", s.cfg.MaxCheckpoints)
 	case errors.Is(err, pool.ErrCannotBranch):
 		return CheckpointInfo{}, refuse(codeExecution, "serve: checkpoint: %v", err)
 	case err != nil:

@@ -189,7 +189,7 @@ func TestBranchesOverTheWire(t *testing.T) {
 	_, err = p.Step(execAction("true"))
 	require.NoError(t, err)
 	_, err = checkpointMsg(p)
-	requireCode(t, err, "CHECKPOINT_LIMIT", "-session-checkpoints 2")
+	requireCode(t, err, "CHECKPOINT_LIMIT", "(the server allows 2 a session)")
 	require.NoError(t, releaseMsg(p, cp3["checkpoint_id"].(string)))
 	requireCode(t, releaseMsg(p, cp3["checkpoint_id"].(string)), "CHECKPOINT_NOT_FOUND", "released already")
 
@@ -536,7 +536,7 @@ func TestServerWideCheckpointBound(t *testing.T) {
 	cp, err := checkpointMsg(cs[0])
 	require.NoError(t, err)
 	_, err = checkpointMsg(cs[1])
-	requireCode(t, err, "CHECKPOINT_LIMIT", "-max-checkpoints")
+	requireCode(t, err, "CHECKPOINT_LIMIT", "live on the server (its limit)")
 	require.NoError(t, releaseMsg(cs[0], cp["checkpoint_id"].(string)))
 	_, err = checkpointMsg(cs[1])
 	require.NoError(t, err, "the release made room")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/capture"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
@@ -191,13 +192,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("serve: %s is negative (%d): want >= 0 (0: %s)", n.field, n.v, n.zero)
 		}
 	}
-	// This one passes through forkline serve unchanged, so it names the
-	// flags beside the fields.
+	// It names the fields; forkline serve says them as its flags.
 	if c.Resume && c.Force {
-		return errors.New("serve: Resume (-resume) and Force (-force) contradict each other")
+		return fielderr.Errorf("serve", "", "", "Resume and Force contradict each other").Mentions("Resume", "Force")
 	}
 	if (c.Resume || c.Force) && c.Out == "" {
-		return errors.New("serve: Resume and Force are about the recording, and Out is empty")
+		return fielderr.Errorf("serve", "", "", "Resume and Force are about the recording, and Out is empty").Mentions("Resume", "Force", "Out")
 	}
 	if c.Reset != "" {
 		if _, err := pool.ParseStrategy(string(c.Reset)); err != nil {

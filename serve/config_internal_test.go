@@ -40,7 +40,7 @@ func TestValidateRefusesBadConfigsByField(t *testing.T) {
 		{"message past the limit", func(c *Config) { c.MaxMessageBytes, c.MessageBudget = MaxMessageLimit+1, 0 }, "serve: MaxMessageBytes is 1073741825 bytes; at most 1073741824"},
 		{"budget under a message", func(c *Config) { c.MaxMessageBytes, c.MessageBudget = 16<<20, 8<<20 }, "serve: MessageBudget (8388608 bytes) is less than MaxMessageBytes (16777216 bytes)"},
 		{"unknown reset", func(c *Config) { c.Reset = "clone" }, `serve: Reset: pool: unknown reset strategy "clone" (known: auto, fork, recreate)`},
-		{"resume and force", func(c *Config) { c.Resume, c.Force = true, true }, "serve: Resume (-resume) and Force (-force) contradict each other"},
+		{"resume and force", func(c *Config) { c.Resume, c.Force = true, true }, "serve: Resume and Force contradict each other"},
 		{"resume without out", func(c *Config) { c.Out, c.Resume = "", true }, "serve: Resume and Force are about the recording, and Out is empty"},
 		{"unknown tokens", func(c *Config) { c.Capture.Tokens = "some" }, "serve: Capture: capture: "},
 		{"negative roll", func(c *Config) { c.Shards.RollBytes = -1 }, "serve: Shards: shard: config: roll bytes -1 is negative"},

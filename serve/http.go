@@ -125,7 +125,7 @@ func (s *Server) handleTasks(w http.ResponseWriter, _ *http.Request) {
 // request is answered.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
 	if r.ContentLength > s.cfg.MaxMessageBytes {
-		return nil, nil, refuse(codeValidation, "serve: request body: %d bytes; at most %d (-max-message-mb)", r.ContentLength, s.cfg.MaxMessageBytes)
+		return nil, nil, refuse(codeValidation, "serve: request body: %d bytes; at most %d (the server's message limit)", r.ContentLength, s.cfg.MaxMessageBytes)
 	}
 	// The body's whole arrival is bounded by the connection's read
 	// deadline (the budget's clock cannot stop it: a request's body is
@@ -134,7 +134,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (data []byte, 
 	data, release, err = s.budget.read(r.Context(), r.Body, nil)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = fmt.Errorf("%w (%s, -message-timeout)", errMessageTimeout, s.cfg.MessageTimeout)
+			err = fmt.Errorf("%w (%s, the server's message timeout)", errMessageTimeout, s.cfg.MessageTimeout)
 		}
 		return nil, nil, refuse(codeValidation, "serve: request body: %v", err)
 	}

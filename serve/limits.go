@@ -144,7 +144,7 @@ func (b *budget) read(wait context.Context, r io.Reader, clock *arrival) (data [
 	if err != nil {
 		release()
 		if errors.Is(err, errFull) {
-			return nil, nil, fmt.Errorf("%w: more than %d bytes (-max-message-mb)", errTooBig, b.maxMessage)
+			return nil, nil, fmt.Errorf("%w: more than %d bytes (the server's message limit)", errTooBig, b.maxMessage)
 		}
 		return nil, nil, err
 	}

@@ -186,10 +186,10 @@ func TestWhatAClientSendsIsBounded(t *testing.T) {
 		status, body, err := openenvtest.HTTPJSON("POST", ts.base+"/step", map[string]any{"action": map[string]any{"kind": "exec", "cmd": ": " + strings.Repeat("a", maxMessage)}})
 		require.NoError(t, err)
 		require.Equal(t, 422, status, "%v", body)
-		require.Contains(t, fmt.Sprint(body["detail"]), "at most 1048576 (-max-message-mb)")
+		require.Contains(t, fmt.Sprint(body["detail"]), "at most 1048576 (the server's message limit)")
 	})
 
 	ts.stop(t)
 	exits, _ := recorded(t, out)
-	require.Contains(t, exits["too-big"], "cancelled: the client sent a message of more than 1048576 bytes (-max-message-mb)")
+	require.Contains(t, exits["too-big"], "cancelled: the client sent a message of more than 1048576 bytes (the server's message limit)")
 }

@@ -640,7 +640,7 @@ func (ms *mcpSession) reap() {
 		ms.idle.Reset(left)
 		return
 	}
-	if ms.closeLocked(fmt.Sprintf("idle for %s: the session was reaped (-idle-timeout)", d)) {
+	if ms.closeLocked(fmt.Sprintf("idle for %s: the session was reaped (the server's idle timeout)", d)) {
 		ms.srv.stats.reaped()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/record"
@@ -49,15 +50,15 @@ func openRecorder(cfg Config, runID string, specs []task.Spec, prov manifest.Pro
 	switch {
 	case err == nil:
 	case errors.Is(err, record.ErrExists):
-		return nil, badInput(fmt.Errorf("serve: -out %s holds a dataset: -resume adds to it, -force replaces it", cfg.Out))
+		return nil, badInput(fielderr.Sentence("serve", "Out", cfg.Out, "holds a dataset: Resume adds to it, Force replaces it").Mentions("Resume", "Force"))
 	case errors.Is(err, record.ErrNothingToResume):
-		return nil, badInput(fmt.Errorf("serve: -resume: %s holds no dataset (no %s)", cfg.Out, shard.ManifestFile))
+		return nil, badInput(fielderr.Errorf("serve", "Resume", "", "%s holds no dataset (no %s)", cfg.Out, shard.ManifestFile))
 	case errors.Is(err, record.ErrNotEmpty):
-		return nil, badInput(fmt.Errorf("serve: -out %s is not empty and holds no forkline dataset; choose an empty or new directory", cfg.Out))
+		return nil, badInput(fielderr.Sentence("serve", "Out", cfg.Out, "is not empty and holds no forkline dataset; choose an empty or new directory"))
 	case cfg.Force && !cfg.Resume:
-		return nil, badInput(fmt.Errorf("serve: -force: %w", err))
+		return nil, badInput(fielderr.New("serve", "Force", "", err))
 	default:
-		return nil, badInput(fmt.Errorf("serve: -out: %w", err))
+		return nil, badInput(fielderr.New("serve", "Out", "", err))
 	}
 	w := rec.Writer()
 	return &recorder{Recorder: rec, w: w, runID: w.Manifest().RunID}, nil
@@ -73,13 +74,13 @@ func openRecorder(cfg Config, runID string, specs []task.Spec, prov manifest.Pro
 func checkResume(cfg Config, specs []task.Spec, prov manifest.Provider, pol manifest.Policy) error {
 	ds, err := shard.Open(cfg.Out)
 	if err != nil {
-		return badInput(fmt.Errorf("serve: -resume: %w", err))
+		return badInput(fielderr.New("serve", "Resume", "", err))
 	}
 	m := ds.Manifest()
 	if len(m.Policy) > 0 {
 		rec, err := manifest.DecodePolicy(m.Policy)
 		if err != nil || rec.Name != PolicyName {
-			return badInput(fmt.Errorf("serve: -resume: %s was not recorded by forkline serve (its policy is %q)", cfg.Out, rec.Name))
+			return badInput(fielderr.Errorf("serve", "Resume", "", "%s was not recorded by forkline serve (its policy is %q)", cfg.Out, rec.Name))
 		}
 	}
 	// collect's rule (manifest.ResumeMismatches): the same tasks, capture
@@ -88,7 +89,7 @@ func checkResume(cfg Config, specs []task.Spec, prov manifest.Provider, pol mani
 	// not refuse the resume.
 	diffs, err := manifest.ResumeMismatches(m, manifest.Resuming{Tasks: specs, Capture: cfg.Capture, Provider: prov, Policy: pol})
 	if err != nil {
-		return badInput(fmt.Errorf("serve: -resume: %s: %w", cfg.Out, err))
+		return badInput(fielderr.Errorf("serve", "Resume", "", "%s: %w", cfg.Out, err))
 	}
 	if len(diffs) > 0 {
 		return badInput(fmt.Errorf("serve: cannot resume %w", &manifest.ErrResumeMismatch{Dir: cfg.Out, Mismatches: diffs}))

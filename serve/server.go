@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/forkline/forkline/episode"
+	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/observe"
 	"github.com/forkline/forkline/pool"
@@ -130,7 +131,7 @@ func open(ctx context.Context, cfg Config) (*Server, error) {
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, badInput(fmt.Errorf("serve: -addr %s: %w", cfg.Addr, err))
+		return nil, badInput(fielderr.New("serve", "Addr", cfg.Addr, err))
 	}
 	s.ln = ln
 	if !loopback(ln.Addr()) {
@@ -475,7 +476,7 @@ func errCapacity(active, max int) *capacityError {
 type capacityError struct{ active, max int }
 
 func (e *capacityError) Error() string {
-	return fmt.Sprintf("serve: the server is at capacity: %d of %d sessions open (-max-sessions)", e.active, e.max)
+	return fmt.Sprintf("serve: the server is at capacity: %d of %d sessions open (its limit)", e.active, e.max)
 }
 
 func (s *Server) addSession(ss *session) bool {

@@ -175,7 +175,7 @@ func (ss *session) run() {
 			ss.conn.Close(websocket.StatusGoingAway, closeReason("forkline serve: "+reason))
 			return
 		case <-idle.C():
-			why := fmt.Sprintf("idle for %s: the session was reaped (-idle-timeout)", ss.srv.cfg.IdleTimeout)
+			why := fmt.Sprintf("idle for %s: the session was reaped (the server's idle timeout)", ss.srv.cfg.IdleTimeout)
 			ss.srv.stats.reaped()
 			ss.endEpisode(why)
 			ss.conn.Close(websocket.StatusPolicyViolation, closeReason("forkline serve: "+why))
@@ -186,14 +186,14 @@ func (ss *session) run() {
 			case cleanClose(err):
 				why = "the client closed the connection"
 			case errors.Is(err, errTooBig) || errors.Is(err, websocket.ErrMessageTooBig):
-				why = fmt.Sprintf("the client sent a message of more than %d bytes (-max-message-mb)", ss.srv.cfg.MaxMessageBytes)
+				why = fmt.Sprintf("the client sent a message of more than %d bytes (the server's message limit)", ss.srv.cfg.MaxMessageBytes)
 				// The close frame tells the client why; the handshake is
 				// not waited for (the rest of the message may never come).
 				stop := time.AfterFunc(time.Second, func() { ss.conn.CloseNow() })
 				ss.conn.Close(websocket.StatusMessageTooBig, closeReason("forkline serve: "+why))
 				stop.Stop()
 			case errors.Is(err, errMessageTimeout):
-				why = fmt.Sprintf("a message that began did not arrive within %s (-message-timeout)", ss.srv.cfg.MessageTimeout)
+				why = fmt.Sprintf("a message that began did not arrive within %s (the server's message timeout)", ss.srv.cfg.MessageTimeout)
 			default:
 				ss.srv.stats.dropped()
 			}

@@ -149,7 +149,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int {
 	cfg := &o.cfg
 	if err := o.parse(inv); err != nil {
-		return inv.Fail(cli.ExitBadInput, err)
+		return inv.Fail(cli.ExitBadInput, inFlagWords(err, collectFlags))
 	}
 	cfg.Logger = inv.Logger()
 	stopMetrics, err := watchRun(inv, o.metricsAddr, &cfg.Observer, "collect")
@@ -179,7 +179,7 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 	defer guard.Close()
 	cfg.StopGuard = guard
 	sum, err := collect.Run(ctx, *cfg)
-	err = inFlagWords(err)
+	err = inFlagWords(err, collectFlags)
 	if sum != nil {
 		rep := sum.Report()
 		if inv.JSON {
@@ -231,7 +231,7 @@ func (o *collectOptions) parse(inv *cli.Invocation) error {
 		}
 	case inv.Given("shard-count"):
 		if cfg.Part, err = collect.PartFromEnv(o.shardCount, os.Getenv); err != nil {
-			return err
+			return fmt.Errorf("%w (-shard-count %d; or give -shard i/n)", err, o.shardCount)
 		}
 	}
 	if o.cfg.From != "" && inv.Given("repeats") {

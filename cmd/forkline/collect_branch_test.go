@@ -151,7 +151,7 @@ func TestCollectRefusesWhatBranchingDoesNotDoYet(t *testing.T) {
 		{[]string{"-from", "runs/old"}, "give -branch at=K,width=N"},
 		{[]string{"-from", "runs/old", "-branch", "at=2,width=2", "-repeats", "2"}, "-repeats is not for a run from a stored dataset"},
 		{[]string{"-from", "runs/old", "-branch", "every=2,width=2,depth=2,max=7"}, "trees from a stored dataset are not carried out"},
-		{[]string{"-episode", "abc"}, "no From (-from DATASET) is given"},
+		{[]string{"-episode", "abc"}, "-episode picks episodes of a stored dataset, and no -from is given"},
 		{[]string{"-branch", "at=2,width=2", "-reset", "recreate"}, "cannot checkpoint"},
 		// A plan no task runs long enough for, and plans past the stated
 		// bounds: before the fix at=1000 ran with no branch and no word,
@@ -175,7 +175,7 @@ func TestCollectNamesTheTasksABranchPlanMisses(t *testing.T) {
 	r := execute(context.Background(), "collect", "-tasks", "../../examples/tasks", "-out", filepath.Join(t.TempDir(), "run"),
 		"-workdir", t.TempDir(), "-branch", "at=9,width=2") // a warning: -quiet prints errors only
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	require.Contains(t, r.stderr, "-branch at=9,width=2: these tasks end by step 9, so their episodes never branch: config-migrate (max_steps 8)")
+	require.Contains(t, r.stderr, "branch plan at=9,width=2: these tasks end by step 9, so their episodes never branch: config-migrate (max_steps 8)")
 	require.NotContains(t, r.stderr, "fix-sum (max_steps")
 }
 

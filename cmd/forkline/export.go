@@ -35,7 +35,7 @@ func exportCommand() *cli.Command {
 	var targets []cli.Argument
 	for _, n := range export.Targets() {
 		t, _ := export.Describe(n)
-		targets = append(targets, cli.Argument{Name: n, Usage: t.Summary + " → " + t.Layout})
+		targets = append(targets, cli.Argument{Name: n, Usage: exportFlags.words(t.Summary) + " → " + t.Layout})
 	}
 	return &cli.Command{
 		Name:    "export",
@@ -121,7 +121,7 @@ func setupExport(f *cli.FlagSet) cli.Runner {
 func runExport(ctx context.Context, inv *cli.Invocation, e *exportOptions) int {
 	o, err := e.options(inv)
 	if err != nil {
-		return inv.Fail(cli.ExitBadInput, err)
+		return inv.Fail(cli.ExitBadInput, inFlagWords(err, exportFlags))
 	}
 	var meter *progress.Meter
 	if !inv.Quiet {
@@ -147,6 +147,7 @@ func runExport(ctx context.Context, inv *cli.Invocation, e *exportOptions) int {
 		}
 	}
 	rep, err := export.Run(ctx, o)
+	err = inFlagWords(err, exportFlags)
 	if meter != nil {
 		meter.Close() // its last line before the report
 	}
@@ -177,7 +178,7 @@ func (e *exportOptions) options(inv *cli.Invocation) (export.Options, error) {
 	for _, w := range e.wheres {
 		wh, err := export.ParseWhere(w)
 		if err != nil {
-			return o, fmt.Errorf("export: %w", err)
+			return o, err
 		}
 		o.Where = append(o.Where, wh)
 	}
@@ -194,7 +195,7 @@ func (e *exportOptions) options(inv *cli.Invocation) (export.Options, error) {
 	}
 	var err error
 	if o.Split, err = export.ParseSplit(e.split); err != nil {
-		return o, fmt.Errorf("export: %w", err)
+		return o, err
 	}
 	// Target options are passed on only when given, so that Validate
 	// refuses one given to a target that does not take it.

@@ -149,7 +149,7 @@ func TestFlagErrors(t *testing.T) {
 	for _, target := range export.Targets() {
 		info, err := export.Describe(target)
 		require.NoError(t, err)
-		assert.Contains(t, help, fmt.Sprintf(" %s %s → ", target, strings.Join(strings.Fields(info.Summary), " ")))
+		assert.Contains(t, help, fmt.Sprintf(" %s %s → ", target, strings.Join(strings.Fields(exportFlags.words(info.Summary)), " ")))
 	}
 	for _, code := range []string{"0 written", "1 failed", "2 bad input", "130 interrupted"} {
 		assert.Contains(t, help, code)

@@ -149,6 +149,7 @@ func runReplay(ctx context.Context, inv *cli.Invocation, o *replayOptions) int {
 	}
 
 	rep, err := replay.Run(ctx, cfg)
+	err = inFlagWords(err, replayFlags)
 	switch {
 	case errors.Is(err, context.Canceled):
 		return inv.Fail(cli.ExitInterrupted, err)

@@ -119,7 +119,7 @@ func setupServe(f *cli.FlagSet) cli.Runner {
 func runServe(ctx context.Context, inv *cli.Invocation, o *serveOptions) int {
 	cfg := &o.cfg
 	if err := o.parse(inv); err != nil {
-		return inv.Fail(cli.ExitBadInput, err)
+		return inv.Fail(cli.ExitBadInput, inFlagWords(err, serveFlags))
 	}
 	cfg.Logger = inv.Logger()
 	stopMetrics, err := watchRun(inv, o.metricsAddr, &cfg.Observer, "serve")
@@ -139,7 +139,7 @@ func runServe(ctx context.Context, inv *cli.Invocation, o *serveOptions) int {
 		debug.SetMemoryLimit(serve.MemoryLimit(*cfg))
 	}
 	sum, err := serve.Run(ctx, *cfg)
-	err = inFlagWords(err)
+	err = inFlagWords(err, serveFlags)
 	if sum != nil {
 		if inv.JSON {
 			inv.PrintJSON(sum)
