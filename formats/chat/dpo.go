@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
+
+	"github.com/forkline/forkline/fielderr"
 
 	"github.com/forkline/forkline/formats/model"
 )
@@ -32,7 +35,7 @@ func ParseDPOFormat(s string) (DPOFormat, error) {
 	case DPOTRL, DPOOpenAI:
 		return DPOFormat(s), nil
 	}
-	return "", fmt.Errorf("chat: -dpo-format %q (known: trl, openai)", s)
+	return "", fielderr.Sentence("chat", "DPOFormat", strconv.Quote(s), "(known: trl, openai)")
 }
 
 // Conversation is what a preference pair needs of one episode, copied out

@@ -3,7 +3,10 @@ package hf
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
+
+	"github.com/forkline/forkline/fielderr"
 
 	"github.com/forkline/forkline/formats/model"
 )
@@ -72,16 +75,16 @@ func CheckCardMeta(license string, taskCategories, languages []string) error {
 
 func checkCardMeta(o Options) error {
 	if o.License != "" && !cardToken.MatchString(o.License) {
-		return fmt.Errorf("hf: -license %q: want a Hub license id such as apache-2.0, cc-by-4.0, mit or other", o.License)
+		return fielderr.Errorf("hf", "License", strconv.Quote(o.License), "want a Hub license id such as apache-2.0, cc-by-4.0, mit or other")
 	}
 	for _, c := range o.TaskCategories {
 		if !cardToken.MatchString(c) {
-			return fmt.Errorf("hf: -task-category %q: want a Hub task category such as text-generation", c)
+			return fielderr.Errorf("hf", "TaskCategories", strconv.Quote(c), "want a Hub task category such as text-generation")
 		}
 	}
 	for _, l := range o.Languages {
 		if !languageCode.MatchString(l) {
-			return fmt.Errorf("hf: -language %q: want a language code such as en or pt-BR", l)
+			return fielderr.Errorf("hf", "Languages", strconv.Quote(l), "want a language code such as en or pt-BR")
 		}
 	}
 	return nil

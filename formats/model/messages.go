@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/forkline/forkline/fielderr"
+
 	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/policy"
 	"github.com/forkline/forkline/runtime"
@@ -143,7 +145,7 @@ func ParseArgs(s string) (ArgsEncoding, error) {
 	case ArgsObject, ArgsString:
 		return ArgsEncoding(s), nil
 	}
-	return "", fmt.Errorf("model: -tool-args %q (known: object, string)", s)
+	return "", fielderr.Sentence("model", "ToolArgs", strconv.Quote(s), "(known: object, string)")
 }
 
 // ParseCallContent reads -call-content.
@@ -152,7 +154,7 @@ func ParseCallContent(s string) (CallContent, error) {
 	case ContentEmpty, ContentNull, ContentSplit:
 		return CallContent(s), nil
 	}
-	return "", fmt.Errorf("model: -call-content %q (known: empty, null, split)", s)
+	return "", fielderr.Sentence("model", "CallContent", strconv.Quote(s), "(known: empty, null, split)")
 }
 
 // ParseReasoning reads -reasoning.
@@ -161,7 +163,7 @@ func ParseReasoning(s string) (Reasoning, error) {
 	case ReasoningShown, ReasoningAll, ReasoningNone:
 		return Reasoning(s), nil
 	}
-	return "", fmt.Errorf("model: -reasoning %q (known: shown, all, none)", s)
+	return "", fielderr.Sentence("model", "Reasoning", strconv.Quote(s), "(known: shown, all, none)")
 }
 
 // WithDefaults fills the zero fields.

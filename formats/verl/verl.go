@@ -55,12 +55,14 @@
 package verl
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+
+	"github.com/forkline/forkline/fielderr"
 
 	"github.com/forkline/forkline/formats/model"
 )
@@ -157,7 +159,7 @@ func ParseAdvantage(s string) (Advantage, error) {
 	case AdvantageNone, AdvantageGRPO, AdvantageRLOO:
 		return Advantage(s), nil
 	}
-	return "", fmt.Errorf("verl: -advantage %q (known: none, grpo, rloo)", s)
+	return "", fielderr.Sentence("verl", "Advantage", strconv.Quote(s), "(known: none, grpo, rloo)")
 }
 
 // Group is what the export knows of one group's rewards before writing.
@@ -315,10 +317,10 @@ func NewAgentWriter(dir string, splits []string, opt AgentOptions) (*AgentWriter
 		return nil, err
 	}
 	if opt.Rows != RowsEpisode && opt.Rows != RowsTurn {
-		return nil, fmt.Errorf("verl: -rows %q (known: episode, turn)", opt.Rows)
+		return nil, fielderr.Sentence("verl", "Rows", strconv.Quote(string(opt.Rows)), "(known: episode, turn)")
 	}
 	if opt.Advantage != AdvantageNone && opt.Groups == nil {
-		return nil, errors.New("verl: -advantage needs the groups' rewards")
+		return nil, fielderr.Errorf("verl", "Advantage", "", "needs the groups' rewards")
 	}
 	return &AgentWriter{s: newSplits(dir, splits, AgentFeatures), opt: opt}, nil
 }

@@ -30,7 +30,7 @@ import (
 
 // flagFreeLibraries are the folders (with their subfolders) whose packages
 // must not name the command's flags.
-var flagFreeLibraries = []string{"collect", "export", "serve", "replay", "episode", "record", "pool"}
+var flagFreeLibraries = []string{"collect", "export", "serve", "replay", "episode", "record", "pool", "formats/model", "formats/chat"}
 
 // retiredFlags are flag names the command still recognises to explain
 // their rename (cli's Renamed), which the help in docs/cli.md no longer
