@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/providers"
@@ -573,8 +574,8 @@ func TestGoldensAreBuiltAhead(t *testing.T) {
 		jobs = append(jobs, Job{Template: tm})
 	}
 	p.Run(ctx, feed(jobs...), func(ctx context.Context, job Job, r Replica, err error) Outcome {
-		require.NoError(t, err)
-		require.NotNil(t, r.Golden)
+		assert.NoError(t, err)
+		assert.NotNil(t, r.Golden)
 		return Done
 	})
 	require.EqualValues(t, 3, f.creates.Load(), "no golden was built twice")
@@ -611,7 +612,7 @@ func TestTeardownIsOffTheEpisodesPath(t *testing.T) {
 	go func() {
 		defer close(done)
 		p.Run(context.Background(), feed(Job{Template: tm}, Job{Template: tm}), func(ctx context.Context, job Job, r Replica, err error) Outcome {
-			require.NoError(t, err)
+			assert.NoError(t, err)
 			if ran.Add(1) == 2 {
 				close(unblock) // ran while the first sandbox's Close waited
 			}
