@@ -108,7 +108,9 @@ func (r Runner) Begin(id Identity, t *task.Spec, rep pool.Replica) *Episode {
 		row.ParentEpisodeID, row.BranchStep, row.BranchIndex = &parent, &step, &index
 	}
 	e := &Episode{Task: t, Replica: rep, Row: row, Capture: capture.NewSink(r.Capture, id.EpisodeID, t.ID), obs: r.Observer}
-	if rep.Strategy != "" && e.obs != nil { // a replica was handed over (not NoReplica)
+	// A replica was handed over: not the zero one of NoReplica, nor the
+	// one a branch the pool could not fork names its strategy with.
+	if (rep.Sandbox != nil || rep.Reset > 0) && e.obs != nil {
 		ev := observe.Reset{Task: t.ID, Strategy: row.ResetStrategy, Method: rep.Origin, Took: rep.Reset}
 		if rep.Golden != nil {
 			ev.GoldenBuild = rep.Golden.BuildTime
