@@ -77,24 +77,7 @@ func flagLiterals(t *testing.T, root string, dirs []string, re *regexp.Regexp) [
 	var found []string
 	fset := token.NewFileSet()
 	for _, dir := range dirs {
-		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				if name := d.Name(); name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".") {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return nil
-			}
-			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
+		eachSource(t, fset, root, dir, nil, func(rel, _ string, f *ast.File) {
 			ast.Inspect(f, func(n ast.Node) bool {
 				lit, ok := n.(*ast.BasicLit)
 				if !ok || lit.Kind != token.STRING {
@@ -110,15 +93,11 @@ func flagLiterals(t *testing.T, root string, dirs []string, re *regexp.Regexp) [
 				}
 				if len(flags) > 0 {
 					p := fset.Position(lit.Pos())
-					found = append(found, fmt.Sprintf("%s:%d:%d: names %s", filepath.ToSlash(rel), p.Line, p.Column, strings.Join(flags, ", ")))
+					found = append(found, fmt.Sprintf("%s:%d:%d: names %s", rel, p.Line, p.Column, strings.Join(flags, ", ")))
 				}
 				return true
 			})
-			return nil
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	return found
 }
@@ -161,5 +140,39 @@ func TestFlagRuleCatchesALibraryThatNamesAFlag(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// eachSource calls fn with every non-test Go file under root's folder dir
+// ("" for root itself), parsed, its path relative to root in slashes, past
+// hidden folders, testdata, node_modules and the folders skip (when not
+// nil) names by their relative path: the walk both source scans share.
+func eachSource(t *testing.T, fset *token.FileSet, root, dir string, skip func(rel string) bool, fn func(rel, path string, f *ast.File)) {
+	t.Helper()
+	err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			name := d.Name()
+			if rel != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || (skip != nil && skip(rel))) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		fn(rel, path, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,9 +3,7 @@ package archtest
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,28 +113,9 @@ func libraryPrinting(t *testing.T, root string) (problems []string, allowed map[
 	t.Helper()
 	allowed = map[string]bool{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			name := d.Name()
-			if rel != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || printingExempt[rel] != "") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	eachSource(t, fset, root, "", func(rel string) bool { return printingExempt[rel] != "" }, func(rel, path string, f *ast.File) {
 		if f.Name.Name == "main" {
-			return nil // a program: its own command
+			return // a program: its own command
 		}
 		for _, p := range printing(fset, f) {
 			_, what, _ := strings.Cut(strings.TrimPrefix(p, path+":"), ": ")
@@ -146,11 +125,7 @@ func libraryPrinting(t *testing.T, root string) (problems []string, allowed map[
 			}
 			problems = append(problems, rel+strings.TrimPrefix(p, path))
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return problems, allowed
 }
 
