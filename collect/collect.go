@@ -74,7 +74,9 @@ type Config struct {
 	Grace time.Duration
 	// Standby keeps this many ready replicas per task prepared in the
 	// background, so a reset is a hand-off (pool.Config.Standby); 0 keeps
-	// none.
+	// none. StandbyAuto (DefaultConfig's) sizes it to the run: up to
+	// Replicas replicas prepared ahead across every task, the task the plan
+	// reaches first served first.
 	Standby int
 	// MaxCreates caps concurrent sandbox creations; 0 is 2 × Replicas.
 	MaxCreates int
@@ -333,10 +335,16 @@ type environment struct {
 // shaping, the pool) and gets what the templates need ready.
 func (inv *invocation) openEnvironment(ctx context.Context) (*environment, error) {
 	cfg := inv.cfg
+	standby, standbyBudget := cfg.Standby, 0
+	if standby == StandbyAuto {
+		// Sized to the run: as many prepared ahead as run at once, so a
+		// replica ending its episode finds the next one ready.
+		standby, standbyBudget = cfg.Replicas, cfg.Replicas
+	}
 	opened, err := episode.OpenEnv(ctx, episode.EnvConfig{
 		Provider: cfg.Provider, Options: providers.Options{RunID: inv.runID, Dir: cfg.WorkDir, Params: cfg.ProviderParams},
 		Specs: inv.specs, Templates: inv.templates, Shaper: inv.policies,
-		Pool: pool.Config{Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf, Standby: cfg.Standby, MaxCreates: cfg.MaxCreates,
+		Pool: pool.Config{Replicas: cfg.Replicas, Strategy: cfg.Reset, Log: inv.logf, Standby: standby, StandbyBudget: standbyBudget, MaxCreates: cfg.MaxCreates,
 			MaxBranches: cfg.Branch.maxLive(cfg.Replicas), OnGolden: onGolden(inv.obs, inv.log)},
 		Logf: inv.logf,
 	})
@@ -647,9 +655,13 @@ func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, commit
 			templates = append(templates, inv.templates[p.task.ID])
 		}
 	}
-	if inv.cfg.Standby > 0 {
-		for id, n := range byTask {
-			pl.Expect(ctx, inv.templates[id], n)
+	if inv.cfg.Standby != 0 {
+		// In plan order: under a budget (StandbyAuto) the task the plan
+		// reaches first is prepared first.
+		for _, t := range templates {
+			if n := byTask[t.Key]; n > 0 {
+				pl.Expect(ctx, t, n)
+			}
 		}
 	}
 	return todo, templates

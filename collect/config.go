@@ -13,7 +13,8 @@ import (
 
 // Defaults of a Config, as forkline collect shows them. A zero field of a
 // Config means what its comment says: the default, except where zero is
-// a setting of its own (Grace 0 cancels at once, Standby 0 keeps none).
+// a setting of its own (Grace 0 cancels at once, Standby 0 keeps none:
+// DefaultConfig's Standby is StandbyAuto).
 const (
 	DefaultProvider = "local"
 	DefaultPolicy   = "script"
@@ -26,6 +27,11 @@ const (
 	// DefaultGrace is how long episodes in flight may finish after a
 	// stop. A zero Grace is not this default: it cancels them at once.
 	DefaultGrace = 10 * time.Second
+	// StandbyAuto, the default Standby, sizes the standby to the run: up
+	// to Replicas replicas prepared ahead in all, so at steady state every
+	// episode's reset is a hand-off. They cost what Replicas sandboxes
+	// cost, on top of the Replicas in episodes (docs/providers.md).
+	StandbyAuto = -1
 )
 
 // DefaultConfig returns the defaults forkline collect runs with when no
@@ -44,6 +50,7 @@ func DefaultConfig() Config {
 		Shards:         shard.DefaultConfig(),
 		Grace:          DefaultGrace,
 		Part:           Whole,
+		Standby:        StandbyAuto,
 	}
 }
 
@@ -60,13 +67,15 @@ func (c Config) Validate() error {
 	}{
 		{"Replicas", int64(c.Replicas), fmt.Sprintf("%d episodes in parallel", DefaultReplicas)},
 		{"Repeats", int64(c.Repeats), fmt.Sprintf("%d episode per task", DefaultRepeats)},
-		{"Standby", int64(c.Standby), "no standby"},
 		{"MaxCreates", int64(c.MaxCreates), "2 × Replicas"},
 		{"Grace", int64(c.Grace), "cancel the episodes in flight at once"},
 	} {
 		if n.v < 0 {
 			return fmt.Errorf("collect: %s is negative (%d): want >= 0 (0: %s)", n.field, n.v, n.zero)
 		}
+	}
+	if c.Standby < StandbyAuto {
+		return fielderr.Errorf("collect", "Standby", fmt.Sprint(c.Standby), "is below StandbyAuto (%d): want >= 0 (0: no standby), or StandbyAuto (sized to the run)", StandbyAuto)
 	}
 	if c.Reset != "" {
 		if _, err := pool.ParseStrategy(string(c.Reset)); err != nil {

@@ -35,7 +35,7 @@ func TestValidateRefusesBadConfigsByField(t *testing.T) {
 	}{
 		{"negative replicas", func(c *Config) { c.Replicas = -1 }, "Replicas is negative (-1)", "0: 4 episodes in parallel"},
 		{"negative repeats", func(c *Config) { c.Repeats = -2 }, "Repeats is negative (-2)", ""},
-		{"negative standby", func(c *Config) { c.Standby = -1 }, "Standby is negative", ""},
+		{"negative standby", func(c *Config) { c.Standby = -2 }, "Standby -2: is below StandbyAuto", "sized to the run"},
 		{"negative max creates", func(c *Config) { c.MaxCreates = -1 }, "MaxCreates is negative", "2 × Replicas"},
 		{"negative grace", func(c *Config) { c.Grace = -time.Second }, "Grace is negative", ""},
 		{"unknown reset", func(c *Config) { c.Reset = "clone" }, "Reset", "known: auto, fork, recreate"},

@@ -152,6 +152,12 @@ type Config struct {
 	// Standby is how many ready replicas per template are kept prepared in
 	// the background (see Expect), so a reset is a hand-off; 0 disables it.
 	Standby int
+	// StandbyBudget caps the replicas prepared ahead across every template
+	// (ready, or being made for nobody yet); 0 is no cap beyond Standby per
+	// template. Under a cap, the templates Expect named first are served
+	// first: a run's plan order, so the task running now is not starved by
+	// one whose episodes come later.
+	StandbyBudget int
 	// MaxCreates caps concurrent sandbox creations and forks (providers
 	// have start-rate limits; on Docker, parallel starts are CPU-bound);
 	// 0 means 2 × Replicas.
@@ -205,6 +211,11 @@ type Pool struct {
 	mu       sync.Mutex
 	goldens  map[string]*goldenEntry
 	standbys map[string]*standby
+	// sbMu guards the standby budget: sbHeld places taken, sbOrder the
+	// standbys in Expect order, each one's wants flag.
+	sbMu     sync.Mutex
+	sbHeld   int
+	sbOrder  []*standby
 	branches map[*Branch]struct{} // live branch points
 	creates  chan struct{}        // semaphore of MaxCreates
 
@@ -743,6 +754,11 @@ func (p *Pool) Close(ctx context.Context) error {
 	sbs := p.standbys
 	p.standbys = map[string]*standby{}
 	p.mu.Unlock()
+	defer func() {
+		p.sbMu.Lock()
+		p.sbOrder = nil
+		p.sbMu.Unlock()
+	}()
 	for _, sb := range sbs {
 		sb.stop(ctx)
 	}

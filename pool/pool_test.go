@@ -220,6 +220,37 @@ func TestStandbyHandsOffPreparedReplicas(t *testing.T) {
 	require.Equal(t, 0, f.openCount(), "standby leftovers are closed")
 }
 
+// TestStandbyBudgetServesThePlanInOrder: under a pool-wide budget the
+// template Expect named first gets every place until its expected jobs are
+// served; only then does the next one prepare replicas, and no template
+// makes more than its jobs.
+func TestStandbyBudgetServesThePlanInOrder(t *testing.T) {
+	f := newFake(true)
+	p, err := New(Config{Provider: f, Replicas: 1, Standby: 3, StandbyBudget: 2})
+	require.NoError(t, err)
+	a, b := &Template{Key: "a"}, &Template{Key: "b"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.Expect(ctx, a, 3)
+	p.Expect(ctx, b, 3)
+	require.Eventually(t, func() bool { return p.readyStandbys("a") == 2 }, 5*time.Second, time.Millisecond)
+	require.Zero(t, p.readyStandbys("b"), "b waits while a, named first, still expects jobs")
+	require.Len(t, collectReplicas(t, p, ctx, []Job{{Template: a}}), 1)
+	require.Eventually(t, func() bool { return p.readyStandbys("a") == 2 }, 5*time.Second, time.Millisecond)
+	require.Zero(t, p.readyStandbys("b"), "the place a's hand-off freed went back to a")
+	for _, g := range collectReplicas(t, p, ctx, []Job{{Template: a}, {Template: a}}) {
+		require.True(t, g.r.Standby)
+	}
+	require.Eventually(t, func() bool { return p.readyStandbys("b") == 2 }, 5*time.Second, time.Millisecond,
+		"once a's jobs are served, b takes the budget")
+	for _, g := range collectReplicas(t, p, ctx, []Job{{Template: b}, {Template: b}, {Template: b}}) {
+		require.NoError(t, g.err)
+	}
+	require.NoError(t, p.Close(context.Background()))
+	require.EqualValues(t, 6, f.forks.Load(), "one fork per job, none for nothing")
+	require.Equal(t, 0, f.openCount())
+}
+
 // TestJobWaitsForTheReplicaInTheMaking: a job that finds no ready replica
 // while the standby is making one claims that one instead of forking cold.
 // Forking cold beside it left the made replica with no job at the end of a

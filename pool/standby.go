@@ -27,8 +27,12 @@ type standby struct {
 	making   int              // replicas being made right now
 	waiting  []chan takeReply // jobs that claimed a replica in the making, oldest first
 	stopped  bool
-	wake     chan struct{}
-	done     chan struct{}
+	// wants: the filler waits for a place in the pool's standby budget
+	// (guarded by Pool.sbMu, not mu).
+	wants  bool
+	failed time.Time // when a making last failed
+	wake   chan struct{}
+	done   chan struct{}
 }
 
 // takeReply is what a waiting job is handed: the replica it claimed, or
@@ -50,12 +54,22 @@ func (p *Pool) Expect(ctx context.Context, t *Template, n int) {
 	if !ok {
 		sb = &standby{p: p, t: t, wake: make(chan struct{}, 1), done: make(chan struct{})}
 		p.standbys[t.Key] = sb
+		p.sbMu.Lock()
+		p.sbOrder = append(p.sbOrder, sb)
+		p.sbMu.Unlock()
 		go sb.fill(ctx)
 	}
 	p.mu.Unlock()
 	sb.mu.Lock()
 	sb.expected += n
 	sb.mu.Unlock()
+	if p.cfg.StandbyBudget > 0 {
+		// It waits for a place from now: a template named later cannot
+		// take one first because its filler happened to run first.
+		p.sbMu.Lock()
+		sb.wants = true
+		p.sbMu.Unlock()
+	}
 	sb.poke()
 }
 
@@ -85,6 +99,7 @@ func (s *standby) take(ctx context.Context) (Replica, bool) {
 	if n := len(s.ready); n > 0 {
 		r := s.ready[0]
 		s.ready = s.ready[1:]
+		s.p.releasePlaces(1)
 		s.mu.Unlock()
 		return r, true
 	}
@@ -114,6 +129,7 @@ func (s *standby) take(ctx context.Context) (Replica, bool) {
 	got := <-ch // sent before the claim was taken off the list
 	if got.ok && !s.stopped {
 		s.ready = append(s.ready, got.r)
+		s.p.holdPlace() // landed gave its place up when it handed the replica over
 		got.ok = false
 	}
 	s.mu.Unlock()
@@ -123,47 +139,157 @@ func (s *standby) take(ctx context.Context) (Replica, bool) {
 	return Replica{}, false
 }
 
-// fill makes replicas until enough are ready or being made for the jobs
-// still expected, up to the standby size; it runs until the pool closes.
-// A replica in the making that a waiting job claimed is that job's, not one
-// for the jobs still expected.
+// fill starts making replicas until enough are ready or being made for the
+// jobs still expected, up to the standby size; it runs until the pool
+// closes. The makings run side by side (the pool's MaxCreates bounds them
+// with every other creation): one at a time, a standby of K could not keep
+// up with K replicas ending episodes together. A replica in the making that
+// a waiting job claimed is that job's, not one for the jobs still expected.
 func (s *standby) fill(ctx context.Context) {
+	var makings sync.WaitGroup
 	defer close(s.done)
+	defer makings.Wait()
+	var backoff <-chan time.Time
 	for {
-		s.mu.Lock()
-		unclaimed := s.making - len(s.waiting)
-		need := min(s.p.cfg.Standby-len(s.ready)-s.making, s.expected-len(s.ready)-unclaimed)
-		stopped := s.stopped
-		if need > 0 && !stopped {
-			s.making++
+		if backoff != nil {
+			select {
+			case <-backoff:
+				backoff = nil
+			case <-ctx.Done():
+				s.p.unwant(s)
+				return
+			}
 		}
+		s.mu.Lock()
+		stopped := s.stopped
+		need := s.need()
+		// A failed making backs the filler off for a second, so a broken
+		// template does not spin.
+		wait := time.Second - time.Since(s.failed)
 		s.mu.Unlock()
 		if stopped || ctx.Err() != nil {
+			s.p.unwant(s)
 			return
 		}
-		if need <= 0 {
+		if need > 0 && wait > 0 {
+			backoff = time.After(wait)
+			continue
+		}
+		if need <= 0 || !s.p.takePlace(s) {
+			if need <= 0 {
+				s.p.unwant(s)
+			}
 			select {
 			case <-s.wake:
 			case <-ctx.Done():
+				s.p.unwant(s)
 				return
 			}
 			continue
 		}
-		began := time.Now()
-		r, err := s.p.acquire(ctx, s.t)
-		if err == nil {
-			r.Prepared = time.Since(began)
-			r.Standby = true
+		// The jobs may have taken replicas while the place was sought:
+		// count again, so nothing is made for no job.
+		s.mu.Lock()
+		if s.stopped || s.need() <= 0 {
+			s.p.releasePlaces(1)
+			s.mu.Unlock()
+			continue
 		}
-		s.landed(r, err)
-		if err != nil && ctx.Err() == nil {
-			s.p.cfg.Log("standby replica for %s failed: %v (episodes reset cold meanwhile)", s.t.Key, err)
-			// Back off so a broken template does not spin.
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-				return
+		s.making++
+		s.mu.Unlock()
+		makings.Go(func() {
+			began := time.Now()
+			r, err := s.p.acquire(ctx, s.t)
+			if err == nil {
+				r.Prepared = time.Since(began)
+				r.Standby = true
 			}
+			s.landed(r, err)
+			if err != nil && ctx.Err() == nil {
+				s.p.cfg.Log("standby replica for %s failed: %v (episodes reset cold meanwhile)", s.t.Key, err)
+			}
+			s.poke()
+		})
+	}
+}
+
+// need is how many more replicas to make now: up to the standby size, and
+// no more than the jobs still expected that nothing ready or in the making
+// serves. The caller holds s.mu.
+func (s *standby) need() int {
+	unclaimed := s.making - len(s.waiting)
+	return min(s.p.cfg.Standby-len(s.ready)-s.making, s.expected-len(s.ready)-unclaimed)
+}
+
+// takePlace takes a place in the pool's standby budget for s, when one is
+// free and no standby Expect named earlier waits for one; it marks s as
+// waiting otherwise (releasePlaces wakes it). Without a budget it always
+// succeeds.
+func (p *Pool) takePlace(s *standby) bool {
+	if p.cfg.StandbyBudget <= 0 {
+		return true
+	}
+	p.sbMu.Lock()
+	defer p.sbMu.Unlock()
+	s.wants = true
+	if p.sbHeld >= p.cfg.StandbyBudget {
+		return false
+	}
+	for _, o := range p.sbOrder {
+		if o == s {
+			break
+		}
+		if o.wants {
+			return false
+		}
+	}
+	s.wants = false
+	p.sbHeld++
+	return true
+}
+
+// holdPlace takes a place whatever the budget: for a replica given back to
+// the ready list after its claim was withdrawn.
+func (p *Pool) holdPlace() {
+	if p.cfg.StandbyBudget <= 0 {
+		return
+	}
+	p.sbMu.Lock()
+	p.sbHeld++
+	p.sbMu.Unlock()
+}
+
+// releasePlaces gives n places back and wakes the standbys waiting for one.
+func (p *Pool) releasePlaces(n int) {
+	if p.cfg.StandbyBudget <= 0 || n == 0 {
+		return
+	}
+	p.sbMu.Lock()
+	p.sbHeld -= n
+	p.wakeWanting()
+	p.sbMu.Unlock()
+}
+
+// unwant marks s as no longer waiting for a place, waking the later
+// standbys it held back.
+func (p *Pool) unwant(s *standby) {
+	if p.cfg.StandbyBudget <= 0 {
+		return
+	}
+	p.sbMu.Lock()
+	if s.wants {
+		s.wants = false
+		p.wakeWanting()
+	}
+	p.sbMu.Unlock()
+}
+
+// wakeWanting pokes every standby waiting for a place; the caller holds
+// p.sbMu.
+func (p *Pool) wakeWanting() {
+	for _, o := range p.sbOrder {
+		if o.wants {
+			o.poke()
 		}
 	}
 }
@@ -176,6 +302,8 @@ func (s *standby) landed(r Replica, err error) {
 	defer s.mu.Unlock()
 	s.making--
 	if err != nil {
+		s.failed = time.Now()
+		s.p.releasePlaces(1)
 		if n := len(s.waiting); n > s.making {
 			s.waiting[n-1] <- takeReply{}
 			s.waiting = s.waiting[:n-1]
@@ -183,6 +311,7 @@ func (s *standby) landed(r Replica, err error) {
 		return
 	}
 	if len(s.waiting) > 0 {
+		s.p.releasePlaces(1)
 		s.waiting[0] <- takeReply{r: r, ok: true}
 		s.waiting = s.waiting[1:]
 		return
@@ -205,6 +334,7 @@ func (s *standby) stop(ctx context.Context) {
 	for _, w := range waiting {
 		w <- takeReply{}
 	}
+	s.p.releasePlaces(len(left))
 	for _, r := range left {
 		r.Sandbox.Close(ctx)
 	}

@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -33,12 +34,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/manifest"
 	_ "github.com/forkline/forkline/policy/all"    // the program chooses the backends
 	_ "github.com/forkline/forkline/providers/all" // collect opens by name
 )
@@ -113,6 +116,7 @@ func main() {
 		r.MachineCPU = cpu1.busyFraction(cpu0)
 		fmt.Printf("%-9d %-9d %9.1f %12.2f %10.2f %7.1f%% %14.6f %15.6f %11.0f%% %13.1f %12.2f\n", n, r.Episodes, r.WallSec, r.EpisodesPerSec, r.Ideal, 100*r.OfIdeal,
 			r.CPUPerStep, r.CommandsCPUPerStep, 100*r.MachineCPU, r.PeakRSSMB, r.PeakRSSMB/float64(n))
+		fmt.Printf("%-9s resets waited for: %s\n", "", resetLine(r.ResetMS))
 		all = append(all, r)
 	}
 	fmt.Printf("\nload average after: %s\n", loadavg())
@@ -149,6 +153,9 @@ type result struct {
 	MachineCPU         float64 `json:"machine_cpu_busy"`
 	PeakRSSMB          float64 `json:"peak_rss_mb"`
 	Losses             int     `json:"scaffold_losses"`
+	// ResetMS is what the episodes waited for their replica, by kind
+	// (a hand-off from the standby, a fork made while the episode waited).
+	ResetMS map[string]manifest.Latency `json:"reset_ms"`
 }
 
 // collectOnce runs one collection in this process and measures it.
@@ -165,10 +172,12 @@ func collectOnce(replicas, rounds int, baseURL string) (result, error) {
 	var ru0, kids0 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids0)
-	sum, err := collect.Run(context.Background(), collect.Config{
-		Tasks: spec, Out: filepath.Join(tmp, "run"), WorkDir: tmp, Replicas: replicas, Repeats: replicas * rounds,
-		Policy: "openai", PolicyOptions: map[string]string{"base_url": baseURL, "model": "scale", "timeout": "60s"},
-	})
+	// The command's defaults (a standby sized to the run among them), so
+	// the figures are what forkline collect gives without tuning.
+	cfg := collect.DefaultConfig()
+	cfg.Tasks, cfg.Out, cfg.WorkDir, cfg.Replicas, cfg.Repeats = spec, filepath.Join(tmp, "run"), tmp, replicas, replicas*rounds
+	cfg.Policy, cfg.PolicyOptions = "openai", map[string]string{"base_url": baseURL, "model": "scale", "timeout": "60s"}
+	sum, err := collect.Run(context.Background(), cfg)
 	if err != nil {
 		return result{}, err
 	}
@@ -182,7 +191,7 @@ func collectOnce(replicas, rounds int, baseURL string) (result, error) {
 	// collector itself.
 	kids := tv(kids1.Utime) + tv(kids1.Stime) - tv(kids0.Utime) - tv(kids0.Stime)
 	r := result{Replicas: replicas, Episodes: rep.Ran, Steps: rep.RanSteps, WallSec: rep.WallSec, EpisodesPerSec: rep.EpisodesPerSec,
-		CPUSec: cpu, CommandsCPUSec: kids, PeakRSSMB: vmHWM() / 1024, Losses: rep.Losses}
+		CPUSec: cpu, CommandsCPUSec: kids, PeakRSSMB: vmHWM() / 1024, Losses: rep.Losses, ResetMS: rep.ResetMS}
 	if rep.RanSteps > 0 {
 		r.CPUPerStep = cpu / float64(rep.RanSteps)
 		r.CommandsCPUPerStep = kids / float64(rep.RanSteps)
@@ -191,6 +200,20 @@ func collectOnce(replicas, rounds int, baseURL string) (result, error) {
 		return r, fmt.Errorf("scale: %d scaffold losses: %v", rep.Losses, rep.Errors)
 	}
 	return r, nil
+}
+
+// resetLine says what the episodes waited for their replica, by kind:
+// how many, p50 and p95 in ms.
+func resetLine(m map[string]manifest.Latency) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		l := m[k]
+		parts = append(parts, fmt.Sprintf("%s n=%d p50 %.3f ms p95 %.3f ms", k, l.N, l.P50, l.P95))
+	}
+	if len(parts) == 0 {
+		return "none recorded"
+	}
+	return strings.Join(parts, "; ")
 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }

@@ -98,7 +98,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.KeyValues(c.ProviderParams, "provider-opt", "key=value", "provider setting, e.g. fork=copy for local, image=forkline/debian for docker")
 	f.Int(&c.Replicas, "replicas", "N", "episodes run in parallel")
 	f.String(&o.reset, "reset", "auto|fork|recreate", "how a replica is reset: auto forks when the provider can checkpoint and says so loudly when it falls back to recreate")
-	f.Int(&c.Standby, "standby", "K", "keep K ready replicas per task prepared in the background, so a reset is a hand-off")
+	f.Int(&c.Standby, "standby", "K", "keep K ready replicas per task prepared in the background, so a reset is a hand-off; 0 keeps none").ShowDefault("sized to the run: up to -replicas in all, the task the plan reaches first served first")
 	f.Int(&c.MaxCreates, "max-creates", "N", "at most N sandbox creations or forks at once").ShowDefault("2 × -replicas")
 	f.String(&c.WorkDir, "workdir", "DIR", "where sandboxes live on the host").ShowDefault("a temporary directory")
 
@@ -322,7 +322,7 @@ func checkCollectRanges(inv *cli.Invocation, o *collectOptions) error {
 	return checkRanges([]rangeCheck{
 		{"replicas", fmt.Sprint(cfg.Replicas), cfg.Replicas >= 1, "an integer >= 1"},
 		{"repeats", fmt.Sprint(cfg.Repeats), cfg.Repeats >= 1, "an integer >= 1"},
-		{"standby", fmt.Sprint(cfg.Standby), cfg.Standby >= 0, "an integer >= 0 (0: no standby)"},
+		{"standby", fmt.Sprint(cfg.Standby), !inv.Given("standby") || cfg.Standby >= 0, "an integer >= 0 (0: no standby; leave it out to size it to the run)"},
 		{"max-creates", fmt.Sprint(cfg.MaxCreates), !inv.Given("max-creates") || cfg.MaxCreates >= 1, "an integer >= 1 (leave it out for 2 × -replicas)"},
 		{"grace", cfg.Grace.String(), cfg.Grace >= 0, "a duration >= 0 (0s: cancel the episodes in flight at once)"},
 		{"roll-mb", fmt.Sprint(o.rollMB), o.rollMB >= 1 && o.rollMB <= maxRollMB, fmt.Sprintf("an integer from 1 to %d", maxRollMB)},

@@ -61,7 +61,7 @@ func TestHelpDefaultsAreDefaultConfig(t *testing.T) {
 	r := replay.DefaultConfig()
 	s := serve.DefaultConfig()
 	require.Zero(t, c.MaxCreates, "help shows what zero means")
-	require.Zero(t, c.Standby)
+	require.Equal(t, collect.StandbyAuto, c.Standby, "help shows what StandbyAuto means")
 	require.Zero(t, r.PixelTolerance)
 	require.Empty(t, r.Provider)
 	require.Zero(t, s.MaxCheckpoints)
@@ -72,7 +72,7 @@ func TestHelpDefaultsAreDefaultConfig(t *testing.T) {
 	}{
 		{"collect", map[string]string{
 			"provider": c.Provider, "replicas": fmt.Sprint(c.Replicas), "repeats": fmt.Sprint(c.Repeats),
-			"reset": string(c.Reset), "standby": "", "max-creates": "2 × -replicas", "policy": c.Policy,
+			"reset": string(c.Reset), "standby": "sized to the run: up to -replicas in all, the task the plan reaches first served first", "max-creates": "2 × -replicas", "policy": c.Policy,
 			"text": c.Capture.TextFlag(), "pixels": string(c.Capture.Pixels), "a11y": string(c.Capture.A11y), "tokens": string(c.Capture.Tokens),
 			"roll-mb": fmt.Sprint(c.Shards.RollBytes >> 20), "roll-interval": c.Shards.RollInterval.String(),
 			"grace": c.Grace.String(), "seed": "",

@@ -57,7 +57,7 @@ func resumeCommand(cfg collect.Config, quiet, asJSON bool) string {
 	if cfg.Branch.IsSet() {
 		args = append(args, "-branch", cfg.Branch.String())
 	}
-	if cfg.Standby > 0 {
+	if cfg.Standby != collect.StandbyAuto {
 		args = append(args, "-standby", strconv.Itoa(cfg.Standby))
 	}
 	if cfg.MaxCreates > 0 {
