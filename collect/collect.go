@@ -643,11 +643,11 @@ func (inv *invocation) plannedWith(branched map[string]bool) int {
 // (or remakes a branch point of), in plan order: the goldens to build
 // ahead.
 func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, committed map[string]bool, remakes map[string][]*remakeJob) (todo int, templates []*pool.Template) {
-	byTask := map[string]int{}
 	needed := map[string]bool{}
+	var order []*pool.Template
 	for _, p := range inv.plan {
 		if !committed[p.id] {
-			byTask[p.task.ID]++
+			order = append(order, inv.templates[p.task.ID])
 			todo++
 		}
 		if (!committed[p.id] || len(remakes[p.id]) > 0) && !needed[p.task.ID] {
@@ -656,13 +656,10 @@ func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, commit
 		}
 	}
 	if inv.cfg.Standby != 0 {
-		// In plan order: under a budget (StandbyAuto) the task the plan
-		// reaches first is prepared first.
-		for _, t := range templates {
-			if n := byTask[t.Key]; n > 0 {
-				pl.Expect(ctx, t, n)
-			}
-		}
+		// In plan order, the order the episodes are scheduled in: under a
+		// budget (StandbyAuto) the replicas prepared are the next
+		// episodes'.
+		pl.ExpectInOrder(ctx, order)
 	}
 	return todo, templates
 }

@@ -54,6 +54,34 @@ func readAll(t *testing.T, dir string) (map[string]schemas.EpisodeRow, map[strin
 	return eps, steps, rewards
 }
 
+// TestDefaultStandbyHandsOff: with the command's defaults the standby is
+// on, sized to the run, and spans tasks: a replica ending its episode is
+// handed one prepared ahead, including at a task boundary (the next task's
+// replica is prepared while the last episode of the one before runs).
+func TestDefaultStandbyHandsOff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Tasks, cfg.Out, cfg.WorkDir = "../examples/tasks", filepath.Join(t.TempDir(), "run"), t.TempDir()
+	cfg.Replicas, cfg.Repeats = 1, 4
+	sum, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	eps, _, _ := readAll(t, cfg.Out)
+	tasks := map[string]bool{}
+	handOffs := 0
+	for _, e := range eps {
+		tasks[e.TaskID] = true
+		require.Contains(t, []string{"fork", "fork+standby"}, e.ResetStrategy)
+		if e.ResetStrategy == "fork+standby" {
+			handOffs++
+		}
+	}
+	require.Len(t, eps, 4*len(tasks))
+	// Only a task's first episode may find its replica still being made
+	// and fork cold beside it when the making failed; every other one is
+	// a hand-off.
+	require.GreaterOrEqual(t, handOffs, len(eps)-len(tasks), "episodes handed a prepared replica: %d of %d", handOffs, len(eps))
+	require.Equal(t, handOffs, sum.Report().ResetMS["fork+standby/overlay"].N)
+}
+
 func TestCollectExamplesEndToEnd(t *testing.T) {
 	cfg := baseConfig(t, "../examples/tasks")
 	sum, err := Run(context.Background(), cfg)

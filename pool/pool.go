@@ -153,10 +153,12 @@ type Config struct {
 	// the background (see Expect), so a reset is a hand-off; 0 disables it.
 	Standby int
 	// StandbyBudget caps the replicas prepared ahead across every template
-	// (ready, or being made for nobody yet); 0 is no cap beyond Standby per
-	// template. Under a cap, the templates Expect named first are served
-	// first: a run's plan order, so the task running now is not starved by
-	// one whose episodes come later.
+	// (ready, or being made for no job yet); 0 is no cap beyond Standby
+	// per template. Under a cap the replicas prepared are those of the
+	// next StandbyBudget jobs ExpectInOrder named, whatever their
+	// templates: the task running now is never starved by one whose
+	// episodes come later, and a plan that alternates tasks finds each
+	// one's replica ready.
 	StandbyBudget int
 	// MaxCreates caps concurrent sandbox creations and forks (providers
 	// have start-rate limits; on Docker, parallel starts are CPU-bound);
@@ -211,13 +213,17 @@ type Pool struct {
 	mu       sync.Mutex
 	goldens  map[string]*goldenEntry
 	standbys map[string]*standby
-	// sbMu guards the standby budget: sbHeld places taken, sbOrder the
-	// standbys in Expect order, each one's wants flag.
-	sbMu     sync.Mutex
-	sbHeld   int
-	sbOrder  []*standby
-	branches map[*Branch]struct{} // live branch points
-	creates  chan struct{}        // semaphore of MaxCreates
+	// sbMu guards the standby window (ExpectInOrder): sbOwner is the
+	// standby of each job in order, sbTaken whether it was handed a
+	// replica; the window is the jobs up to sbCut, of which sbInWindow
+	// are not handed one yet (at most StandbyBudget).
+	sbMu       sync.Mutex
+	sbOwner    []*standby
+	sbTaken    []bool
+	sbCut      int
+	sbInWindow int
+	branches   map[*Branch]struct{} // live branch points
+	creates    chan struct{}        // semaphore of MaxCreates
 
 	// closers bounds the sandboxes being torn down in the background
 	// (release) to Replicas; closing counts them, background golden
@@ -314,7 +320,7 @@ func New(cfg Config) (*Pool, error) {
 		cfg.MaxBranches = defaultMaxBranches(cfg.Replicas)
 	}
 	return &Pool{cfg: cfg, strategy: strategy, forksMemory: strategy == Fork && caps.ForksMemory, goldens: map[string]*goldenEntry{},
-		standbys: map[string]*standby{}, branches: map[*Branch]struct{}{}, creates: make(chan struct{}, cfg.MaxCreates),
+		standbys: map[string]*standby{}, sbCut: -1, branches: map[*Branch]struct{}{}, creates: make(chan struct{}, cfg.MaxCreates),
 		closers: make(chan struct{}, cfg.Replicas)}, nil
 }
 
@@ -756,7 +762,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Unlock()
 	defer func() {
 		p.sbMu.Lock()
-		p.sbOrder = nil
+		p.sbOwner, p.sbTaken, p.sbCut, p.sbInWindow = nil, nil, -1, 0
 		p.sbMu.Unlock()
 	}()
 	for _, sb := range sbs {

@@ -221,9 +221,9 @@ func TestStandbyHandsOffPreparedReplicas(t *testing.T) {
 }
 
 // TestStandbyBudgetServesThePlanInOrder: under a pool-wide budget the
-// template Expect named first gets every place until its expected jobs are
-// served; only then does the next one prepare replicas, and no template
-// makes more than its jobs.
+// replicas prepared are those of the next jobs in order: a's while a's jobs
+// come first, b's once they enter the window; no template makes more than
+// its jobs.
 func TestStandbyBudgetServesThePlanInOrder(t *testing.T) {
 	f := newFake(true)
 	p, err := New(Config{Provider: f, Replicas: 1, Standby: 3, StandbyBudget: 2})
@@ -231,13 +231,12 @@ func TestStandbyBudgetServesThePlanInOrder(t *testing.T) {
 	a, b := &Template{Key: "a"}, &Template{Key: "b"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p.Expect(ctx, a, 3)
-	p.Expect(ctx, b, 3)
+	p.ExpectInOrder(ctx, []*Template{a, a, a, b, b, b})
 	require.Eventually(t, func() bool { return p.readyStandbys("a") == 2 }, 5*time.Second, time.Millisecond)
-	require.Zero(t, p.readyStandbys("b"), "b waits while a, named first, still expects jobs")
+	require.Zero(t, p.readyStandbys("b"), "b's jobs are not among the next two")
 	require.Len(t, collectReplicas(t, p, ctx, []Job{{Template: a}}), 1)
 	require.Eventually(t, func() bool { return p.readyStandbys("a") == 2 }, 5*time.Second, time.Millisecond)
-	require.Zero(t, p.readyStandbys("b"), "the place a's hand-off freed went back to a")
+	require.Zero(t, p.readyStandbys("b"), "the window moved to a's third job, not to b")
 	for _, g := range collectReplicas(t, p, ctx, []Job{{Template: a}, {Template: a}}) {
 		require.True(t, g.r.Standby)
 	}
@@ -248,6 +247,30 @@ func TestStandbyBudgetServesThePlanInOrder(t *testing.T) {
 	}
 	require.NoError(t, p.Close(context.Background()))
 	require.EqualValues(t, 6, f.forks.Load(), "one fork per job, none for nothing")
+}
+
+// TestStandbyWindowFollowsAnAlternatingPlan: a plan that alternates tasks
+// (a, b, a, b, ...) under a budget of 2 prepares one of each, not two of
+// the task named first.
+func TestStandbyWindowFollowsAnAlternatingPlan(t *testing.T) {
+	f := newFake(true)
+	p, err := New(Config{Provider: f, Replicas: 1, Standby: 2, StandbyBudget: 2})
+	require.NoError(t, err)
+	a, b := &Template{Key: "a"}, &Template{Key: "b"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.ExpectInOrder(ctx, []*Template{a, b, a, b, a, b})
+	require.Eventually(t, func() bool { return p.readyStandbys("a") == 1 && p.readyStandbys("b") == 1 }, 5*time.Second, time.Millisecond)
+	var jobs []Job
+	for range 3 {
+		jobs = append(jobs, Job{Template: a}, Job{Template: b})
+	}
+	for i, g := range collectReplicas(t, p, ctx, jobs) {
+		require.NoError(t, g.err)
+		require.True(t, g.r.Standby, "job %d was handed a prepared replica", i)
+	}
+	require.NoError(t, p.Close(context.Background()))
+	require.EqualValues(t, 6, f.forks.Load())
 	require.Equal(t, 0, f.openCount())
 }
 

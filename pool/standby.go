@@ -2,6 +2,8 @@ package pool
 
 import (
 	"context"
+	"math"
+	"sort"
 	"sync"
 	"time"
 )
@@ -27,12 +29,14 @@ type standby struct {
 	making   int              // replicas being made right now
 	waiting  []chan takeReply // jobs that claimed a replica in the making, oldest first
 	stopped  bool
-	// wants: the filler waits for a place in the pool's standby budget
-	// (guarded by Pool.sbMu, not mu).
-	wants  bool
-	failed time.Time // when a making last failed
-	wake   chan struct{}
-	done   chan struct{}
+	failed   time.Time // when a making last failed
+	wake     chan struct{}
+	done     chan struct{}
+
+	// positions are the places in the pool's job order (ExpectInOrder) of
+	// this template's jobs not yet handed a replica, ascending; guarded by
+	// Pool.sbMu, not mu.
+	positions []int
 }
 
 // takeReply is what a waiting job is handed: the replica it claimed, or
@@ -43,34 +47,102 @@ type takeReply struct {
 }
 
 // Expect tells the pool that n more jobs of t will come, so that a pool with
-// Standby > 0 starts preparing replicas for them now. Without Expect, a pool
-// prepares nothing ahead and every reset is cold.
+// Standby > 0 starts preparing replicas for them now. Without Expect (or
+// ExpectInOrder), a pool prepares nothing ahead and every reset is cold.
+// Under a StandbyBudget only ExpectInOrder's jobs are prepared: Expect says
+// how many, not when.
 func (p *Pool) Expect(ctx context.Context, t *Template, n int) {
 	if p.cfg.Standby <= 0 || n <= 0 {
 		return
 	}
+	sb := p.standbyFor(ctx, t)
+	sb.mu.Lock()
+	sb.expected += n
+	sb.mu.Unlock()
+	sb.poke()
+}
+
+// ExpectInOrder tells the pool the templates of the jobs to come, in the
+// order they will come: with a StandbyBudget of B, replicas are prepared for
+// the next B of them that have none yet, whatever their template, so a
+// plan that alternates tasks finds each one's replica ready. A job handed
+// a replica leaves the window and the next one enters it.
+func (p *Pool) ExpectInOrder(ctx context.Context, ts []*Template) {
+	if p.cfg.Standby <= 0 || len(ts) == 0 {
+		return
+	}
+	sbs := make([]*standby, len(ts))
+	for i, t := range ts {
+		sbs[i] = p.standbyFor(ctx, t)
+		sbs[i].mu.Lock()
+		sbs[i].expected++
+		sbs[i].mu.Unlock()
+	}
+	p.sbMu.Lock()
+	for _, sb := range sbs {
+		sb.positions = append(sb.positions, len(p.sbOwner))
+		p.sbOwner = append(p.sbOwner, sb)
+		p.sbTaken = append(p.sbTaken, false)
+	}
+	p.widenWindow()
+	p.sbMu.Unlock()
+	for _, sb := range sbs {
+		sb.poke()
+	}
+}
+
+// standbyFor returns t's standby, started on first use.
+func (p *Pool) standbyFor(ctx context.Context, t *Template) *standby {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	sb, ok := p.standbys[t.Key]
 	if !ok {
 		sb = &standby{p: p, t: t, wake: make(chan struct{}, 1), done: make(chan struct{})}
 		p.standbys[t.Key] = sb
-		p.sbMu.Lock()
-		p.sbOrder = append(p.sbOrder, sb)
-		p.sbMu.Unlock()
 		go sb.fill(ctx)
 	}
-	p.mu.Unlock()
-	sb.mu.Lock()
-	sb.expected += n
-	sb.mu.Unlock()
-	if p.cfg.StandbyBudget > 0 {
-		// It waits for a place from now: a template named later cannot
-		// take one first because its filler happened to run first.
-		p.sbMu.Lock()
-		sb.wants = true
-		p.sbMu.Unlock()
+	return sb
+}
+
+// widenWindow moves the window's end forward until it holds StandbyBudget
+// jobs not yet handed a replica (or reaches the last job), waking the
+// standby of each job that enters it. The caller holds p.sbMu.
+func (p *Pool) widenWindow() {
+	for p.sbInWindow < p.cfg.StandbyBudget && p.sbCut+1 < len(p.sbOwner) {
+		p.sbCut++
+		if !p.sbTaken[p.sbCut] {
+			p.sbInWindow++
+			p.sbOwner[p.sbCut].poke()
+		}
 	}
-	sb.poke()
+}
+
+// handedOut records that a job of s was handed a replica (or made its own):
+// s's earliest job leaves the window, and the next job enters it.
+func (p *Pool) handedOut(s *standby) {
+	p.sbMu.Lock()
+	defer p.sbMu.Unlock()
+	if len(s.positions) == 0 {
+		return
+	}
+	q := s.positions[0]
+	s.positions = s.positions[1:]
+	p.sbTaken[q] = true
+	if q <= p.sbCut {
+		p.sbInWindow--
+	}
+	p.widenWindow()
+}
+
+// window is how many of s's jobs are in the window: all of them without a
+// budget.
+func (p *Pool) window(s *standby) int {
+	if p.cfg.StandbyBudget <= 0 {
+		return math.MaxInt
+	}
+	p.sbMu.Lock()
+	defer p.sbMu.Unlock()
+	return sort.SearchInts(s.positions, p.sbCut+1)
 }
 
 func (s *standby) poke() {
@@ -96,10 +168,10 @@ func (s *standby) take(ctx context.Context) (Replica, bool) {
 	if s.expected > 0 {
 		s.expected--
 	}
+	s.p.handedOut(s)
 	if n := len(s.ready); n > 0 {
 		r := s.ready[0]
 		s.ready = s.ready[1:]
-		s.p.releasePlaces(1)
 		s.mu.Unlock()
 		return r, true
 	}
@@ -129,7 +201,6 @@ func (s *standby) take(ctx context.Context) (Replica, bool) {
 	got := <-ch // sent before the claim was taken off the list
 	if got.ok && !s.stopped {
 		s.ready = append(s.ready, got.r)
-		s.p.holdPlace() // landed gave its place up when it handed the replica over
 		got.ok = false
 	}
 	s.mu.Unlock()
@@ -156,47 +227,34 @@ func (s *standby) fill(ctx context.Context) {
 			case <-backoff:
 				backoff = nil
 			case <-ctx.Done():
-				s.p.unwant(s)
 				return
 			}
 		}
 		s.mu.Lock()
-		stopped := s.stopped
+		stopped := s.stopped || ctx.Err() != nil
 		need := s.need()
 		// A failed making backs the filler off for a second, so a broken
 		// template does not spin.
 		wait := time.Second - time.Since(s.failed)
-		s.mu.Unlock()
-		if stopped || ctx.Err() != nil {
-			s.p.unwant(s)
-			return
+		start := !stopped && need > 0 && wait <= 0
+		if start {
+			s.making++ // counted with need, under one lock: a take between would count twice
 		}
-		if need > 0 && wait > 0 {
+		s.mu.Unlock()
+		switch {
+		case stopped:
+			return
+		case need > 0 && wait > 0:
 			backoff = time.After(wait)
 			continue
-		}
-		if need <= 0 || !s.p.takePlace(s) {
-			if need <= 0 {
-				s.p.unwant(s)
-			}
+		case !start:
 			select {
 			case <-s.wake:
 			case <-ctx.Done():
-				s.p.unwant(s)
 				return
 			}
 			continue
 		}
-		// The jobs may have taken replicas while the place was sought:
-		// count again, so nothing is made for no job.
-		s.mu.Lock()
-		if s.stopped || s.need() <= 0 {
-			s.p.releasePlaces(1)
-			s.mu.Unlock()
-			continue
-		}
-		s.making++
-		s.mu.Unlock()
 		makings.Go(func() {
 			began := time.Now()
 			r, err := s.p.acquire(ctx, s.t)
@@ -214,84 +272,13 @@ func (s *standby) fill(ctx context.Context) {
 }
 
 // need is how many more replicas to make now: up to the standby size, and
-// no more than the jobs still expected that nothing ready or in the making
-// serves. The caller holds s.mu.
+// no more than the jobs still expected — under a budget, the ones in the
+// window — that nothing ready or in the making serves. The caller holds
+// s.mu (then p.sbMu: the order everywhere).
 func (s *standby) need() int {
 	unclaimed := s.making - len(s.waiting)
-	return min(s.p.cfg.Standby-len(s.ready)-s.making, s.expected-len(s.ready)-unclaimed)
-}
-
-// takePlace takes a place in the pool's standby budget for s, when one is
-// free and no standby Expect named earlier waits for one; it marks s as
-// waiting otherwise (releasePlaces wakes it). Without a budget it always
-// succeeds.
-func (p *Pool) takePlace(s *standby) bool {
-	if p.cfg.StandbyBudget <= 0 {
-		return true
-	}
-	p.sbMu.Lock()
-	defer p.sbMu.Unlock()
-	s.wants = true
-	if p.sbHeld >= p.cfg.StandbyBudget {
-		return false
-	}
-	for _, o := range p.sbOrder {
-		if o == s {
-			break
-		}
-		if o.wants {
-			return false
-		}
-	}
-	s.wants = false
-	p.sbHeld++
-	return true
-}
-
-// holdPlace takes a place whatever the budget: for a replica given back to
-// the ready list after its claim was withdrawn.
-func (p *Pool) holdPlace() {
-	if p.cfg.StandbyBudget <= 0 {
-		return
-	}
-	p.sbMu.Lock()
-	p.sbHeld++
-	p.sbMu.Unlock()
-}
-
-// releasePlaces gives n places back and wakes the standbys waiting for one.
-func (p *Pool) releasePlaces(n int) {
-	if p.cfg.StandbyBudget <= 0 || n == 0 {
-		return
-	}
-	p.sbMu.Lock()
-	p.sbHeld -= n
-	p.wakeWanting()
-	p.sbMu.Unlock()
-}
-
-// unwant marks s as no longer waiting for a place, waking the later
-// standbys it held back.
-func (p *Pool) unwant(s *standby) {
-	if p.cfg.StandbyBudget <= 0 {
-		return
-	}
-	p.sbMu.Lock()
-	if s.wants {
-		s.wants = false
-		p.wakeWanting()
-	}
-	p.sbMu.Unlock()
-}
-
-// wakeWanting pokes every standby waiting for a place; the caller holds
-// p.sbMu.
-func (p *Pool) wakeWanting() {
-	for _, o := range p.sbOrder {
-		if o.wants {
-			o.poke()
-		}
-	}
+	jobs := min(s.expected, s.p.window(s))
+	return min(s.p.cfg.Standby-len(s.ready)-s.making, jobs-len(s.ready)-unclaimed)
 }
 
 // landed accounts for a replica the filler finished making: it goes to the
@@ -303,7 +290,6 @@ func (s *standby) landed(r Replica, err error) {
 	s.making--
 	if err != nil {
 		s.failed = time.Now()
-		s.p.releasePlaces(1)
 		if n := len(s.waiting); n > s.making {
 			s.waiting[n-1] <- takeReply{}
 			s.waiting = s.waiting[:n-1]
@@ -311,7 +297,6 @@ func (s *standby) landed(r Replica, err error) {
 		return
 	}
 	if len(s.waiting) > 0 {
-		s.p.releasePlaces(1)
 		s.waiting[0] <- takeReply{r: r, ok: true}
 		s.waiting = s.waiting[1:]
 		return
@@ -334,7 +319,6 @@ func (s *standby) stop(ctx context.Context) {
 	for _, w := range waiting {
 		w <- takeReply{}
 	}
-	s.p.releasePlaces(len(left))
 	for _, r := range left {
 		r.Sandbox.Close(ctx)
 	}
