@@ -482,8 +482,9 @@ Samples run one after another in one process, on a machine that may have had oth
 ratios within one run are the numbers to compare, not the absolute times across machines.
 "fork" ends when the container is started; "fork+exec" when its first command has run.
 "recreate" is what an episode costs without checkpoints: a fresh container and the task's setup
-again. "standby" is the pool's reset when its standby (collect -standby) had a replica ready: a fork
-started ahead of time, with the task's start commands run, handed off. It is not paused, because
+again. "standby" is the pool's reset when its standby (on by default in collect, sized to
+-replicas) had a replica ready: a fork started ahead of time, with the task's start commands run,
+handed off. It is not paused, because
 "unpause" would add that much to every hand-off while a sleeping container costs nothing.
 `)
 	return b.String()

@@ -1,7 +1,8 @@
 // Command harbor benchmarks the reset of a Harbor task on the docker
 // provider: what an episode waits for its sandbox when the task's golden is
-// forked (collect -reset fork, the default), when a standby fork is handed
-// off (collect -standby 1), and when its container is recreated for every
+// forked with no standby (collect -reset fork -standby 0), when a standby
+// fork is handed off (collect's default standby, which at -replicas 1 is one
+// replica prepared ahead), and when its container is recreated for every
 // episode (collect -reset recreate, what a harness without checkpoints does
 // per trial). All three run in one process, through forkline's own pool,
 // on the same task folder and image, so their ratios are the numbers to
@@ -125,8 +126,8 @@ func run(ctx context.Context, cfg config) ([]row, string, error) {
 		standby    int
 		episode    time.Duration
 	}{
-		{"fork", "-reset fork: Fork of the task's golden checkpoint", pool.Fork, 0, 0},
-		{"standby", "-reset fork -standby 1: a fork started ahead, handed off", pool.Fork, 1, cfg.StandbyEpisode},
+		{"fork", "-reset fork -standby 0: Fork of the task's golden checkpoint while the episode waits", pool.Fork, 0, 0},
+		{"standby", "-reset fork, the default standby (one at -replicas 1): a fork started ahead, handed off", pool.Fork, 1, cfg.StandbyEpisode},
 		{"recreate", "-reset recreate: a new container from the task's image per episode", pool.Recreate, 0, 0},
 	}
 	for _, m := range methods {
@@ -297,7 +298,7 @@ ratios within one run are the numbers to compare, not the absolute times across 
 A Harbor task has no setup step: its image is its golden state, so a fork starts a container from
 that image (origin "image"), which is what recreating does too (origin "create"). Per episode the
 two cost the same, within the noise of the run; what takes the reset off the episode's path is the
-standby (collect -standby K), a fork started in the background while the previous episode runs and
+standby (on by default in collect, sized to -replicas), a fork started in the background while the previous episode runs and
 handed off when it ends. The first episode, and any that ends sooner than a fork starts, finds no
 standby ready and pays a fork ("found none ready"). A task whose golden holds work beyond its image
 (a YAML task's setup:, which may use a setup network) saves that work on every fork as well: see
