@@ -78,7 +78,7 @@ async function pageRuns() {
   const m = main();
   m.replaceChildren(el("h1", {}, "Runs"));
   m.append(table(["#", "dataset", "status", "episodes", "run id"],
-    data.runs.map((r) => [String(r.index), el("a", { href: `#/run/${r.index}` }, r.dir), r.damaged ? el("span", { class: "error" }, "damaged") : r.status,
+    data.runs.map((r) => [String(r.index), el("a", { href: `#/run/${r.index}`, class: "volatile" }, r.dir), r.damaged ? el("span", { class: "error" }, "damaged") : r.status,
       String(r.episodes), volatile(r.run_id)]), [3]));
   const a = el("select", { id: "cmp-a" }, data.runs.map((r) => el("option", { value: r.index }, `${r.index}: ${r.dir}`)));
   const b = el("select", { id: "cmp-b" }, data.runs.map((r) => el("option", { value: r.index }, `${r.index}: ${r.dir}`)));
@@ -113,7 +113,7 @@ async function pageRun(n) {
   const r = await api(`/api/runs/${n}`);
   const s = r.summary;
   const m = main();
-  m.replaceChildren(el("h1", {}, "Run ", el("span", { class: "mono" }, r.dir)));
+  m.replaceChildren(el("h1", {}, "Run ", el("span", { class: "mono volatile" }, r.dir)));
   if (r.damaged) m.append(el("p", { class: "error" }, r.damaged));
   m.append(kv({
     status: s.status, "run id": volatile(s.run_id), created: volatile(s.created_at), updated: volatile(s.updated_at),
@@ -178,7 +178,7 @@ async function pageEpisodes(n, params) {
     for (const f of form.elements) if (f.name && f.value !== "" && !(f.name === "desc" && f.value === "false") && !(f.name === "sort" && f.value === "episode_id")) q.set(f.name, f.value);
     location.hash = `#/run/${n}/episodes?${q}`;
   });
-  m.replaceChildren(el("h1", {}, "Episodes of ", el("span", { class: "mono" }, run.dir)), form);
+  m.replaceChildren(el("h1", {}, "Episodes of ", el("span", { class: "mono volatile" }, run.dir)), form);
   const status = el("p", { id: "list-status", class: "muted" }, "reading…");
   m.append(status);
   const page = await api(`/api/runs/${n}/episodes?${params}`);
@@ -321,7 +321,7 @@ async function pageCompare(a, b) {
   const name = ra.summary.reward.name;
   const cell = (t, run) => (t ? [listLink(run, { task: t.id }, `${t.episodes} ep`), `, mean ${fmt(t.reward_mean)}`] : "–");
   const delta = (x, y) => (x && y && x.reward_mean !== null && y.reward_mean !== null ? fmt(y.reward_mean - x.reward_mean) : "–");
-  m.append(table(["", `A: ${ra.dir}`, `B: ${rb.dir}`], [
+  m.append(el("p", {}, "A: ", volatile(ra.dir), el("br"), "B: ", volatile(rb.dir)), table(["", "A", "B"], [
     ["status", ra.summary.status, rb.summary.status], ["episodes", String(ra.summary.episodes), String(rb.summary.episodes)],
     [`${name} mean`, fmt(ra.summary.reward.mean), fmt(rb.summary.reward.mean)],
     ["exit reasons", exits(a, "", ra.summary.by_exit_reason), exits(b, "", rb.summary.by_exit_reason)],
