@@ -116,6 +116,23 @@ m AS (SELECT e.*, r.reward FROM e LEFT JOIN r USING (episode_id)) `, filepath.Jo
 		v, d := median(vt), median(dt)
 		fmt.Printf("  %-28s %10.0f %10.0f %7.2fx %8d\n", q.name, v, d, v/d, matched)
 	}
+	// An episode's page: the last episode in the episodes table's order,
+	// the worst case of the streams that find it.
+	last := duckdb(duck, fmt.Sprintf("SELECT episode_id FROM read_parquet('%s', file_row_number = true, filename = true) ORDER BY filename DESC, file_row_number DESC LIMIT 1",
+		filepath.Join(ds, "episodes", "part-*.parquet")))
+	var et []float64
+	for range *repeat {
+		t0 := time.Now()
+		resp, err := http.Get(addr + "/api/runs/0/episodes/" + last[0])
+		check(err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			fatal("episode page %s: %s", last[0], resp.Status)
+		}
+		et = append(et, ms(time.Since(t0)))
+	}
+	fmt.Printf("  %-28s %10.0f\n", "episode page (the last one)", median(et))
 	fmt.Printf("view peak RSS after the queries: %.0f MB\n", rss(view.Process.Pid, "VmHWM"))
 }
 

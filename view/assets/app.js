@@ -17,12 +17,18 @@ function el(tag, attrs, ...kids) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k === "class") e.className = v;
-    else if (k === "style") e.style.cssText = v; // CSSOM: allowed by the page's CSP, unlike a style attribute
+    else if (k === "style") {
+      // Through the CSSOM, which the page's CSP allows (a style attribute or cssText it refuses).
+      for (const decl of v.split(";")) {
+        const i = decl.indexOf(":");
+        if (i > 0) e.style.setProperty(decl.slice(0, i).trim(), decl.slice(i + 1).trim());
+      }
+    }
     else if (k === "text") e.textContent = v;
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
-  for (const k of kids.flat()) {
+  for (const k of kids.flat(Infinity)) {
     if (k === undefined || k === null || k === false) continue;
     e.append(k instanceof Node ? k : document.createTextNode(String(k)));
   }
@@ -45,7 +51,7 @@ function kv(obj) {
   for (const [k, v] of Object.entries(obj || {})) {
     if (v === undefined || v === null || v === "") continue;
     let shown = v;
-    if (typeof v === "object") shown = el("code", {}, JSON.stringify(v));
+    if (typeof v === "object" && !(v instanceof Node) && !Array.isArray(v)) shown = el("code", {}, JSON.stringify(v));
     box.append(el("div", {}, k), el("div", {}, shown));
   }
   return box;
@@ -119,10 +125,15 @@ async function pageRun(n) {
     status: s.status, "run id": volatile(s.run_id), created: volatile(s.created_at), updated: volatile(s.updated_at),
     forkline: `${s.tool_version}, dataset schema ${s.schema_version}`, episodes: `${s.episodes} (${s.steps} steps; scaffold losses ${s.scaffold_losses})`,
   }));
-  m.append(el("h2", {}, "Plan"), kv(s.plan));
-  m.append(el("h2", {}, "Provider"), kv(s.provider));
-  m.append(el("h2", {}, "Policy"), kv(s.policy && { name: s.policy.name, options: s.policy.options, script_file: s.policy.script_file }));
-  m.append(el("h2", {}, "Capture"), kv(s.capture));
+  const prov = s.provider && { name: s.provider.name, reset: s.provider.reset, image: s.provider.image, params: s.provider.params,
+    "fork method": s.provider.capabilities && s.provider.capabilities.fork_method, isolation: s.provider.capabilities && s.provider.capabilities.isolation };
+  m.append(el("div", { class: "cols4" },
+    el("div", {}, el("h2", {}, "Plan"), kv(s.plan && { episodes: s.plan.episodes, repeats: s.plan.repeats, replicas: s.plan.replicas, seed: s.plan.seed,
+      reset: s.plan.reset, branch: s.plan.branch, part: s.plan.part && s.plan.part.count > 1 ? `${s.plan.part.index}/${s.plan.part.count}` : null,
+      from: s.plan.from && volatile(s.plan.from.dataset) })),
+    el("div", {}, el("h2", {}, "Provider"), kv(prov)),
+    el("div", {}, el("h2", {}, "Policy"), kv(s.policy && { name: s.policy.name, options: s.policy.options, script: s.policy.script_file })),
+    el("div", {}, el("h2", {}, "Capture"), kv(s.capture))));
   if ((s.problems || []).length) m.append(el("h2", {}, "Problems"), el("ul", { class: "error" }, s.problems.map((p) => el("li", {}, p))));
 
   m.append(el("h2", {}, "Tasks"));
