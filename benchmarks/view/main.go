@@ -9,6 +9,7 @@
 //
 //	go run ./benchmarks/view                           # 100,000 episodes
 //	go run ./benchmarks/view -episodes 10000 -data /tmp/viewbench
+//	go run ./benchmarks/view -in runs/big                 # a dataset as it is
 package main
 
 import (
@@ -60,6 +61,7 @@ func main() {
 	episodes := flag.Int("episodes", 100_000, "episodes in the run")
 	data := flag.String("data", filepath.Join(os.TempDir(), "forkline-viewbench"), "where the run is kept between runs")
 	repeat := flag.Int("repeat", 3, "times each query is asked")
+	in := flag.String("in", "", "measure this dataset as it is (a partial one too) instead of collecting one")
 	flag.Parse()
 
 	tmp, err := os.MkdirTemp("", "viewbench-")
@@ -72,7 +74,12 @@ func main() {
 	b.Dir = "internal/oracle/duckdb"
 	build(b)
 
-	ds := dataset(bin, *data, *episodes)
+	ds := *in
+	if ds == "" {
+		ds = dataset(bin, *data, *episodes)
+	} else {
+		*episodes = count(duck, ds)
+	}
 	view := exec.Command(bin, "view", ds, "-addr", "127.0.0.1:0")
 	stderr, err := view.StderrPipe()
 	check(err)
@@ -134,6 +141,19 @@ m AS (SELECT e.*, r.reward FROM e LEFT JOIN r USING (episode_id)) `, filepath.Jo
 	}
 	fmt.Printf("  %-28s %10.0f\n", "episode page (the last one)", median(et))
 	fmt.Printf("view peak RSS after the queries: %.0f MB\n", rss(view.Process.Pid, "VmHWM"))
+}
+
+// count is the number of episodes in the dataset's listed shards (DuckDB
+// reads the unlisted temporary files of a run being written no more than
+// forkline does: they are hidden, .part-*.tmp).
+func count(duck, ds string) int {
+	out, err := exec.Command(duck, "-sql", fmt.Sprintf("SELECT count(*) AS n FROM read_parquet('%s')", filepath.Join(ds, "episodes", "part-*.parquet"))).Output()
+	check(err)
+	var rows []struct {
+		N int `json:"n"`
+	}
+	check(json.Unmarshal(out, &rows))
+	return rows[0].N
 }
 
 func list(u string) ([]string, int) {
