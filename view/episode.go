@@ -63,9 +63,6 @@ type a11yCols struct {
 	Model     *string `parquet:"model,optional"`
 }
 
-// errFound ends a stream early once the episode's rows are read.
-var errFound = errors.New("found")
-
 // readEpisode builds the episode page's data for the episode id (exactly)
 // of the run in dir.
 func readEpisode(ctx context.Context, ds *shard.Dataset, id string) (*Episode, error) {

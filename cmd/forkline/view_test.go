@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/forkline/forkline/internal/cli"
+	"github.com/forkline/forkline/internal/oracle/vllmsim"
 	"github.com/forkline/forkline/internal/testenv"
 )
 
@@ -62,16 +63,80 @@ func viewKinds() []viewKind {
 			return collectKind(t, c, "branching", zero, "-tasks", "../../examples/tasks", "-repeats", "1", "-replicas", "2", "-branch", "at=2,width=2")
 		}},
 		{"tito", func(t *testing.T, c *corpus) string {
-			srv := c.modelServer(t)
-			tasks := writeTasks(t, filepath.Join(c.root, "tito-tasks"), map[string]string{"count.yaml": corpusCountTask, "mute.yaml": corpusMuteTask})
+			tasks := writeTasks(t, filepath.Join(c.root, "tito-tasks"), map[string]string{"count.yaml": viewCountTask})
 			return collectKind(t, c, "tito", zero, "-tasks", tasks, "-repeats", "2", "-replicas", "2",
-				"-policy", "openai", "-base-url", srv.URL+"/v1", "-model", srv.Config().Model, "-policy-opt", "tokens=tito")
+				"-policy", "openai", "-base-url", viewModel(t, c).URL+"/v1", "-model", viewModel(t, c).Config().Model, "-policy-opt", "tokens=tito")
+		}},
+		{"chat", func(t *testing.T, c *corpus) string {
+			// Chat mode, where a reply whose tokens are not the ones its
+			// text renders to is drift: the record is cut there.
+			tasks := writeTasks(t, filepath.Join(c.root, "chat-tasks"), map[string]string{"drift.yaml": viewDriftTask})
+			return collectKind(t, c, "chat", zero, "-tasks", tasks, "-repeats", "2", "-replicas", "2",
+				"-policy", "openai", "-base-url", viewModel(t, c).URL+"/v1", "-model", viewModel(t, c).Config().Model, "-policy-opt", "tokens=chat")
 		}},
 		{"web", func(t *testing.T, c *corpus) string {
 			testenv.NeedChromium(t)
 			return collectKind(t, c, "web", zero, "-tasks", "../../examples/tasks/web", "-repeats", "1", "-replicas", "2")
 		}},
 	}
+}
+
+// The model kinds' tasks, and the model server's script for them: every
+// output is the same from one run to the next (cat, not ls -l, whose
+// dates would change the observation tokens the token record's golden
+// shows). On the drift task the second reply is generated with a
+// non-canonical token split: chat mode flags it as drift.
+const (
+	viewCountTask = `id: count
+instruction: View task count. Write the number of files in this directory to out.txt, then call done.
+files:
+  a.txt: "a\n"
+  b.txt: "b\n"
+verify:
+  cmd: test "$(cat out.txt)" = 2
+  reward: exit
+limits: {max_steps: 6}
+`
+	viewDriftTask = `id: drift
+instruction: View task drift. Write the number of files in this directory to out.txt, then call done.
+files:
+  a.txt: "a\n"
+verify:
+  cmd: test "$(cat out.txt)" = 1
+  reward: exit
+limits: {max_steps: 6}
+`
+)
+
+// viewModel is the template-exact model server (Qwen3's real template and
+// tokenizer) scripted for the view's model kinds.
+func viewModel(t *testing.T, c *corpus) *vllmsim.Server {
+	t.Helper()
+	if c.model != nil {
+		return c.model
+	}
+	requireOracle(t)
+	respond := func(turn vllmsim.Turn) (vllmsim.Reply, error) {
+		i := strings.Count(turn.Prompt, "<|im_start|>assistant") - 1
+		drift := strings.Contains(turn.Prompt, "View task drift")
+		if !drift && !strings.Contains(turn.Prompt, "View task count") {
+			return vllmsim.Reply{}, fmt.Errorf("view: no scripted reply for %.80q", turn.Prompt)
+		}
+		switch i {
+		case 0:
+			return vllmsim.Reply{Text: call("exec", `{"cmd": "ls | wc -l"}`)}, nil
+		case 1:
+			if drift {
+				return vllmsim.Reply{Text: call("write_file", `{"path": "out.txt", "content": "1\n"}`), NonCanonical: true}, nil
+			}
+			return vllmsim.Reply{Text: call("write_file", `{"path": "out.txt", "content": "2\n"}`)}, nil
+		case 2:
+			return vllmsim.Reply{Text: call("done", `{"answer": "done"}`)}, nil
+		}
+		return vllmsim.Reply{}, fmt.Errorf("view: no scripted turn %d", i)
+	}
+	c.model = vllmsim.Start(c.parent, vllmsim.Config{ToolParser: true, Respond: respond})
+	return c.model
 }
 
 // viewServer is a running forkline view.
@@ -259,7 +324,9 @@ func viewQueries() []viewQuery {
 		{kind: "branching", params: "branch=true&min_reward=1&sort=reset_ms&desc=true", where: "parent_episode_id IS NOT NULL AND reward >= 1", order: "reset_ms DESC", nonEmpty: true},
 		{kind: "tito", params: "drift=false", where: "NOT token_drift", nonEmpty: true},
 		{kind: "tito", params: "drift=true", where: "token_drift"},
-		{kind: "tito", params: "text=ls -la&sort=reward&desc=true", where: "episode_id IN (SELECT episode_id FROM t)", order: "reward DESC NULLS LAST", text: "ls -la", nonEmpty: true},
+		{kind: "tito", params: "text=wc -l&sort=reward&desc=true", where: "episode_id IN (SELECT episode_id FROM t)", order: "reward DESC NULLS LAST", text: "wc -l", nonEmpty: true},
+		{kind: "chat", params: "drift=true", where: "token_drift", nonEmpty: true},
+		{kind: "chat", params: "drift=false", where: "NOT token_drift"},
 		{kind: "web", params: "exit=done&sort=repeat", where: "exit_reason = 'done'", order: "repeat", nonEmpty: true},
 	}
 }
@@ -453,8 +520,16 @@ func testViewPages(t *testing.T, srv *viewServer) {
 			"the model's tokens are coloured by logprob")
 		assert.Positive(t, eval[int](t, ctx, `document.querySelectorAll("#response-tokens .tok.obs").length`), "observation tokens are shaded (mask 0)")
 		assert.Equal(t, 3, eval[int](t, ctx, `document.querySelectorAll("#response-tokens .turn-end").length`), "three model turns end in the record")
-		require.NoError(t, chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.CSS(`#token-record`))))
+		eval[bool](t, ctx, `(document.querySelector("#token-record").scrollIntoView({block: "start"}), true)`)
 		golden(t, ctx, "tokens")
+	}
+
+	if run, ok := srv.runs["chat"]; ok {
+		ids, _ := listIDs(t, srv, run, url.Values{"drift": {"true"}})
+		require.NotEmpty(t, ids)
+		require.NoError(t, open(ctx, srv.url, fmt.Sprintf("#/run/%d/episode/%s", run, ids[0])))
+		assert.Contains(t, eval[string](t, ctx, `(document.querySelector("#drift-cut") || {}).textContent || ""`), "cut here",
+			"the drift cut point is marked")
 	}
 
 	if run, ok := srv.runs["web"]; ok {
@@ -466,6 +541,7 @@ func testViewPages(t *testing.T, srv *viewServer) {
 		assert.Positive(t, eval[int](t, ctx, `document.querySelectorAll("details.a11y").length`), "accessibility trees to unfold")
 		require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`details.a11y > summary`))))
 		assert.Positive(t, eval[int](t, ctx, `document.querySelector("details.a11y[open]").querySelectorAll("li").length`), "an unfolded tree shows its nodes")
+		eval[bool](t, ctx, `(document.querySelector("details.a11y[open]").scrollIntoView({block: "start"}), true)`)
 		golden(t, ctx, "web")
 	}
 	time.Sleep(200 * time.Millisecond) // the last page's console events
@@ -501,9 +577,14 @@ func golden(t *testing.T, ctx context.Context, name string) {
 	require.NoError(t, err, "no golden: run go test ./cmd/forkline -run TestView -update")
 	diff, err := pixelDiff(want, shot)
 	require.NoError(t, err)
+	t.Logf("%s: %.3f%% of the pixels differ from the golden", name, 100*diff)
 	if diff > goldenTolerance {
-		out := filepath.Join(t.TempDir(), name+".png")
-		os.WriteFile(out, shot, 0o644)
+		// Kept after the test, to compare with the golden.
+		f, err := os.CreateTemp("", "forkline-view-"+name+"-*.png")
+		require.NoError(t, err)
+		f.Write(shot)
+		f.Close()
+		out := f.Name()
 		t.Errorf("%s: %.2f%% of the pixels differ from %s (tolerance %.2f%%); this run's screenshot: %s", name, 100*diff, path, 100*goldenTolerance, out)
 	}
 }
