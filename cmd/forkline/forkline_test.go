@@ -44,7 +44,7 @@ func TestTopLevelAndHelp(t *testing.T) {
 
 	r = execute(t.Context(), "colect")
 	assert.Equal(t, cli.ExitBadInput, r.code)
-	assert.Contains(t, r.stderr, `forkline: unknown subcommand "colect"; did you mean collect? (known: collect, merge, inspect, verify, export, replay, serve, images, relay, version, help)`)
+	assert.Contains(t, r.stderr, `forkline: unknown subcommand "colect"; did you mean collect? (known: collect, merge, inspect, view, verify, export, replay, serve, images, relay, version, help)`)
 
 	for _, name := range subcommands() {
 		t.Run(name, func(t *testing.T) {

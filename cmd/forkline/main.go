@@ -39,6 +39,7 @@ func app() *cli.App {
 			collectCommand(),
 			mergeCommand(),
 			inspectCommand(),
+			viewCommand(),
 			verifyCommand(),
 			exportCommand(),
 			replayCommand(),

@@ -52,6 +52,8 @@ const (
 	DockerRunsc    = "docker-runsc"
 	// Agents: the agent harnesses installed from npm (forkline images -agent).
 	Agents = "agents"
+	// DuckDB: the query oracle built from internal/oracle/duckdb.
+	DuckDB = "duckdb"
 )
 
 // Component is an outside component some tests need.
@@ -76,6 +78,7 @@ var components = []Component{
 	{Slurm, "Debian's slurm-wlm and munge, run as root (each test starts a one-node cluster on 127.0.0.1)", "bash .ci/slurm-up.sh"},
 	{Gvisor, "Debian's runsc (gVisor) running sandboxes as root: the gvisor provider", "bash .ci/gvisor-up.sh (apt-get install runsc; run the tests as root)"},
 	{DockerRunsc, "a Docker engine with runsc registered as the runtime \"runsc\" (-provider-opt runtime=runsc)", "bash .ci/gvisor-up.sh, then bash .ci/docker-up.sh (it registers runsc in /etc/docker/daemon.json before it starts dockerd)"},
+	{DuckDB, "DuckDB, as the program internal/oracle/duckdb (a module of its own: cgo DuckDB) that runs one SQL query over Parquet shards: the oracle of forkline view's episode filters", "bash .ci/duckdb-up.sh (go build in internal/oracle/duckdb: a C compiler and the Go module proxy)"},
 	{Agents, "the agent harnesses Claude Code, Codex and opencode, installed from npm at their pinned versions into forkline's cache (internal/agenttest)", "bash .ci/agents-up.sh (forkline images -agent claude-code,codex,opencode; needs npm)"},
 }
 

@@ -1,0 +1,253 @@
+// Command view measures forkline view's episode list on a large run
+// against DuckDB answering the same query over the same Parquet shards, in
+// the same sitting: it collects a run of -episodes scripted episodes (once,
+// kept in -data for the next time), starts forkline view on it, asks each
+// query several times, and runs each query's SQL with the DuckDB oracle
+// (internal/oracle/duckdb, a module of its own). It reports each query's
+// median wall time, the ratio to DuckDB's, and the view process's peak
+// RSS (VmHWM) after all of them, against its RSS before the first.
+//
+//	go run ./benchmarks/view                           # 100,000 episodes
+//	go run ./benchmarks/view -episodes 10000 -data /tmp/viewbench
+//	go run ./benchmarks/view -in runs/big                 # a dataset as it is
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// task is a short shell episode (the export benchmark's): a command, a
+// file written and read, done.
+const task = `id: view-bench
+instruction: Write the number of lines in notes.txt into count.txt.
+files:
+  notes.txt: "buy milk\ncall Ada\nfix the bike\n"
+solution:
+  - {kind: exec, cmd: wc -l < notes.txt}
+  - {kind: write_file, path: count.txt, content: "3\n"}
+  - {kind: done, answer: "3"}
+verify:
+  cmd: test "$(cat count.txt)" = 3
+  reward: exit
+`
+
+type query struct {
+	name   string
+	params string
+	sql    string // over m: episodes joined with their verify reward
+}
+
+var queries = []query{
+	{"first page, by id", "limit=50", "SELECT episode_id FROM m ORDER BY episode_id LIMIT 50"},
+	{"reward ≥ 1, longest first", "min_reward=1&sort=duration_ms&desc=true&limit=50", "SELECT episode_id FROM m WHERE reward >= 1 ORDER BY duration_ms DESC, episode_id LIMIT 50"},
+	{"exit=done, page 200", "exit=done&offset=10000&limit=50", "SELECT episode_id FROM m WHERE exit_reason = 'done' ORDER BY episode_id LIMIT 50 OFFSET 10000"},
+	{"text in steps", "text=wc%20-l&limit=50", "SELECT episode_id FROM m WHERE episode_id IN (SELECT episode_id FROM read_parquet('STEPS') WHERE contains(lower(action_json), 'wc -l') OR contains(lower(output), 'wc -l') OR contains(lower(coalesce(model_text, '')), 'wc -l')) ORDER BY episode_id LIMIT 50"},
+}
+
+func main() {
+	episodes := flag.Int("episodes", 100_000, "episodes in the run")
+	data := flag.String("data", filepath.Join(os.TempDir(), "forkline-viewbench"), "where the run is kept between runs")
+	repeat := flag.Int("repeat", 3, "times each query is asked")
+	in := flag.String("in", "", "measure this dataset as it is (a partial one too) instead of collecting one")
+	flag.Parse()
+
+	tmp, err := os.MkdirTemp("", "viewbench-")
+	check(err)
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "forkline")
+	build(exec.Command("go", "build", "-o", bin, "./cmd/forkline"))
+	duck := filepath.Join(tmp, "duckdb")
+	b := exec.Command("go", "build", "-o", duck, ".")
+	b.Dir = "internal/oracle/duckdb"
+	build(b)
+
+	ds := *in
+	if ds == "" {
+		ds = dataset(bin, *data, *episodes)
+	} else {
+		*episodes = count(duck, ds)
+	}
+	view := exec.Command(bin, "view", ds, "-addr", "127.0.0.1:0")
+	stderr, err := view.StderrPipe()
+	check(err)
+	check(view.Start())
+	defer view.Process.Kill()
+	began := time.Now()
+	addr := ""
+	lines := bufio.NewScanner(stderr)
+	re := regexp.MustCompile(`at (http://[^/]+)/`)
+	for lines.Scan() {
+		if m := re.FindStringSubmatch(lines.Text()); m != nil {
+			addr = m[1]
+			break
+		}
+	}
+	if addr == "" {
+		fatal("forkline view printed no address")
+	}
+	go io.Copy(io.Discard, stderr)
+	fmt.Printf("forkline view benchmark — %d episodes (%s); view started (summary read, shards hashed) in %.1fs; RSS %0.f MB\n",
+		*episodes, ds, time.Since(began).Seconds(), rss(view.Process.Pid, "VmRSS"))
+	fmt.Printf("  %-28s %10s %10s %8s %8s\n", "query", "view ms", "duckdb ms", "ratio", "matched")
+	with := fmt.Sprintf(`WITH e AS (SELECT * FROM read_parquet('%s')),
+r AS (SELECT episode_id, first(value) AS reward FROM read_parquet('%s') WHERE name = 'verify' AND step_index IS NULL AND value IS NOT NULL GROUP BY episode_id),
+m AS (SELECT e.*, r.reward FROM e LEFT JOIN r USING (episode_id)) `, filepath.Join(ds, "episodes", "part-*.parquet"), filepath.Join(ds, "rewards", "part-*.parquet"))
+	for _, q := range queries {
+		var vt, dt []float64
+		var got, want []string
+		matched := 0
+		for range *repeat {
+			t0 := time.Now()
+			got, matched = list(addr + "/api/runs/0/episodes?" + q.params)
+			vt = append(vt, ms(time.Since(t0)))
+			t0 = time.Now()
+			want = duckdb(duck, with+strings.ReplaceAll(q.sql, "STEPS", filepath.Join(ds, "steps", "part-*.parquet")))
+			dt = append(dt, ms(time.Since(t0)))
+		}
+		if !slices.Equal(got, want) {
+			fatal("%s: forkline view and DuckDB disagree:\n%v\n%v", q.name, got, want)
+		}
+		v, d := median(vt), median(dt)
+		fmt.Printf("  %-28s %10.0f %10.0f %7.2fx %8d\n", q.name, v, d, v/d, matched)
+	}
+	// An episode's page: the last episode in the episodes table's order,
+	// the worst case of the streams that find it.
+	last := duckdb(duck, fmt.Sprintf("SELECT episode_id FROM read_parquet('%s', file_row_number = true, filename = true) ORDER BY filename DESC, file_row_number DESC LIMIT 1",
+		filepath.Join(ds, "episodes", "part-*.parquet")))
+	var et []float64
+	for range *repeat {
+		t0 := time.Now()
+		resp, err := http.Get(addr + "/api/runs/0/episodes/" + last[0])
+		check(err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			fatal("episode page %s: %s", last[0], resp.Status)
+		}
+		et = append(et, ms(time.Since(t0)))
+	}
+	fmt.Printf("  %-28s %10.0f\n", "episode page (the last one)", median(et))
+	fmt.Printf("view peak RSS after the queries: %.0f MB\n", rss(view.Process.Pid, "VmHWM"))
+}
+
+// count is the number of episodes in the dataset's listed shards (DuckDB
+// reads the unlisted temporary files of a run being written no more than
+// forkline does: they are hidden, .part-*.tmp).
+func count(duck, ds string) int {
+	out, err := exec.Command(duck, "-sql", fmt.Sprintf("SELECT count(*) AS n FROM read_parquet('%s')", filepath.Join(ds, "episodes", "part-*.parquet"))).Output()
+	check(err)
+	var rows []struct {
+		N int `json:"n"`
+	}
+	check(json.Unmarshal(out, &rows))
+	return rows[0].N
+}
+
+func list(u string) ([]string, int) {
+	resp, err := http.Get(u)
+	check(err)
+	defer resp.Body.Close()
+	var page struct {
+		Matched  int `json:"matched"`
+		Episodes []struct {
+			ID string `json:"episode_id"`
+		} `json:"episodes"`
+		Error string `json:"error"`
+	}
+	check(json.NewDecoder(resp.Body).Decode(&page))
+	if page.Error != "" {
+		fatal("%s: %s", u, page.Error)
+	}
+	var ids []string
+	for _, e := range page.Episodes {
+		ids = append(ids, e.ID)
+	}
+	return ids, page.Matched
+}
+
+func duckdb(bin, sql string) []string {
+	out, err := exec.Command(bin, "-sql", sql).Output()
+	if err != nil {
+		fatal("duckdb: %v", err)
+	}
+	var rows []struct {
+		ID string `json:"episode_id"`
+	}
+	check(json.Unmarshal(out, &rows))
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+func dataset(bin, dir string, n int) string {
+	out := filepath.Join(dir, fmt.Sprintf("episodes-%d", n))
+	if data, err := os.ReadFile(filepath.Join(out, "manifest.json")); err == nil && strings.Contains(string(data), `"status": "complete"`) {
+		return out
+	}
+	check(os.MkdirAll(dir, 0o755))
+	spec := filepath.Join(dir, "view-bench.yaml")
+	check(os.WriteFile(spec, []byte(task), 0o644))
+	os.RemoveAll(out)
+	began := time.Now()
+	cmd := exec.Command(bin, "collect", "-tasks", spec, "-repeats", strconv.Itoa(n), "-replicas", "8", "-out", out, "-quiet", "-json")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		fatal("collecting %d episodes: %v", n, err)
+	}
+	fmt.Printf("(collected %d episodes in %s)\n", n, time.Since(began).Round(time.Second))
+	return out
+}
+
+// rss reads a memory figure (VmRSS, VmHWM) of a process, in MB.
+func rss(pid int, field string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	check(err)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func median(x []float64) float64 {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func build(cmd *exec.Cmd) {
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		fatal("%s: %v", strings.Join(cmd.Args, " "), err)
+	}
+}
+
+func check(err error) {
+	if err != nil {
+		fatal("%v", err)
+	}
+}
+
+func fatal(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "viewbench: "+format+"\n", args...)
+	os.Exit(1)
+}
