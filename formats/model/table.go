@@ -132,7 +132,7 @@ func newTableWriter(w io.Writer, fs Features) *TableWriter {
 	for i, f := range fs {
 		t.index[f.Name] = i
 	}
-	t.rb = array.NewRecordBuilder(memory.DefaultAllocator, t.schema)
+	t.rb = array.NewRecordBuilder(&recycler{}, t.schema)
 	return t
 }
 
