@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -311,7 +313,7 @@ func flatObject(data []byte) (map[string]json.RawMessage, bool) {
 		start := i
 		switch {
 		case i < n && data[i] == '"':
-			if _, i, ok = plainString(data, i); !ok {
+			if i, ok = escapedString(data, i); !ok {
 				return nil, false
 			}
 		default:
@@ -354,6 +356,108 @@ func plainString(data []byte, i int) ([]byte, int, bool) {
 	return nil, 0, false
 }
 
+// escapedString reads a JSON string at data[i] whose escapes are all
+// valid (a recorded command or file nearly always holds \n, \" or the
+// \u003c Go writes for <) and no control character; it returns the index
+// after it.
+func escapedString(data []byte, i int) (int, bool) {
+	if i >= len(data) || data[i] != '"' {
+		return 0, false
+	}
+	for j := i + 1; j < len(data); j++ {
+		switch c := data[j]; {
+		case c == '"':
+			return j + 1, true
+		case c < 0x20:
+			return 0, false
+		case c == '\\':
+			if j+1 >= len(data) {
+				return 0, false
+			}
+			switch data[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j++
+			case 'u':
+				if _, ok := hex4(data, j+2); !ok {
+					return 0, false
+				}
+				j += 5
+			default:
+				return 0, false
+			}
+		}
+	}
+	return 0, false
+}
+
+// hex4 reads the four hex digits of a \u escape at data[i].
+func hex4(data []byte, i int) (rune, bool) {
+	if i+4 > len(data) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range data[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// unescape is the contents of a JSON string body (checked by
+// escapedString) as json.Unmarshal gives it, for bodies of valid UTF-8
+// whose \u escapes are not surrogates; it reports false for anything else
+// (json.Unmarshal's replacement characters and surrogate pairs are left
+// to it).
+func unescape(body []byte) (string, bool) {
+	if !utf8.Valid(body) {
+		return "", false
+	}
+	out := make([]byte, 0, len(body))
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if c != '\\' {
+			out = append(out, c)
+			continue
+		}
+		if i+1 >= len(body) {
+			return "", false
+		}
+		i++
+		switch body[i] {
+		case '"', '\\', '/':
+			out = append(out, body[i])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := hex4(body, i+1)
+			if !ok || utf16.IsSurrogate(r) {
+				return "", false
+			}
+			out = utf8.AppendRune(out, r)
+			i += 4
+		default:
+			return "", false
+		}
+	}
+	return string(out), true
+}
+
 // decodePlain sets *p from a JSON value (already checked to be valid JSON)
 // when it is one json.Unmarshal would give the same result for without
 // work (a string without escapes, of valid UTF-8; an integer that fits)
@@ -365,7 +469,14 @@ func decodePlain(raw json.RawMessage, p any) bool {
 			return false
 		}
 		body := raw[1 : len(raw)-1]
-		if bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
+		if bytes.IndexByte(body, '\\') >= 0 {
+			s, ok := unescape(body)
+			if ok {
+				*x = s
+			}
+			return ok
+		}
+		if !utf8.Valid(body) {
 			return false
 		}
 		*x = string(body)
@@ -418,17 +529,17 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 		return fmt.Errorf("runtime: %w: missing field \"kind\" (known kinds: %s)", ErrInvalidAction, kindList())
 	}
 	var kind string
-	if err := json.Unmarshal(kindRaw, &kind); err != nil {
-		return fmt.Errorf("runtime: %w: field \"kind\" must be a string", ErrInvalidAction)
+	if !decodePlain(kindRaw, &kind) {
+		if err := json.Unmarshal(kindRaw, &kind); err != nil {
+			return fmt.Errorf("runtime: %w: field \"kind\" must be a string", ErrInvalidAction)
+		}
 	}
 	specs, ok := actionFields[ActionKind(kind)]
 	if !ok {
 		return fmt.Errorf("runtime: %w: unknown kind %q (known: %s)", ErrInvalidAction, kind, kindList())
 	}
 	out := Action{Kind: ActionKind(kind)}
-	allowed := map[string]bool{"kind": true}
 	for _, f := range specs {
-		allowed[f.name] = true
 		v, present := raw[f.name]
 		if !present {
 			if f.required {
@@ -444,7 +555,7 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 		}
 	}
 	for name := range raw {
-		if !allowed[name] {
+		if name != "kind" && !slices.ContainsFunc(specs, func(f fieldSpec) bool { return f.name == name }) {
 			names := []string{}
 			for _, f := range specs {
 				names = append(names, f.name)

@@ -22,7 +22,8 @@ func TestPlainJSONMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	for _, raw := range []string{`""`, `"ls"`, `"a\u003cb"`, `"\n"`, `"é"`, `"\ud800"`, `0`, `-0`, `12`, `1e3`, `1.5`, `null`, `"7"`,
-		`99999999999999999999`} {
+		`99999999999999999999`, `"a\"b"`, `"\\"`, `"\/"`, `"\b\f\n\r\t"`, `"\u00e9\u00E9"`, `"\u2028"`, `"\ud83d\ude00"`,
+		`"\u0000"`, `"x\u0026y\u003e"`, "\"\xff\\n\"", `"wc -l \u003c notes.txt"`, `"3\n"`} {
 		var s, js string
 		if decodePlain(json.RawMessage(raw), &s) {
 			if err := json.Unmarshal([]byte(raw), &js); err != nil || s != js {
@@ -50,7 +51,8 @@ func TestFlatObjectMatchesEncodingJSON(t *testing.T) {
 	for _, in := range []string{`{}`, `{"kind":"exec","cmd":"ls"}`, `{"kind":"click","x":10,"y":-3}`, `{"a":"1","a":"2"}`,
 		`{"kind":"exec","cmd":"wc -l \u003c f"}`, `{"x":01}`, `{"x":-}`, `{"x":1.5}`, `{"x":1e3}`, `{"x":true}`, `{"x":null}`,
 		`{"x":"a"`, `{"x":"a",}`, `{"x" :"a"}`, `{ "x":"a"}`, `{"x":"a"}}`, `{"x""a"}`, `{"x":"a"b}`, `{"x":[1]}`, "{\"x\":\"\xff\"}",
-		`{"x":-0}`, `{"x":0}`, `{,}`, `{"":""}`} {
+		`{"x":-0}`, `{"x":0}`, `{,}`, `{"":""}`, `{"x":"a\"b"}`, `{"x":"\\"}`, `{"x":"\x"}`, `{"x":"\u12"}`, `{"x":"\u12g4"}`,
+		`{"x":"\"}`, `{"x":"a\n","y":"\u00e9"}`, "{\"x\":\"a\tb\"}", `{"x":"\ud800"}`, `{"kind":"write_file","path":"p","content":"3\n"}`} {
 		got, ok := flatObject([]byte(in))
 		var want map[string]json.RawMessage
 		err := json.Unmarshal([]byte(in), &want)

@@ -25,7 +25,7 @@ import (
 //	Value     string, []byte (binary), bool, any Go integer or float type, or
 //	          a pointer to one (nil pointer = null)
 //	List      any slice; a nil interface is null, a nil or empty slice is []
-//	Struct    map[string]any (missing keys are null)
+//	Struct    map[string]any (missing keys are null), or StructValues
 //	Image     []byte of an encoded image (PNG); nil or empty = null
 //	JSON      json.RawMessage, []byte or string holding one JSON value, or
 //	          ValidJSON (not checked again)
@@ -33,6 +33,12 @@ import (
 //
 // An untyped nil is null everywhere.
 type Row map[string]any
+
+// StructValues are a Struct's values in the order of its fields, without
+// the names a map[string]any carries (nil is null; a shorter list leaves
+// the fields after it null). Building rows of many small structs (a
+// conversation's messages) this way skips a map per struct.
+type StructValues []any
 
 // Batching: a record batch (a Parquet row group, an IPC record batch) is
 // written once it holds this many rows or about this many bytes.
@@ -132,7 +138,7 @@ func newTableWriter(w io.Writer, fs Features) *TableWriter {
 	for i, f := range fs {
 		t.index[f.Name] = i
 	}
-	t.rb = array.NewRecordBuilder(memory.DefaultAllocator, t.schema)
+	t.rb = array.NewRecordBuilder(&recycler{}, t.schema)
 	return t
 }
 
@@ -321,9 +327,29 @@ func appendValue(b array.Builder, f Feature, v any) (int64, error) {
 	case List:
 		return appendList(b.(*array.ListBuilder), f, v)
 	case Struct:
+		if sv, ok := v.(StructValues); ok {
+			if len(sv) > len(f) {
+				return 0, fmt.Errorf("struct has %d fields, got %d values", len(f), len(sv))
+			}
+			sb := b.(*array.StructBuilder)
+			sb.Append(true)
+			var n int64 = 1
+			for i, c := range f {
+				var fv any
+				if i < len(sv) {
+					fv = sv[i]
+				}
+				cn, err := appendValue(sb.FieldBuilder(i), c.Type, fv)
+				if err != nil {
+					return 0, fmt.Errorf("%s: %w", c.Name, err)
+				}
+				n += cn
+			}
+			return n, nil
+		}
 		m, ok := v.(map[string]any)
 		if !ok {
-			return 0, fmt.Errorf("struct wants map[string]any, got %T", v)
+			return 0, fmt.Errorf("struct wants map[string]any or StructValues, got %T", v)
 		}
 		for k := range m {
 			if !slices.ContainsFunc(f, func(c Field) bool { return c.Name == k }) {

@@ -1,8 +1,11 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/forkline/forkline/schemas"
 )
@@ -33,6 +36,42 @@ func (r lineageRow) first() int {
 		return 0
 	}
 	return int(*r.BranchStep)
+}
+
+// readLineageColumns reads the lineage columns of one episodes shard
+// column-wise (readFlatColumns) and hands each row to add, in the file's
+// order; errNotFlat when the shard's columns have another shape.
+func readLineageColumns(src *source, s ShardInfo, add func(lineageRow)) error {
+	var rows []lineageRow
+	cols := []flatColumn{
+		{"episode_id", parquet.ByteArray, func(i int, v parquet.Value) { rows[i].EpisodeID = string(v.ByteArray()) }},
+		{"exit_reason", parquet.ByteArray, func(i int, v parquet.Value) { rows[i].ExitReason = string(v.ByteArray()) }},
+		{"steps", parquet.Int32, func(i int, v parquet.Value) { rows[i].Steps = v.Int32() }},
+		{"parent_episode_id", parquet.ByteArray, func(i int, v parquet.Value) {
+			if !v.IsNull() {
+				p := string(v.ByteArray())
+				rows[i].ParentEpisodeID = &p
+			}
+		}},
+		{"branch_step", parquet.Int32, func(i int, v parquet.Value) {
+			if !v.IsNull() {
+				b := v.Int32()
+				rows[i].BranchStep = &b
+			}
+		}},
+	}
+	start := func(n int) error {
+		rows = slices.Grow(rows[:0], n)[:n]
+		clear(rows)
+		return nil
+	}
+	done := func() error {
+		for _, r := range rows {
+			add(r)
+		}
+		return nil
+	}
+	return readFlatColumns(src, s, cols, start, done)
 }
 
 // lineage is the dataset's tree of episodes, read from the episodes table
@@ -72,11 +111,23 @@ func (d *Dataset) readLineage() (*lineage, error) {
 
 func (d *Dataset) loadLineage() (*lineage, error) {
 	l := &lineage{nodes: map[string]*lineageNode{}}
-	for r, err := range readShards[lineageRow](d.src, d.Shards(schemas.TableEpisodes), readBatchKeys) {
+	add := func(r lineageRow) {
+		l.nodes[r.EpisodeID] = &lineageNode{parent: r.parent(), first: r.first(), steps: int(r.Steps), branched: r.ExitReason == exitBranched}
+	}
+	for _, s := range d.Shards(schemas.TableEpisodes) {
+		err := readLineageColumns(d.src, s, add)
+		if errors.Is(err, errNotFlat) {
+			for r, rerr := range readShard[lineageRow](d.src, s, readBatchKeys) {
+				if rerr != nil {
+					return nil, rerr
+				}
+				add(r)
+			}
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		l.nodes[r.EpisodeID] = &lineageNode{parent: r.parent(), first: r.first(), steps: int(r.Steps), branched: r.ExitReason == exitBranched}
 	}
 	for id, n := range l.nodes {
 		if n.parent == "" {

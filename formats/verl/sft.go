@@ -98,7 +98,9 @@ func NewSFTWriter(dir string, splits []string, withThinking, withImages bool, op
 // message's content (MultiTurnSFTDataset splits contents on it).
 const ImagePlaceholder = "<image>"
 
-// MessageValues are msgs as verl-sft's message structs.
+// MessageValues are msgs as verl-sft's message structs, each a
+// model.StructValues in the order of the message struct's fields (role,
+// content, reasoning_content, tool_calls, tool_call_id), nil for a null.
 func MessageValues(msgs []model.Message, opt model.Options) []any {
 	out := make([]any, len(msgs))
 	for i, m := range msgs {
@@ -106,23 +108,22 @@ func MessageValues(msgs []model.Message, opt model.Options) []any {
 		for range m.Images {
 			content += ImagePlaceholder
 		}
-		v := map[string]any{"role": m.Role, "content": content}
+		v := model.StructValues{m.Role, content, nil, nil, nil}
 		if m.Role == model.RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && opt.CallContent.NullContent() {
-			v["content"] = nil
+			v[1] = nil
 		}
 		if m.Reasoning != "" {
-			v["reasoning_content"] = m.Reasoning
-		}
-		if m.ToolCallID != "" {
-			v["tool_call_id"] = m.ToolCallID
+			v[2] = m.Reasoning
 		}
 		if len(m.ToolCalls) > 0 {
 			calls := make([]any, len(m.ToolCalls))
 			for j, tc := range m.ToolCalls {
-				calls[j] = map[string]any{"id": tc.ID, "type": "function",
-					"function": map[string]any{"name": tc.Name, "arguments": tc.Text}}
+				calls[j] = model.StructValues{tc.ID, "function", model.StructValues{tc.Name, tc.Text}}
 			}
-			v["tool_calls"] = calls
+			v[3] = calls
+		}
+		if m.ToolCallID != "" {
+			v[4] = m.ToolCallID
 		}
 		out[i] = v
 	}
