@@ -52,6 +52,10 @@ const (
 	DockerRunsc    = "docker-runsc"
 	// Agents: the agent harnesses installed from npm (forkline images -agent).
 	Agents = "agents"
+	// Validators: Debian's python3-jsonschema and python3-yaml for
+	// /usr/bin/python3, the third-party validators format tests check
+	// exports with (ATIF against its schema, a dataset card's YAML).
+	Validators = "validators"
 )
 
 // Component is an outside component some tests need.
@@ -76,6 +80,7 @@ var components = []Component{
 	{Slurm, "Debian's slurm-wlm and munge, run as root (each test starts a one-node cluster on 127.0.0.1)", "bash .ci/slurm-up.sh"},
 	{Gvisor, "Debian's runsc (gVisor) running sandboxes as root: the gvisor provider", "bash .ci/gvisor-up.sh (apt-get install runsc; run the tests as root)"},
 	{DockerRunsc, "a Docker engine with runsc registered as the runtime \"runsc\" (-provider-opt runtime=runsc)", "bash .ci/gvisor-up.sh, then bash .ci/docker-up.sh (it registers runsc in /etc/docker/daemon.json before it starts dockerd)"},
+	{Validators, "Debian's python3-jsonschema and python3-yaml for /usr/bin/python3: the validators the ATIF and dataset-card tests use", "bash .ci/validators-up.sh (apt-get install python3-jsonschema python3-yaml)"},
 	{Agents, "the agent harnesses Claude Code, Codex and opencode, installed from npm at their pinned versions into forkline's cache (internal/agenttest)", "bash .ci/agents-up.sh (forkline images -agent claude-code,codex,opencode; needs npm)"},
 }
 
@@ -319,6 +324,21 @@ func NeedChromium(t testing.TB) string {
 		return err
 	})
 	return exe
+}
+
+// NeedValidators ends the test unless /usr/bin/python3 imports jsonschema
+// and yaml (Validators), and returns the interpreter's path.
+func NeedValidators(t testing.TB) string {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	Need(t, Validators, func() error {
+		out, err := exec.Command(python, "-c", "import jsonschema, yaml").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s cannot import jsonschema and yaml: %v %s", python, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	})
+	return python
 }
 
 // NeedRoot ends the test unless it runs as root.
