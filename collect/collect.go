@@ -95,8 +95,13 @@ type Config struct {
 	From         string
 	FromEpisodes []string
 	Resume       bool // finish the run in Out, skipping kept episodes
-	Force        bool // replace the run in Out
-	WorkDir      string
+	// Recorded is the configuration as the program that started the run
+	// resolved it (its own names and values: forkline's flags), written
+	// into the plan entry so that the program can resume the run from it
+	// alone. collect records it and never reads it; nil records none.
+	Recorded map[string][]string
+	Force    bool // replace the run in Out
+	WorkDir  string
 
 	// Progress, when set, receives a live progress line (TTY) or periodic
 	// plain progress lines (package progress); Run never prints the
@@ -760,7 +765,8 @@ func newRunID() string {
 // A resume was checked read-only (inspectResume) before it gets here.
 func openOutput(cfg Config, runID string, specs []task.Spec, episodes, total int, from *manifest.From, prov manifest.Provider, pol manifest.Policy) (*record.Recorder, error) {
 	planRec := manifest.Plan{Repeats: cfg.Repeats, Seed: cfg.Seed, Replicas: cfg.Replicas, Reset: string(cfg.Reset),
-		Episodes: episodes, Part: manifest.Part(cfg.Part), Total: total, Branch: cfg.Branch.String(), From: from}.Encode()
+		Episodes: episodes, Part: manifest.Part(cfg.Part), Total: total, Branch: cfg.Branch.String(), From: from,
+		Config: cfg.Recorded}.Encode()
 	providerRec, policyRec := prov.Encode(), pol.Encode()
 	tasksRec, err := task.EncodeRecords(specs)
 	if err != nil {

@@ -41,6 +41,7 @@ func ExampleTargets() {
 		fmt.Printf("%s -> %s\n", name, info.Layout)
 	}
 	// Output:
+	// atif -> DIR/<split>/<episode_id>.json
 	// chat-jsonl -> DIR/<split>.jsonl
 	// dpo -> DIR/<split>.jsonl
 	// hf -> DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet

@@ -330,7 +330,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	oc := &openContext{o: &o, splits: splitNames(o.Split), provenance: provenance(o, inputs), allThinking: true}
+	oc.toolVersions = map[string]string{}
 	for _, in := range inputs {
+		oc.toolVersions[in.m.RunID] = in.m.ToolVersion
 		oc.allThinking = oc.allThinking && in.conversation.EnableThinking != nil
 		oc.anyImages = oc.anyImages || in.conversation.Shows().Images()
 	}

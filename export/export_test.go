@@ -620,10 +620,10 @@ func TestValidate(t *testing.T) {
 	}{
 		{"no input", Options{Target: "hf", Out: out}, "Inputs, Target and Out are required"},
 		{"no out", Options{Inputs: in, Target: "hf"}, "Inputs, Target and Out are required"},
-		{"unknown target", Options{Inputs: in, Target: "parquet", Out: out}, `unknown target "parquet" (known: chat-jsonl, dpo, hf, hf-disk, jsonl, sft-tokens, verl-agent, verl-sft)`},
+		{"unknown target", Options{Inputs: in, Target: "parquet", Out: out}, `unknown target "parquet" (known: atif, chat-jsonl, dpo, hf, hf-disk, jsonl, sft-tokens, verl-agent, verl-sft)`},
 		{"removed target", Options{Inputs: in, Target: "verl-rl", Out: out}, "Target verl-rl was removed"},
 		{"rows for verl-sft", Options{Inputs: in, Target: "verl-sft", Out: out, Rows: "step"}, "Rows is for hf, hf-disk, sft-tokens and verl-agent, not verl-sft"},
-		{"tool args for verl-agent", Options{Inputs: in, Target: "verl-agent", Out: out, ToolArgs: model.ArgsObject}, "ToolArgs is for chat-jsonl, dpo, hf, hf-disk and verl-sft, not verl-agent"},
+		{"tool args for verl-agent", Options{Inputs: in, Target: "verl-agent", Out: out, ToolArgs: model.ArgsObject}, "ToolArgs is for atif, chat-jsonl, dpo, hf, hf-disk and verl-sft, not verl-agent"},
 		{"unknown rows", Options{Inputs: in, Target: "hf", Out: out, Rows: "turn"}, `Rows "turn" for hf (known: episode, step)`},
 		{"step rows have no messages", Options{Inputs: in, Target: "hf", Out: out, Rows: "step", Reasoning: model.ReasoningAll}, "Reasoning shapes the messages of episode rows"},
 		{"unknown tool args", Options{Inputs: in, Target: "chat-jsonl", Out: out, ToolArgs: "yaml"}, `ToolArgs "yaml" (known: object, string)`},

@@ -88,26 +88,62 @@ func (w Where) String() string {
 	return w.Column + op + strings.Join(w.Values, ",")
 }
 
-// selected applies Tasks, Episodes, Where and MinReward.
-func selected(o Options, ep *model.Episode) bool {
-	if len(o.Tasks) > 0 && !slices.Contains(o.Tasks, ep.Row.TaskID) {
+// Filter is the episode selection export applies (-task, -episode, -where,
+// -min-reward), as a value of its own so that every reader of datasets
+// selects the same episodes: inspect -list and forkline view use it as
+// export does. An episode passes when every part holds; the zero Filter
+// passes every episode.
+type Filter struct {
+	Where     []Where  // column filters (ParseWhere)
+	MinReward *float64 // the reward is at least this; a null reward never is
+	Tasks     []string // the episode's task is one of these; any task when empty
+	Episodes  []string // the episode's id starts with one of these prefixes; any episode when empty
+	Reward    string   // the episode-level reward MinReward tests; DefaultReward when empty
+}
+
+// Filter is o's selection.
+func (o Options) Filter() Filter {
+	return Filter{Where: o.Where, MinReward: o.MinReward, Tasks: o.Tasks, Episodes: o.Episodes, Reward: o.Reward}
+}
+
+// Match reports whether the episode row with its rewards (any order; the
+// step-level ones are ignored) passes every part of f. It reads no steps,
+// so a reader can select from the episodes and rewards tables alone.
+func (f Filter) Match(row *schemas.EpisodeRow, rewards []schemas.RewardRow) bool {
+	if len(f.Tasks) > 0 && !slices.Contains(f.Tasks, row.TaskID) {
 		return false
 	}
-	if len(o.Episodes) > 0 && !slices.ContainsFunc(o.Episodes, func(p string) bool { return strings.HasPrefix(ep.Row.EpisodeID, p) }) {
+	if len(f.Episodes) > 0 && !slices.ContainsFunc(f.Episodes, func(p string) bool { return strings.HasPrefix(row.EpisodeID, p) }) {
 		return false
 	}
-	for _, w := range o.Where {
-		if !w.match(&ep.Row) {
+	for _, w := range f.Where {
+		if !w.match(row) {
 			return false
 		}
 	}
-	if o.MinReward != nil {
-		r := ep.Reward()
-		if r == nil || *r < *o.MinReward {
+	if f.MinReward != nil {
+		r := f.EpisodeReward(rewards)
+		if r == nil || *r < *f.MinReward {
 			return false
 		}
 	}
 	return true
+}
+
+// EpisodeReward is the value of the episode-level reward row named
+// f.Reward (DefaultReward when empty) among rewards, or nil.
+func (f Filter) EpisodeReward(rewards []schemas.RewardRow) *float64 {
+	name := f.Reward
+	if name == "" {
+		name = DefaultReward
+	}
+	ep := model.Episode{Rewards: rewards, RewardName: name}
+	return ep.Reward()
+}
+
+// selected applies o's Filter.
+func selected(o Options, ep *model.Episode) bool {
+	return o.Filter().Match(&ep.Row, ep.Rewards)
 }
 
 // SplitPart is one named share of a split.

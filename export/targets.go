@@ -57,6 +57,8 @@ type openContext struct {
 	anyImages   bool      // an input's model saw images (policy.Conversation.Observe)
 	stream      io.Writer // file targets: where to write
 	groups      *groups   // targets with groups set
+	// toolVersions is the forkline version that wrote each input, by run id.
+	toolVersions map[string]string
 }
 
 // The option sets.

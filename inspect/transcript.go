@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/forkline/forkline/aci"
 	"github.com/forkline/forkline/capture"
 	"github.com/forkline/forkline/formats/model"
 	"github.com/forkline/forkline/formats/shard"
@@ -46,6 +49,9 @@ type Transcript struct {
 	// screenshot's hash is StartScreenshot.
 	Start           string `json:"start,omitempty"`
 	StartScreenshot string `json:"start_screenshot_sha256,omitempty"`
+	// StartA11yTree is the start page's accessibility tree as text, when
+	// TranscriptOptions.A11y asks for it.
+	StartA11yTree string `json:"start_a11y_tree,omitempty"`
 	// ObservationCap is the most bytes of an observation the policy showed
 	// the model (0: all); Observation texts are cut the same way.
 	ObservationCap int `json:"observation_cap"`
@@ -91,6 +97,10 @@ type Step struct {
 	PolicyMS    float64         `json:"policy_ms"`
 	EnvMS       float64         `json:"env_ms"`
 	A11yBytes   int             `json:"a11y_bytes,omitempty"`
+	// A11yTree is the step's accessibility tree as text (aci.TreeText: one
+	// node a line, with its box in the screenshot's pixels), when
+	// TranscriptOptions.A11y asks for this step's; "" otherwise.
+	A11yTree string `json:"a11y_tree,omitempty"`
 	// Screenshot is the step's screenshot, when one was taken.
 	Screenshot *Screenshot `json:"screenshot,omitempty"`
 	// PromptImages are the hashes of the screenshots the turn's prompt
@@ -134,6 +144,41 @@ type TranscriptOptions struct {
 	// Screenshots, when set, is a directory (created if missing) where the
 	// episodes' screenshots are written as EPISODE-step-NNN.png.
 	Screenshots string
+	// A11y says whose stored accessibility trees (web tasks captured with
+	// a11y=full) the transcript carries as text; none when zero.
+	A11y A11ySteps
+}
+
+// A11ySteps names the accessibility trees a transcript shows: the start
+// page's, every step's, or the steps whose index is listed.
+type A11ySteps struct {
+	Start bool
+	All   bool
+	Steps []int
+}
+
+// has reports whether the tree of step i is asked for.
+func (a A11ySteps) has(i int) bool { return a.All || slices.Contains(a.Steps, i) }
+
+// ParseA11ySteps reads "all", "start" and step indexes, comma-separated
+// ("start,3,4").
+func ParseA11ySteps(s string) (A11ySteps, error) {
+	var a A11ySteps
+	for _, f := range strings.Split(s, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "all":
+			a.All, a.Start = true, true
+		case "start":
+			a.Start = true
+		default:
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 0 {
+				return A11ySteps{}, fmt.Errorf("inspect: accessibility tree %q: want all, start or a step index (0, 1, ...)", f)
+			}
+			a.Steps = append(a.Steps, n)
+		}
+	}
+	return a, nil
 }
 
 // maxCandidates bounds the episode ids an ambiguous prefix lists.
@@ -335,6 +380,9 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 	if ep.StartScreenHash != nil {
 		t.StartScreenshot = *ep.StartScreenHash
 	}
+	if o.A11y.Start && ep.StartAXTree != nil && *ep.StartAXTree != "" {
+		t.StartA11yTree = aci.TreeText(*ep.StartAXTree)
+	}
 	for i := range steps {
 		s := &steps[i]
 		st := Step{Index: int(s.StepIndex), ModelText: deref(s.ModelText), Reasoning: deref(s.Reasoning),
@@ -342,6 +390,9 @@ func transcript(ds *shard.Dataset, ep schemas.EpisodeRow, steps []schemas.StepRo
 			ActionKind: s.ActionKind, Action: s.ActionJSON,
 			ExitCode: s.ExitCode, IsError: s.IsError, TimedOut: s.TimedOut, Truncated: s.Truncated,
 			OutputBytes: s.OutputBytes, PolicyMS: s.PolicyMS, EnvMS: s.EnvMS, A11yBytes: len(s.AXTree), PromptImages: s.PromptImages}
+		if s.AXTree != "" && o.A11y.has(int(s.StepIndex)) {
+			st.A11yTree = aci.TreeText(s.AXTree)
+		}
 		if s.HarnessInput != nil {
 			if !json.Valid([]byte(*s.HarnessInput)) {
 				return nil, fmt.Errorf("%w: episode %s step %d: harness_input is not JSON", shard.ErrCorrupt, ep.EpisodeID, s.StepIndex)

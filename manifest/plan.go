@@ -21,6 +21,13 @@ type Plan struct {
 	Branch string `json:"branch,omitempty"`
 	// From is the stored dataset a -from run branched from, nil for none.
 	From *From `json:"from,omitempty"`
+	// Config is the run's configuration as the command that started (or
+	// last resumed) it resolved it: each setting by its flag name, with
+	// its values as the flag takes them, paths absolute. forkline collect
+	// -resume -out DIR reads the rest of its flags from it. Absent in
+	// runs written before it was recorded, or by a program that records
+	// none.
+	Config map[string][]string `json:"config,omitempty"`
 }
 
 // Part is the share of a run one machine collected (collect -shard i/n):

@@ -53,12 +53,19 @@ policy, verifies the episode and streams its steps, rewards and screenshots into
 an interrupted run without duplicating an episode (episode ids are deterministic).
 
 The first SIGINT/SIGTERM stops scheduling and gives the episodes in flight -grace to finish; the run
-ends partial and the command that finishes it is printed. A second signal exits at once.`,
+ends partial and the command that finishes it is printed. A second signal exits at once.
+
+-config FILE gives the flags from a YAML file, by their names (docs/cli.md has an example); flags on
+the command line override it. The manifest records the run's resolved configuration (plan.config),
+so a run is finished with "forkline collect -resume -out DIR": the other flags are read from it, and
+any given beside override it (the resume check then says what may not change).`,
 		Examples: []string{
 			"forkline collect -tasks examples/tasks -replicas 4 -repeats 8 -out runs/demo",
 			"forkline collect -tasks examples/tasks/web -provider docker -provider-opt image=forkline/chromium -out runs/web",
 			"forkline collect -tasks tasks/ -policy openai -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -out runs/rl",
 			"forkline collect -tasks tasks/ -policy agent -policy-opt harness=codex -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -out runs/codex",
+			"forkline collect -config run.yaml -replicas 16",
+			"forkline collect -resume -out runs/demo",
 		},
 		Exits: []cli.Exit{
 			{Code: cli.ExitOK, Meaning: "complete: every planned episode is kept and finished (none kept as cancelled), whatever its outcome; or a resumed run was complete already (nothing to do)"},
@@ -83,6 +90,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.Group("plan", "-repeats 64 -seed 1 -shard 3/8")
 	f.String(&c.Tasks, "tasks", "FILE|DIR", "task specs: a *.yaml file (it may hold several documents) or a directory of them").Require()
 	f.String(&c.Out, "out", "DIR", "the dataset directory to write").Require()
+	f.ConfigFlag("the run's settings from a YAML file whose keys are these flags' names (tasks: tasks/, replicas: 8, provider-opt: {image: forkline/debian}); flags on the command line override it; paths are taken from the current directory, as on the command line")
 	f.Int(&c.Repeats, "repeats", "K", "episodes per task")
 	f.Int64(&c.Seed, "seed", "S", "run seed; part of every episode id")
 	f.String(&o.shard, "shard", "i/n", "collect only part i of n of the plan (disjoint parts, one per machine; join them with forkline merge)")
@@ -141,6 +149,8 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.String(&o.metricsAddr, "metrics-addr", "HOST:PORT", "serve Prometheus metrics at http://HOST:PORT/metrics while the run goes (docs/metrics.md)")
 	f.Logging()
 
+	// -resume -out DIR reads the other flags from the run's manifest.
+	f.Preset(recordedPreset)
 	f.Renamed("merge", "merging is the subcommand forkline merge now: forkline merge -out DIR PART...")
 	f.Renamed("tasks-from", "-tasks-from is replay's old name of -tasks")
 	return func(ctx context.Context, inv *cli.Invocation) int { return runCollect(ctx, inv, o) }
@@ -151,6 +161,7 @@ func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int
 	if err := o.parse(inv); err != nil {
 		return inv.Fail(cli.ExitBadInput, inFlagWords(err, collectFlags))
 	}
+	cfg.Recorded = recordedSettings(*cfg)
 	cfg.Logger = inv.Logger()
 	stopMetrics, err := watchRun(inv, o.metricsAddr, &cfg.Observer, "collect")
 	if err != nil {

@@ -115,10 +115,15 @@ func TestSIGTERMBranchingRunResumesToThePlannedTree(t *testing.T) {
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	}, nil)
 
-	// A resume without the plan is refused, and says which.
-	r := execute(context.Background(), "collect", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-resume")
+	// A resume with another plan is refused, and says which; one that
+	// leaves -branch out takes the run's from its recorded configuration.
+	r := execute(context.Background(), "collect", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-resume", "-branch", "at=1,width=2")
 	require.Equal(t, cli.ExitBadInput, r.code)
-	require.Contains(t, r.stderr, `-branch: the run used "at=2,width=3", this command gives ""`)
+	require.Contains(t, r.stderr, `-branch: the run used "at=2,width=3", this command gives "at=1,width=2"`)
+	require.Equal(t, []string{"at=2,width=3"}, planConfig(t, out)["branch"])
+	r = execute(context.Background(), "collect", "-tasks", spec, "-out", out, "-replicas", "2", "-repeats", "4", "-workdir", work, "-resume")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "nothing to do")
 }
 
 // A stop sent to every process of the job (as Slurm's scancel does) in a
@@ -304,11 +309,11 @@ verify:
 	require.NoError(t, err)
 	require.True(t, vr.OK(), "%v", vr.Problems)
 
-	cmd := resumeCommand(collect.Config{Tasks: spec, Out: out, Provider: "local", Replicas: 1, Repeats: 1, Policy: "script",
-		From: src, FromEpisodes: []string{"ab", "cd"}, Branch: mustBranch(t, "at=2,width=2")}, true, false)
-	require.Contains(t, cmd, "-from "+src)
-	require.Contains(t, cmd, "-episode ab,cd")
-	require.NotContains(t, cmd, "-repeats")
+	rec := recordedSettings(collect.Config{Tasks: spec, Out: out, Provider: "local", Replicas: 1, Repeats: 1, Policy: "script",
+		From: src, FromEpisodes: []string{"ab", "cd"}, Branch: mustBranch(t, "at=2,width=2")})
+	require.Equal(t, []string{src}, rec["from"])
+	require.Equal(t, []string{"ab,cd"}, rec["episode"])
+	require.NotContains(t, rec, "repeats")
 }
 
 func mustBranch(t *testing.T, s string) collect.BranchPlan {

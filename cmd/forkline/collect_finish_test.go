@@ -101,13 +101,18 @@ func TestPrintedFinishCommandResumesTheRun(t *testing.T) {
 	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), printed.String())
 	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
 
+	// The printed command is -resume -out DIR: the rest is the manifest's
+	// record of the run's configuration.
 	finish := finishCommand(t, printed.String())
-	for _, want := range []string{" -resume ", " -provider local ", " -provider-opt fork=copy ", " -replicas 2 ", " -repeats 12 ",
-		" -seed 7 ", " -policy script ", " -text cap:100000 ", " -pixels none ", " -a11y full ", " -tokens drop ",
-		" -shard 1/2 ", " -standby 1 ", " -max-creates 3 ", " -max-loss 50% ", " -grace 0s ", " -roll-mb 8 ",
-		" -roll-interval 300ms ", " -workdir " + work, " -tasks " + spec, ` -out '` + strings.ReplaceAll(out, "'", `'\''`) + `' `} {
-		require.Contains(t, finish+" ", want)
+	require.Regexp(t, ` collect -resume -out '`+regexp.QuoteMeta(strings.ReplaceAll(out, "'", `'\''`))+`' -quiet$`, finish)
+	recorded := planConfig(t, out)
+	for name, want := range map[string][]string{"provider": {"local"}, "provider-opt": {"fork=copy"}, "replicas": {"2"}, "repeats": {"12"},
+		"seed": {"7"}, "policy": {"script"}, "text": {"cap:100000"}, "pixels": {"none"}, "a11y": {"full"}, "tokens": {"drop"},
+		"shard": {"1/2"}, "standby": {"1"}, "max-creates": {"3"}, "max-loss": {"50%"}, "grace": {"0s"}, "roll-mb": {"8"},
+		"roll-interval": {"300ms"}, "workdir": {work}, "tasks": {spec}} {
+		require.Equal(t, want, recorded[name], "plan.config %s", name)
 	}
+	require.NotContains(t, recorded, "shard-count", "-shard-count is recorded as the -shard i/n it stood for")
 
 	code, resumed := runShell(t, finish)
 	require.Equal(t, cli.ExitOK, code, resumed)

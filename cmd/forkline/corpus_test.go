@@ -421,6 +421,9 @@ func corpusReaders() []corpusReader {
 			sort.Strings(names)
 			return "ok (" + strings.Join(names, ",") + ")"
 		}},
+		{"inspect -list", inspectListCell},
+		{"inspect -a11y", inspectA11yCell},
+		{"atif valid", atifCell},
 		{"verify", func(t *testing.T, c *corpus, k corpusKind, dir string) string {
 			code, stdout, stderr := runBin(t, 5*time.Minute, "verify", dir)
 			require.Equal(t, cli.ExitOK, code, "%s%s", stdout, stderr)

@@ -183,15 +183,11 @@ func (e *exportOptions) options(inv *cli.Invocation) (export.Options, error) {
 		o.Where = append(o.Where, wh)
 	}
 	if e.minReward != "" {
-		v, err := strconv.ParseFloat(e.minReward, 64)
+		v, err := parseMinReward("export", e.minReward)
 		if err != nil {
-			return o, fmt.Errorf("export: -min-reward %q is not a number", e.minReward)
+			return o, err
 		}
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			// NaN would compare false with every reward and keep them all.
-			return o, fmt.Errorf("export: -min-reward %q: want a finite number", e.minReward)
-		}
-		o.MinReward = &v
+		o.MinReward = v
 	}
 	var err error
 	if o.Split, err = export.ParseSplit(e.split); err != nil {
@@ -271,4 +267,18 @@ func report(inv *cli.Invocation, o export.Options, r *export.Report, ok bool) {
 	if r.Unsuccessful > 0 && sftTarget[o.Target] {
 		fmt.Fprintf(notes, "export: %d of the %d episodes written did not end in done or have a reward below 1 (or none); SFT trains on them too: add -min-reward 1 to keep only successes\n", r.Unsuccessful, total)
 	}
+}
+
+// parseMinReward reads -min-reward for export and inspect -list: a finite
+// number.
+func parseMinReward(command, s string) (*float64, error) {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%s: -min-reward %q is not a number", command, s)
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		// NaN would compare false with every reward and keep them all.
+		return nil, fmt.Errorf("%s: -min-reward %q: want a finite number", command, s)
+	}
+	return &v, nil
 }

@@ -119,11 +119,11 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"-to", "hf", "-out", out}, "-in, -to and -out are required (see -h)"},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "extra"}, `unexpected arguments ["extra"]`},
-		{[]string{"-in", in, "-to", "parquet", "-out", out}, `unknown target "parquet" (known: chat-jsonl, dpo, hf, hf-disk, jsonl, sft-tokens, verl-agent, verl-sft)`},
+		{[]string{"-in", in, "-to", "parquet", "-out", out}, `unknown target "parquet" (known: atif, chat-jsonl, dpo, hf, hf-disk, jsonl, sft-tokens, verl-agent, verl-sft)`},
 		{[]string{"-in", in, "-to", "verl-rl", "-out", out}, "-to verl-rl was removed"},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "-split", "train=0.5"}, "sum to 0.5"},
 		{[]string{"-in", in, "-to", "verl-sft", "-out", out, "-rows", "episode"}, "-rows is for hf, hf-disk, sft-tokens and verl-agent"},
-		{[]string{"-in", in, "-to", "verl-agent", "-out", out, "-tool-args", "string"}, "-tool-args is for chat-jsonl, dpo, hf, hf-disk and verl-sft"},
+		{[]string{"-in", in, "-to", "verl-agent", "-out", out, "-tool-args", "string"}, "-tool-args is for atif, chat-jsonl, dpo, hf, hf-disk and verl-sft"},
 		{[]string{"-in", in, "-to", "hf", "-out", out, "-rows", "turn"}, `-rows "turn" for hf (known: episode, step)`},
 		{[]string{"-in", in, "-to", "chat-jsonl", "-out", out, "-pairs", "all"}, "-pairs is for dpo"},
 		{[]string{"-in", in, "-to", "verl-agent", "-out", out, "-advantage", "ppo"}, `-advantage "ppo" (known: none, grpo, rloo)`},

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,67 +12,105 @@ import (
 	"strings"
 
 	"github.com/forkline/forkline/collect"
+	"github.com/forkline/forkline/internal/cli"
 )
 
-// resumeCommand is the command that finishes a partial run: -resume and
-// every setting of this one that -resume compares or that shapes how the
-// rest runs, as flags, shell-quoted, with paths made absolute so that it
-// works from any directory. -shard-count becomes the -shard i/n it stood
-// for, and the LLM shorthands the -policy-opt keys they set.
+// resumeSettings are the settings a resume of the run needs: every
+// setting of this one that -resume compares or that shapes how the rest
+// runs, by flag name, in the order the help lists them, with paths made
+// absolute so that they hold from any directory. -shard-count becomes the
+// -shard i/n it stood for, and the LLM shorthands the -policy-opt keys
+// they set. collect records them in the manifest (plan.config), and
+// -resume -out DIR reads them back.
+func resumeSettings(cfg collect.Config) []cli.Setting {
+	var out []cli.Setting
+	add := func(name string, values ...string) { out = append(out, cli.Setting{Name: name, Values: values}) }
+	add("tasks", absPath(cfg.Tasks))
+	add("provider", cfg.Provider)
+	if len(cfg.ProviderParams) > 0 {
+		var kv []string
+		for _, k := range slices.Sorted(maps.Keys(cfg.ProviderParams)) {
+			kv = append(kv, k+"="+cfg.ProviderParams[k])
+		}
+		add("provider-opt", kv...)
+	}
+	add("replicas", strconv.Itoa(cfg.Replicas))
+	if cfg.From != "" {
+		// A run from a stored dataset takes its roots from it, not from
+		// -repeats (which it refuses).
+		add("from", absPath(cfg.From))
+		if len(cfg.FromEpisodes) > 0 {
+			add("episode", strings.Join(cfg.FromEpisodes, ","))
+		}
+	} else {
+		add("repeats", strconv.Itoa(cfg.Repeats))
+	}
+	add("seed", strconv.FormatInt(cfg.Seed, 10))
+	add("policy", cfg.Policy)
+	if len(cfg.PolicyOptions) > 0 {
+		var kv []string
+		for _, k := range slices.Sorted(maps.Keys(cfg.PolicyOptions)) {
+			v := cfg.PolicyOptions[k]
+			if k == "system_prompt_file" {
+				// Its path does not matter to a resume (the prompt's text does).
+				v = absPath(v)
+			}
+			kv = append(kv, k+"="+v)
+		}
+		add("policy-opt", kv...)
+	}
+	if cfg.ScriptFile != "" {
+		add("script", absPath(cfg.ScriptFile))
+	}
+	add("reset", string(cfg.Reset))
+	add("text", cfg.Capture.TextFlag())
+	add("pixels", string(cfg.Capture.Pixels))
+	add("a11y", string(cfg.Capture.A11y))
+	add("tokens", string(cfg.Capture.Tokens))
+	if cfg.Part.Count > 1 {
+		add("shard", cfg.Part.String())
+	}
+	if cfg.Branch.IsSet() {
+		add("branch", cfg.Branch.String())
+	}
+	if cfg.Standby != collect.StandbyAuto {
+		add("standby", strconv.Itoa(cfg.Standby))
+	}
+	if cfg.MaxCreates > 0 {
+		add("max-creates", strconv.Itoa(cfg.MaxCreates))
+	}
+	if cfg.MaxLoss.IsSet() {
+		add("max-loss", cfg.MaxLoss.String())
+	}
+	add("grace", cfg.Grace.String())
+	add("roll-mb", strconv.FormatInt(cfg.Shards.RollBytes>>20, 10))
+	add("roll-interval", cfg.Shards.RollInterval.String())
+	if cfg.WorkDir != "" {
+		add("workdir", absPath(cfg.WorkDir))
+	}
+	return out
+}
+
+// recordedSettings is resumeSettings as the manifest's plan.config holds
+// them.
+func recordedSettings(cfg collect.Config) map[string][]string {
+	m := map[string][]string{}
+	for _, s := range resumeSettings(cfg) {
+		m[s.Name] = s.Values
+	}
+	return m
+}
+
+// resumeCommand is the command that finishes a partial run: -resume -out
+// DIR, the rest read from the configuration the manifest records
+// (resumeSettings), shell-quoted, the path made absolute so that it works
+// from any directory.
 func resumeCommand(cfg collect.Config, quiet, asJSON bool) string {
 	prog := os.Args[0]
 	if strings.ContainsRune(prog, os.PathSeparator) {
 		prog = absPath(prog)
 	}
-	args := []string{prog, "collect", "-resume", "-tasks", absPath(cfg.Tasks), "-out", absPath(cfg.Out), "-provider", cfg.Provider}
-	for _, k := range slices.Sorted(maps.Keys(cfg.ProviderParams)) {
-		args = append(args, "-provider-opt", k+"="+cfg.ProviderParams[k])
-	}
-	args = append(args, "-replicas", strconv.Itoa(cfg.Replicas))
-	if cfg.From != "" {
-		// A run from a stored dataset takes its roots from it, not from
-		// -repeats (which it refuses).
-		args = append(args, "-from", absPath(cfg.From))
-		if len(cfg.FromEpisodes) > 0 {
-			args = append(args, "-episode", strings.Join(cfg.FromEpisodes, ","))
-		}
-	} else {
-		args = append(args, "-repeats", strconv.Itoa(cfg.Repeats))
-	}
-	args = append(args, "-seed", strconv.FormatInt(cfg.Seed, 10), "-policy", cfg.Policy)
-	for _, k := range slices.Sorted(maps.Keys(cfg.PolicyOptions)) {
-		v := cfg.PolicyOptions[k]
-		if k == "system_prompt_file" {
-			// Its path does not matter to a resume (the prompt's text does).
-			v = absPath(v)
-		}
-		args = append(args, "-policy-opt", k+"="+v)
-	}
-	if cfg.ScriptFile != "" {
-		args = append(args, "-script", absPath(cfg.ScriptFile))
-	}
-	args = append(args, "-reset", string(cfg.Reset),
-		"-text", cfg.Capture.TextFlag(), "-pixels", string(cfg.Capture.Pixels), "-a11y", string(cfg.Capture.A11y), "-tokens", string(cfg.Capture.Tokens))
-	if cfg.Part.Count > 1 {
-		args = append(args, "-shard", cfg.Part.String())
-	}
-	if cfg.Branch.IsSet() {
-		args = append(args, "-branch", cfg.Branch.String())
-	}
-	if cfg.Standby != collect.StandbyAuto {
-		args = append(args, "-standby", strconv.Itoa(cfg.Standby))
-	}
-	if cfg.MaxCreates > 0 {
-		args = append(args, "-max-creates", strconv.Itoa(cfg.MaxCreates))
-	}
-	if cfg.MaxLoss.IsSet() {
-		args = append(args, "-max-loss", cfg.MaxLoss.String())
-	}
-	args = append(args, "-grace", cfg.Grace.String(),
-		"-roll-mb", strconv.FormatInt(cfg.Shards.RollBytes>>20, 10), "-roll-interval", cfg.Shards.RollInterval.String())
-	if cfg.WorkDir != "" {
-		args = append(args, "-workdir", absPath(cfg.WorkDir))
-	}
+	args := []string{prog, "collect", "-resume", "-out", absPath(cfg.Out)}
 	if quiet {
 		args = append(args, "-quiet")
 	}
@@ -81,6 +121,38 @@ func resumeCommand(cfg collect.Config, quiet, asJSON bool) string {
 		args[i] = shellQuote(a)
 	}
 	return strings.Join(args, " ")
+}
+
+// recordedPreset is -resume -out DIR's source of the other flags: the
+// configuration DIR's manifest records. Flags given on the command line
+// (or in -config) override it; a manifest without one (an older forkline's
+// run) sets nothing, and the flags must be given as before.
+func recordedPreset(f *cli.FlagSet) ([]cli.Setting, error) {
+	out, _ := f.Value("out")
+	if !f.Given("resume") || out == "" {
+		return nil, nil
+	}
+	path := filepath.Join(out, "manifest.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil // no run to resume: collect says so, with its own words
+	}
+	var m struct {
+		Plan *struct {
+			Config map[string][]string `json:"config"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.Plan == nil || m.Plan.Config == nil {
+		return nil, nil // unreadable or without a record: collect's resume check speaks
+	}
+	var settings []cli.Setting
+	for _, name := range slices.Sorted(maps.Keys(m.Plan.Config)) {
+		if _, ok := f.Value(name); !ok || name == "resume" || name == "force" || name == "config" || name == "out" {
+			return nil, fmt.Errorf("forkline collect: %s: plan.config names %q, which is no setting of this forkline collect", path, name)
+		}
+		settings = append(settings, cli.Setting{Name: name, Values: m.Plan.Config[name], Where: path + " (plan.config)"})
+	}
+	return settings, nil
 }
 
 func absPath(p string) string {

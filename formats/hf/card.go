@@ -90,6 +90,28 @@ func checkCardMeta(o Options) error {
 	return nil
 }
 
+// sizeCategories are the Hub's size_categories values, by the number of
+// examples below which each one applies (the last has no bound).
+var sizeCategories = []struct {
+	below int64
+	name  string
+}{
+	{1_000, "n<1K"}, {10_000, "1K<n<10K"}, {100_000, "10K<n<100K"}, {1_000_000, "100K<n<1M"},
+	{10_000_000, "1M<n<10M"}, {100_000_000, "10M<n<100M"}, {1_000_000_000, "100M<n<1B"},
+	{10_000_000_000, "1B<n<10B"}, {100_000_000_000, "10B<n<100B"}, {1_000_000_000_000, "100B<n<1T"},
+}
+
+// SizeCategory is the Hub's size_categories value for a dataset of n
+// examples (rows, over every split).
+func SizeCategory(n int64) string {
+	for _, c := range sizeCategories {
+		if n < c.below {
+			return c.name
+		}
+	}
+	return "n>1T"
+}
+
 // card returns README.md: YAML front matter with the card metadata given
 // (license, task_categories, language), configs and dataset_info (features
 // and exact split sizes) for the splits that got rows, then a description.
@@ -112,6 +134,12 @@ func (w *Writer) card() string {
 		}
 	}
 	written := w.written()
+	var examples, download int64
+	for _, s := range written {
+		examples += s.rows
+		download += s.bytes
+	}
+	fmt.Fprintf(&b, "size_categories:\n- %s\n", SizeCategory(examples))
 	b.WriteString("configs:\n- config_name: default\n  data_files:\n")
 	for _, s := range written {
 		fmt.Fprintf(&b, "  - split: %s\n    path: data/%s-*\n", s.name, s.name)
@@ -122,6 +150,11 @@ func (w *Writer) card() string {
 	for _, s := range written {
 		fmt.Fprintf(&b, "  - name: %s\n    num_examples: %d\n", s.name, s.rows)
 	}
+	// download_size is the data files' bytes, what the Hub and datasets
+	// download. num_bytes and dataset_size (the decoded Arrow size, which
+	// only datasets computes) are left out: no loader checks them, and a
+	// guess would be a wrong number on the Hub's page.
+	fmt.Fprintf(&b, "  download_size: %d\n", download)
 	b.WriteString("tags:\n- agent-trajectories\n- forkline\n---\n\n")
 
 	switch w.opt.Rows {
@@ -164,6 +197,8 @@ func (w *Writer) card() string {
 		}
 	}
 	b.WriteString("\n## Loading\n\n```python\nfrom datasets import load_dataset  # datasets >= 4.7 (the Json feature)\nds = load_dataset(\"path/to/this/directory\")  # or the Hub repo id\n```\n\n")
+	b.WriteString("## Publishing\n\nThis directory is a Hub dataset repository as it stands (this card, its `configs` and the files they name):\n\n")
+	b.WriteString("```sh\nhuggingface-cli upload ORG/NAME path/to/this/directory . --repo-type dataset\n```\n\n")
 	b.WriteString("Every column is nullable. ")
 	if w.opt.Rows == RowsEpisode {
 		b.WriteString("`messages` and `tools` are lists of `Json` values: each message has exactly its own keys ")

@@ -231,7 +231,7 @@ func TestCardMetadata(t *testing.T) {
 	require.NoError(t, w.Close())
 	card, err := os.ReadFile(filepath.Join(dir, "README.md"))
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(string(card), "---\nlicense: apache-2.0\ntask_categories:\n- text-generation\n- reinforcement-learning\nlanguage:\n- en\n- pt-BR\nconfigs:\n"), "%s", card)
+	assert.True(t, strings.HasPrefix(string(card), "---\nlicense: apache-2.0\ntask_categories:\n- text-generation\n- reinforcement-learning\nlanguage:\n- en\n- pt-BR\nsize_categories:\n- n<1K\nconfigs:\n"), "%s", card)
 	_, err = tabletest.ReadCard(card)
 	require.NoError(t, err)
 	for _, bad := range []Options{{License: "MIT License"}, {TaskCategories: []string{"a\nb"}}, {Languages: []string{"English"}}} {
@@ -327,4 +327,11 @@ func TestTokenRows(t *testing.T) {
 	ep.Steps[0].PromptIDs = nil
 	require.ErrorAs(t, TokenRows(ep, true, func(model.Row) error { return nil }), &ref)
 	assert.Equal(t, RefusedNoTokens, ref.Reason)
+}
+
+func TestSizeCategory(t *testing.T) {
+	for n, want := range map[int64]string{0: "n<1K", 999: "n<1K", 1000: "1K<n<10K", 99_999: "10K<n<100K",
+		100_000: "100K<n<1M", 5_000_000: "1M<n<10M", 2_000_000_000_000: "n>1T"} {
+		assert.Equal(t, want, SizeCategory(n), "%d", n)
+	}
 }

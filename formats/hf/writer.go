@@ -58,6 +58,7 @@ type splitOut struct {
 	shards []string // temporary file names, in order
 	cur    *shardFile
 	rows   int64
+	bytes  int64     // the split's files' sizes, once they are closed
 	sum    hash.Hash // over every shard's bytes, for hf-disk's fingerprint
 	// unsuccessful counts episodes that did not end in done or whose reward
 	// is null or below 1, for the card.
@@ -249,9 +250,15 @@ func (w *Writer) Close() error {
 			continue
 		}
 		for i, tmp := range s.shards {
-			if err := os.Rename(tmp, w.shardFinal(s, i)); err != nil {
+			final := w.shardFinal(s, i)
+			if err := os.Rename(tmp, final); err != nil {
 				return fmt.Errorf("hf: %w", err)
 			}
+			st, err := os.Stat(final)
+			if err != nil {
+				return fmt.Errorf("hf: %w", err)
+			}
+			s.bytes += st.Size()
 		}
 	}
 	if w.disk {

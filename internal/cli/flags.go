@@ -50,6 +50,12 @@ type FlagSet struct {
 	group   string
 	renamed map[string]string // an old flag name → what to give instead
 	given   map[string]bool
+	// cmdline: the flags the command line itself gave (given also holds
+	// the presets'); raw: every flag's values as given; presets: the
+	// other sources of values (Preset, ConfigFlag).
+	cmdline map[string]bool
+	raw     map[string]*[]string
+	presets []func(*FlagSet) ([]Setting, error)
 	json    bool
 	quiet   bool
 	// logging: the subcommand logs (Logging); its -log-format and
@@ -62,7 +68,7 @@ func newFlagSet(cmd string) *FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(discard{})
 	fs.Usage = func() {}
-	return &FlagSet{cmd: cmd, fs: fs, byName: map[string]*Flag{}, renamed: map[string]string{}}
+	return &FlagSet{cmd: cmd, fs: fs, byName: map[string]*Flag{}, renamed: map[string]string{}, raw: map[string]*[]string{}}
 }
 
 type discard struct{}
@@ -89,7 +95,9 @@ func (f *FlagSet) define(v flag.Value, name, arg, usage string, isZero bool) *Fl
 	if !isZero {
 		fl.Default = v.String()
 	}
-	f.fs.Var(v, name, usage)
+	raw := new([]string)
+	f.raw[name] = raw
+	f.fs.Var(&recorded{Value: v, raw: raw}, name, usage)
 	f.flags = append(f.flags, fl)
 	f.byName[name] = fl
 	return fl
@@ -247,6 +255,9 @@ func (f *FlagSet) parse(args []string) ([]string, error) {
 	}
 	f.given = map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
+	if err := f.applyPresets(); err != nil {
+		return nil, err
+	}
 	var required, missing []string
 	for _, fl := range f.flags {
 		if fl.Required {

@@ -54,6 +54,10 @@ const (
 	Agents = "agents"
 	// DuckDB: the query oracle built from internal/oracle/duckdb.
 	DuckDB = "duckdb"
+	// Validators: Debian's python3-jsonschema and python3-yaml for
+	// /usr/bin/python3, the third-party validators format tests check
+	// exports with (ATIF against its schema, a dataset card's YAML).
+	Validators = "validators"
 )
 
 // Component is an outside component some tests need.
@@ -79,6 +83,7 @@ var components = []Component{
 	{Gvisor, "Debian's runsc (gVisor) running sandboxes as root: the gvisor provider", "bash .ci/gvisor-up.sh (apt-get install runsc; run the tests as root)"},
 	{DockerRunsc, "a Docker engine with runsc registered as the runtime \"runsc\" (-provider-opt runtime=runsc)", "bash .ci/gvisor-up.sh, then bash .ci/docker-up.sh (it registers runsc in /etc/docker/daemon.json before it starts dockerd)"},
 	{DuckDB, "DuckDB, as the program internal/oracle/duckdb (a module of its own: cgo DuckDB) that runs one SQL query over Parquet shards: the oracle of forkline view's episode filters", "bash .ci/duckdb-up.sh (go build in internal/oracle/duckdb: a C compiler and the Go module proxy)"},
+	{Validators, "Debian's python3-jsonschema and python3-yaml for /usr/bin/python3: the validators the ATIF and dataset-card tests use", "bash .ci/validators-up.sh (apt-get install python3-jsonschema python3-yaml)"},
 	{Agents, "the agent harnesses Claude Code, Codex and opencode, installed from npm at their pinned versions into forkline's cache (internal/agenttest)", "bash .ci/agents-up.sh (forkline images -agent claude-code,codex,opencode; needs npm)"},
 }
 
@@ -322,6 +327,21 @@ func NeedChromium(t testing.TB) string {
 		return err
 	})
 	return exe
+}
+
+// NeedValidators ends the test unless /usr/bin/python3 imports jsonschema
+// and yaml (Validators), and returns the interpreter's path.
+func NeedValidators(t testing.TB) string {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	Need(t, Validators, func() error {
+		out, err := exec.Command(python, "-c", "import jsonschema, yaml").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s cannot import jsonschema and yaml: %v %s", python, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	})
+	return python
 }
 
 // NeedRoot ends the test unless it runs as root.

@@ -81,6 +81,10 @@ func writePrompt(w io.Writer, t *inspect.Transcript) {
 		if t.StartScreenshot != "" {
 			fmt.Fprintf(w, "  screenshot %s\n", t.StartScreenshot)
 		}
+		if t.StartA11yTree != "" {
+			fmt.Fprintf(w, "  accessibility tree:\n")
+			writeBlock(w, "    ", t.StartA11yTree)
+		}
 	}
 	if t.Parent != "" {
 		fmt.Fprintf(w, "\n[steps 0-%d: the prefix, stored once in its parent %s (inspect DIR -episode %s shows them)]\n",
@@ -166,8 +170,11 @@ func writeActionStep(w io.Writer, s inspect.Step) {
 		}
 		fmt.Fprintf(w, "  screenshot: %dx%d sha256 %.16s…, %s\n", s.Screenshot.Width, s.Screenshot.Height, s.Screenshot.SHA256, where)
 	}
-	if s.A11yBytes > 0 {
-		fmt.Fprintf(w, "  accessibility tree: %d bytes\n", s.A11yBytes)
+	if s.A11yTree != "" {
+		fmt.Fprintf(w, "  accessibility tree (%d bytes stored):\n", s.A11yBytes)
+		writeBlock(w, "    ", s.A11yTree)
+	} else if s.A11yBytes > 0 {
+		fmt.Fprintf(w, "  accessibility tree: %d bytes (-a11y %d shows it)\n", s.A11yBytes, s.Index)
 	}
 	writeStepRewards(w, s.Rewards)
 }

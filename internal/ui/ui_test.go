@@ -51,6 +51,14 @@ func render(t *testing.T, name string) string {
 		var tr inspect.Transcript
 		require.NoError(t, dec.Decode(&tr), name)
 		WriteTranscript(&b, &tr)
+	case "list":
+		var l inspect.EpisodeList
+		require.NoError(t, dec.Decode(&l), name)
+		WriteListHeader(&b)
+		for _, e := range l.Episodes {
+			WriteEntry(&b, e)
+		}
+		WriteListFooter(&b, len(l.Episodes), l.Matched, l.Offset)
 	default:
 		t.Fatalf("testdata/%s.json: no rendering for %q", name, kind)
 	}
