@@ -192,7 +192,9 @@ func (h *harborLoader) compose(s *Spec, name string) error {
 	ctx := context.Background()
 	// The model first: the keys as the file spells them, validated against
 	// the compose schema, for the allow lists below.
-	model, err := loader.LoadModelWithContext(ctx, details, opts)
+	model, err := loader.LoadModelWithContext(ctx, details, opts, func(o *loader.Options) {
+		o.SkipNormalization = true // no default network added: the keys as written
+	})
 	if err != nil {
 		return composeLoadError(cerr, err)
 	}
