@@ -52,11 +52,11 @@ func GUI(b *task.Browser) (*providers.GUI, error) {
 func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider, error) {
 	var host *providers.GUIHost
 	for _, s := range specs {
-		if why := needsOwnFilesystem(s); why != "" && prov.Capabilities().Isolation != "container" {
-			return nil, fmt.Errorf("episode: task %s (%s) %s, which needs sandboxes with a filesystem of their own: provider %s runs commands on the host (use the docker provider)", s.ID, s.Source, why, prov.Name())
-		}
 		if s.Compose != nil && !prov.Capabilities().Services {
 			return nil, fmt.Errorf("episode: task %s (%s) is a multi-container environment (%s: services %s): provider %s cannot run it (use the docker provider)", s.ID, s.Source, s.Compose.File, strings.Join(s.Compose.ServiceNames(), ", "), prov.Name())
+		}
+		if why := needsOwnFilesystem(s); why != "" && prov.Capabilities().Isolation != "container" {
+			return nil, fmt.Errorf("episode: task %s (%s) %s, which needs sandboxes with a filesystem of their own: provider %s runs commands on the host (use the docker provider)", s.ID, s.Source, why, prov.Name())
 		}
 		if s.Browser == nil {
 			continue
