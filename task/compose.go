@@ -171,6 +171,9 @@ func (h *harborLoader) compose(s *Spec, name string) error {
 	if s.Network != nil && s.Network.Episode != NetworkNone {
 		return cerr(nil, "a compose environment runs on a network of its own with no route out; task.toml asks for network %q (give network_mode no-network)", s.Network.Episode)
 	}
+	if err := h.composeGuard(content, cerr); err != nil {
+		return err
+	}
 	envDir := filepath.Join(h.dir, "environment")
 	base := []byte("services:\n  " + HarborMainService + ":\n    image: ${MAIN_IMAGE_NAME}\n")
 	details := types.ConfigDetails{
@@ -456,3 +459,71 @@ func (c *Compose) ServiceNames() []string {
 	return out
 }
 
+
+// composeGuard refuses, before compose-go reads anything, what would make
+// it read files other than the compose file: include, extends, label_file,
+// and an env_file outside environment/ (or reached through a symlink that
+// leaves the task folder). A task folder is third-party input; a host file
+// read into a service's environment would enter the task's spec.
+func (h *harborLoader) composeGuard(content []byte, cerr func([]string, string, ...any) error) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(content, &doc); err != nil {
+		return cerr(nil, "%v", err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return cerr(nil, "is not a compose file (a mapping with services)")
+	}
+	get := func(n *yaml.Node, key string) *yaml.Node {
+		if n == nil || n.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return n.Content[i+1]
+			}
+		}
+		return nil
+	}
+	top := doc.Content[0]
+	if get(top, "include") != nil {
+		return cerr([]string{"include"}, "not supported: %s", refusedWhy["include"])
+	}
+	services := get(top, "services")
+	if services == nil || services.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(services.Content); i += 2 {
+		name, svc := services.Content[i].Value, services.Content[i+1]
+		if get(svc, "extends") != nil {
+			return cerr([]string{"services", name, "extends"}, "not supported: %s", refusedWhy["extends"])
+		}
+		if get(svc, "label_file") != nil {
+			return cerr([]string{"services", name, "label_file"}, "not supported: labels are forkline's")
+		}
+		ef := get(svc, "env_file")
+		if ef == nil {
+			continue
+		}
+		var paths []string
+		switch ef.Kind {
+		case yaml.ScalarNode:
+			paths = append(paths, ef.Value)
+		case yaml.SequenceNode:
+			for _, e := range ef.Content {
+				if e.Kind == yaml.ScalarNode {
+					paths = append(paths, e.Value)
+				} else if p := get(e, "path"); p != nil {
+					paths = append(paths, p.Value)
+				}
+			}
+		}
+		for _, p := range paths {
+			rel := filepath.ToSlash(filepath.Join("environment", p))
+			_, out := h.c.escapes(rel)
+			if filepath.IsAbs(p) || strings.Contains(p, "$") || !strings.HasPrefix(rel, "environment/") || out {
+				return cerr([]string{"services", name, "env_file"}, "%s is outside the task's environment folder", p)
+			}
+		}
+	}
+	return nil
+}
