@@ -459,7 +459,6 @@ func (c *Compose) ServiceNames() []string {
 	return out
 }
 
-
 // composeGuard refuses, before compose-go reads anything, what would make
 // it read files other than the compose file: include, extends, label_file,
 // and an env_file outside environment/ (or reached through a symlink that
