@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/moby/moby/client"
@@ -89,5 +91,59 @@ func TestCollectHarborCompose(t *testing.T) {
 		require.Contains(t, printed, "services kv, audit")
 		require.Contains(t, printed, "docker")
 		require.NoDirExists(t, dir)
+	}
+}
+
+// copyTask copies a task folder of the compose suite into a temporary
+// suite, with edit applied to its compose file.
+func copyTask(t *testing.T, name string, edit func(string) string) string {
+	t.Helper()
+	suite := t.TempDir()
+	src := filepath.Join(composeSuite, name)
+	require.NoError(t, os.CopyFS(filepath.Join(suite, name), os.DirFS(src)))
+	f := filepath.Join(suite, name, "environment", "docker-compose.yaml")
+	b, err := os.ReadFile(f)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(f, []byte(edit(string(b))), 0o644))
+	return suite
+}
+
+// A compose task the run cannot start is refused before any episode, and
+// no dataset is written: a service that never gets healthy, an image the
+// engine does not have, a key compose does not know.
+func TestCollectHarborComposeBadInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	requireDockerDebian(t)
+	testenv.NeedDockerImage(t, testenv.Docker, docker.ImageBusybox)
+	for _, c := range []struct {
+		name string
+		edit func(string) string
+		args []string
+		want []string
+	}{
+		{"never healthy", func(s string) string {
+			s = strings.Replace(s, "grep -q '[0-9]'", "grep -q never", 1)
+			return strings.Replace(s, "retries: 30", "retries: 2", 1)
+		}, nil, []string{"nothing was collected", "service kv is unhealthy"}},
+		{"missing image", func(s string) string {
+			return strings.Replace(s, "image: forkline/busybox\n    depends_on", "image: forkline/no-such-image:1\n    depends_on", 1)
+		}, []string{"-provider-opt", "pull=never"}, []string{"nothing was collected", `"forkline/no-such-image:1"`, "forbids pulling it"}},
+		{"unknown key", func(s string) string {
+			return strings.Replace(s, "  audit:\n", "  audit:\n    colour: blue\n", 1)
+		}, nil, []string{"docker-compose.yaml:28:5: field services.audit.colour: not a key of the compose specification"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			suite := copyTask(t, "kv-counter", c.edit)
+			out := filepath.Join(t.TempDir(), "run")
+			args := append([]string{"-tasks", suite, "-provider", "docker", "-out", out, "-workdir", t.TempDir()}, c.args...)
+			code, printed := collectOutput(t, nil, args...)
+			require.Equal(t, cli.ExitBadInput, code, printed)
+			for _, w := range c.want {
+				require.Contains(t, printed, w)
+			}
+			require.NoDirExists(t, out)
+		})
 	}
 }

@@ -345,6 +345,15 @@ func (p *Provider) Prepare(ctx context.Context, specs []providers.Spec, progress
 		}
 		return err
 	}
+	if err := p.trialServices(wctx, specs, progress); err != nil {
+		if errors.Is(err, ErrEngineGone) || ctx.Err() != nil {
+			return err
+		}
+		if !errors.Is(err, providers.ErrCannotPrepare) {
+			err = fmt.Errorf("%w: %w", providers.ErrCannotPrepare, err)
+		}
+		return err
+	}
 	after := p.ImageStats()
 	fmt.Fprintf(progress, "docker: %d images ready in %s: %d built, %d pulled, %d already on the engine\n",
 		len(imgs), time.Since(began).Round(time.Millisecond), after.Built-before.Built, after.Pulled-before.Pulled, after.Present-before.Present)

@@ -383,3 +383,39 @@ func (p *Provider) commitServices(ctx context.Context, s *sandbox, ref, label st
 	}
 	return out, images, nil
 }
+
+// trialServices starts the services of every distinct compose environment
+// of specs once, waits until they are ready (started, healthy), and removes
+// them: a service that exits or never gets healthy fails Prepare, before
+// any episode and before a dataset is written, instead of failing every
+// golden build of the run.
+func (p *Provider) trialServices(ctx context.Context, specs []providers.Spec, progress io.Writer) error {
+	seen := map[string]bool{}
+	var errs []error
+	for _, s := range specs {
+		if len(s.Services) == 0 {
+			continue
+		}
+		key := fmt.Sprintf("%#v", s.Services)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		names := make([]string, len(s.Services))
+		for i, svc := range s.Services {
+			names[i] = svc.Name
+		}
+		began := time.Now()
+		env, err := p.startServices(ctx, sandboxSpec{services: s.Services, labels: copyLabels(s.Labels)}, "")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := p.removeEnv(ctx, env); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		fmt.Fprintf(progress, "docker: services %s start and get ready (%s)\n", strings.Join(names, ", "), time.Since(began).Round(time.Millisecond))
+	}
+	return errors.Join(errs...)
+}
