@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/require"
@@ -146,4 +149,56 @@ func TestCollectHarborComposeBadInput(t *testing.T) {
 			require.NoDirExists(t, out)
 		})
 	}
+}
+
+// A collect of a compose task killed (SIGKILL: no cleanup of its own) while
+// forks run leaves its services, networks and checkpoint images; the
+// -resume that finishes the run sweeps them (their owner is dead) and
+// leaves nothing of its own.
+func TestCollectHarborComposeKillResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	requireDockerDebian(t)
+	testenv.NeedDockerImage(t, testenv.Docker, docker.ImageBusybox)
+	eng := engineClient(t)
+	out := filepath.Join(t.TempDir(), "run")
+	work := t.TempDir()
+	args := []string{"-tasks", composeSuite, "-provider", "docker", "-replicas", "2", "-repeats", "4", "-out", out, "-workdir", work, "-quiet"}
+	cmd := collectProcess(args...)
+	require.NoError(t, cmd.Start())
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	owner := docker.LabelOwner + "=" + strconv.Itoa(cmd.Process.Pid) + "@" + host
+	t.Cleanup(func() { _, _ = docker.Sweep(context.Background(), eng, docker.SweepOptions{DeadOwners: true}) })
+	// Wait for a fork's services: containers of a service labelled with a
+	// checkpoint (the golden's).
+	require.Eventually(t, func() bool {
+		f := make(client.Filters).Add("label", owner).Add("label", docker.LabelService).Add("label", docker.LabelCheckpoint)
+		cl, err := eng.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: f})
+		return err == nil && len(cl.Items) > 0
+	}, 3*time.Minute, 50*time.Millisecond, "no fork started its services")
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	left := leftovers(t, eng, owner)
+	require.NotEmpty(t, left, "a killed run leaves its objects")
+	require.Contains(t, strings.Join(left, " "), "network forkline-", "and its networks")
+
+	code, printed := collectOutput(t, nil, append(args, "-resume")...)
+	require.Equal(t, cli.ExitOK, code, printed)
+	require.Empty(t, leftovers(t, eng, owner), "the resume swept what the killed run left")
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
+	n := 0
+	for r, err := range ds.Rewards() {
+		require.NoError(t, err)
+		if r.Name == "verify" {
+			require.NotNil(t, r.Value, r.Detail)
+			require.Equal(t, 1.0, *r.Value, r.Detail)
+			n++
+		}
+	}
+	require.Equal(t, 4, n, "every episode once, none twice")
+	require.Empty(t, leftovers(t, eng, docker.LabelRun+"="+ds.Manifest().RunID))
 }
