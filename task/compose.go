@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"path/filepath"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/template"
 	"github.com/compose-spec/compose-go/v2/types"
-	"github.com/sirupsen/logrus"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -131,13 +129,6 @@ func composeEnvVars(envDir, image string) map[string]string {
 // so that a task's compose file may mention main without an image (as
 // Harbor's base file gives main one).
 const composeMainPlaceholder = "forkline-harbor-main"
-
-func init() {
-	// compose-go logs warnings through logrus's global logger; forkline
-	// turns every condition it warns about into an error or a decision of
-	// its own, so the warnings would only be noise on a collect's stderr.
-	logrus.SetOutput(io.Discard)
-}
 
 // composeFile returns the name of the task's compose file under
 // environment/, or "".
