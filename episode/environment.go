@@ -49,6 +49,9 @@ func GUI(b *task.Browser) (*providers.GUI, error) {
 // is built, or whose verifier places files at absolute paths (a Harbor
 // task's /tests and /logs/verifier) — is refused on a provider whose
 // sandboxes share the host's (local): those paths would be the host's.
+// A task with a compose environment (task.Compose) is refused on a provider
+// that cannot run services beside its sandboxes (Capabilities().Services),
+// naming the services.
 func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider, error) {
 	var host *providers.GUIHost
 	for _, s := range specs {
