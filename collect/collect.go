@@ -444,7 +444,7 @@ func (inv *invocation) prepare(ctx context.Context, env *environment) error {
 		case errors.Is(err, runtime.ErrUnavailable):
 			return fmt.Errorf("%w: getting the images ready: %w", ErrUnavailable, err)
 		}
-		return badInput(fmt.Errorf("collect: the images the tasks need cannot be had; nothing was collected:\n%w", err))
+		return badInput(fmt.Errorf("collect: the images and services the tasks need cannot be had; nothing was collected:\n%w", err))
 	}
 	return nil
 }

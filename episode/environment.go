@@ -2,6 +2,7 @@ package episode
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -48,9 +49,15 @@ func GUI(b *task.Browser) (*providers.GUI, error) {
 // is built, or whose verifier places files at absolute paths (a Harbor
 // task's /tests and /logs/verifier) — is refused on a provider whose
 // sandboxes share the host's (local): those paths would be the host's.
+// A task with a compose environment (task.Compose) is refused on a provider
+// that cannot run services beside its sandboxes (Capabilities().Services),
+// naming the services.
 func Environment(prov providers.Provider, specs []task.Spec) (providers.Provider, error) {
 	var host *providers.GUIHost
 	for _, s := range specs {
+		if s.Compose != nil && !prov.Capabilities().Services {
+			return nil, fmt.Errorf("episode: task %s (%s) is a multi-container environment (%s: services %s): provider %s cannot run it (use the docker provider)", s.ID, s.Source, s.Compose.File, strings.Join(s.Compose.ServiceNames(), ", "), prov.Name())
+		}
 		if why := needsOwnFilesystem(s); why != "" && prov.Capabilities().Isolation != "container" {
 			return nil, fmt.Errorf("episode: task %s (%s) %s, which needs sandboxes with a filesystem of their own: provider %s runs commands on the host (use the docker provider)", s.ID, s.Source, why, prov.Name())
 		}
@@ -90,4 +97,33 @@ func needsOwnFilesystem(s task.Spec) string {
 		return "places its verifier's files at " + s.Verify.Dir
 	}
 	return ""
+}
+
+// Services is a task's compose services as the Services its sandboxes
+// carry (providers.Spec.Services); nil for a single-container task.
+func Services(c *task.Compose) ([]providers.Service, error) {
+	if c == nil {
+		return nil, nil
+	}
+	out := make([]providers.Service, 0, len(c.Services))
+	for _, s := range c.Services {
+		// The values are the compose file's, interpolated by compose
+		// already; they are not expanded again from forkline's environment
+		// (a task folder is third-party input).
+		env := make([]string, 0, len(s.Env))
+		for k, v := range s.Env {
+			env = append(env, k+"="+v)
+		}
+		sort.Strings(env)
+		ps := providers.Service{
+			Name: s.Name, Image: s.Image, Command: s.Command, Entrypoint: s.Entrypoint,
+			Env: env, WorkingDir: s.WorkingDir, User: s.User, DependsOn: s.DependsOn,
+			Resources: providers.Resources{CPUs: s.CPUs, MemoryMB: s.MemoryMB},
+		}
+		if h := s.Health; h != nil {
+			ps.Health = &providers.Health{Test: h.Test, Interval: time.Duration(h.Interval), Timeout: time.Duration(h.Timeout), StartPeriod: time.Duration(h.StartPeriod), Retries: h.Retries}
+		}
+		out = append(out, ps)
+	}
+	return out, nil
 }

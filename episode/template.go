@@ -60,6 +60,10 @@ func Template(s *task.Spec) (*pool.Template, error) {
 	if b := s.Build; b != nil {
 		build = &providers.Build{Context: b.Context, Dockerfile: b.Dockerfile, Args: b.Args, Target: b.Target, Timeout: time.Duration(b.Timeout)}
 	}
+	services, err := Services(s.Compose)
+	if err != nil {
+		return nil, err
+	}
 	return &pool.Template{
 		Key: s.ID + "@" + s.Hash()[:12],
 		Spec: providers.Spec{
@@ -72,6 +76,7 @@ func Template(s *task.Spec) (*pool.Template, error) {
 			SetupNetwork: setupNetwork,
 			Labels:       map[string]string{TaskLabel: s.ID},
 			GUI:          gui,
+			Services:     services,
 		},
 		Setup:          s.Setup,
 		Start:          s.Start,

@@ -119,6 +119,11 @@ type Capabilities struct {
 	// commands once, in the golden before its checkpoint, instead of in
 	// every fork, and nothing in a branch (see pool).
 	ForksMemory bool `json:"forks_memory"`
+	// Services says the provider starts a Spec's Services beside its
+	// sandbox, each on a network of the sandbox's own, commits them with
+	// every checkpoint and starts them again in every fork (docker). A
+	// provider without it refuses a Spec with Services.
+	Services bool `json:"services,omitempty"`
 }
 
 // Spec describes a sandbox to create.
@@ -160,7 +165,53 @@ type Spec struct {
 	// packages while its episodes stay offline. A sandbox made by Create
 	// that runs an episode itself must not have one (the pool refuses it).
 	SetupNetwork string
+	// Services run beside the sandbox, in this order (each after those it
+	// depends on), on a network only the sandbox and they are on, where
+	// each is reached by its name (and the sandbox by MainService). A
+	// checkpoint holds every service's files; a fork starts every service
+	// again from them, on a network of the fork's own. Providers whose
+	// Capabilities().Services is false refuse a Spec with Services
+	// (ErrNotSupported). Resources.Network must then be "" or "none".
+	Services []Service
 }
+
+// MainService is the name the sandbox of a Spec with Services is reached by
+// from its services (Harbor's name for the agent's container).
+const MainService = "main"
+
+// Service is a container started beside a sandbox (a compose service).
+type Service struct {
+	Name  string
+	Image string
+	// Command and Entrypoint replace the image's; nil keeps the image's.
+	Command, Entrypoint []string
+	Env                 []string // KEY=VALUE
+	WorkingDir, User    string
+	// Health, when set, is the service's healthcheck, run by the provider's
+	// engine.
+	Health *Health
+	// DependsOn maps each service this one waits for to
+	// ConditionStarted or ConditionHealthy.
+	DependsOn map[string]string
+	// Resources bound the service like a sandbox (zero = the provider's
+	// defaults); Network is not used.
+	Resources Resources
+}
+
+// Health is a service's healthcheck: Test in the engine's form (["CMD",
+// ...] or ["CMD-SHELL", "..."]); zero durations and retries take the
+// engine's defaults.
+type Health struct {
+	Test                           []string
+	Interval, Timeout, StartPeriod time.Duration
+	Retries                        int
+}
+
+// The conditions a Service may wait for another in.
+const (
+	ConditionStarted = "service_started"
+	ConditionHealthy = "service_healthy"
+)
 
 // Mount is a host path bound read-only at Target, an absolute path in
 // the sandbox.
@@ -264,6 +315,7 @@ func (s Spec) Validate() error {
 	if s.Build != nil && s.Build.Context == "" {
 		errs = append(errs, errors.New("providers: Build.Context is empty"))
 	}
+	errs = append(errs, s.validateServices()...)
 	return errors.Join(errs...)
 }
 
@@ -368,4 +420,55 @@ type GoldenStore interface {
 	// Checkpoint (fork it, release it). ok is false when none is stored.
 	// An error means a stored golden exists and cannot be used.
 	StoredGolden(ctx context.Context, spec Spec, label string) (cp Checkpoint, ok bool, err error)
+}
+
+// validateServices checks Services: unique names other than MainService,
+// an image each, known conditions on services started before.
+func (s Spec) validateServices() []error {
+	var errs []error
+	if len(s.Services) > 0 && s.Resources.Network != "" && s.Resources.Network != "none" {
+		errs = append(errs, fmt.Errorf("providers: a Spec with Services runs on a network of its own; Resources.Network %q is not allowed", s.Resources.Network))
+	}
+	seen := map[string]bool{}
+	for i, svc := range s.Services {
+		switch {
+		case svc.Name == "" || svc.Name == MainService:
+			errs = append(errs, fmt.Errorf("providers: Services[%d]: name %q is not allowed", i, svc.Name))
+		case seen[svc.Name]:
+			errs = append(errs, fmt.Errorf("providers: Services[%d]: %s is listed twice", i, svc.Name))
+		case svc.Image == "":
+			errs = append(errs, fmt.Errorf("providers: Services[%d] %s has no image", i, svc.Name))
+		}
+		for dep, cond := range svc.DependsOn {
+			if !seen[dep] {
+				errs = append(errs, fmt.Errorf("providers: Services[%d] %s depends on %s, which is not a service listed before it", i, svc.Name, dep))
+			}
+			if cond != ConditionStarted && cond != ConditionHealthy {
+				errs = append(errs, fmt.Errorf("providers: Services[%d] %s: condition %q is not known (known: %s, %s)", i, svc.Name, cond, ConditionStarted, ConditionHealthy))
+			}
+		}
+		for j, kv := range svc.Env {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
+				errs = append(errs, fmt.Errorf("providers: Services[%d] %s: Env[%d] is not KEY=VALUE without NUL bytes", i, svc.Name, j))
+			}
+		}
+		if _, err := CanonicalCapabilities(svc.Resources.Capabilities); err != nil {
+			errs = append(errs, err)
+		}
+		seen[svc.Name] = true
+	}
+	return errs
+}
+
+// RefuseServices is the error of a provider without Capabilities().Services
+// for a Spec with Services, naming them and the provider that runs them.
+func RefuseServices(provider string, spec Spec) error {
+	if len(spec.Services) == 0 {
+		return nil
+	}
+	names := make([]string, len(spec.Services))
+	for i, s := range spec.Services {
+		names[i] = s.Name
+	}
+	return fmt.Errorf("%s: %w: a multi-container environment (services %s) runs on the docker provider (-provider docker)", provider, ErrNotSupported, strings.Join(names, ", "))
 }

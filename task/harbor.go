@@ -821,9 +821,9 @@ func (h *harborLoader) environmentDir(s *Spec) error {
 		// links: the folder itself must be the context.
 		return h.errFile("environment", "is a symlink: the build context must be a folder of the task itself")
 	}
-	for _, compose := range []string{"docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"} {
-		if _, err := h.c.lstat("environment/" + compose); err == nil {
-			return h.errFile(filepath.Join("environment", compose), "multi-container tasks (docker compose) are not supported yet: give the task an environment/Dockerfile or a docker_image")
+	if name := h.composeFile(); name != "" {
+		if err := h.compose(s, name); err != nil {
+			return err
 		}
 	}
 	if s.Image != "" {

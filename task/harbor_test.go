@@ -156,7 +156,7 @@ func TestHarborRefusals(t *testing.T) {
 		{"phase network", "[environment]\nnetwork_mode = \"no-network\"\n[verifier]\nnetwork_mode = \"public\"\n", nil, []string{"field verifier.network_mode", "cannot switch it between phases"}},
 		{"separate verifier", "[verifier]\nenvironment_mode = \"separate\"\n", nil, []string{"a separate verifier environment is not supported"}},
 		{"collect hooks", "[[verifier.collect]]\npath = \"/x\"\n", nil, []string{"field verifier.collect: collect hooks are not supported"}},
-		{"compose", "", map[string]string{"environment/docker-compose.yaml": "services: {}\n"}, []string{"environment/docker-compose.yaml: multi-container tasks (docker compose) are not supported yet"}},
+		{"compose with main alone", "", map[string]string{"environment/docker-compose.yaml": "services: {}\n"}, []string{"environment/docker-compose.yaml:1:1: field services: no service other than main"}},
 		{"no image", "", map[string]string{"environment/Dockerfile": ""}, []string{"no environment/Dockerfile and no [environment] docker_image"}},
 		{"no test.sh", "", map[string]string{"tests/test.sh": ""}, []string{"no tests/test.sh"}},
 		{"no instruction", "", map[string]string{"instruction.md": " \n"}, []string{"instruction.md: is empty"}},

@@ -71,6 +71,10 @@ type Spec struct {
 	// JSON object: kept in the manifest and on every episode row, never read
 	// by forkline.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// Compose, when set, starts services beside the task's sandbox (a
+	// Harbor task's environment/docker-compose.yaml; see compose.go). Nil
+	// for a single-container task, and then absent from the JSON.
+	Compose *Compose `json:"compose,omitempty"`
 	// Harbor is set for a task read from a Harbor task folder.
 	Harbor *Harbor `json:"harbor,omitempty"`
 	// Actions are the shell actions the task allows (ShellActions); nil

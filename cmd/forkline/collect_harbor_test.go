@@ -222,7 +222,7 @@ func TestCollectPullsTheImage(t *testing.T) {
 	out := filepath.Join(dir, "refused")
 	code, printed := collectOutput(t, bad, "-tasks", file, "-provider", "docker", "-out", out, "-workdir", t.TempDir())
 	require.Equal(t, cli.ExitBadInput, code, printed)
-	require.Contains(t, printed, "the images the tasks need cannot be had; nothing was collected")
+	require.Contains(t, printed, "the images and services the tasks need cannot be had; nothing was collected")
 	require.Contains(t, printed, "pulling "+ref+" with the credentials from ")
 	require.True(t, strings.HasPrefix(ref, reg.Auth+"/"), "the message names the registry (%s) in the image's reference", reg.Auth)
 	require.Contains(t, strings.ToLower(printed), "unauthorized")

@@ -305,6 +305,13 @@ func (p *Provider) Prepare(ctx context.Context, specs []providers.Spec, progress
 			seen[img.ref] = true
 			imgs = append(imgs, img)
 		}
+		// The images of a compose environment's services.
+		for _, svc := range s.Services {
+			if !seen[svc.Image] {
+				seen[svc.Image] = true
+				imgs = append(imgs, imageFor{ref: svc.Image})
+			}
+		}
 		for _, n := range []string{s.Resources.Network, s.SetupNetwork} {
 			if n == "" {
 				n = p.network
@@ -330,6 +337,15 @@ func (p *Provider) Prepare(ctx context.Context, specs []providers.Spec, progress
 	}
 	pl.Wait()
 	if err := cause(wctx, errors.Join(errs...)); err != nil {
+		if errors.Is(err, ErrEngineGone) || ctx.Err() != nil {
+			return err
+		}
+		if !errors.Is(err, providers.ErrCannotPrepare) {
+			err = fmt.Errorf("%w: %w", providers.ErrCannotPrepare, err)
+		}
+		return err
+	}
+	if err := p.trialServices(wctx, specs, progress); err != nil {
 		if errors.Is(err, ErrEngineGone) || ctx.Err() != nil {
 			return err
 		}

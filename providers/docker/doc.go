@@ -40,6 +40,21 @@
 // first refuses a spec providers.Spec.Validate refuses (a NUL byte in Env,
 // an unknown capability name, negative limits).
 //
+// # Compose environments
+//
+// A Spec with Services is a compose environment (see compose.go): every
+// service is a container of its own beside the sandbox, on an internal
+// bridge network made for that sandbox alone, where each service's name
+// (and providers.MainService for the sandbox) resolves through the
+// engine's DNS; services start in depends_on order and the sandbox is
+// handed over once every healthcheck passes. A checkpoint commits every
+// service with the sandbox; a fork makes a new network and starts every
+// service from its committed image, so forks never share a service.
+// Services are bounded and capability-dropped like sandboxes
+// (ServiceCapabilities added), labelled (LabelService), and removed with
+// their network by Close, Sweep and the sandbox's Close. Prepare starts
+// each distinct environment's services once to check they get ready.
+//
 // # Safe by default
 //
 // Every sandbox is bounded, whether its spec sets limits or not: Resources

@@ -19,6 +19,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
 	"github.com/forkline/forkline/providers"
@@ -162,6 +163,9 @@ type checkpoint struct {
 	ref      string // the unique tag, e.g. forkline/checkpoint:RUN-3
 	spec     sandboxSpec
 	released bool
+	// serviceImages are the committed images of the services of a
+	// compose environment.
+	serviceImages []string
 }
 
 // sandboxSpec is what a sandbox passes on to the forks of its checkpoints.
@@ -178,6 +182,13 @@ type sandboxSpec struct {
 	// mounts are Spec.Mounts, bound read-only into the sandbox and its
 	// forks.
 	mounts []providers.Mount
+	// services are Spec.Services; a checkpoint's have its committed
+	// images (see compose.go).
+	services []providers.Service
+	// composeNet, set only while the main container of a compose
+	// environment is made, is its network, where it is aliased
+	// providers.MainService.
+	composeNet string
 }
 
 // New opens a docker provider on the engine named by the environment (see
@@ -334,7 +345,7 @@ func (p *Provider) Name() string { return Name }
 // Capabilities: checkpoints are image commits, forks start from them, the
 // isolation is a container.
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{Checkpoint: true, Fork: true, Isolation: "container", ForkMethod: ForkMethod}
+	return providers.Capabilities{Checkpoint: true, Fork: true, Isolation: "container", ForkMethod: ForkMethod, Services: true}
 }
 
 // OutputPath says how command output reaches the provider: OutputFIFO,
@@ -384,6 +395,20 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 		labels:    copyLabels(spec.Labels),
 		workdir:   workspaceOf(entry.workdir),
 		mounts:    append([]providers.Mount(nil), spec.Mounts...),
+		services:  append([]providers.Service(nil), spec.Services...),
+	}
+	if len(spec.Services) > 0 {
+		if p.runtimeNoNetwork {
+			return nil, fmt.Errorf("docker: %w: a compose environment needs a network, and the engine runs runtime %s with --network=none", providers.ErrNotSupported, p.runtime)
+		}
+		if spec.SetupNetwork != "" && spec.SetupNetwork != "none" {
+			return nil, fmt.Errorf("docker: %w: a compose environment runs on a network of its own; SetupNetwork %q is not allowed", providers.ErrNotSupported, spec.SetupNetwork)
+		}
+		for _, svc := range spec.Services {
+			if _, err := p.ensure(ctx, imageFor{ref: svc.Image}, nil); err != nil {
+				return nil, fmt.Errorf("service %s: %w", svc.Name, err)
+			}
+		}
 	}
 	if ss.network == "" {
 		ss.network = p.network
@@ -427,11 +452,22 @@ func (p *Provider) startSandbox(ctx context.Context, image string, ss sandboxSpe
 	if err := p.checkOpen(); err != nil {
 		return nil, err
 	}
-	st, err := p.startContainer(ctx, image, ss, cpID)
+	run := ss
+	var env *composeEnv
+	if len(ss.services) > 0 {
+		var err error
+		if env, err = p.startServices(ctx, ss, cpID); err != nil {
+			return nil, err
+		}
+		run.network, run.composeNet = env.netName, env.netName
+	}
+	st, err := p.startContainer(ctx, image, run, cpID)
 	if err != nil {
+		_ = p.removeEnv(ctx, env)
 		return nil, err
 	}
 	sb := newSandbox(p, st, origin, cpID, ss)
+	sb.env = env
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -527,6 +563,12 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 	for _, m := range ss.mounts {
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: true})
 	}
+	var nc *network.NetworkingConfig
+	if ss.composeNet != "" {
+		nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+			ss.composeNet: {Aliases: []string{providers.MainService}},
+		}}
+	}
 	created, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
 			Image:      image,
@@ -536,7 +578,8 @@ func (p *Provider) createAndStart(ctx context.Context, image string, ss sandboxS
 			Env:        env,
 			Labels:     labels,
 		},
-		HostConfig: hc,
+		HostConfig:       hc,
+		NetworkingConfig: nc,
 	})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
@@ -616,6 +659,15 @@ func (p *Provider) checkpoint(ctx context.Context, sb providers.Sandbox, label s
 	p.mu.Unlock()
 
 	began := time.Now()
+	spec := s.spec
+	var serviceImages []string
+	if s.env != nil {
+		services, images, err := p.commitServices(ctx, s, ref, label)
+		if err != nil {
+			return providers.Checkpoint{}, err
+		}
+		spec.services, serviceImages = services, images
+	}
 	res, err := p.cli.ContainerCommit(ctx, s.id, client.ContainerCommitOptions{
 		Reference: ref,
 		Comment:   "forkline checkpoint " + label,
@@ -625,6 +677,9 @@ func (p *Provider) checkpoint(ctx context.Context, sb providers.Sandbox, label s
 		}},
 	})
 	if err != nil {
+		for _, im := range serviceImages {
+			p.removeImage(ctx, im)
+		}
 		return providers.Checkpoint{}, s.infraError(ctx, "commit", err)
 	}
 	took := time.Since(began)
@@ -634,9 +689,12 @@ func (p *Provider) checkpoint(ctx context.Context, sb providers.Sandbox, label s
 	if p.closed {
 		p.mu.Unlock()
 		p.removeImage(ctx, res.ID)
+		for _, im := range serviceImages {
+			p.removeImage(ctx, im)
+		}
 		return providers.Checkpoint{}, fmt.Errorf("docker: %w", providers.ErrClosed)
 	}
-	p.checkpoints[cp.ID] = &checkpoint{info: cp, ref: ref, spec: s.spec}
+	p.checkpoints[cp.ID] = &checkpoint{info: cp, ref: ref, spec: spec, serviceImages: serviceImages}
 	p.mu.Unlock()
 	return cp, nil
 }
@@ -697,6 +755,15 @@ func (p *Provider) Release(ctx context.Context, cp providers.Checkpoint) error {
 	}
 	ck.released = true
 	p.mu.Unlock()
+	for _, im := range ck.serviceImages {
+		// An image a fork's service still runs stays until Close (or a
+		// sweep) removes it by its labels.
+		if err := p.removeImageErr(ctx, im); err != nil && !cerrdefs.IsConflict(err) {
+			if gerr := p.gone(ctx, "releasing checkpoint "+shortID(cp.ID), err); gerr != nil {
+				return gerr
+			}
+		}
+	}
 	err := p.removeImageErr(ctx, ck.info.ID)
 	if err != nil && cerrdefs.IsConflict(err) {
 		// Forks of cp still run: untag it so it is gone by name; Close (or a

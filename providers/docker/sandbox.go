@@ -29,6 +29,7 @@ type sandbox struct {
 	origin string
 	cpID   string
 	spec   sandboxSpec
+	env    *composeEnv // the services and network of a compose environment, nil without
 	done   chan struct{}
 	execs  atomic.Int64 // numbers the execs: FORKLINE_EXEC marks
 
@@ -176,6 +177,7 @@ func (s *sandbox) Close(ctx context.Context) error {
 		s.mu.Unlock()
 		close(s.done)
 		s.err = s.p.removeContainer(ctx, s.id)
+		s.err = errors.Join(s.err, s.p.removeEnv(ctx, s.env))
 		s.acts.Wait()
 		if s.outDir != "" {
 			s.err = errors.Join(s.err, os.RemoveAll(s.outDir))

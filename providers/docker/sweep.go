@@ -32,10 +32,12 @@ type SweepOptions struct {
 type SweepResult struct {
 	Containers []string // container ids
 	Images     []string // image ids
+	Networks   []string // network ids (the networks of compose environments)
 }
 
-// Sweep removes forkline containers and checkpoint images (objects carrying
-// LabelRun) that opts selects: containers first (forced), then images,
+// Sweep removes forkline containers, networks and checkpoint images
+// (objects carrying LabelRun) that opts selects: containers first (forced),
+// then networks, then images,
 // newest first so a checkpoint of a fork goes before the checkpoint it grew
 // from. Base images (LabelImage, no run label) are never touched. New runs
 // Sweep with DeadOwners unless the "sweep" param is "off"; call it yourself
@@ -103,6 +105,25 @@ func removeLabelled(ctx context.Context, cli *client.Client, filter string, keep
 		}
 		if failed[i] != nil {
 			errs = append(errs, failed[i])
+		}
+	}
+
+	// Networks after the containers on them.
+	nl, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", filter)})
+	if err != nil {
+		return res, errors.Join(append(errs, fmt.Errorf("docker: listing networks: %w", err))...)
+	}
+	for _, n := range nl.Items {
+		if !keep(n.Labels) {
+			continue
+		}
+		_, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{})
+		switch {
+		case err == nil:
+			res.Networks = append(res.Networks, n.ID)
+		case cerrdefs.IsNotFound(err):
+		default:
+			errs = append(errs, fmt.Errorf("docker: removing network %s: %w", n.Name, err))
 		}
 	}
 
@@ -176,6 +197,13 @@ func listLabelled(ctx context.Context, cli *client.Client, filter string) ([]str
 	}
 	for _, im := range il.Items {
 		out = append(out, fmt.Sprintf("image %s %v", shortID(im.ID), im.RepoTags))
+	}
+	nl, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", filter)})
+	if err != nil {
+		return nil, fmt.Errorf("docker: listing networks: %w", err)
+	}
+	for _, n := range nl.Items {
+		out = append(out, fmt.Sprintf("network %s", n.Name))
 	}
 	return out, nil
 }

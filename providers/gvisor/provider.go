@@ -522,6 +522,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("gvisor: %w", err)
 	}
+	if err := providers.RefuseServices("gvisor", spec); err != nil {
+		return nil, err
+	}
 	if spec.GUI != nil {
 		return nil, fmt.Errorf("gvisor: %w", providers.ErrNoGUI)
 	}

@@ -342,6 +342,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
+	if err := providers.RefuseServices("local", spec); err != nil {
+		return nil, err
+	}
 	if spec.GUI != nil {
 		return nil, fmt.Errorf("local: %w", providers.ErrNoGUI)
 	}

@@ -626,3 +626,13 @@ func TestMidEpisodeCheckpointFreezesTheDiff(t *testing.T) {
 	require.Equal(t, local.MethodLayer, methods[0])
 	require.Equal(t, "gone\n", act(at, "test -e big.bin || echo gone"))
 }
+
+// A compose environment (Spec.Services) is refused by name: the local
+// provider has no containers to run services in.
+func TestRefusesServices(t *testing.T) {
+	p := openLocal(t, "")
+	require.False(t, p.Capabilities().Services)
+	_, err := p.Create(t.Context(), providers.Spec{Services: []providers.Service{{Name: "db", Image: "forkline/busybox"}}})
+	require.ErrorIs(t, err, providers.ErrNotSupported)
+	require.ErrorContains(t, err, "services db) runs on the docker provider")
+}
