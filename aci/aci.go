@@ -45,6 +45,7 @@ var fields = map[string]field{
 	"url":        {typ: "string", desc: "URL to open."},
 	"ms":         {typ: "integer", desc: "How long to wait, in milliseconds."},
 	"answer":     {typ: "string", desc: "The final answer or a short summary of what was done."},
+	"scrollback": {typ: "integer", desc: "Lines of scrollback above the visible screen to include; 0 or absent for the screen only."},
 }
 
 // descriptions says what each action kind does.
@@ -60,6 +61,8 @@ var descriptions = map[runtime.ActionKind]string{
 	runtime.ActNavigate:   "Open a URL in the browser.",
 	runtime.ActWait:       "Wait before the next action.",
 	runtime.ActDone:       "Finish the task, with the answer when one is asked for.",
+	runtime.ActSendKeys:   "Send keystrokes to the terminal (a program such as a REPL, an editor or a prompt running in it). keys is one tmux key name (e.g. \"Enter\", \"C-c\", \"Escape\", \"Up\", \"Tab\", \"F1\", \"M-x\") or else text typed as is, where a newline is Enter. The terminal is its own shell in the workspace, apart from exec's.",
+	runtime.ActReadScreen: "Return the terminal's visible text once its output has settled, optionally with scrollback lines above it.",
 }
 
 // ToolSchemas returns one OpenAI function-tool object per canonical action

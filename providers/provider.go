@@ -160,6 +160,11 @@ type Spec struct {
 	// packages while its episodes stay offline. A sandbox made by Create
 	// that runs an episode itself must not have one (the pool refuses it).
 	SetupNetwork string
+	// Shell is how exec runs commands: ShellFresh ("" too) or
+	// ShellPersistent (one shell per sandbox; see Terminal). Forks keep
+	// the mode and start a new shell. A provider without a persistent
+	// shell refuses ShellPersistent with ErrNotSupported.
+	Shell ShellMode
 }
 
 // Mount is a host path bound read-only at Target, an absolute path in

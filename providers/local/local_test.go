@@ -626,3 +626,11 @@ func TestMidEpisodeCheckpointFreezesTheDiff(t *testing.T) {
 	require.Equal(t, local.MethodLayer, methods[0])
 	require.Equal(t, "gone\n", act(at, "test -e big.bin || echo gone"))
 }
+
+func TestPersistentShell(t *testing.T) {
+	providertest.PersistentShell(t, openLocal(t, "auto"), providers.Spec{})
+}
+
+func TestTerminal(t *testing.T) {
+	providertest.Terminal(t, openLocal(t, "auto"), providers.Spec{})
+}
