@@ -116,8 +116,47 @@ func (t *Terminal) terminal(ctx context.Context) (*tmuxTerm, error) {
 			return nil, fmt.Errorf("%s: starting the terminal: %w", t.host.Provider, err)
 		}
 	}
+	// Keys sent before the shell on the terminal reads them would be
+	// echoed by the terminal and typed again later (docker exec -it sets
+	// its terminal up only once attached): wait for a first screen (the
+	// prompt) that stays put.
+	if _, err := tm.settled(ctx, []string{"capture-pane", "-p", "-t", "t"}, true); err != nil {
+		tm.close()
+		return nil, fmt.Errorf("%s: starting the terminal: %w", t.host.Provider, err)
+	}
 	t.tty = tm
 	return tm, nil
+}
+
+// settled captures the screen until it has not changed for settleQuiet
+// (and, with nonEmpty, shows something), or settleMax passed.
+func (tm *tmuxTerm) settled(ctx context.Context, args []string, nonEmpty bool) ([]byte, error) {
+	var last []byte
+	quiet := time.Now()
+	limit := settleMax
+	if nonEmpty {
+		limit *= 2
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		screen, err := tm.tmux(ctx, args...)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !bytes.Equal(screen, last):
+			last, quiet = screen, time.Now()
+		case time.Now().After(deadline):
+			return last, nil
+		case time.Since(quiet) >= settleQuiet && (!nonEmpty || len(bytes.TrimSpace(screen)) > 0):
+			return last, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 var errUnsupportedAction = errors.New("not supported")
@@ -157,27 +196,12 @@ func (t *Terminal) ReadScreen(ctx context.Context, a runtime.Action) (runtime.Ob
 	if a.Scrollback > 0 {
 		args = append(args, "-S", strconv.Itoa(-a.Scrollback))
 	}
-	var last []byte
-	quiet := time.Now()
-	deadline := time.Now().Add(settleMax)
-	for {
-		screen, err := tm.tmux(ctx, args...)
-		if err != nil {
-			if ctx.Err() != nil {
-				return runtime.Observation{}, ctx.Err()
-			}
-			return Failure(runtime.ErrActionFail, err.Error()), nil
-		}
-		if !bytes.Equal(screen, last) {
-			last, quiet = screen, time.Now()
-		} else if time.Since(quiet) >= settleQuiet || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
+	last, err := tm.settled(ctx, args, false)
+	if err != nil {
+		if ctx.Err() != nil {
 			return runtime.Observation{}, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
 		}
+		return Failure(runtime.ErrActionFail, err.Error()), nil
 	}
 	text := tidyScreen(last)
 	return runtime.Observation{Output: text, OutputBytes: int64(len(text)), ExitCode: -1}, nil

@@ -178,6 +178,8 @@ type sandboxSpec struct {
 	// mounts are Spec.Mounts, bound read-only into the sandbox and its
 	// forks.
 	mounts []providers.Mount
+	// shell is Spec.Shell: forks keep the mode and start a new shell.
+	shell providers.ShellMode
 }
 
 // New opens a docker provider on the engine named by the environment (see
@@ -384,6 +386,7 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 		labels:    copyLabels(spec.Labels),
 		workdir:   workspaceOf(entry.workdir),
 		mounts:    append([]providers.Mount(nil), spec.Mounts...),
+		shell:     spec.Shell,
 	}
 	if ss.network == "" {
 		ss.network = p.network

@@ -117,6 +117,7 @@ func Terminal(t *testing.T, p providers.Provider, spec providers.Spec) {
 	assert.Contains(t, screen(0), "got:yes")
 	// C-c interrupts the foreground program; the shell goes on.
 	send("sleep 600\n")
+	assert.Contains(t, screen(0), "sleep 600") // the shell read the line: sleep runs
 	send("C-c")
 	send("echo after-$A\n")
 	assert.Contains(t, screen(0), "after-41")
