@@ -72,6 +72,7 @@ func Template(s *task.Spec) (*pool.Template, error) {
 			SetupNetwork: setupNetwork,
 			Labels:       map[string]string{TaskLabel: s.ID},
 			GUI:          gui,
+			Shell:        providers.ShellMode(s.Shell),
 		},
 		Setup:          s.Setup,
 		Start:          s.Start,
