@@ -48,6 +48,9 @@ var fields = map[string]field{
 	"scrollback": {typ: "integer", desc: "Lines of scrollback above the visible screen to include; 0 or absent for the screen only."},
 }
 
+// persistentExec is exec's description in a task whose shell persists.
+const persistentExec = "Run a shell command in this episode's persistent shell and return its output and exit code. The shell keeps its state from one command to the next: the working directory (cd), environment variables (export), functions, aliases and background jobs carry over; exit ends the shell, and the next command starts a new one in the workspace."
+
 // descriptions says what each action kind does.
 var descriptions = map[runtime.ActionKind]string{
 	runtime.ActExec:       "Run a shell command in the workspace and return its output and exit code.",
