@@ -59,10 +59,10 @@ type Config struct {
 	Repeats        int               // episodes per task; 0 is 1
 	// Shell, when set ("fresh" or "persistent"), is every task's shell
 	// mode (task.Spec.Shell): part of the task's spec, so of its hash.
-	Shell string
-	Seed           int64
-	Policy         string // registry name; "" is "script"; the program registers it (import policy/all, or one policy)
-	ScriptFile     string // for policy script: actions to replay instead of each task's solution
+	Shell      string
+	Seed       int64
+	Policy     string // registry name; "" is "script"; the program registers it (import policy/all, or one policy)
+	ScriptFile string // for policy script: actions to replay instead of each task's solution
 	// PolicyOptions are policy settings (-policy-opt k=v). They are recorded
 	// in the manifest, so they must never hold a secret: policies take keys
 	// from environment variables named here, never from values.

@@ -148,7 +148,7 @@ var (
 	// offers them only when its actions list names them: tools a model
 	// is offered by default stay those of a shell.
 	TerminalActions = []runtime.ActionKind{runtime.ActSendKeys, runtime.ActReadScreen}
-	GUIActions   = []runtime.ActionKind{runtime.ActClick, runtime.ActKey, runtime.ActNavigate,
+	GUIActions      = []runtime.ActionKind{runtime.ActClick, runtime.ActKey, runtime.ActNavigate,
 		runtime.ActScreenshot, runtime.ActScroll, runtime.ActType, runtime.ActWait}
 )
 

@@ -238,8 +238,8 @@ type checkpoint struct {
 	outputCap int
 	pidsMax   int64
 	shell     providers.ShellMode // forks start a shell of this mode (a new one)
-	users     int  // live overlay forks (and layers) stacked on it
-	released  bool // no more forks; remove when users drops to zero
+	users     int                 // live overlay forks (and layers) stacked on it
+	released  bool                // no more forks; remove when users drops to zero
 }
 
 // New opens a local provider. Options.Dir is where its directory is made
