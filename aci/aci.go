@@ -45,7 +45,11 @@ var fields = map[string]field{
 	"url":        {typ: "string", desc: "URL to open."},
 	"ms":         {typ: "integer", desc: "How long to wait, in milliseconds."},
 	"answer":     {typ: "string", desc: "The final answer or a short summary of what was done."},
+	"scrollback": {typ: "integer", desc: "Lines of scrollback above the visible screen to include; 0 or absent for the screen only."},
 }
+
+// persistentExec is exec's description in a task whose shell persists.
+const persistentExec = "Run a shell command in this episode's persistent shell and return its output and exit code. The shell keeps its state from one command to the next: the working directory (cd), environment variables (export), functions, aliases and background jobs carry over; exit ends the shell, and the next command starts a new one in the workspace."
 
 // descriptions says what each action kind does.
 var descriptions = map[runtime.ActionKind]string{
@@ -60,6 +64,8 @@ var descriptions = map[runtime.ActionKind]string{
 	runtime.ActNavigate:   "Open a URL in the browser.",
 	runtime.ActWait:       "Wait before the next action.",
 	runtime.ActDone:       "Finish the task, with the answer when one is asked for.",
+	runtime.ActSendKeys:   "Send keystrokes to the terminal (a program such as a REPL, an editor or a prompt running in it). keys is one tmux key name (e.g. \"Enter\", \"C-c\", \"Escape\", \"Up\", \"Tab\", \"F1\", \"M-x\") or else text typed as is, where a newline is Enter. The terminal is its own shell in the workspace, apart from exec's.",
+	runtime.ActReadScreen: "Return the terminal's visible text once its output has settled, optionally with scrollback lines above it.",
 }
 
 // ToolSchemas returns one OpenAI function-tool object per canonical action

@@ -181,3 +181,16 @@ func TestToolsJSONKeyOrder(t *testing.T) {
 	_, err = Tools([]runtime.ActionKind{"teleport"})
 	require.ErrorContains(t, err, `unknown action kind "teleport"`)
 }
+
+func TestExecToolSaysTheShellMode(t *testing.T) {
+	fresh, err := ToolsFor([]runtime.ActionKind{runtime.ActExec}, "")
+	require.NoError(t, err)
+	persistent, err := ToolsFor([]runtime.ActionKind{runtime.ActExec}, ShellPersistent)
+	require.NoError(t, err)
+	assert.NotContains(t, fresh[0].Function.Description, "persistent")
+	assert.Contains(t, persistent[0].Function.Description, "persistent shell")
+	assert.Contains(t, persistent[0].Function.Description, "working directory")
+	old, err := Tools([]runtime.ActionKind{runtime.ActExec})
+	require.NoError(t, err)
+	assert.Equal(t, fresh, old, "the fresh description is the one datasets were offered before")
+}

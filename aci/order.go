@@ -12,10 +12,16 @@ import (
 // runtime does not know, which a decoded policy.Conversation never holds
 // (its actions are checked when it is read).
 func OfferedToolsJSON(kinds []runtime.ActionKind) json.RawMessage {
+	return OfferedToolsJSONFor(kinds, "")
+}
+
+// OfferedToolsJSONFor is OfferedToolsJSON for a task whose shell mode is
+// shell (see ToolsFor).
+func OfferedToolsJSONFor(kinds []runtime.ActionKind, shell string) json.RawMessage {
 	if len(kinds) == 0 {
 		kinds = runtime.ActionKinds()
 	}
-	raw, err := ToolsJSON(kinds)
+	raw, err := ToolsJSONFor(kinds, shell)
 	if err != nil {
 		panic(err)
 	}

@@ -137,11 +137,28 @@ func marshalNoEscape(v any) ([]byte, error) {
 }
 
 // Tools returns the tools of kinds, in the order given, in the canonical
-// key order. An unknown kind is an error naming the known ones.
-func Tools(kinds []runtime.ActionKind) ([]Tool, error) {
+// key order, for a task whose shell is fresh. An unknown kind is an error
+// naming the known ones.
+func Tools(kinds []runtime.ActionKind) ([]Tool, error) { return ToolsFor(kinds, "") }
+
+// ShellPersistent is the task shell mode (task.Spec.Shell) whose exec tool
+// says that state carries from one command to the next.
+const ShellPersistent = "persistent"
+
+// ToolsFor is Tools for a task whose shell mode is shell ("" or "fresh":
+// a shell per command; "persistent": one shell per episode). Only exec's
+// description depends on it: a model told its commands share a shell
+// when they do not reads a lost cd or export as done, so the tool says
+// which. The fresh description is the one every dataset before the
+// persistent shell was offered, unchanged, so their exports still write
+// the tools their models saw.
+func ToolsFor(kinds []runtime.ActionKind, shell string) ([]Tool, error) {
 	out := make([]Tool, 0, len(kinds))
 	for _, k := range kinds {
 		t, ok := tool(k)
+		if ok && k == runtime.ActExec && shell == ShellPersistent {
+			t.Function.Description = persistentExec
+		}
 		if !ok {
 			return nil, fmt.Errorf("aci: unknown action kind %q (known: %v)", k, runtime.ActionKinds())
 		}
@@ -153,7 +170,12 @@ func Tools(kinds []runtime.ActionKind) ([]Tool, error) {
 // ToolsJSON is Tools encoded: the exact bytes a policy sends as "tools"
 // and an exporter writes, in the canonical key order.
 func ToolsJSON(kinds []runtime.ActionKind) (json.RawMessage, error) {
-	tools, err := Tools(kinds)
+	return ToolsJSONFor(kinds, "")
+}
+
+// ToolsJSONFor is ToolsFor encoded.
+func ToolsJSONFor(kinds []runtime.ActionKind, shell string) (json.RawMessage, error) {
+	tools, err := ToolsFor(kinds, shell)
 	if err != nil {
 		return nil, err
 	}

@@ -57,9 +57,12 @@ type Config struct {
 	ProviderParams map[string]string // backend settings
 	Replicas       int               // episodes in parallel; 0 is DefaultReplicas (4), as on the command line
 	Repeats        int               // episodes per task; 0 is 1
-	Seed           int64
-	Policy         string // registry name; "" is "script"; the program registers it (import policy/all, or one policy)
-	ScriptFile     string // for policy script: actions to replay instead of each task's solution
+	// Shell, when set ("fresh" or "persistent"), is every task's shell
+	// mode (task.Spec.Shell): part of the task's spec, so of its hash.
+	Shell      string
+	Seed       int64
+	Policy     string // registry name; "" is "script"; the program registers it (import policy/all, or one policy)
+	ScriptFile string // for policy script: actions to replay instead of each task's solution
 	// PolicyOptions are policy settings (-policy-opt k=v). They are recorded
 	// in the manifest, so they must never hold a secret: policies take keys
 	// from environment variables named here, never from values.
@@ -262,6 +265,12 @@ func planRun(cfg Config) (*invocation, error) {
 	}
 	inv.obs, inv.closeProgress = inv.observers()
 	for i := range specs {
+		switch cfg.Shell {
+		case "fresh":
+			specs[i].Shell = ""
+		case "persistent":
+			specs[i].Shell = cfg.Shell
+		}
 		specs[i] = specs[i].WithDefaults()
 		if inv.templates[specs[i].ID], err = episode.Template(&specs[i]); err != nil {
 			return nil, badInput(fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err))

@@ -126,6 +126,11 @@ func validate(cfg *Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	switch cfg.Shell {
+	case "", "fresh", "persistent":
+	default:
+		return fmt.Errorf("collect: Shell (-shell) %q: unknown shell mode (known: fresh, persistent)", cfg.Shell)
+	}
 	d := DefaultConfig()
 	if cfg.Provider == "" {
 		cfg.Provider = d.Provider

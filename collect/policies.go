@@ -41,5 +41,5 @@ func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any))
 // to decide, nothing of the task's files, setup or verifier.
 func policyEpisode(t *task.Spec, id string, repeat int, seed int64) policy.Episode {
 	return policy.Episode{ID: id, Repeat: repeat, Seed: seed, Instruction: t.Instruction, Solution: t.Solution,
-		Actions: t.AllowedActions()}
+		Actions: t.AllowedActions(), Shell: t.Shell}
 }

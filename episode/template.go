@@ -77,6 +77,7 @@ func Template(s *task.Spec) (*pool.Template, error) {
 			Labels:       map[string]string{TaskLabel: s.ID},
 			GUI:          gui,
 			Services:     services,
+			Shell:        providers.ShellMode(s.Shell),
 		},
 		Setup:          s.Setup,
 		Start:          s.Start,

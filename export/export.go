@@ -468,6 +468,7 @@ func (in *input) describe(ep *model.Episode, needTask bool) error {
 	if t, ok := in.tasks[ep.Row.TaskID]; ok {
 		ep.Instruction = t.Instruction
 		ep.TaskActions = t.AllowedActions()
+		ep.TaskShell = t.Shell
 		if t.Verify != nil {
 			ep.VerifyCmd = t.Verify.Cmd
 		}

@@ -62,6 +62,9 @@ type Episode struct {
 	// nil allows every canonical action. A policy never offers or takes an
 	// action outside them.
 	Actions []runtime.ActionKind
+	// Shell is the task's shell mode ("" or "persistent"; task.Spec.Shell):
+	// the exec tool says which (aci.ToolsFor).
+	Shell string
 }
 
 // Source makes the policies of one run, from the Options it was opened

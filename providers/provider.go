@@ -173,6 +173,12 @@ type Spec struct {
 	// Capabilities().Services is false refuse a Spec with Services
 	// (ErrNotSupported). Resources.Network must then be "" or "none".
 	Services []Service
+
+	// Shell is how exec runs commands: ShellFresh ("" too) or
+	// ShellPersistent (one shell per sandbox; see Terminal). Forks keep
+	// the mode and start a new shell. A provider without a persistent
+	// shell refuses ShellPersistent with ErrNotSupported.
+	Shell ShellMode
 }
 
 // MainService is the name the sandbox of a Spec with Services is reached by

@@ -16,6 +16,10 @@ type ShellOps struct {
 	Exec      func(ctx context.Context, a runtime.Action) (runtime.Observation, error)
 	ReadFile  func(ctx context.Context, path string) (runtime.Observation, error)
 	WriteFile func(ctx context.Context, path, content string) (runtime.Observation, error)
+	// Term, when set, is the sandbox's persistent shell and terminal: exec
+	// goes to it when its mode is persistent, send_keys and read_screen
+	// always (without it they are ErrUnsupported observations).
+	Term *Terminal
 	// Closed, when closed, ends a wait early with ClosedErr.
 	Closed    <-chan struct{}
 	ClosedErr func() error
@@ -24,7 +28,8 @@ type ShellOps struct {
 // Shell performs one action on a shell-only sandbox: an action that is not
 // canonical is a failed observation (ErrUnsupported for an unknown kind,
 // ErrActionFail otherwise), and so is an exec whose command holds a NUL
-// byte; exec, read_file and write_file go to ops; wait
+// byte; exec, read_file and write_file go to ops (exec to ops.Term in a
+// persistent shell), send_keys and read_screen to ops.Term; wait
 // sleeps (ended by ctx or by the sandbox closing); done does nothing; GUI
 // actions are ErrUnsupported observations. The observation is timed.
 // Actions that are not commands report exit code -1.
@@ -48,7 +53,19 @@ func Shell(ctx context.Context, a runtime.Action, ops ShellOps) (runtime.Observa
 				obs = Failure(runtime.ErrActionFail, fmt.Sprintf("%s: exec: the command holds a NUL byte at offset %d; a command line cannot carry one, so nothing ran", ops.Provider, i))
 				break
 			}
-			obs, err = ops.Exec(ctx, a)
+			if ops.Term.Persistent() {
+				obs, err = ops.Term.Exec(ctx, a)
+			} else {
+				obs, err = ops.Exec(ctx, a)
+			}
+		case runtime.ActSendKeys, runtime.ActReadScreen:
+			if ops.Term == nil {
+				obs = Failure(runtime.ErrUnsupported, fmt.Sprintf("%s: %s is not supported: this sandbox has no terminal", ops.Provider, a.Kind))
+			} else if a.Kind == runtime.ActSendKeys {
+				obs, err = ops.Term.SendKeys(ctx, a)
+			} else {
+				obs, err = ops.Term.ReadScreen(ctx, a)
+			}
 		case runtime.ActReadFile:
 			obs, err = ops.ReadFile(ctx, a.Path)
 		case runtime.ActWriteFile:

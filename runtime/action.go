@@ -30,6 +30,11 @@ const (
 	ActNavigate   ActionKind = "navigate"   // url
 	ActWait       ActionKind = "wait"       // ms
 	ActDone       ActionKind = "done"       // answer
+	// The terminal actions drive a program on a pseudo-terminal (a REPL,
+	// an editor, a prompt that waits for a key): send_keys types keys,
+	// read_screen returns the terminal's visible text.
+	ActSendKeys   ActionKind = "send_keys"   // keys
+	ActReadScreen ActionKind = "read_screen" // scrollback
 )
 
 // actionFields lists, per kind, the JSON fields that kind carries and which
@@ -46,6 +51,8 @@ var actionFields = map[ActionKind][]fieldSpec{
 	ActNavigate:   {{"url", true}},
 	ActWait:       {{"ms", true}},
 	ActDone:       {{"answer", false}},
+	ActSendKeys:   {{"keys", true}},
+	ActReadScreen: {{"scrollback", false}},
 }
 
 type fieldSpec struct {
@@ -101,6 +108,9 @@ type Action struct {
 	URL       string // navigate
 	MS        int64  // wait
 	Answer    string // done
+	// Scrollback is how many lines above the visible screen read_screen
+	// returns too (0: the screen only).
+	Scrollback int
 }
 
 // ErrInvalidAction is wrapped by every error that Validate and UnmarshalJSON
@@ -130,9 +140,13 @@ func (a Action) Validate() error {
 		default:
 			return fmt.Errorf("runtime: %w: click button %q (known: left, middle, right)", ErrInvalidAction, a.Button)
 		}
-	case ActKey:
+	case ActKey, ActSendKeys:
 		if a.Keys == "" {
-			return fmt.Errorf("runtime: %w: key needs keys", ErrInvalidAction)
+			return fmt.Errorf("runtime: %w: %s needs keys", ErrInvalidAction, a.Kind)
+		}
+	case ActReadScreen:
+		if a.Scrollback < 0 {
+			return fmt.Errorf("runtime: %w: read_screen scrollback is negative", ErrInvalidAction)
 		}
 	case ActNavigate:
 		if a.URL == "" {
@@ -186,6 +200,8 @@ func (a *Action) fieldValue(name string) any {
 		return a.MS
 	case "answer":
 		return a.Answer
+	case "scrollback":
+		return a.Scrollback
 	}
 	panic("runtime: no action field " + name)
 }
@@ -221,6 +237,8 @@ func (a *Action) fieldPointer(name string) any {
 		return &a.MS
 	case "answer":
 		return &a.Answer
+	case "scrollback":
+		return &a.Scrollback
 	}
 	panic("runtime: no action field " + name)
 }

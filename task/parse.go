@@ -413,7 +413,7 @@ func (p parser) intRange(n *yaml.Node, field string, v, lo, hi int64, unit strin
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-var specFields = []string{"id", "instruction", "image", "build", "files", "env", "network", "setup", "start", "branch_start", "verify", "limits", "solution", "browser", "actions", "metadata"}
+var specFields = []string{"id", "instruction", "image", "build", "files", "env", "network", "setup", "start", "branch_start", "verify", "limits", "solution", "browser", "actions", "shell", "metadata"}
 
 func (p parser) spec(n *yaml.Node) (Spec, error) {
 	s := Spec{Source: fmt.Sprintf("%s:%d", p.file, n.Line)}
@@ -468,6 +468,18 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 			return p.browser(v, &s)
 		case "actions":
 			return p.actions(v, &s)
+		case "shell":
+			if err := p.str(v, key, &s.Shell); err != nil {
+				return err
+			}
+			switch s.Shell {
+			case "fresh":
+				s.Shell = "" // the default, spelled out: the same task, the same hash
+			case "persistent":
+			default:
+				return p.errAt(v, key, "unknown shell mode %q (known: fresh, persistent)", s.Shell)
+			}
+			return nil
 		}
 		return nil
 	})
@@ -494,12 +506,15 @@ func (p parser) spec(n *yaml.Node) (Spec, error) {
 	return s, nil
 }
 
+// listable are the actions a task's actions list may name.
+var listable = append(append([]runtime.ActionKind(nil), ShellActions...), TerminalActions...)
+
 // actions reads the task's actions: the shell actions it allows (a list of
-// exec, read_file, write_file, each once). GUI actions come with the
+// exec, read_file, write_file, send_keys, read_screen, each once). GUI actions come with the
 // browser section and done with every task, so neither is listed.
 func (p parser) actions(v *yaml.Node, s *Spec) error {
 	if v.Kind != yaml.SequenceNode {
-		return p.errAt(v, "actions", "must be a list of shell actions (%s), not %s", kindList(ShellActions), kindName(v))
+		return p.errAt(v, "actions", "must be a list of shell actions (%s), not %s", kindList(listable), kindName(v))
 	}
 	s.Actions = []runtime.ActionKind{}
 	for i, c := range v.Content {
@@ -514,8 +529,8 @@ func (p parser) actions(v *yaml.Node, s *Spec) error {
 			return p.errAt(c, field, "done is allowed in every task; leave it out")
 		case slices.Contains(GUIActions, k):
 			return p.errAt(c, field, "%s is a GUI action: GUI actions come with the browser section, not this list", k)
-		case !slices.Contains(ShellActions, k):
-			return p.errAt(c, field, "%q is not a shell action (known: %s)", name, kindList(ShellActions))
+		case !slices.Contains(listable, k):
+			return p.errAt(c, field, "%q is not a shell action (known: %s)", name, kindList(listable))
 		case slices.Contains(s.Actions, k):
 			return p.errAt(c, field, "%s is listed twice", k)
 		}

@@ -387,7 +387,7 @@ func TestActionsFitTheTask(t *testing.T) {
 	for name, tc := range map[string]struct{ yaml, want string }{
 		"gui action":   {"id: s\ninstruction: x\nactions: [click]\n", "a.yaml:3:11: field actions[0]: click is a GUI action"},
 		"done":         {"id: s\ninstruction: x\nactions: [done]\n", "done is allowed in every task"},
-		"unknown":      {"id: s\ninstruction: x\nactions: [exce]\n", `"exce" is not a shell action (known: exec, read_file, write_file)`},
+		"unknown":      {"id: s\ninstruction: x\nactions: [exce]\n", `"exce" is not a shell action (known: exec, read_file, write_file, send_keys, read_screen)`},
 		"twice":        {"id: s\ninstruction: x\nactions: [exec, exec]\n", "exec is listed twice"},
 		"not a list":   {"id: s\ninstruction: x\nactions: exec\n", "must be a list of shell actions"},
 		"empty, shell": {"id: s\ninstruction: x\nactions: []\n", "a task without a browser has no other actions"},

@@ -82,6 +82,12 @@ type Spec struct {
 	// browser task (see AllowedActions). Absent from the JSON when nil, so
 	// the hashes of tasks without it do not change.
 	Actions []runtime.ActionKind `json:"actions,omitempty"`
+	// Shell is how exec runs the task's commands: "" (fresh, a shell per
+	// command) or "persistent" (one shell per episode: the directory,
+	// variables and background jobs carry from one command to the next).
+	// Absent from the JSON when "", so the hashes of other tasks do not
+	// change.
+	Shell string `json:"shell,omitempty"`
 
 	// Source is where the spec was read from ("tasks/fix.yaml:1"); it is not
 	// part of the spec's identity or hash.
@@ -142,7 +148,11 @@ type Harbor struct {
 // those a browser task's browser runs.
 var (
 	ShellActions = []runtime.ActionKind{runtime.ActExec, runtime.ActReadFile, runtime.ActWriteFile}
-	GUIActions   = []runtime.ActionKind{runtime.ActClick, runtime.ActKey, runtime.ActNavigate,
+	// TerminalActions drive a program on the sandbox's terminal. A task
+	// offers them only when its actions list names them: tools a model
+	// is offered by default stay those of a shell.
+	TerminalActions = []runtime.ActionKind{runtime.ActSendKeys, runtime.ActReadScreen}
+	GUIActions      = []runtime.ActionKind{runtime.ActClick, runtime.ActKey, runtime.ActNavigate,
 		runtime.ActScreenshot, runtime.ActScroll, runtime.ActType, runtime.ActWait}
 )
 
@@ -166,6 +176,10 @@ func (s *Spec) AllowedActions() []runtime.ActionKind {
 			}
 		case slices.Contains(GUIActions, k):
 			if s.Browser == nil {
+				continue
+			}
+		case slices.Contains(TerminalActions, k):
+			if !slices.Contains(s.Actions, k) {
 				continue
 			}
 		default:

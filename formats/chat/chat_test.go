@@ -95,7 +95,7 @@ func TestJSONLWriter(t *testing.T) {
 				ParallelToolCalls *bool            `json:"parallel_tool_calls"`
 			}
 			require.NoError(t, json.Unmarshal(sc.Bytes(), &line))
-			assert.Len(t, line.Tools, 11)
+			assert.Len(t, line.Tools, 13)
 			require.NotNil(t, line.ParallelToolCalls)
 			pending := ""
 			var names []string

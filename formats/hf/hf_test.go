@@ -147,7 +147,7 @@ func TestParquetRoundTripWithParquetGo(t *testing.T) {
 	assert.Equal(t, `{"role":"assistant","content":"","tool_calls":[{"id":"call_2","type":"function","function":{"name":"done","arguments":{"answer":"42"}}}]}`, msgs[len(msgs)-1],
 		"finding 1: the done call")
 	tools := row["tools"].([]any)
-	require.Len(t, tools, 11)
+	require.Len(t, tools, 13)
 	assert.True(t, strings.HasPrefix(tools[0].(string), `{"type":"function","function":{"name":"click","description":`), "finding 8: the key order the policy sent")
 }
 

@@ -82,6 +82,9 @@ type Episode struct {
 	// (task.Spec.AllowedActions): the tools offered when the conversation
 	// says each task was offered its own (policy.Conversation.TaskActions).
 	TaskActions []runtime.ActionKind
+	// TaskShell is the episode's task's shell mode (task.Spec.Shell): the
+	// exec tool offered said which (aci.ToolsFor).
+	TaskShell string
 
 	// RewardName selects the reward rows Reward and StepReward return.
 	RewardName string
@@ -151,7 +154,7 @@ func (e *Episode) Tools() json.RawMessage {
 	if e.Conversation.TextToolCalls() {
 		return nil
 	}
-	return aci.OfferedToolsJSON(e.offered())
+	return aci.OfferedToolsJSONFor(e.offered(), e.TaskShell)
 }
 
 // offered are the actions the episode's policy offered as tools.

@@ -50,6 +50,7 @@ const (
 	Slurm          = "slurm"
 	Gvisor         = "gvisor"
 	DockerRunsc    = "docker-runsc"
+	Tmux           = "tmux" // the terminal of send_keys and read_screen
 	// Agents: the agent harnesses installed from npm (forkline images -agent).
 	Agents = "agents"
 	// DuckDB: the query oracle built from internal/oracle/duckdb.
@@ -77,6 +78,7 @@ var components = []Component{
 	{DockerChromium, "the Docker image forkline/chromium, for browser tasks in containers", "make images-browser"},
 	{DockerDebian, "the Docker image forkline/debian (Harbor tasks' verifiers need bash)", "make images-debian"},
 	{Chromium, "Debian's Chromium", "apt-get install chromium (or bash .ci/chromium-up.sh)"},
+	{Tmux, "tmux, the terminal of send_keys and read_screen", "apt-get install tmux (or bash .ci/tmux-up.sh)"},
 	{Registry, "two container registries on loopback, one open and one behind htpasswd", "bash .ci/registry-up.sh"},
 	{Templates, "the test oracle's real chat templates and tokenizers: Node.js with internal/oracle/js/node_modules, /usr/bin/python3 with python3-jinja2", "bash .ci/oracle-up.sh"},
 	{Slurm, "Debian's slurm-wlm and munge, run as root (each test starts a one-node cluster on 127.0.0.1)", "bash .ci/slurm-up.sh"},
@@ -342,6 +344,16 @@ func NeedValidators(t testing.TB) string {
 		return nil
 	})
 	return python
+}
+
+// NeedTmux ends the test unless tmux (the terminal actions' terminal) is
+// on PATH.
+func NeedTmux(t testing.TB) {
+	t.Helper()
+	Need(t, Tmux, func() error {
+		_, err := exec.LookPath("tmux")
+		return err
+	})
 }
 
 // NeedRoot ends the test unless it runs as root.

@@ -138,7 +138,7 @@ func newPolicyWith(cfg Config, pr *prober) (*Policy, error) {
 	if cfg.Actions == nil {
 		cfg.Actions = runtime.ActionKinds()
 	}
-	tools, err := Tools(cfg.Actions)
+	tools, err := Tools(cfg.Actions, cfg.shell)
 	if err != nil {
 		return nil, err
 	}
@@ -622,7 +622,7 @@ func (c Config) Conversation() (policy.Conversation, error) {
 	if kinds == nil {
 		kinds = runtime.ActionKinds()
 	}
-	tools, err := Tools(kinds)
+	tools, err := Tools(kinds, c.shell)
 	if err != nil {
 		return policy.Conversation{}, err
 	}

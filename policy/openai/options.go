@@ -73,6 +73,9 @@ var ErrOption = errors.New("openai: bad option")
 // of the environment variable the key is read from at request time, so a
 // Config (and the options it came from) may be recorded anywhere.
 type Config struct {
+	// shell is the episode's task's shell mode (policy.Episode.Shell), not
+	// an option: the exec tool's description says it.
+	shell string
 	// BaseURL is the server's OpenAI-compatible API root, e.g.
 	// http://127.0.0.1:8000/v1; requests go to BaseURL + /chat/completions.
 	BaseURL string

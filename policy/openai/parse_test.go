@@ -96,7 +96,7 @@ func TestCallAction(t *testing.T) {
 // Every offered tool's name is an action kind and a call filled from its
 // required fields decodes: the schemas the model sees and the parser agree.
 func TestToolsMatchTheParser(t *testing.T) {
-	tools, err := Tools(runtime.ActionKinds())
+	tools, err := Tools(runtime.ActionKinds(), "")
 	require.NoError(t, err)
 	require.Len(t, tools, len(runtime.ActionKinds()))
 	samples := map[string]any{"string": "a", "integer": 1}
@@ -121,7 +121,7 @@ func TestToolsMatchTheParser(t *testing.T) {
 		require.NoError(t, err, "%s %s", k, b)
 		require.Equal(t, k, a.Kind)
 	}
-	_, err = Tools([]runtime.ActionKind{"teleport"})
+	_, err = Tools([]runtime.ActionKind{"teleport"}, "")
 	require.Error(t, err)
 }
 

@@ -45,6 +45,8 @@ func Open(opts policy.Options) (policy.Source, error) {
 type listedActions struct {
 	mu    sync.Mutex
 	kinds []runtime.ActionKind
+	shell string // and the one shell mode (exec's description says it)
+	set   bool
 }
 
 // source makes one Policy, and so one conversation, per episode. Its
@@ -76,12 +78,20 @@ func (s source) NewPolicy(ep policy.Episode) (runtime.Policy, error) {
 		seed := episodeSeed(*cfg.Seed, ep.ID)
 		cfg.Seed = &seed
 	}
+	cfg.shell = ep.Shell
+	if cfg.listsTools() && (cfg.Actions == nil || ep.Shell != "") {
+		s.listed.mu.Lock()
+		defer s.listed.mu.Unlock()
+		if !s.listed.set {
+			s.listed.shell, s.listed.set = ep.Shell, true
+		} else if s.listed.shell != ep.Shell {
+			return nil, fmt.Errorf("openai: the system prompt lists the tools (tool_mode=text) and the run records one prompt, but this task's shell is %q and an earlier one's %q (the exec tool says which): collect them in separate runs", shellName(ep.Shell), shellName(s.listed.shell))
+		}
+	}
 	if cfg.Actions == nil {
 		// The tools fit the task: its allowed actions.
 		cfg.Actions = ep.Actions
 		if cfg.Actions != nil && cfg.listsTools() {
-			s.listed.mu.Lock()
-			defer s.listed.mu.Unlock()
 			if s.listed.kinds == nil {
 				s.listed.kinds = slices.Clone(ep.Actions)
 			} else if !slices.Equal(s.listed.kinds, ep.Actions) {
@@ -102,12 +112,22 @@ func (s source) NewPolicy(ep policy.Episode) (runtime.Policy, error) {
 // the tools of its tasks' one shared action list records that list.
 func (s source) Conversation() (policy.Conversation, error) {
 	cfg := s.cfg
-	if cfg.Actions == nil && cfg.listsTools() {
+	if cfg.listsTools() {
 		s.listed.mu.Lock()
-		cfg.Actions = slices.Clone(s.listed.kinds)
+		if cfg.Actions == nil {
+			cfg.Actions = slices.Clone(s.listed.kinds)
+		}
+		cfg.shell = s.listed.shell
 		s.listed.mu.Unlock()
 	}
 	return cfg.Conversation()
+}
+
+func shellName(s string) string {
+	if s == "" {
+		return "fresh"
+	}
+	return s
 }
 
 // episodeSeed mixes a base seed with an episode id into a non-negative

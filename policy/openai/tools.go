@@ -14,11 +14,11 @@ import (
 )
 
 // Tools returns the function-calling tools of the given actions, in the
-// order given. The schemas are package aci's, the same ones exporters write,
+// order given, for a task whose shell mode is shell. The schemas are package aci's, the same ones exporters write,
 // in aci's one key order (aci.ToolKeyOrder), so a dataset names exactly the
 // tools the model was offered and a template renders them as it did.
-func Tools(kinds []runtime.ActionKind) ([]aci.Tool, error) {
-	tools, err := aci.Tools(kinds)
+func Tools(kinds []runtime.ActionKind, shell string) ([]aci.Tool, error) {
+	tools, err := aci.ToolsFor(kinds, shell)
 	if err != nil {
 		return nil, fmt.Errorf("openai: %w", err)
 	}

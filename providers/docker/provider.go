@@ -189,6 +189,8 @@ type sandboxSpec struct {
 	// environment is made, is its network, where it is aliased
 	// providers.MainService.
 	composeNet string
+	// shell is Spec.Shell: forks keep the mode and start a new shell.
+	shell providers.ShellMode
 }
 
 // New opens a docker provider on the engine named by the environment (see
@@ -395,6 +397,7 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 		labels:    copyLabels(spec.Labels),
 		workdir:   workspaceOf(entry.workdir),
 		mounts:    append([]providers.Mount(nil), spec.Mounts...),
+		shell:     spec.Shell,
 		services:  append([]providers.Service(nil), spec.Services...),
 	}
 	if len(spec.Services) > 0 {

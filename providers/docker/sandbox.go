@@ -32,6 +32,7 @@ type sandbox struct {
 	env    *composeEnv // the services and network of a compose environment, nil without
 	done   chan struct{}
 	execs  atomic.Int64 // numbers the execs: FORKLINE_EXEC marks
+	term   *providers.Terminal
 
 	mu     sync.Mutex
 	closed bool
@@ -41,7 +42,9 @@ type sandbox struct {
 }
 
 func newSandbox(p *Provider, st started, origin, cpID string, ss sandboxSpec) *sandbox {
-	return &sandbox{p: p, id: st.id, outDir: st.outDir, origin: origin, cpID: cpID, spec: ss, done: make(chan struct{})}
+	s := &sandbox{p: p, id: st.id, outDir: st.outDir, origin: origin, cpID: cpID, spec: ss, done: make(chan struct{})}
+	s.term = providers.NewTerminal(s.shellHost(), ss.shell)
+	return s
 }
 
 func (s *sandbox) short() string { return shortID(s.id) }
@@ -82,6 +85,7 @@ func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 	obs, err := providers.Shell(wctx, a, providers.ShellOps{
 		Provider:  "docker",
 		Exec:      s.exec,
+		Term:      s.term,
 		ReadFile:  s.readFile,
 		WriteFile: s.writeFile,
 		Closed:    s.done,
@@ -179,6 +183,7 @@ func (s *sandbox) Close(ctx context.Context) error {
 		s.err = s.p.removeContainer(ctx, s.id)
 		s.err = errors.Join(s.err, s.p.removeEnv(ctx, s.env))
 		s.acts.Wait()
+		s.term.Close() // after the Acts: an exec in the shell holds it
 		if s.outDir != "" {
 			s.err = errors.Join(s.err, os.RemoveAll(s.outDir))
 		}

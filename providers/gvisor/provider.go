@@ -528,6 +528,13 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if spec.GUI != nil {
 		return nil, fmt.Errorf("gvisor: %w", providers.ErrNoGUI)
 	}
+	if spec.Shell == providers.ShellPersistent {
+		// Its sandboxes fork memory, so a shell would go on in a fork; but
+		// exec here is runsc exec, a process per command, and no stream to
+		// a long-lived shell survives a checkpoint's restore. Refused by
+		// name rather than run in fresh shells a model is told persist.
+		return nil, fmt.Errorf("gvisor: shell %q: %w: exec runs a fresh process per command here (use -provider local or docker for a persistent shell)", spec.Shell, providers.ErrNotSupported)
+	}
 	if err := refuseMounts(spec); err != nil {
 		return nil, err
 	}

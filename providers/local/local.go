@@ -237,8 +237,9 @@ type checkpoint struct {
 	env       []string
 	outputCap int
 	pidsMax   int64
-	users     int  // live overlay forks (and layers) stacked on it
-	released  bool // no more forks; remove when users drops to zero
+	shell     providers.ShellMode // forks start a shell of this mode (a new one)
+	users     int                 // live overlay forks (and layers) stacked on it
+	released  bool                // no more forks; remove when users drops to zero
 }
 
 // New opens a local provider. Options.Dir is where its directory is made
@@ -374,7 +375,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	if pidsMax <= 0 {
 		pidsMax = p.defaultPids
 	}
-	s, err := newSandbox(p, id, dir, ws, OriginCreate, "", spec.Env, spec.OutputCap, pidsMax, nil)
+	s, err := newSandbox(p, id, dir, ws, OriginCreate, "", spec.Env, spec.OutputCap, pidsMax, spec.Shell, nil)
 	if err != nil {
 		_ = removeTree(dir)
 		return nil, err
@@ -458,6 +459,7 @@ func (p *Provider) checkpointTree(ctx context.Context, s *sandbox, label, method
 		env:       append([]string(nil), s.spec.env...),
 		outputCap: s.spec.outputCap,
 		pidsMax:   s.spec.pidsMax,
+		shell:     s.spec.shell,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -516,7 +518,7 @@ func (p *Provider) fork(ctx context.Context, c *checkpoint, overlay bool) (*sand
 	if overlay {
 		uses = c
 	}
-	s, err := newSandbox(p, id, dir, ws, origin, c.info.ID, c.env, c.outputCap, c.pidsMax, uses)
+	s, err := newSandbox(p, id, dir, ws, origin, c.info.ID, c.env, c.outputCap, c.pidsMax, c.shell, uses)
 	if err != nil {
 		if overlay {
 			_ = unmount(ws)

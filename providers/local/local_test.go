@@ -636,3 +636,11 @@ func TestRefusesServices(t *testing.T) {
 	require.ErrorIs(t, err, providers.ErrNotSupported)
 	require.ErrorContains(t, err, "services db) runs on the docker provider")
 }
+
+func TestPersistentShell(t *testing.T) {
+	providertest.PersistentShell(t, openLocal(t, "auto"), providers.Spec{})
+}
+
+func TestTerminal(t *testing.T) {
+	providertest.Terminal(t, openLocal(t, "auto"), providers.Spec{})
+}

@@ -36,6 +36,7 @@ type sandbox struct {
 	env    []string // the full environment of commands
 	mark   string   // execMarker's value for this sandbox, less the exec number
 	limit  *sandboxLimit
+	term   *providers.Terminal // the persistent shell and the terminal
 	execs  atomic.Int64
 	done   chan struct{}
 
@@ -53,9 +54,10 @@ type sandboxSpec struct {
 	env       []string
 	outputCap int
 	pidsMax   int64
+	shell     providers.ShellMode
 }
 
-func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, outputCap int, pidsMax int64, uses *checkpoint) (*sandbox, error) {
+func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, outputCap int, pidsMax int64, shell providers.ShellMode, uses *checkpoint) (*sandbox, error) {
 	limit, err := p.pids.forSandbox(id, pidsMax)
 	if err != nil {
 		return nil, err
@@ -74,15 +76,17 @@ func newSandbox(p *Provider, id, dir, ws, origin, cpID string, env []string, out
 	}
 	full := []string{"PATH=" + pathEnv, "LANG=C.UTF-8", "HOME=" + ws, "FORKLINE_WORKSPACE=" + ws}
 	full = append(full, env...) // later entries win in os/exec
-	return &sandbox{
+	s := &sandbox{
 		p: p, id: id, dir: dir, ws: ws, origin: origin, cpID: cpID, uses: uses, root: root,
-		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap, pidsMax: pidsMax},
+		spec:   sandboxSpec{env: append([]string(nil), env...), outputCap: outputCap, pidsMax: pidsMax, shell: shell},
 		limit:  limit,
 		env:    full,
 		mark:   filepath.Base(p.root) + "/" + id + "/",
 		done:   make(chan struct{}),
 		groups: map[int]bool{},
-	}, nil
+	}
+	s.term = providers.NewTerminal(s.shellHost(), shell)
+	return s, nil
 }
 
 // Info describes the sandbox; Workspace is a host path.
@@ -124,6 +128,7 @@ func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 	return providers.Shell(ctx, a, providers.ShellOps{
 		Provider:  "local",
 		Exec:      s.exec,
+		Term:      s.term,
 		ReadFile:  func(_ context.Context, p string) (runtime.Observation, error) { return s.readFileAction(p), nil },
 		WriteFile: func(_ context.Context, p, c string) (runtime.Observation, error) { return s.writeFileAction(p, c), nil },
 		Closed:    s.done,
@@ -450,6 +455,7 @@ func (s *sandbox) destroy() error {
 	}
 	errs = append(errs, s.limit.killAll())
 	s.acts.Wait()
+	s.term.Close() // after the Acts: an exec in the shell holds it
 	errs = append(errs, s.root.Close())
 	if s.origin == ForkOverlay {
 		if err := unmount(s.ws); err != nil {
