@@ -261,13 +261,16 @@ func TestStandbyWindowFollowsAnAlternatingPlan(t *testing.T) {
 	defer cancel()
 	p.ExpectInOrder(ctx, []*Template{a, b, a, b, a, b})
 	require.Eventually(t, func() bool { return p.readyStandbys("a") == 1 && p.readyStandbys("b") == 1 }, 5*time.Second, time.Millisecond)
-	var jobs []Job
-	for range 3 {
-		jobs = append(jobs, Job{Template: a}, Job{Template: b})
-	}
-	for i, g := range collectReplicas(t, p, ctx, jobs) {
-		require.NoError(t, g.err)
-		require.True(t, g.r.Standby, "job %d was handed a prepared replica", i)
+	// One job at a time, each once its replica is ready: the point is
+	// which templates are prepared, not how fast the filler runs.
+	for i := range 6 {
+		tmpl := []*Template{a, b}[i%2]
+		require.Eventually(t, func() bool { return p.readyStandbys(tmpl.Key) == 1 }, 5*time.Second, time.Millisecond,
+			"job %d's replica (%s) is prepared: the window holds one of each", i, tmpl.Key)
+		got := collectReplicas(t, p, ctx, []Job{{Template: tmpl}})
+		require.Len(t, got, 1)
+		require.NoError(t, got[0].err)
+		require.True(t, got[0].r.Standby, "job %d was handed a prepared replica", i)
 	}
 	require.NoError(t, p.Close(context.Background()))
 	require.EqualValues(t, 6, f.forks.Load())
