@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkline/forkline/internal/cli"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -46,4 +48,53 @@ solution:
 	assert.Contains(t, stdout, "\n    42\n", "the screen shows the command's output")
 	code, _, stderr = runBin(t, time.Minute, "export", "-in", out, "-to", "chat-jsonl", "-out", filepath.Join(dir, "chat"))
 	require.Equal(t, 0, code, stderr)
+}
+
+// A python3 REPL driven through send_keys and read_screen across steps,
+// beside a persistent shell, and the episode replayed: the same keys give
+// the same screens and the same outputs (identical, not diverged).
+func TestPythonREPLOnTheTerminalReplaysIdentically(t *testing.T) {
+	testenv.NeedTmux(t)
+	// The REPL is Debian's python3, which the validators component
+	// installs (and checks for).
+	testenv.NeedValidators(t)
+	dir := t.TempDir()
+	taskFile := filepath.Join(dir, "t.yaml")
+	// The sleeps let a loaded machine start the interpreter before a screen
+	// is read: read_screen returns once the screen is still, and a REPL
+	// that has not printed its prompt yet is still too.
+	require.NoError(t, os.WriteFile(taskFile, []byte(`id: repl
+instruction: use the REPL
+shell: persistent
+actions: [exec, send_keys, read_screen]
+solution:
+  - {kind: exec, cmd: "cd /tmp && export GREETING=hello"}
+  - {kind: send_keys, keys: "python3 -q\n"}
+  - {kind: exec, cmd: "sleep 2"}
+  - {kind: read_screen}
+  - {kind: send_keys, keys: "x = 6 * 7\n"}
+  - {kind: send_keys, keys: "print(x, x + 1)\n"}
+  - {kind: exec, cmd: "sleep 1"}
+  - {kind: read_screen}
+  - {kind: send_keys, keys: "C-d"}
+  - {kind: exec, cmd: "sleep 1"}
+  - {kind: exec, cmd: "echo $GREETING; pwd"}
+  - {kind: done}
+`), 0o644))
+	out := filepath.Join(dir, "out")
+	code, _, stderr := runBin(t, 3*time.Minute, "collect", "-tasks", taskFile, "-out", out, "-policy", "script", "-workdir", t.TempDir())
+	require.Equal(t, 0, code, stderr)
+	code, stdout, stderr := runBin(t, time.Minute, "inspect", out)
+	require.Equal(t, 0, code, stderr)
+	id := regexp.MustCompile(`repl +done ([0-9a-f]{32})`).FindStringSubmatch(stdout)
+	require.NotNil(t, id, stdout)
+	code, stdout, stderr = runBin(t, time.Minute, "inspect", out, "-episode", id[1])
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, ">>> ", "the interpreter's prompt is on the screen")
+	assert.Contains(t, stdout, "42 43", "the REPL kept x from one step to the next")
+	assert.Contains(t, stdout, "hello\n    /tmp\n", "the shell's state outlived the REPL's steps")
+
+	code, stdout, stderr = runBin(t, 5*time.Minute, "replay", "-in", out, "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, cli.ExitOK, code, "%s\n%s", stdout, stderr)
+	require.Regexp(t, `: 1 identical, 0 diverged, 0 errored`, stdout)
 }
