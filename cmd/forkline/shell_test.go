@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/cli"
 
 	"github.com/stretchr/testify/assert"
@@ -97,4 +98,42 @@ solution:
 	code, stdout, stderr = runBin(t, 5*time.Minute, "replay", "-in", out, "-workdir", t.TempDir(), "-quiet")
 	require.Equal(t, cli.ExitOK, code, "%s\n%s", stdout, stderr)
 	require.Regexp(t, `: 1 identical, 0 diverged, 0 errored`, stdout)
+}
+
+// A branch of a persistent-shell episode starts a new shell on local: the
+// files the parent wrote are carried, its shell's state (a variable) is not
+// (docs/providers.md, "The shell").
+func TestPersistentShellBranchCarriesFilesNotShellState(t *testing.T) {
+	dir := t.TempDir()
+	taskFile := filepath.Join(dir, "t.yaml")
+	require.NoError(t, os.WriteFile(taskFile, []byte(`id: shell-branch
+instruction: keep state
+shell: persistent
+solution:
+  - {kind: exec, cmd: "export X=1; echo carried > f"}
+  - {kind: exec, cmd: "echo ${X:-unset}; cat f"}
+  - {kind: done}
+`), 0o644))
+	out := filepath.Join(dir, "out")
+	code, _, stderr := runBin(t, 3*time.Minute, "collect", "-tasks", taskFile, "-out", out, "-branch", "at=1,width=2", "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, code, stderr)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	branches := map[string]bool{}
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		if e.ParentEpisodeID != nil && *e.ParentEpisodeID != "" {
+			branches[e.EpisodeID] = true
+		}
+	}
+	require.Len(t, branches, 2)
+	seen := 0
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		if branches[s.EpisodeID] && s.StepIndex == 1 {
+			require.Equal(t, "unset\ncarried\n", s.Output, "a branch's shell is new; the parent's files are there")
+			seen++
+		}
+	}
+	require.Equal(t, 2, seen)
 }
