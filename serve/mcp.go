@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forkline/forkline/aci"
+
 	"github.com/forkline/forkline/runtime"
 )
 
@@ -278,8 +280,10 @@ func param(params map[string]json.RawMessage, key string, dst any) (ok bool, err
 // mcpTools are the tools of kinds: each one's inputSchema is the action's
 // alternative in /schema's action schema (the same function builds both)
 // without "kind", which the tool's name is; its outputSchema is what a
-// step answers.
-func mcpTools(kinds []runtime.ActionKind) []any {
+// step answers. With persistent, exec's description is the one a policy
+// offers for a task whose shell persists (aci.ToolsFor): a client told
+// that its commands share a shell when they do not reads a lost cd as done.
+func mcpTools(kinds []runtime.ActionKind, persistent bool) []any {
 	action := actionSchema()
 	defs := action["$defs"]
 	out := make([]any, 0, len(kinds))
@@ -304,7 +308,13 @@ func mcpTools(kinds []runtime.ActionKind) []any {
 		if len(required) > 0 {
 			input["required"] = required
 		}
-		out = append(out, map[string]any{"name": a["title"], "description": a["description"], "inputSchema": input,
+		desc := a["description"]
+		if persistent && a["title"] == string(runtime.ActExec) {
+			if ts, err := aci.ToolsFor([]runtime.ActionKind{runtime.ActExec}, aci.ShellPersistent); err == nil {
+				desc = ts[0].Function.Description
+			}
+		}
+		out = append(out, map[string]any{"name": a["title"], "description": desc, "inputSchema": input,
 			"outputSchema": stepResultSchema(embedded(observationSchema()))})
 	}
 	return out
@@ -361,7 +371,12 @@ func (s *Server) mcpToolsList(params map[string]json.RawMessage) (any, error) {
 		}
 		ts = []*served{t}
 	}
-	return map[string]any{"tools": mcpTools(kindsOf(ts...))}, nil
+	// exec says the shell persists only when it does in every task listed.
+	persistent := len(ts) > 0
+	for _, t := range ts {
+		persistent = persistent && t.spec.Shell == aci.ShellPersistent
+	}
+	return map[string]any{"tools": mcpTools(kindsOf(ts...), persistent)}, nil
 }
 
 // callKeys are the params of tools/call: MCP's name, arguments and _meta,

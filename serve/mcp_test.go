@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
+	"github.com/forkline/forkline/aci"
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/serve"
 	"github.com/forkline/forkline/serve/openenvtest"
 )
@@ -308,4 +311,33 @@ func TestIdleMCPSessionIsReaped(t *testing.T) {
 	require.Equal(t, 1, sum.Reaped)
 	exits, _ := recorded(t, out)
 	require.Contains(t, exits["mcp-idle"], "cancelled: idle for 300ms")
+}
+
+// tools/list says what exec does in the task listed: a task whose shell
+// persists gets the persistent shell's description (the one a policy offers
+// it), a fresh one, and every task at once when they differ, the fresh one.
+func TestMCPToolsSayTheTasksShell(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "keep.yaml"), []byte("id: keep\ninstruction: keep state\nshell: persistent\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "fresh.yaml"), []byte("id: fresh\ninstruction: one shell per command\n"), 0o644))
+	ts := startServer(t, serve.Config{Tasks: dir, Out: filepath.Join(t.TempDir(), "served")})
+	execDesc := func(params string) string {
+		t.Helper()
+		_, _, raw := rpc(t, ts.base, `{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": `+params+`}`)
+		for _, tl := range rpcAnswer(t, raw)["result"].(map[string]any)["tools"].([]any) {
+			if m := tl.(map[string]any); m["name"] == "exec" {
+				return m["description"].(string)
+			}
+		}
+		t.Fatalf("no exec tool in %s", raw)
+		return ""
+	}
+	persistent, err := aci.ToolsFor([]runtime.ActionKind{runtime.ActExec}, aci.ShellPersistent)
+	require.NoError(t, err)
+	fresh, err := aci.Tools([]runtime.ActionKind{runtime.ActExec})
+	require.NoError(t, err)
+	require.NotEqual(t, fresh[0].Function.Description, persistent[0].Function.Description)
+	require.Equal(t, persistent[0].Function.Description, execDesc(`{"task_id": "keep"}`))
+	require.Equal(t, fresh[0].Function.Description, execDesc(`{"task_id": "fresh"}`))
+	require.Equal(t, fresh[0].Function.Description, execDesc(`{}`), "the tasks differ: exec does not promise a shell that persists")
 }
