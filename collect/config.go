@@ -129,7 +129,7 @@ func validate(cfg *Config) error {
 	switch cfg.Shell {
 	case "", "fresh", "persistent":
 	default:
-		return fmt.Errorf("collect: Shell (-shell) %q: unknown shell mode (known: fresh, persistent)", cfg.Shell)
+		return fielderr.Errorf("collect", "Shell", cfg.Shell, "unknown shell mode (known: fresh, persistent)")
 	}
 	d := DefaultConfig()
 	if cfg.Provider == "" {

@@ -115,15 +115,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.String(&c.Policy, "policy", "NAME", "what drives the episodes: "+strings.Join(policy.Names(), ", ")+" (docs/policies.md)")
 	f.KeyValues(c.PolicyOptions, "policy-opt", "key=value", "policy setting; recorded in the manifest, so never a secret")
 	f.String(&c.ScriptFile, "script", "FILE", "for -policy script: a file of actions (JSONL) replayed instead of each task's solution")
-	for _, l := range []struct{ flag, key, arg string }{
-		{"base-url", "base_url", "URL"},
-		{"model", "model", "NAME"},
-		{"api-key-env", "api_key_env", "VAR"},
-		{"temperature", "temperature", "T"},
-		{"max-tokens", "max_tokens", "N"},
-		{"request-timeout", "timeout", "DURATION"},
-		{"retries", "retries", "N"},
-	} {
+	for _, l := range llmShortcuts {
 		v := new(string)
 		o.llm = append(o.llm, llmFlag{flag: l.flag, key: l.key, value: v})
 		f.String(v, l.flag, l.arg, "for -policy openai and agent: "+openai.OptionHelp(l.key)+" (= -policy-opt "+l.key+"=...)")
@@ -155,6 +147,17 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.Renamed("merge", "merging is the subcommand forkline merge now: forkline merge -out DIR PART...")
 	f.Renamed("tasks-from", "-tasks-from is replay's old name of -tasks")
 	return func(ctx context.Context, inv *cli.Invocation) int { return runCollect(ctx, inv, o) }
+}
+
+// llmShortcuts are the flags that set one -policy-opt key each.
+var llmShortcuts = []struct{ flag, key, arg string }{
+	{"base-url", "base_url", "URL"},
+	{"model", "model", "NAME"},
+	{"api-key-env", "api_key_env", "VAR"},
+	{"temperature", "temperature", "T"},
+	{"max-tokens", "max_tokens", "N"},
+	{"request-timeout", "timeout", "DURATION"},
+	{"retries", "retries", "N"},
 }
 
 func runCollect(ctx context.Context, inv *cli.Invocation, o *collectOptions) int {

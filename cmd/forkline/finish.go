@@ -150,9 +150,44 @@ func recordedPreset(f *cli.FlagSet) ([]cli.Setting, error) {
 		if _, ok := f.Value(name); !ok || name == "resume" || name == "force" || name == "config" || name == "out" {
 			return nil, fmt.Errorf("forkline collect: %s: plan.config names %q, which is no setting of this forkline collect", path, name)
 		}
-		settings = append(settings, cli.Setting{Name: name, Values: m.Plan.Config[name], Where: path + " (plan.config)"})
+		values := m.Plan.Config[name]
+		if overridden(f, name) {
+			continue
+		}
+		if name == "policy-opt" {
+			values = slices.DeleteFunc(slices.Clone(values), func(kv string) bool {
+				k, _, _ := strings.Cut(kv, "=")
+				for _, l := range llmShortcuts {
+					if l.key == k && f.OnCommandLine(l.flag) {
+						return true // the command line's -model (say) is the one to compare
+					}
+				}
+				return false
+			})
+		}
+		settings = append(settings, cli.Setting{Name: name, Values: values, Where: path + " (plan.config)"})
 	}
 	return settings, nil
+}
+
+// captureFlags are the flags -capture FILE stands for.
+var captureFlags = []string{"text", "pixels", "a11y", "tokens"}
+
+// overridden reports whether the recorded flag name is not applied because
+// the command line gave one that says the same thing another way: a
+// command line that names -policy names its options too (the recorded ones
+// are another policy's, or the same one's, and the resume compares what
+// the command line says); -capture FILE stands for -text, -pixels, -a11y
+// and -tokens, and they for it. The resume's comparison then refuses what
+// differs from the run, as it did before the run was recorded.
+func overridden(f *cli.FlagSet, name string) bool {
+	if f.OnCommandLine("policy") && (name == "policy-opt" || name == "script" || slices.ContainsFunc(llmShortcuts, func(l struct{ flag, key, arg string }) bool { return l.flag == name })) {
+		return true
+	}
+	if slices.Contains(captureFlags, name) && f.OnCommandLine("capture") {
+		return true
+	}
+	return name == "capture" && slices.ContainsFunc(captureFlags, f.OnCommandLine)
 }
 
 func absPath(p string) string {

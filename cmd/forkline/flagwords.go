@@ -29,7 +29,7 @@ var (
 		"Provider": "-provider", "ProviderParams": "-provider-opt", "Replicas": "-replicas", "Reset": "-reset",
 		"Standby": "-standby", "MaxCreates": "-max-creates", "WorkDir": "-workdir",
 		"Policy": "-policy", "PolicyOptions": "-policy-opt", "ScriptFile": "-script", "Capture": "-capture",
-		"Resume": "-resume", "Force": "-force", "MaxLoss": "-max-loss", "Grace": "-grace",
+		"Resume": "-resume", "Force": "-force", "MaxLoss": "-max-loss", "Grace": "-grace", "Shell": "-shell",
 	}
 	serveFlags = fieldFlags{
 		"Tasks": "-tasks", "Addr": "-addr", "MaxSessions": "-max-sessions", "IdleTimeout": "-idle-timeout",
