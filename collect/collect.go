@@ -549,15 +549,22 @@ func (inv *invocation) runEpisodes(ctx context.Context, env *environment, out *d
 	})
 	defer stopGrace()
 
-	todo, ahead := inv.expectStandbys(runCtx, env.pool, out.committed, out.remakes)
-	// Every task's golden is built ahead, up to one build per replica at a
-	// time, so no replica waits for a golden at a task boundary.
-	env.pool.Prepare(runCtx, sched, ahead, cfg.Replicas)
+	todo, order, ahead := inv.upcoming(out.committed, out.remakes)
 	live := &liveCounter{todo: todo}
 	inv.obs.Observe(observe.RunStarted{Command: "collect", RunID: inv.runID, Planned: len(inv.plan), KeptBefore: len(out.committed),
 		Todo: todo, Replicas: cfg.Replicas, Live: live.live(env.pool)})
 	inv.log.Info("run started", "planned", len(inv.plan), "kept_before", len(out.committed), "todo", todo,
 		"part", cfg.Part.String(), "provider", env.prov.Name(), "policy", cfg.Policy, "replicas", cfg.Replicas, "out", cfg.Out)
+	// After RunStarted, so every golden event an early build sends belongs
+	// to a run the observers know (its id on every log record). In plan
+	// order, the order the episodes are scheduled in: under a budget
+	// (StandbyAuto) the replicas prepared are the next episodes'.
+	if cfg.Standby != 0 {
+		env.pool.ExpectInOrder(runCtx, order)
+	}
+	// Every task's golden is built ahead, up to one build per replica at a
+	// time, so no replica waits for a golden at a task boundary.
+	env.pool.Prepare(runCtx, sched, ahead, cfg.Replicas)
 	began := time.Now()
 	queue := newBranchQueue()
 	// The summary is told of the episodes as every observer is: it is
@@ -651,14 +658,12 @@ func (inv *invocation) plannedWith(branched map[string]bool) int {
 	return n
 }
 
-// expectStandbys tells the pool, with cfg.Standby, how many episodes of
-// each task will come, so it prepares replicas ahead; it returns how many
-// episodes this invocation runs, and the templates of the tasks it runs
-// (or remakes a branch point of), in plan order: the goldens to build
-// ahead.
-func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, committed map[string]bool, remakes map[string][]*remakeJob) (todo int, templates []*pool.Template) {
+// upcoming is what this invocation runs: how many episodes, the template of
+// each in plan order (what the standby prepares for), and the templates of
+// the tasks it runs (or remakes a branch point of), in plan order: the
+// goldens to build ahead.
+func (inv *invocation) upcoming(committed map[string]bool, remakes map[string][]*remakeJob) (todo int, order, templates []*pool.Template) {
 	needed := map[string]bool{}
-	var order []*pool.Template
 	for _, p := range inv.plan {
 		if !committed[p.id] {
 			order = append(order, inv.templates[p.task.ID])
@@ -669,13 +674,7 @@ func (inv *invocation) expectStandbys(ctx context.Context, pl *pool.Pool, commit
 			templates = append(templates, inv.templates[p.task.ID])
 		}
 	}
-	if inv.cfg.Standby != 0 {
-		// In plan order, the order the episodes are scheduled in: under a
-		// budget (StandbyAuto) the replicas prepared are the next
-		// episodes'.
-		pl.ExpectInOrder(ctx, order)
-	}
-	return todo, templates
+	return todo, order, templates
 }
 
 // outcome decides the run's status and error. The run is complete when
