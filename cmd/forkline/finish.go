@@ -187,7 +187,14 @@ func overridden(f *cli.FlagSet, name string) bool {
 	if slices.Contains(captureFlags, name) && f.OnCommandLine("capture") {
 		return true
 	}
-	return name == "capture" && slices.ContainsFunc(captureFlags, f.OnCommandLine)
+	if name == "capture" && slices.ContainsFunc(captureFlags, f.OnCommandLine) {
+		return true
+	}
+	// -shard i/n and -shard-count n name the part two ways: a Slurm or
+	// Kubernetes task that is requeued runs its -shard-count command again
+	// (CI: the README's Slurm array's requeued task was refused, exit 2,
+	// for giving both).
+	return name == "shard" && f.OnCommandLine("shard-count") || name == "shard-count" && f.OnCommandLine("shard")
 }
 
 func absPath(p string) string {
