@@ -22,7 +22,7 @@ import (
 
 // execWrapper runs inside the container as
 //
-//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD MARK FIFO
+//	sh -c 'eval "$FORKLINE_EXEC_WRAPPER"' forkline-exec SECONDS CMD MARK FIFO GATE
 //
 // with the script (and killMarkedScript) in the environment rather than in
 // the arguments, so a ps in the sandbox shows the command, not the script;
@@ -45,10 +45,19 @@ import (
 //
 // A command may fill the sandbox's pids limit at once (a fork bomb), after
 // which nothing in the sandbox can fork. So every process the timeout needs
-// exists before CMD runs: CMD's shell stops itself first (kill -STOP $$, a
-// builtin); the wrapper waits until /proc says it is stopped, starts the
-// timer, and the timer starts its sleep and only then lets CMD go on
-// (SIGCONT). When the timer fires it kills CMD's group with the builtin
+// exists before CMD runs: CMD's shell waits at a gate before it execs CMD,
+// and the timer starts its sleep and only then opens the gate. The gate is
+// GATE, a FIFO the provider made next to the output FIFO: CMD's shell
+// blocks reading it (read, a builtin) and the timer writes a line into it
+// (echo, a builtin); the wrapper holds it open read-write from before CMD's
+// shell starts until CMD ends, so neither open ever waits for the other
+// side and the line cannot be lost. Without a FIFO (GATE empty or not
+// openable: the output goes through the exec stream) CMD's shell stops
+// itself instead (kill -STOP $$, a builtin), the wrapper waits until /proc
+// says it is stopped, and the timer lets it go on with SIGCONT. That wait
+// is a busy loop, which under CPU contention burns as much as the stop
+// takes to be scheduled (BenchmarkShellCPU measured tens of milliseconds of
+// the container's CPU per exec), so it is only the fallback. When the timer fires it kills CMD's group with the builtin
 // kill, which needs no fork either, then ignores SIGTERM and runs the scan
 // for marked processes (which forks) in a session of its own. When CMD
 // ends, the wrapper sends SIGTERM to the timer, pid first, then group: a
@@ -62,15 +71,24 @@ import (
 const execWrapper = `k=$FORKLINE_KILL_MARKED
 unset FORKLINE_EXEC_WRAPPER FORKLINE_KILL_MARKED
 if [ -n "$4" ] && true 2>/dev/null >"$4"; then exec 5>"$4"; else exec 5>&1; fi
+g=
+if [ -n "$5" ] && true 2>/dev/null <>"$5"; then exec 6<>"$5"; g=$5; fi
+if [ -n "$g" ]; then
+FORKLINE_EXEC="$3" setsid sh -c 'read -r _ <"$2"; exec sh -c "$1" forkline-cmd' forkline-cmd "$2" "$g" </dev/null >&5 2>&1 5>&- 6>&- &
+p=$!
+exec 5>&-
+else
 FORKLINE_EXEC="$3" setsid sh -c 'kill -STOP $$; exec sh -c "$1" forkline-cmd' forkline-cmd "$2" </dev/null >&5 2>&1 5>&- &
 p=$!
 exec 5>&-
 while read -r _ _ st _ <"/proc/$p/stat" && [ "$st" != T ]; do :; done 2>/dev/null
+fi
 echo "forkline-pgid $p" >&2
 killer='kill -KILL "-$1"; m=$2; eval "$3"'
-setsid sh -c 'sleep "$1" & s=$!; kill -CONT "$2"; wait "$s" && trap "" TERM && echo forkline-timeout && kill -KILL "-$2" 2>/dev/null; setsid sh -c "$5" forkline-killer "$2" "$3" "$4" </dev/null >/dev/null 2>&1' forkline-timer "$1" "$p" "$3" "$k" "$killer" </dev/null >&2 2>/dev/null &
+setsid sh -c 'sleep "$1" & s=$!; if [ -n "$6" ]; then echo >"$6"; else kill -CONT "$2"; fi; wait "$s" && trap "" TERM && echo forkline-timeout && kill -KILL "-$2" 2>/dev/null; setsid sh -c "$5" forkline-killer "$2" "$3" "$4" </dev/null >/dev/null 2>&1' forkline-timer "$1" "$p" "$3" "$k" "$killer" "$g" </dev/null >&2 2>/dev/null 6>&- &
 w=$!
 wait "$p"; rc=$?
+[ -n "$g" ] && exec 6>&-
 kill -TERM "$w" 2>/dev/null; kill -TERM "-$w" 2>/dev/null
 wait "$w" 2>/dev/null
 echo "forkline-exit $rc" >&2
@@ -116,12 +134,17 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	diag := providers.NewCapBuffer(diagCap)
 	mark := strconv.FormatInt(s.execs.Add(1), 10)
 	var f *fifo
-	inside := ""
+	inside, gate := "", ""
 	if s.p.out.usable(s) {
 		// Without a FIFO the output takes the exec stream, slower but the
 		// same bytes; a host that cannot make one now is no reason to fail.
 		if f, _ = openFIFO(s.outDir); f != nil {
 			inside = f.inside
+			// Without a gate the wrapper falls back to its busy wait.
+			if g, err := makeGate(s.outDir); err == nil && !noGate {
+				defer g.remove()
+				gate = g.inside
+			}
 		}
 	}
 	drained := make(chan struct{})
@@ -140,7 +163,7 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 		defer s.removeCommandFile(ctx, file)
 		cmd = ". " + file
 	}
-	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, cmd, mark, inside},
+	r, err := s.run(ctx, []string{"sh", "-c", `eval "$FORKLINE_EXEC_WRAPPER"`, "forkline-exec", secs, cmd, mark, inside, gate},
 		[]string{"FORKLINE_EXEC_WRAPPER=" + execWrapper, "FORKLINE_KILL_MARKED=" + killMarkedScript}, out, diag, timeout+execBackstop)
 	rep := parseDiag(diag.Bytes())
 	if err != nil {
@@ -188,6 +211,10 @@ func (s *sandbox) exec(ctx context.Context, a runtime.Action) (runtime.Observati
 	}
 	return obs, nil
 }
+
+// noGate makes every exec use the wrapper's fallback (stop and busy wait),
+// for BenchmarkExecGate's comparison in one run.
+var noGate bool
 
 // inlineCommandBytes is the longest command passed to the wrapper as an
 // argument. Linux caps one execve argument at 128 KiB, and the command

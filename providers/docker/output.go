@@ -301,6 +301,31 @@ func openFIFO(dir string) (*fifo, error) {
 	return &fifo{host: host, inside: OutputDir + "/" + name, fd: fd, hold: hold}, nil
 }
 
+// gate is one exec's start gate (see execWrapper): a FIFO the sandbox's
+// user may read and write, which the provider never opens.
+type gate struct {
+	host, inside string
+}
+
+// makeGate makes a gate FIFO with a random name in the sandbox's host
+// directory dir.
+func makeGate(dir string) (*gate, error) {
+	name := randomHex(12)
+	host := filepath.Join(dir, name)
+	if err := unix.Mkfifo(host, 0o600); err != nil {
+		return nil, fmt.Errorf("docker: exec gate: %w", err)
+	}
+	// 0666: the sandbox's user may not be root and must read it; the name
+	// is the secret, as for the output FIFO.
+	if err := os.Chmod(host, 0o666); err != nil {
+		_ = os.Remove(host)
+		return nil, fmt.Errorf("docker: exec gate: %w", err)
+	}
+	return &gate{host: host, inside: OutputDir + "/" + name}, nil
+}
+
+func (g *gate) remove() { _ = os.Remove(g.host) }
+
 // drain copies the FIFO into w in the background until every writer closed
 // it or finish stops it, and closes done then. It is called once.
 func (f *fifo) drain(w io.Writer, done chan<- struct{}) {

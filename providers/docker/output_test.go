@@ -33,12 +33,17 @@ func TestOutputFIFO(t *testing.T) {
 	require.Equal(t, lines[0], lines[1], "stderr is joined to stdout")
 	require.Equal(t, "to-err", lines[2])
 
+	// The command was let go through its start gate, a FIFO next to its
+	// output (the wrapper's last argument), not by the wrapper's busy wait.
+	obs = sh(t, a, `g=$(tr '\0' '\n' </proc/$PPID/cmdline | tail -n 1); case $g in `+OutputDir+`/*) [ -p "$g" ] && echo gated;; esac`)
+	require.Equal(t, "gated\n", obs.Text())
+
 	// Read-only, and nothing of another sandbox in it.
 	b, err := p.Create(t.Context(), providers.Spec{})
 	require.NoError(t, err)
 	obs = sh(t, a, "touch "+OutputDir+"/x; ls -A "+OutputDir+" | wc -l")
 	require.Contains(t, obs.Text(), "Read-only file system")
-	require.Contains(t, obs.Text(), "1\n", "only this exec's own FIFO is there")
+	require.Contains(t, obs.Text(), "2\n", "only this exec's own FIFOs are there: its output and its start gate")
 	bDir := b.(*sandbox).outDir
 	require.DirExists(t, bDir)
 	require.NoError(t, b.Close(t.Context()))

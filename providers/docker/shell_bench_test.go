@@ -93,3 +93,47 @@ func processCPU() time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkExecGate measures the container CPU of one small exec with the
+// wrapper's start gate (a FIFO: CMD's shell blocks reading it until the
+// timer is ready) against its fallback (CMD's shell stops itself and the
+// wrapper busy-waits on /proc until it has), alternating in one sandbox so
+// both see the same load. Reported per exec, and the ratio gate/fallback.
+func BenchmarkExecGate(b *testing.B) {
+	engine(b)
+	p, err := New(b.Context(), providers.Options{RunID: "bench-" + tagSafe(b.Name())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	sb, err := p.Create(b.Context(), providers.Spec{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	if path, why := p.OutputPath(); path != OutputFIFO {
+		b.Skipf("the gate needs the FIFO output path: %s", why)
+	}
+	a := runtime.Action{Kind: runtime.ActExec, Cmd: "true"}
+	defer func() { noGate = false }()
+	var ctr [2]time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for i, fallback := range []bool{false, true} {
+			noGate = fallback
+			c0 := containerCPU(b, p, sb)
+			obs, err := sb.Act(b.Context(), a)
+			if err != nil || obs.ExitCode != 0 {
+				b.Fatalf("exec: %v %s", err, obs.Text())
+			}
+			ctr[i] += containerCPU(b, p, sb) - c0
+		}
+	}
+	n := float64(b.N)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / n }
+	b.ReportMetric(ms(ctr[0]), "gate-ctr-cpu-ms/exec")
+	b.ReportMetric(ms(ctr[1]), "fallback-ctr-cpu-ms/exec")
+	if ctr[1] > 0 {
+		b.ReportMetric(float64(ctr[0])/float64(ctr[1]), "gate/fallback")
+	}
+}
