@@ -57,6 +57,7 @@ func main() {
 	jsonOut := flag.String("json", "", "also write the results to `FILE`")
 	cpuProfile := flag.String("cpuprofile", "", "child: write a CPU profile of the collection to `FILE`")
 	standby := flag.Int("standby", collect.StandbyAuto, "the collector's standby: -1 sized to the run (the default), 0 none, K per task")
+	shell := flag.String("shell", "", "the tasks' shell: fresh (the default: a shell per command) or persistent (one per episode)")
 	minOfIdeal := flag.Float64("min-of-ideal", 0, "fail (exit 1) when a measurement reaches less than this `FRACTION` of the ideal: the regression guard CI runs")
 	flag.Parse()
 
@@ -71,7 +72,7 @@ func main() {
 			check(pprof.StartCPUProfile(f))
 			defer pprof.StopCPUProfile()
 		}
-		r, err := collectOnce(*child, *rounds, *standby, *base)
+		r, err := collectOnce(*child, *rounds, *standby, *shell, *base)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			pprof.StopCPUProfile()
@@ -104,7 +105,7 @@ func main() {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		check(err)
 		cpu0 := machineCPU()
-		out, err := exec.Command(self, "-child", strconv.Itoa(n), "-rounds", strconv.Itoa(*rounds), "-standby", strconv.Itoa(*standby), "-base-url", "http://"+addr+"/v1").Output()
+		out, err := exec.Command(self, "-child", strconv.Itoa(n), "-rounds", strconv.Itoa(*rounds), "-standby", strconv.Itoa(*standby), "-shell", *shell, "-base-url", "http://"+addr+"/v1").Output()
 		if err != nil {
 			srv.Process.Kill()
 			fatal("collect with %d replicas: %v\n%s", n, err, out)
@@ -160,7 +161,7 @@ type result struct {
 }
 
 // collectOnce runs one collection in this process and measures it.
-func collectOnce(replicas, rounds, standby int, baseURL string) (result, error) {
+func collectOnce(replicas, rounds, standby int, shell, baseURL string) (result, error) {
 	tmp, err := os.MkdirTemp("", "forkline-scale-")
 	if err != nil {
 		return result{}, err
@@ -177,7 +178,7 @@ func collectOnce(replicas, rounds, standby int, baseURL string) (result, error) 
 	// the figures are what forkline collect gives without tuning.
 	cfg := collect.DefaultConfig()
 	cfg.Tasks, cfg.Out, cfg.WorkDir, cfg.Replicas, cfg.Repeats = spec, filepath.Join(tmp, "run"), tmp, replicas, replicas*rounds
-	cfg.Standby = standby
+	cfg.Standby, cfg.Shell = standby, shell
 	cfg.Policy, cfg.PolicyOptions = "openai", map[string]string{"base_url": baseURL, "model": "scale", "timeout": "60s"}
 	sum, err := collect.Run(context.Background(), cfg)
 	if err != nil {
