@@ -316,12 +316,12 @@ func TestCollectHarborComposeBuildBadInput(t *testing.T) {
 		}, []string{"docker-compose.yaml:9:7: field services.kv.build.context: environment/out leads outside the task's folder (a symlink"}},
 		{"host path volume", func(s string) string {
 			return strings.Replace(s, "./seed:/var/lib/kv/seed:ro", "/etc:/var/lib/kv/seed:ro", 1)
-		}, nil, []string{"docker-compose.yaml:14:9: field services.kv.volumes.0: /etc is outside the task's folder"}},
+		}, nil, []string{"docker-compose.yaml:13:9: field services.kv.volumes.0: /etc is outside the task's folder"}},
 		{"volume linked out", nil, func(t *testing.T, task string) {
 			seed := filepath.Join(task, "environment", "seed")
 			require.NoError(t, os.RemoveAll(seed))
 			require.NoError(t, os.Symlink(t.TempDir(), seed))
-		}, []string{"docker-compose.yaml:14:9: field services.kv.volumes.0: environment/seed leads outside the task's folder (a symlink"}},
+		}, []string{"docker-compose.yaml:13:9: field services.kv.volumes.0: environment/seed leads outside the task's folder (a symlink"}},
 		{"build secrets", func(s string) string {
 			s = strings.Replace(s, "      args:\n", "      secrets: [token]\n      args:\n", 1)
 			return s + "secrets:\n  token:\n    file: /etc/hostname\n"

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -417,10 +418,14 @@ func (p *Provider) trialServices(ctx context.Context, specs []providers.Spec, pr
 			errs = append(errs, err)
 			continue
 		}
-		key := fmt.Sprintf("%v", services)
-		for _, svc := range services {
-			key += fmt.Sprintf(" %v", svc.Copies)
+		// The key: the services as they start (a build is its image's tag
+		// now), pointers followed.
+		k, err := json.Marshal(services)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		key := string(k)
 		if seen[key] {
 			continue
 		}
