@@ -636,7 +636,9 @@ func guardBuild(name string, b *yaml.Node, get func(*yaml.Node, string) *yaml.No
 	}
 	if ctxNode != nil && ctxNode.Kind == yaml.ScalarNode {
 		v := ctxNode.Value
-		if filepath.IsAbs(v) || strings.HasPrefix(v, "~") || strings.Contains(v, "://") || strings.HasPrefix(v, "git@") || strings.Contains(v, "$") {
+		// ${CONTEXT_DIR} (Harbor's environment/) is allowed: where the
+		// context leads once interpolated is checked after loading.
+		if filepath.IsAbs(v) || strings.HasPrefix(v, "~") || strings.Contains(v, "://") || strings.HasPrefix(v, "git@") {
 			return cerr(path, "%s is not a folder of the task: a service's build context is a folder inside the task's folder, relative to environment/", v)
 		}
 	}

@@ -78,6 +78,8 @@ func TestHarborComposeRefusals(t *testing.T) {
 		{"main's volumes", "", db + "  main:\n    volumes: [\"./seed:/seed\"]\n", []string{"field services.main.volumes: not supported: main's files are its image's"}},
 		{"a build", "", "services:\n  db:\n    build: ./db\n", nil},
 		{"a build with args", "", "services:\n  db:\n    build:\n      context: db\n      dockerfile: Dockerfile\n      args:\n        A: \"1\"\n        B: two\n      target: final\n", nil},
+		{"a build context under CONTEXT_DIR", "", "services:\n  db:\n    build: ${CONTEXT_DIR}/db\n", nil},
+		{"a build context above CONTEXT_DIR", "", "services:\n  db:\n    build: ${CONTEXT_DIR}/../..\n", []string{"docker-compose.yaml:3:5: field services.db.build:", "is outside the task's folder"}},
 		{"a build context outside", "", "services:\n  db:\n    build:\n      context: ../..\n", []string{"docker-compose.yaml:4:7: field services.db.build.context:", "is outside the task's folder"}},
 		{"an absolute build context", "", "services:\n  db:\n    build: /etc\n", []string{"docker-compose.yaml:3:5: field services.db.build: /etc is not a folder of the task"}},
 		{"a remote build context", "", "services:\n  db:\n    build: https://github.com/x/y.git\n", []string{"field services.db.build: https://github.com/x/y.git is not a folder of the task"}},
