@@ -120,6 +120,12 @@ func Services(c *task.Compose) ([]providers.Service, error) {
 			Env: env, WorkingDir: s.WorkingDir, User: s.User, DependsOn: s.DependsOn,
 			Resources: providers.Resources{CPUs: s.CPUs, MemoryMB: s.MemoryMB},
 		}
+		if b := s.Build; b != nil {
+			ps.Build = &providers.Build{Context: b.Context, Dockerfile: b.Dockerfile, Args: b.Args, Target: b.Target, Timeout: time.Duration(b.Timeout)}
+		}
+		for _, c := range s.Copies {
+			ps.Copies = append(ps.Copies, providers.Copy{Source: c.Source, Target: c.Target})
+		}
 		if h := s.Health; h != nil {
 			ps.Health = &providers.Health{Test: h.Test, Interval: time.Duration(h.Interval), Timeout: time.Duration(h.Timeout), StartPeriod: time.Duration(h.StartPeriod), Retries: h.Retries}
 		}

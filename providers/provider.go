@@ -202,6 +202,23 @@ type Service struct {
 	// Resources bound the service like a sandbox (zero = the provider's
 	// defaults); Network is not used.
 	Resources Resources
+	// Build, when set, makes the service's image from a Dockerfile (as
+	// Spec.Build does the sandbox's); Image is then empty. A provider with
+	// images builds it once per distinct build.
+	Build *Build
+	// Copies are host files or directories copied into the service's
+	// container before its first start (a compose bind of the task's own
+	// files): the service owns its copy, which its checkpoints carry, so
+	// no two forks share a host file. The services of a checkpoint's forks
+	// have none: their copies are in the committed image.
+	Copies []Copy
+}
+
+// Copy is a host path (a file or a directory) copied to Target, an
+// absolute path in a service's container.
+type Copy struct {
+	Source string
+	Target string
 }
 
 // Health is a service's healthcheck: Test in the engine's form (["CMD",
@@ -442,8 +459,17 @@ func (s Spec) validateServices() []error {
 			errs = append(errs, fmt.Errorf("providers: Services[%d]: name %q is not allowed", i, svc.Name))
 		case seen[svc.Name]:
 			errs = append(errs, fmt.Errorf("providers: Services[%d]: %s is listed twice", i, svc.Name))
-		case svc.Image == "":
-			errs = append(errs, fmt.Errorf("providers: Services[%d] %s has no image", i, svc.Name))
+		case svc.Image == "" && svc.Build == nil:
+			errs = append(errs, fmt.Errorf("providers: Services[%d] %s has no image and no build", i, svc.Name))
+		case svc.Image != "" && svc.Build != nil:
+			errs = append(errs, fmt.Errorf("providers: Services[%d] %s gives Image (%s) or Build, not both", i, svc.Name, svc.Image))
+		case svc.Build != nil && svc.Build.Context == "":
+			errs = append(errs, fmt.Errorf("providers: Services[%d] %s: Build.Context is empty", i, svc.Name))
+		}
+		for j, c := range svc.Copies {
+			if !strings.HasPrefix(c.Source, "/") || !strings.HasPrefix(c.Target, "/") || c.Target == "/" {
+				errs = append(errs, fmt.Errorf("providers: Services[%d] %s: Copies[%d] %s -> %s: want an absolute host path and an absolute target below /", i, svc.Name, j, c.Source, c.Target))
+			}
 		}
 		for dep, cond := range svc.DependsOn {
 			if !seen[dep] {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +52,29 @@ type Service struct {
 	// cpus, mem_limit); zero is the provider's default, never unlimited.
 	CPUs     float64 `json:"cpus,omitempty"`
 	MemoryMB int64   `json:"memory_mb,omitempty"`
+	// Build, when set, builds the service's image from a Dockerfile of the
+	// task's folder (compose's build:); Image is then empty.
+	Build *Build `json:"build,omitempty"`
+	// Copies are the task's own files a compose bind volume names, copied
+	// into the service's container before its first start (see Copy).
+	Copies []Copy `json:"copies,omitempty"`
+}
+
+// Copy is a file or directory of the task's folder that a compose service
+// binds (volumes: ["./seed:/var/lib/app/seed:ro"]). forkline copies it into
+// the service's container before the golden starts it, instead of binding
+// it: the copy is committed with the service, so every fork has its own,
+// and no fork can change a host file another one reads.
+type Copy struct {
+	// Source is the file or directory, an absolute host path inside the
+	// task's folder (not part of the spec's hash; Digest is).
+	Source string `json:"source"`
+	// Path is Source relative to the task's folder, slash-separated.
+	Path string `json:"path"`
+	// Target is where the copy goes in the service's container.
+	Target string `json:"target"`
+	// Digest is the sha256 of Source's files (DigestTree).
+	Digest string `json:"digest"`
 }
 
 // Health is a service's healthcheck, as compose gives it: Test is the
@@ -80,7 +105,7 @@ var composeFiles = []string{"docker-compose.yaml", "docker-compose.yml", "compos
 // knows is refused by name: it either reaches outside the environment
 // (ports, volumes, networks, secrets, configs, privileged, devices, ...) or
 // would do nothing silently.
-var serviceKeys = []string{"image", "command", "entrypoint", "environment", "env_file", "working_dir", "user", "healthcheck", "depends_on", "expose", "cpus", "mem_limit", "deploy", "stop_grace_period", "tty", "stdin_open", "init"}
+var serviceKeys = []string{"image", "build", "volumes", "command", "entrypoint", "environment", "env_file", "working_dir", "user", "healthcheck", "depends_on", "expose", "cpus", "mem_limit", "deploy", "stop_grace_period", "tty", "stdin_open", "init"}
 
 // The keys the main service may have in the task's file: its image comes
 // from task.toml (docker_image) or environment/Dockerfile, its command is
@@ -89,9 +114,9 @@ var mainKeys = []string{"environment", "env_file", "depends_on", "expose", "imag
 
 // Why a compose key is refused, for the ones a task is likely to use.
 var refusedWhy = map[string]string{
-	"build":          "building a service's image is not supported: give it an image already on the engine (docker_image-style)",
+	"build":          "main's image is built from environment/Dockerfile (or given by task.toml's docker_image)",
 	"ports":          "host ports are not published: services reach each other by name on the environment's own network",
-	"volumes":        "volumes are not supported: a service's files are its image's and what it writes (committed with every checkpoint); a bind mount would share host files between forks",
+	"volumes":        "main's files are its image's: put what it needs in environment/ and COPY it in its Dockerfile",
 	"networks":       "a compose environment runs on one network of its own, made per fork, where every service's name resolves",
 	"secrets":        "build and run secrets are not supported",
 	"configs":        "configs are not supported",
@@ -111,7 +136,28 @@ var refusedWhy = map[string]string{
 }
 
 // The top-level keys a compose file may have.
-var composeTopKeys = []string{"services", "name", "version"}
+var composeTopKeys = []string{"services", "name", "version", "volumes"}
+
+// The keys a service's build may have. The build runs as main's
+// environment/Dockerfile build does: the engine's builder, its default build
+// network, the context sent whole from the task's folder.
+var buildKeys = []string{"context", "dockerfile", "args", "target"}
+
+// Why a build key is refused.
+var buildRefusedWhy = map[string]string{
+	"secrets":             "build secrets are not supported: a task's build gets nothing of the host's",
+	"ssh":                 "a build's ssh agent is not supported: a task's build gets nothing of the host's",
+	"network":             "a service's build runs on the engine's default build network, as main's environment/Dockerfile build does",
+	"additional_contexts": "a build's context is one folder of the task",
+	"dockerfile_inline":   "put the Dockerfile in the task's folder",
+	"cache_from":          "build caches are the engine's: the same build is made once, tagged by its content",
+	"cache_to":            "build caches are the engine's: the same build is made once, tagged by its content",
+	"tags":                "a built image is tagged by its content (forkline/build:HASH)",
+	"labels":              "labels are forkline's",
+	"privileged":          "privileged builds are not allowed",
+	"entitlements":        "build entitlements are not allowed",
+	"extra_hosts":         "a build's hosts are the engine's",
+}
 
 // composeEnvVars are the variables a compose file may interpolate: those
 // Harbor's docker environment sets, and nothing of the host's (a task
@@ -192,12 +238,8 @@ func (h *harborLoader) compose(s *Spec, name string) error {
 	if err != nil {
 		return composeLoadError(cerr, err)
 	}
-	for k := range model {
-		if !slices.Contains(composeTopKeys, k) {
-			return cerr([]string{k}, "%s", refusedReason(k, composeTopKeys))
-		}
-	}
 	services, _ := model["services"].(map[string]any)
+	shortBuild := map[string]bool{} // build: DIR, no mapping
 	for _, svc := range slices.Sorted(maps.Keys(services)) {
 		def, _ := services[svc].(map[string]any)
 		known := serviceKeys
@@ -207,6 +249,21 @@ func (h *harborLoader) compose(s *Spec, name string) error {
 		for _, k := range slices.Sorted(maps.Keys(def)) {
 			if !slices.Contains(known, k) {
 				return cerr([]string{"services", svc, k}, "%s", refusedReason(k, known))
+			}
+		}
+		if isScalar(content, []string{"services", svc, "build"}) {
+			shortBuild[svc] = true
+		}
+		if b, ok := def["build"].(map[string]any); ok {
+			for _, k := range slices.Sorted(maps.Keys(b)) {
+				if slices.Contains(buildKeys, k) {
+					continue
+				}
+				why, ok := buildRefusedWhy[k]
+				if !ok {
+					why = "supported: " + strings.Join(buildKeys, ", ")
+				}
+				return cerr([]string{"services", svc, "build", k}, "not supported: %s", why)
 			}
 		}
 		if d, ok := def["deploy"].(map[string]any); ok {
@@ -227,6 +284,20 @@ func (h *harborLoader) compose(s *Spec, name string) error {
 					return cerr([]string{"services", svc, "deploy", "resources", "limits", k}, "only deploy.resources.limits cpus and memory are supported")
 				}
 			}
+		}
+	}
+	// The top-level keys after the services': a build's secrets are
+	// named as the build's, not as the top-level secrets they refer to.
+	for _, k := range slices.Sorted(maps.Keys(model)) {
+		if !slices.Contains(composeTopKeys, k) {
+			return cerr([]string{k}, "%s", refusedReason(k, composeTopKeys))
+		}
+	}
+	vols, _ := model["volumes"].(map[string]any)
+	for _, v := range slices.Sorted(maps.Keys(vols)) {
+		def, _ := vols[v].(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(def)) {
+			return cerr([]string{"volumes", v, k}, "not supported: a named volume is a directory of the service's own container, committed with it; driver, external and name would reach outside the environment")
 		}
 	}
 	project, err := loader.LoadWithContext(ctx, details, opts)
@@ -262,8 +333,24 @@ func (h *harborLoader) compose(s *Spec, name string) error {
 	for _, name := range startOrder(project) {
 		svc := project.Services[name]
 		out := Service{Name: name, Image: svc.Image, WorkingDir: svc.WorkingDir, User: svc.User}
-		if svc.Image == "" {
-			return cerr([]string{"services", name, "image"}, "missing: every service other than main needs an image")
+		if svc.Build != nil {
+			b, err := h.serviceBuild(name, svc.Build, shortBuild[name], cerr)
+			if err != nil {
+				return err
+			}
+			out.Build, out.Image = b, ""
+		}
+		if svc.Image == "" && svc.Build == nil {
+			return cerr([]string{"services", name, "image"}, "missing: every service other than main needs an image or a build")
+		}
+		for i, v := range svc.Volumes {
+			c, err := h.serviceVolume(project, name, i, v, cerr)
+			if err != nil {
+				return err
+			}
+			if c != nil {
+				out.Copies = append(out.Copies, *c)
+			}
 		}
 		if svc.Command != nil {
 			out.Command = []string(svc.Command)
@@ -422,6 +509,14 @@ func yamlPosition(content []byte, path []string) (int, int) {
 	n := doc.Content[0]
 	line, col := 0, 0
 	for _, key := range path {
+		if i, err := strconv.Atoi(key); err == nil && n.Kind == yaml.SequenceNode {
+			if i < 0 || i >= len(n.Content) {
+				break
+			}
+			n = n.Content[i]
+			line, col = n.Line, n.Column
+			continue
+		}
 		if n.Kind != yaml.MappingNode {
 			break
 		}
@@ -490,6 +585,9 @@ func (h *harborLoader) composeGuard(content []byte, cerr func([]string, string, 
 		if get(svc, "label_file") != nil {
 			return cerr([]string{"services", name, "label_file"}, "not supported: labels are forkline's")
 		}
+		if err := guardBuild(name, get(svc, "build"), get, cerr); err != nil {
+			return err
+		}
 		ef := get(svc, "env_file")
 		if ef == nil {
 			continue
@@ -516,4 +614,218 @@ func (h *harborLoader) composeGuard(content []byte, cerr func([]string, string, 
 		}
 	}
 	return nil
+}
+
+// unescapedVar finds a $ that compose would interpolate ($$ is a literal $).
+var unescapedVar = regexp.MustCompile(`\$[{A-Za-z_]`)
+
+// guardBuild refuses, in the file as written, a build context that is not
+// a folder of the task's (an absolute path, a URL, a git remote) and a
+// build argument that is not a literal value: an argument without a value,
+// or one made of a variable, would take it from an environment, and the
+// host's never reaches a task.
+func guardBuild(name string, b *yaml.Node, get func(*yaml.Node, string) *yaml.Node, cerr func([]string, string, ...any) error) error {
+	if b == nil {
+		return nil
+	}
+	path := []string{"services", name, "build"}
+	ctxNode := b
+	if b.Kind == yaml.MappingNode {
+		ctxNode = get(b, "context")
+		path = append(path, "context")
+	}
+	if ctxNode != nil && ctxNode.Kind == yaml.ScalarNode {
+		v := ctxNode.Value
+		// ${CONTEXT_DIR} (Harbor's environment/) is allowed: where the
+		// context leads once interpolated is checked after loading.
+		if filepath.IsAbs(v) || strings.HasPrefix(v, "~") || strings.Contains(v, "://") || strings.HasPrefix(v, "git@") {
+			return cerr(path, "%s is not a folder of the task: a service's build context is a folder inside the task's folder, relative to environment/", v)
+		}
+	}
+	args := get(b, "args")
+	if args == nil {
+		return nil
+	}
+	apath := []string{"services", name, "build", "args"}
+	switch args.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(args.Content); i += 2 {
+			k, v := args.Content[i], args.Content[i+1]
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+				return cerr(append(apath, k.Value), "has no value: it would be taken from the environment, and a task's build gets only literal values")
+			}
+			if unescapedVar.MatchString(strings.ReplaceAll(v.Value, "$$", "")) {
+				return cerr(append(apath, k.Value), "%q is not a literal value: a task's build arguments are literal (write $$ for a $)", v.Value)
+			}
+		}
+	case yaml.SequenceNode:
+		for i, e := range args.Content {
+			k, _, ok := strings.Cut(e.Value, "=")
+			if !ok {
+				return cerr(append(apath, strconv.Itoa(i)), "%s has no value: it would be taken from the environment, and a task's build gets only literal values", e.Value)
+			}
+			if unescapedVar.MatchString(strings.ReplaceAll(e.Value, "$$", "")) {
+				return cerr(append(apath, strconv.Itoa(i)), "%s is not a literal value: a task's build arguments are literal (write $$ for a $)", k)
+			}
+		}
+	}
+	return nil
+}
+
+// serviceBuild turns a service's build into a Build: its context a folder
+// inside the task's folder (a symlink is followed only while it stays
+// inside), its Dockerfile a file inside the context, its content digested
+// into the task's hash.
+func (h *harborLoader) serviceBuild(name string, b *types.BuildConfig, short bool, cerr func([]string, string, ...any) error) (*Build, error) {
+	path := []string{"services", name, "build", "context"}
+	if short {
+		path = path[:3]
+	}
+	rel, err := filepath.Rel(h.dir, b.Context)
+	if err != nil || !insideDir(h.dir, b.Context) {
+		return nil, cerr(path, "%s is outside the task's folder: a service's build context is a folder inside it", b.Context)
+	}
+	rel = filepath.ToSlash(rel)
+	if st, err := h.c.stat(rel); err != nil || !st.IsDir() {
+		if _, out := h.c.escapes(rel); out {
+			return nil, cerr(path, "%s", h.c.explain(rel, err))
+		}
+		return nil, cerr(path, "%s is not a folder of the task", rel)
+	}
+	abs := b.Context
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real // the folder itself, not a link to it: the build walks it
+	}
+	out := &Build{Context: abs, Dockerfile: b.Dockerfile, Target: b.Target, Timeout: Duration(h.buildTimeout)}
+	if out.Dockerfile == DefaultDockerfile {
+		out.Dockerfile = ""
+	}
+	dpath := path
+	if b.Dockerfile != "" && b.Dockerfile != DefaultDockerfile {
+		dpath = []string{"services", name, "build", "dockerfile"}
+	}
+	if filepath.IsAbs(b.Dockerfile) {
+		return nil, cerr(dpath, "%s is not a path inside the build context", b.Dockerfile)
+	}
+	if msg := checkDockerfile(abs, out.Dockerfile); msg != "" {
+		return nil, cerr(dpath, "%s", msg)
+	}
+	for k, v := range b.Args {
+		if v == nil {
+			return nil, cerr([]string{"services", name, "build", "args", k}, "has no value: a task's build gets only literal values")
+		}
+		if out.Args == nil {
+			out.Args = map[string]string{}
+		}
+		out.Args[k] = *v
+	}
+	if out.ContextDigest, err = DigestTree(abs); err != nil {
+		return nil, cerr(path, "%s", strings.TrimPrefix(err.Error(), "task: "))
+	}
+	return out, nil
+}
+
+// serviceVolume reads a service's i-th volume. A bind of a file or folder
+// of the task's becomes a Copy; a named or anonymous volume is a directory
+// of the service's own container (nothing to do: its files are committed
+// with the service, as any other of its files); anything that would reach
+// the host, or share files between services, is refused.
+func (h *harborLoader) serviceVolume(p *types.Project, name string, i int, v types.ServiceVolumeConfig, cerr func([]string, string, ...any) error) (*Copy, error) {
+	path := []string{"services", name, "volumes", strconv.Itoa(i)}
+	if !strings.HasPrefix(v.Target, "/") || filepath.Clean(v.Target) == "/" {
+		return nil, cerr(path, "target %q: want an absolute path below /", v.Target)
+	}
+	switch v.Type {
+	case types.VolumeTypeBind:
+		if v.Bind != nil && v.Bind.Propagation != "" && v.Bind.Propagation != "rprivate" {
+			return nil, cerr(path, "bind propagation %s is not supported: the task's files are copied into the service, not bound", v.Bind.Propagation)
+		}
+		if !insideDir(h.dir, v.Source) {
+			return nil, cerr(path, "%s is outside the task's folder: a service's bind volume is a file or folder of the task, copied into the service (a host path is never bound)", v.Source)
+		}
+		rel, _ := filepath.Rel(h.dir, v.Source)
+		rel = filepath.ToSlash(rel)
+		st, err := h.c.stat(rel)
+		if err != nil || !(st.IsDir() || st.Mode().IsRegular()) {
+			if _, out := h.c.escapes(rel); out {
+				return nil, cerr(path, "%s", h.c.explain(rel, err))
+			}
+			if err != nil {
+				return nil, cerr(path, "%s is not in the task's folder (a bind volume is a file or folder of the task, copied into the service)", rel)
+			}
+			return nil, cerr(path, "%s is not a file or a folder", rel)
+		}
+		src := v.Source
+		if real, err := filepath.EvalSymlinks(src); err == nil {
+			src = real
+		}
+		// A link inside a copied folder is copied as a link; one that
+		// leads out of the task's folder is refused, as every read of a
+		// task's files is.
+		if st.IsDir() {
+			werr := filepath.WalkDir(src, func(q string, d fs.DirEntry, err error) error {
+				if err != nil || d.Type()&fs.ModeSymlink == 0 {
+					return err
+				}
+				r, _ := filepath.Rel(src, q)
+				lrel := filepath.ToSlash(filepath.Join(rel, r))
+				if _, out := h.c.escapes(lrel); out {
+					return errors.New(h.c.explain(lrel, fs.ErrNotExist))
+				}
+				return nil
+			})
+			if werr != nil {
+				return nil, cerr(path, "%v", werr)
+			}
+		}
+		digest, err := DigestTree(src)
+		if err != nil {
+			return nil, cerr(path, "%s", strings.TrimPrefix(err.Error(), "task: "))
+		}
+		return &Copy{Source: src, Path: rel, Target: filepath.Clean(v.Target), Digest: digest}, nil
+	case types.VolumeTypeVolume:
+		if v.Volume != nil && (v.Volume.NoCopy || v.Volume.Subpath != "") {
+			return nil, cerr(path, "volume nocopy and subpath are not supported: a volume is a directory of the service's own container")
+		}
+		if v.Source != "" {
+			for other, svc := range p.Services {
+				if other == name {
+					continue
+				}
+				for _, ov := range svc.Volumes {
+					if ov.Type == types.VolumeTypeVolume && ov.Source == v.Source {
+						return nil, cerr(path, "volume %s is also %s's: a volume shared between services is not supported (each service's files are its own, committed with it)", v.Source, other)
+					}
+				}
+			}
+		}
+		return nil, nil
+	}
+	return nil, cerr(path, "a %s volume is not supported (a bind of the task's own files, or a named or anonymous volume, is)", v.Type)
+}
+
+// isScalar says whether path (mapping keys) is a scalar in the YAML
+// document content, as written.
+func isScalar(content []byte, path []string) bool {
+	var doc yaml.Node
+	if yaml.Unmarshal(content, &doc) != nil || len(doc.Content) == 0 {
+		return false
+	}
+	n := doc.Content[0]
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return false
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return false
+		}
+		n = next
+	}
+	return n.Kind == yaml.ScalarNode
 }

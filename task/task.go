@@ -413,6 +413,24 @@ func (s Spec) Hash() string {
 		b.Context = ""
 		s.Build = &b
 	}
+	if s.Compose != nil {
+		// The services' build contexts and copied files are where the task
+		// lies; their digests are what they hold.
+		c := *s.Compose
+		c.Services = slices.Clone(c.Services)
+		for i, svc := range c.Services {
+			if svc.Build != nil {
+				b := *svc.Build
+				b.Context = ""
+				c.Services[i].Build = &b
+			}
+			c.Services[i].Copies = slices.Clone(svc.Copies)
+			for j := range c.Services[i].Copies {
+				c.Services[i].Copies[j].Source = ""
+			}
+		}
+		s.Compose = &c
+	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		panic("task: spec does not marshal: " + err.Error()) // all fields are plain data

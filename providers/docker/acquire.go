@@ -84,6 +84,7 @@ type imageEntry struct {
 	ready   chan struct{} // closed once the fields below are set
 	ref     string        // what containers are created from
 	workdir string        // the image's WORKDIR, "" when it sets none
+	volumes []string      // the image's VOLUMEs, sorted
 	err     error
 }
 
@@ -141,7 +142,7 @@ func (p *Provider) ensure(ctx context.Context, img imageFor, progress io.Writer)
 		}
 	}
 	e.ref = img.ref
-	e.workdir, e.err = p.acquire(ctx, img, progress)
+	e.workdir, e.volumes, e.err = p.acquire(ctx, img, progress)
 	if e.err != nil && ctx.Err() != nil {
 		// Not the image's fault: let the next caller try again.
 		p.imgs.mu.Lock()
@@ -152,8 +153,9 @@ func (p *Provider) ensure(ctx context.Context, img imageFor, progress io.Writer)
 	return e, e.err
 }
 
-// acquire makes img present on the engine and returns its WORKDIR.
-func (p *Provider) acquire(ctx context.Context, img imageFor, progress io.Writer) (string, error) {
+// acquire makes img present on the engine and returns its WORKDIR and its
+// VOLUMEs.
+func (p *Provider) acquire(ctx context.Context, img imageFor, progress io.Writer) (string, []string, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
@@ -161,48 +163,48 @@ func (p *Provider) acquire(ctx context.Context, img imageFor, progress io.Writer
 	present := err == nil
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		if gerr := p.gone(ctx, "inspecting image "+img.ref, err); gerr != nil {
-			return "", gerr
+			return "", nil, gerr
 		}
-		return "", fmt.Errorf("docker: inspecting image %s: %w", img.ref, err)
+		return "", nil, fmt.Errorf("docker: inspecting image %s: %w", img.ref, err)
 	}
 	switch {
 	case img.build != nil && present:
 		p.imgs.present.Add(1)
 	case img.build != nil:
 		if err := p.checkOwnBases(ctx, *img.build); err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if err := p.build(ctx, img.ref, *img.build, progress); err != nil {
-			return "", err
+			return "", nil, err
 		}
 		p.imgs.built.Add(1)
 	case isOwnImage(img.ref):
 		if !present {
-			return "", missingImage(img.ref, err)
+			return "", nil, missingImage(img.ref, err)
 		}
 		p.imgs.present.Add(1)
 	case present && p.pull != PullAlways:
 		p.imgs.present.Add(1)
 	case p.pull == PullNever:
-		return "", fmt.Errorf("%w: %w: %q, and the provider's param %s=%s forbids pulling it", providers.ErrCannotPrepare, ErrImageMissing, img.ref, ParamPull, PullNever)
+		return "", nil, fmt.Errorf("%w: %w: %q, and the provider's param %s=%s forbids pulling it", providers.ErrCannotPrepare, ErrImageMissing, img.ref, ParamPull, PullNever)
 	default:
 		if err := p.pullImage(ctx, img.ref, progress); err != nil {
 			if present {
-				return "", err // pull=always of an image the engine has: the pull failed
+				return "", nil, err // pull=always of an image the engine has: the pull failed
 			}
-			return "", fmt.Errorf("docker: %w: %q, and pulling it failed (load or import it, or fix what the pull says): %w", ErrImageMissing, img.ref, err)
+			return "", nil, fmt.Errorf("docker: %w: %q, and pulling it failed (load or import it, or fix what the pull says): %w", ErrImageMissing, img.ref, err)
 		}
 		p.imgs.pulled.Add(1)
 	}
 	if !present || img.build != nil {
 		if ins, err = p.cli.ImageInspect(ctx, img.ref); err != nil {
-			return "", fmt.Errorf("docker: image %s is not there after it was made ready: %w", img.ref, err)
+			return "", nil, fmt.Errorf("docker: image %s is not there after it was made ready: %w", img.ref, err)
 		}
 	}
 	if ins.Config != nil {
-		return ins.Config.WorkingDir, nil
+		return ins.Config.WorkingDir, sortedKeys(ins.Config.Volumes), nil
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // isOwnImage reports whether ref names one of the images forkline builds
@@ -305,11 +307,17 @@ func (p *Provider) Prepare(ctx context.Context, specs []providers.Spec, progress
 			seen[img.ref] = true
 			imgs = append(imgs, img)
 		}
-		// The images of a compose environment's services.
+		// The images of a compose environment's services: named, or
+		// built from the task's files.
 		for _, svc := range s.Services {
-			if !seen[svc.Image] {
-				seen[svc.Image] = true
-				imgs = append(imgs, imageFor{ref: svc.Image})
+			img, err := serviceImage(svc)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: service %s: %w", providers.ErrCannotPrepare, svc.Name, err))
+				continue
+			}
+			if !seen[img.ref] {
+				seen[img.ref] = true
+				imgs = append(imgs, img)
 			}
 		}
 		for _, n := range []string{s.Resources.Network, s.SetupNetwork} {
@@ -360,7 +368,7 @@ func (p *Provider) Prepare(ctx context.Context, specs []providers.Spec, progress
 	return nil
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -611,7 +619,16 @@ func walkContext(dir string, visit func(rel string, info fs.FileInfo, link strin
 	if _, err := os.Stat(filepath.Join(dir, ".dockerignore")); err == nil {
 		return fmt.Errorf("docker: build context %s has a .dockerignore, which forkline does not apply", dir)
 	}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	if err := walkTree(dir, visit); err != nil {
+		return fmt.Errorf("docker: build context %s: %w", dir, err)
+	}
+	return nil
+}
+
+// walkTree visits every entry below dir in lexical order, as walkContext
+// says; symlinks are visited as links, never followed.
+func walkTree(dir string, visit func(rel string, info fs.FileInfo, link string, open func() (io.ReadCloser, error)) error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -639,10 +656,6 @@ func walkContext(dir string, visit func(rel string, info fs.FileInfo, link strin
 			return fmt.Errorf("%s is a %s, which a build context cannot send", p, mode.Type())
 		}
 	})
-	if err != nil {
-		return fmt.Errorf("docker: build context %s: %w", dir, err)
-	}
-	return nil
 }
 
 // writeContextTar writes dir as the tar stream a build takes, as the

@@ -1,10 +1,16 @@
 package docker
 
 import (
+	"archive/tar"
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -172,6 +178,15 @@ func (p *Provider) startService(ctx context.Context, env *composeEnv, svc provid
 			return "", gerr
 		}
 		return "", fmt.Errorf("docker: creating service %s from %s: %w", svc.Name, svc.Image, err)
+	}
+	for _, c := range svc.Copies {
+		if err := p.copyInto(ctx, created.ID, c); err != nil {
+			_ = p.removeContainer(ctx, created.ID)
+			if gerr := p.gone(ctx, "copying into service "+svc.Name, err); gerr != nil {
+				return "", gerr
+			}
+			return "", fmt.Errorf("docker: %w: service %s: copying %s to %s: %w", providers.ErrCannotPrepare, svc.Name, c.Source, c.Target, err)
+		}
 	}
 	if _, err := p.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		_ = p.removeContainer(ctx, created.ID)
@@ -378,7 +393,9 @@ func (p *Provider) commitServices(ctx context.Context, s *sandbox, ref, label st
 			return nil, nil, s.infraError(ctx, "committing service "+svc.Name, err)
 		}
 		images = append(images, res.ID)
-		svc.Image = res.ID
+		// The fork starts from what the golden's service holds: its build
+		// and its copies are in the committed image.
+		svc.Image, svc.Build, svc.Copies = res.ID, nil, nil
 		out[i] = svc
 	}
 	return out, images, nil
@@ -396,7 +413,19 @@ func (p *Provider) trialServices(ctx context.Context, specs []providers.Spec, pr
 		if len(s.Services) == 0 {
 			continue
 		}
-		key := fmt.Sprintf("%#v", s.Services)
+		services, err := p.resolveServices(ctx, s.Services)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// The key: the services as they start (a build is its image's tag
+		// now), pointers followed.
+		k, err := json.Marshal(services)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		key := string(k)
 		if seen[key] {
 			continue
 		}
@@ -406,7 +435,7 @@ func (p *Provider) trialServices(ctx context.Context, specs []providers.Spec, pr
 			names[i] = svc.Name
 		}
 		began := time.Now()
-		env, err := p.startServices(ctx, sandboxSpec{services: s.Services, labels: copyLabels(s.Labels)}, "")
+		env, err := p.startServices(ctx, sandboxSpec{services: services, labels: copyLabels(s.Labels)}, "")
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -418,4 +447,114 @@ func (p *Provider) trialServices(ctx context.Context, specs []providers.Spec, pr
 		fmt.Fprintf(progress, "docker: services %s start and get ready (%s)\n", strings.Join(names, ", "), time.Since(began).Round(time.Millisecond))
 	}
 	return errors.Join(errs...)
+}
+
+// serviceImage is the image a service starts from: its own, or the one
+// its Build makes (tagged by the build's content, as a sandbox's is).
+func serviceImage(svc providers.Service) (imageFor, error) {
+	if svc.Build != nil {
+		tag, err := BuildTag(*svc.Build)
+		if err != nil {
+			return imageFor{}, err
+		}
+		return imageFor{ref: tag, build: svc.Build}, nil
+	}
+	return imageFor{ref: svc.Image}, nil
+}
+
+// resolveServices gets every service's image ready (pulled or built once
+// per provider, see ensure) and returns the services with Image set to it.
+// An image that declares a VOLUME is refused: docker commit does not carry
+// a volume's contents, so what the golden's service wrote there would be
+// missing from every fork, silently.
+func (p *Provider) resolveServices(ctx context.Context, services []providers.Service) ([]providers.Service, error) {
+	out := make([]providers.Service, len(services))
+	for i, svc := range services {
+		img, err := serviceImage(svc)
+		if err != nil {
+			return nil, fmt.Errorf("%w: service %s: %w", providers.ErrCannotPrepare, svc.Name, err)
+		}
+		e, err := p.ensure(ctx, img, nil)
+		if err != nil {
+			return nil, fmt.Errorf("service %s: %w", svc.Name, err)
+		}
+		if len(e.volumes) > 0 {
+			return nil, fmt.Errorf("docker: %w: service %s: its image %s declares VOLUME %s: a checkpoint (docker commit) does not carry a volume's contents, so every fork would start with what the golden's service wrote there missing; use an image without VOLUME (a volume is inherited from the base image, so build the service FROM one without it)",
+				providers.ErrCannotPrepare, svc.Name, img.ref, strings.Join(e.volumes, ", "))
+		}
+		svc.Image = e.ref
+		out[i] = svc
+	}
+	return out, nil
+}
+
+// copyInto copies c.Source (a host file or directory) to c.Target in the
+// container id, created and not yet started: its files owned by root, with
+// their modes; symlinks copied as links. Missing parents of c.Target are
+// made by the engine.
+func (p *Provider) copyInto(ctx context.Context, id string, c providers.Copy) error {
+	pr, pw := io.Pipe()
+	go func() {
+		bw := bufio.NewWriterSize(pw, 1<<20)
+		err := writeCopyTar(c.Source, strings.TrimPrefix(path.Clean(c.Target), "/"), bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		pw.CloseWithError(err)
+	}()
+	_, err := p.cli.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: pr})
+	_ = pr.CloseWithError(err)
+	return err
+}
+
+// writeCopyTar writes src as a tar stream whose entries are under name
+// (src itself is name).
+func writeCopyTar(src, name string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	add := func(rel string, info fs.FileInfo, link string, open func() (io.ReadCloser, error)) error {
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = name
+		if rel != "" {
+			hdr.Name += "/" + rel
+		}
+		if info.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		hdr.Format = tar.FormatPAX
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if open == nil {
+			return nil
+		}
+		f, err := open()
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	}
+	info, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	switch {
+	case info.Mode().IsRegular():
+		err = add("", info, "", func() (io.ReadCloser, error) { return os.Open(src) })
+	case info.IsDir():
+		if err = add("", info, "", nil); err == nil {
+			err = walkTree(src, add)
+		}
+	default:
+		err = fmt.Errorf("%s is a %s: only a file or a directory is copied", src, info.Mode().Type())
+	}
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }

@@ -1,7 +1,11 @@
 package docker
 
 import (
+	"archive/tar"
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -214,4 +218,94 @@ func TestServicesValidate(t *testing.T) {
 		require.ErrorContains(t, c.spec.Validate(), c.want)
 	}
 	require.ErrorContains(t, providers.RefuseServices("local", composeSpec()), "local: providers: not supported by this provider: a multi-container environment (services kv, audit) runs on the docker provider")
+}
+
+// A service built from a Dockerfile and given a copy of host files: the
+// build is made once (a second Create builds nothing), the copy is in the
+// golden's service before it starts (files, folders, modes, links as
+// links), a fork's service holds the golden's files — its own changes to
+// the copy included — and the copy is never made again over them. An
+// image that declares a VOLUME is refused, naming the service.
+func TestComposeBuildAndCopies(t *testing.T) {
+	p := open(t, nil)
+	ctx := t.Context()
+	bctx := t.TempDir()
+	writeFile(t, filepath.Join(bctx, "Dockerfile"), "FROM "+ImageBusybox+"\nARG GREETING\nRUN echo \"$GREETING\" > /greeting\n")
+	seed := t.TempDir()
+	writeFile(t, filepath.Join(seed, "counter"), "41\n")
+	writeFile(t, filepath.Join(seed, "sub", "run.sh"), "echo ran\n")
+	require.NoError(t, os.Chmod(filepath.Join(seed, "sub", "run.sh"), 0o755))
+	require.NoError(t, os.Symlink("counter", filepath.Join(seed, "link")))
+	one := filepath.Join(t.TempDir(), "motd")
+	writeFile(t, one, "hello\n")
+	svc := providers.Service{
+		Name: "svc", Build: &providers.Build{Context: bctx, Args: map[string]string{"GREETING": "hi"}},
+		Copies: []providers.Copy{{Source: seed, Target: "/srv/seed"}, {Source: one, Target: "/etc/motd"}},
+		// What the service saw at its first start, then a server of it.
+		Command: []string{"sh", "-c", "[ -f /seen ] || cat /greeting /srv/seed/counter /srv/seed/link /etc/motd > /seen; /srv/seed/sub/run.sh >> /seen; exec nc -ll -p 7000 -e cat /seen"},
+	}
+	spec := providers.Spec{Services: []providers.Service{svc}}
+	require.NoError(t, p.Prepare(ctx, []providers.Spec{spec}, nil))
+	require.Equal(t, 1, p.ImageStats().Built)
+	tag, err := BuildTag(*svc.Build)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = p.cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{Force: true}) })
+	golden, err := p.Create(ctx, spec)
+	require.NoError(t, err)
+	require.Equal(t, 1, p.ImageStats().Built, "built once")
+	seen := func(sb providers.Sandbox) string {
+		return strings.TrimSpace(string(sh(t, sb, "nc svc 7000 </dev/null").Output))
+	}
+	require.Equal(t, "hi\n41\n41\nhello\nran", seen(golden))
+
+	// The golden's service changes its copy; the fork's has the change.
+	id := golden.(*sandbox).env.idOf("svc")
+	ex, err := p.cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: []string{"sh", "-c", "echo 99 > /srv/seed/counter"}})
+	require.NoError(t, err)
+	_, err = p.cli.ExecStart(ctx, ex.ID, client.ExecStartOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		r, err := p.cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+		return err == nil && !r.Running
+	}, 10*time.Second, 50*time.Millisecond)
+	cp, err := p.Checkpoint(ctx, golden, "golden")
+	require.NoError(t, err)
+	fork, err := p.Fork(ctx, cp)
+	require.NoError(t, err)
+	fid := fork.(*sandbox).env.idOf("svc")
+	rc, err := p.cli.CopyFromContainer(ctx, fid, client.CopyFromContainerOptions{SourcePath: "/srv/seed/counter"})
+	require.NoError(t, err)
+	tr := tar.NewReader(rc.Content)
+	_, err = tr.Next()
+	require.NoError(t, err)
+	b, err := io.ReadAll(tr)
+	require.NoError(t, err)
+	_ = rc.Content.Close()
+	require.Equal(t, "99\n", string(b), "the fork's copy is the golden's, not the host's again")
+	require.Equal(t, "hi\n41\n41\nhello\nran\nran", seen(fork), "the fork's service started from the golden's files")
+	require.NoError(t, fork.Close(ctx))
+	require.NoError(t, golden.Close(ctx))
+	require.NoError(t, p.Release(ctx, cp))
+
+	// An image with a VOLUME: its contents would not be committed.
+	vctx := t.TempDir()
+	writeFile(t, filepath.Join(vctx, "Dockerfile"), "FROM "+ImageBusybox+"\nVOLUME /var/lib/db\n")
+	vol := providers.Service{Name: "db", Build: &providers.Build{Context: vctx}, Command: []string{"sleep", "600"}}
+	vtag, err := BuildTag(*vol.Build)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = p.cli.ImageRemove(context.Background(), vtag, client.ImageRemoveOptions{Force: true}) })
+	err = p.Prepare(ctx, []providers.Spec{{Services: []providers.Service{vol}}}, nil)
+	require.ErrorIs(t, err, providers.ErrCannotPrepare)
+	require.ErrorContains(t, err, "service db: its image "+vtag+" declares VOLUME /var/lib/db")
+	_, err = p.Create(ctx, providers.Spec{Services: []providers.Service{vol}})
+	require.ErrorContains(t, err, "declares VOLUME /var/lib/db")
+	left, err := listLabelled(ctx, p.cli, LabelInstance+"="+p.instance)
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
+func writeFile(t *testing.T, name, content string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(name), 0o755))
+	require.NoError(t, os.WriteFile(name, []byte(content), 0o644))
 }

@@ -54,6 +54,10 @@
 // (ServiceCapabilities added), labelled (LabelService), and removed with
 // their network by Close, Sweep and the sandbox's Close. Prepare starts
 // each distinct environment's services once to check they get ready.
+// A service's Build is built as a sandbox's is (BuildTag, kept); its
+// Copies go into its container before its first start and are committed
+// with it. A service image that declares a VOLUME is refused: a commit
+// does not carry a volume's contents.
 //
 // # Safe by default
 //

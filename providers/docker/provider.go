@@ -407,10 +407,8 @@ func (p *Provider) create(ctx context.Context, spec providers.Spec) (providers.S
 		if spec.SetupNetwork != "" && spec.SetupNetwork != "none" {
 			return nil, fmt.Errorf("docker: %w: a compose environment runs on a network of its own; SetupNetwork %q is not allowed", providers.ErrNotSupported, spec.SetupNetwork)
 		}
-		for _, svc := range spec.Services {
-			if _, err := p.ensure(ctx, imageFor{ref: svc.Image}, nil); err != nil {
-				return nil, fmt.Errorf("service %s: %w", svc.Name, err)
-			}
+		if ss.services, err = p.resolveServices(ctx, spec.Services); err != nil {
+			return nil, err
 		}
 	}
 	if ss.network == "" {
