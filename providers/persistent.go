@@ -221,11 +221,13 @@ func (t *Terminal) start(ctx context.Context) (*pshell, error) {
 	sh := &pshell{proc: proc, tag: "forkline-" + hex.EncodeToString(raw[:]), chunk: make(chan []byte, 16), ended: make(chan struct{})}
 	go func() {
 		defer close(sh.chunk)
+		// One read buffer for the shell's life; each chunk is a copy of
+		// what was read (a step's few bytes, not a fresh 32 KiB each read).
+		b := make([]byte, 32<<10)
 		for {
-			b := make([]byte, 32<<10)
 			n, err := proc.Out.Read(b)
 			if n > 0 {
-				sh.chunk <- b[:n]
+				sh.chunk <- append([]byte(nil), b[:n]...)
 			}
 			if err != nil {
 				return
