@@ -210,3 +210,7 @@ func TestMountsAreRefusedByName(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, left)
 }
+
+func TestPersistentShell(t *testing.T) {
+	providertest.PersistentShell(t, open(t, nil), providers.Spec{})
+}
