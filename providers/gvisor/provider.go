@@ -112,6 +112,7 @@ func init() {
 	providers.Register(Name, func(ctx context.Context, opts providers.Options) (providers.Provider, error) {
 		return New(ctx, opts)
 	})
+	providers.Declare(Name, capabilities())
 }
 
 // Provider is the gvisor provider. It is safe for concurrent use.
@@ -344,7 +345,9 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities: checkpoints are runsc checkpoint images of the whole
 // sandbox — processes, memory and files — and forks restore them.
-func (p *Provider) Capabilities() providers.Capabilities {
+func (p *Provider) Capabilities() providers.Capabilities { return capabilities() }
+
+func capabilities() providers.Capabilities {
 	return providers.Capabilities{Checkpoint: true, Fork: true, Isolation: "container", ForkMethod: ForkMethod, ForksMemory: true}
 }
 
