@@ -386,3 +386,48 @@ solution:
 	require.Contains(t, local, "this episode's persistent shell")
 	require.NotContains(t, local, "forked with its processes", "local's description is what it was")
 }
+
+// A branch of a persistent-shell episode on gvisor goes on with the
+// parent's shell (its checkpoint holds the shell process): the variable the
+// parent exported before the branch point is there in every branch, as the
+// parent's file is; local starts a new shell instead
+// (TestPersistentShellBranchCarriesFilesNotShellState).
+func TestGvisorPersistentShellBranchGoesOn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	rootfs := gvisorRootfs(t)
+	dir := t.TempDir()
+	taskFile := filepath.Join(dir, "t.yaml")
+	require.NoError(t, os.WriteFile(taskFile, []byte(`id: shell-branch
+instruction: keep state
+shell: persistent
+solution:
+  - {kind: exec, cmd: "export X=1; cd /tmp; echo carried > f"}
+  - {kind: exec, cmd: "echo ${X:-unset}; pwd; cat f"}
+  - {kind: done}
+`), 0o644))
+	out := filepath.Join(dir, "out")
+	code, _, stderr := runBin(t, 5*time.Minute, "collect", "-provider", "gvisor", "-provider-opt", "rootfs="+rootfs, "-tasks", taskFile, "-out", out,
+		"-branch", "at=1,width=2", "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, code, stderr)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	branches := map[string]bool{}
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		if e.ParentEpisodeID != nil && *e.ParentEpisodeID != "" {
+			branches[e.EpisodeID] = true
+		}
+	}
+	require.Len(t, branches, 2)
+	seen := 0
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		if branches[s.EpisodeID] && s.StepIndex == 1 {
+			require.Equal(t, "1\n/tmp\ncarried\n", s.Output, "the parent's shell goes on in the branch")
+			seen++
+		}
+	}
+	require.Equal(t, 2, seen)
+}
