@@ -107,6 +107,9 @@ type Terminal struct {
 	mu  sync.Mutex
 	sh  *pshell
 	tty *tmuxTerm
+	// held is what a detached shell printed after its last frame: the
+	// next command's output begins with it (see Detach).
+	held []byte
 }
 
 // NewTerminal returns the Terminal of a sandbox in mode.
@@ -121,7 +124,8 @@ func NewTerminal(h ShellHost, mode ShellMode) *Terminal {
 // ShellProc can (ShellProc.Detach), else ends it: the next Exec starts the
 // shell again, which on a provider whose shell lives on in the sandbox is
 // the same shell, with its state. Output the shell printed after its last
-// frame and not yet returned is dropped.
+// frame comes with this Terminal's next command, as it would have without
+// the detach; a fork's Terminal does not have it.
 func (t *Terminal) Detach() {
 	if t == nil {
 		return
@@ -133,10 +137,26 @@ func (t *Terminal) Detach() {
 	}
 	if t.sh.proc.Detach != nil {
 		t.sh.proc.Detach()
-		go func(ch chan []byte) {
-			for range ch {
+		held := append(t.held, t.sh.carry...)
+		// The connection is gone: what was still on its way ends soon.
+		drain := time.After(ShellGrace)
+	read:
+		for {
+			select {
+			case b, ok := <-t.sh.chunk:
+				if !ok {
+					break read
+				}
+				held = append(held, b...)
+			case <-drain:
+				go func(ch chan []byte) {
+					for range ch {
+					}
+				}(t.sh.chunk)
+				break read
 			}
-		}(t.sh.chunk)
+		}
+		t.held = held
 	} else {
 		t.sh.kill()
 	}
@@ -294,7 +314,8 @@ func (t *Terminal) start(ctx context.Context) (*pshell, error) {
 		if i < 0 {
 			i = len(said)
 		}
-		sh.carry = append([]byte(said[:i]), sh.carry...)
+		sh.carry = append(append(t.held, said[:i]...), sh.carry...)
+		t.held = nil
 		sh.pid, err = strconv.Atoi(strings.TrimPrefix(said[i:], "pid:"))
 	}
 	if err != nil {
