@@ -51,6 +51,10 @@ var fields = map[string]field{
 // persistentExec is exec's description in a task whose shell persists.
 const persistentExec = "Run a shell command in this episode's persistent shell and return its output and exit code. The shell keeps its state from one command to the next: the working directory (cd), environment variables (export), functions, aliases and background jobs carry over; exit ends the shell, and the next command starts a new one in the workspace."
 
+// forkedExec is exec's description in a task whose shell persists on a
+// provider whose forks go on with the shell (ShellPersistentForked).
+const forkedExec = persistentExec + " The shell is the one the task's setup ran in, and this episode's sandbox was forked with its processes: the shell goes on from where it was, so the directory, variables, functions and background jobs that setup (and, in a branch, the steps before it) left are already there."
+
 // descriptions says what each action kind does.
 var descriptions = map[runtime.ActionKind]string{
 	runtime.ActExec:       "Run a shell command in the workspace and return its output and exit code.",

@@ -194,3 +194,20 @@ func TestExecToolSaysTheShellMode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, fresh, old, "the fresh description is the one datasets were offered before")
 }
+
+// On a provider whose forks go on with the shell (gvisor), exec says so;
+// elsewhere the persistent description is what it was, byte for byte.
+func TestExecToolSaysForksGoOnWithTheShell(t *testing.T) {
+	assert.Equal(t, ShellPersistent, ExecShell(ShellPersistent, false))
+	assert.Equal(t, "", ExecShell("", true), "a fresh shell has nothing to go on")
+	require.Equal(t, ShellPersistentForked, ExecShell(ShellPersistent, true))
+	persistent, err := ToolsFor([]runtime.ActionKind{runtime.ActExec}, ExecShell(ShellPersistent, false))
+	require.NoError(t, err)
+	forked, err := ToolsFor([]runtime.ActionKind{runtime.ActExec}, ExecShell(ShellPersistent, true))
+	require.NoError(t, err)
+	assert.Equal(t, "Run a shell command in this episode's persistent shell and return its output and exit code. The shell keeps its state from one command to the next: the working directory (cd), environment variables (export), functions, aliases and background jobs carry over; exit ends the shell, and the next command starts a new one in the workspace.",
+		persistent[0].Function.Description, "local's and docker's description is unchanged")
+	assert.True(t, strings.HasPrefix(forked[0].Function.Description, persistent[0].Function.Description), "the forked description says the shell persists")
+	assert.Contains(t, forked[0].Function.Description, "forked with its processes")
+	assert.Contains(t, forked[0].Function.Description, "setup")
+}

@@ -145,8 +145,26 @@ func Tools(kinds []runtime.ActionKind) ([]Tool, error) { return ToolsFor(kinds, 
 // says that state carries from one command to the next.
 const ShellPersistent = "persistent"
 
+// ShellPersistentForked is not a task's shell mode but how exec is
+// described for a persistent shell on a provider whose forks and branches
+// go on with the shell (Capabilities().ForksMemory: gvisor): the shell
+// setup ran in, with its state. ExecShell chooses it.
+const ShellPersistentForked = "persistent-forked"
+
+// ExecShell is the shell argument of ToolsFor for a task whose shell mode
+// is shell on a provider that forks memory (forksMemory) or not: a
+// persistent shell there is ShellPersistentForked, anything else shell
+// itself, so the descriptions of local and docker are unchanged.
+func ExecShell(shell string, forksMemory bool) string {
+	if shell == ShellPersistent && forksMemory {
+		return ShellPersistentForked
+	}
+	return shell
+}
+
 // ToolsFor is Tools for a task whose shell mode is shell ("" or "fresh":
-// a shell per command; "persistent": one shell per episode). Only exec's
+// a shell per command; "persistent": one shell per episode;
+// ShellPersistentForked: one that forks go on with, see ExecShell). Only exec's
 // description depends on it: a model told its commands share a shell
 // when they do not reads a lost cd or export as done, so the tool says
 // which. The fresh description is the one every dataset before the
@@ -158,6 +176,9 @@ func ToolsFor(kinds []runtime.ActionKind, shell string) ([]Tool, error) {
 		t, ok := tool(k)
 		if ok && k == runtime.ActExec && shell == ShellPersistent {
 			t.Function.Description = persistentExec
+		}
+		if ok && k == runtime.ActExec && shell == ShellPersistentForked {
+			t.Function.Description = forkedExec
 		}
 		if !ok {
 			return nil, fmt.Errorf("aci: unknown action kind %q (known: %v)", k, runtime.ActionKinds())

@@ -148,7 +148,7 @@ func (er episodeRunner) play(ctx context.Context, ep *episode.Episode, p *planne
 		ep.NoReplica(ctx, acquireErr)
 		return "", nil, nil
 	}
-	pol, err := er.policies.NewPolicy(policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed))
+	pol, err := er.policies.NewPolicy(policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed, er.cfg.Provider))
 	if err != nil {
 		ep.PolicyFailed(err)
 		return "", nil, nil
@@ -221,7 +221,7 @@ func (er episodeRunner) playBranch(ctx context.Context, ep *episode.Episode, p *
 		return "", nil, nil
 	}
 	b := p.branch
-	pol, err := episode.BranchPolicy(ctx, er.policies, policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed), b.history, b.parentPolicy)
+	pol, err := episode.BranchPolicy(ctx, er.policies, policyEpisode(p.task, p.id, p.repeat, er.cfg.Seed, er.cfg.Provider), b.history, b.parentPolicy)
 	if err != nil {
 		ep.PolicyFailed(err)
 		return "", nil, nil

@@ -6,6 +6,7 @@ import (
 	"github.com/forkline/forkline/fielderr"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/providers"
 	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
 )
@@ -22,7 +23,7 @@ func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any))
 		return nil, manifest.Policy{}, fielderr.New("collect", "Policy", cfg.Policy, err)
 	}
 	for i := range specs {
-		pol, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed))
+		pol, err := src.NewPolicy(policyEpisode(&specs[i], "", 0, cfg.Seed, cfg.Provider))
 		if err != nil {
 			return nil, manifest.Policy{}, fmt.Errorf("collect: task %s (%s): %w", specs[i].ID, specs[i].Source, err)
 		}
@@ -39,7 +40,10 @@ func openPolicy(cfg Config, specs []task.Spec, logf, infof func(string, ...any))
 
 // policyEpisode is what a policy is told of an episode of t: what it needs
 // to decide, nothing of the task's files, setup or verifier.
-func policyEpisode(t *task.Spec, id string, repeat int, seed int64) policy.Episode {
+// Its Shell is the task's, or aci.ShellPersistentForked for a persistent
+// shell on a provider (named by provider) whose forks go on with it.
+func policyEpisode(t *task.Spec, id string, repeat int, seed int64, provider string) policy.Episode {
+	caps, _ := providers.Declared(provider)
 	return policy.Episode{ID: id, Repeat: repeat, Seed: seed, Instruction: t.Instruction, Solution: t.Solution,
-		Actions: t.AllowedActions(), Shell: t.Shell}
+		Actions: t.AllowedActions(), Shell: policy.ExecShell(t.Shell, caps.ForksMemory)}
 }

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/forkline/forkline/policy"
 	"io"
 	"os"
 	"slices"
@@ -468,7 +469,7 @@ func (in *input) describe(ep *model.Episode, needTask bool) error {
 	if t, ok := in.tasks[ep.Row.TaskID]; ok {
 		ep.Instruction = t.Instruction
 		ep.TaskActions = t.AllowedActions()
-		ep.TaskShell = t.Shell
+		ep.TaskShell = policy.ExecShell(t.Shell, in.forksMemory)
 		if t.Verify != nil {
 			ep.VerifyCmd = t.Verify.Cmd
 		}

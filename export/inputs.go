@@ -25,8 +25,11 @@ type input struct {
 	// manifest's policy record shows it (manifest.Policy.Shown).
 	conversation policy.Conversation
 	noPixels     bool // capture pixels=none: hashes without blobs
-	read         int64
-	selected     int64
+	// forksMemory: the run's provider forked processes (its manifest's
+	// capabilities), so a persistent shell went on in forks (aci.ExecShell).
+	forksMemory bool
+	read        int64
+	selected    int64
 }
 
 // openInputs opens every input and reads its manifest's tasks and policy.
@@ -58,6 +61,13 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 			return nil, badInput{fielderr.New("export", "Inputs", p, err)}
 		}
 		in.noPixels = capt.Pixels == capture.PixelsNone
+		if len(in.m.Provider) > 0 {
+			prov, err := manifest.DecodeProvider(in.m.Provider)
+			if err != nil {
+				return nil, badInput{fielderr.New("export", "Inputs", p, err)}
+			}
+			in.forksMemory = prov.Capabilities != nil && prov.Capabilities.ForksMemory
+		}
 		out = append(out, in)
 	}
 	return out, nil

@@ -17,6 +17,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"github.com/forkline/forkline/aci"
 	"sort"
 	"strings"
 	"sync"
@@ -62,8 +63,10 @@ type Episode struct {
 	// nil allows every canonical action. A policy never offers or takes an
 	// action outside them.
 	Actions []runtime.ActionKind
-	// Shell is the task's shell mode ("" or "persistent"; task.Spec.Shell):
-	// the exec tool says which (aci.ToolsFor).
+	// Shell is the task's shell mode ("" or "persistent"; task.Spec.Shell),
+	// or aci.ShellPersistentForked for a persistent shell on a provider
+	// whose forks go on with it (aci.ExecShell): the exec tool says which
+	// (aci.ToolsFor).
 	Shell string
 }
 
@@ -147,3 +150,8 @@ func Open(name string, opts Options) (Source, error) {
 	}
 	return f(opts)
 }
+
+// ExecShell is Episode.Shell for a task whose shell mode is shell on a
+// provider whose checkpoints hold processes (forksMemory) or not: see
+// aci.ExecShell.
+func ExecShell(shell string, forksMemory bool) string { return aci.ExecShell(shell, forksMemory) }

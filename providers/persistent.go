@@ -56,6 +56,14 @@ type ShellProc struct {
 	// it is not known).
 	Exited <-chan struct{}
 	Code   func() int
+	// Err, when set, says after Exited whether the connection ended for
+	// another reason than the shell's end (the sandbox died): that error
+	// is then Exec's. nil Err, or a nil error, means the shell ended.
+	Err func() error
+	// Detach, when set, lets go of a shell that lives on in the sandbox
+	// without ending it (a provider whose sandbox is checkpointed and
+	// restored with its processes): the next Start reaches the same shell.
+	Detach func()
 }
 
 // ShellHost is what a sandbox gives its Terminal.
@@ -88,7 +96,10 @@ var ShellGrace = 2 * time.Second
 // the sandbox: a fork or a branch of it gets a Terminal of its own, so on
 // providers that fork files only (local, docker) it starts new shells —
 // the files carry, the shell's state (directory, variables, jobs, the
-// program on the terminal) does not.
+// program on the terminal) does not. On a provider whose shell lives in
+// the sandbox and whose checkpoints hold its processes (gvisor), the
+// fork's Terminal reaches the checkpointed shell (Detach, ShellProc.Detach)
+// and the shell goes on in every fork.
 type Terminal struct {
 	host ShellHost
 	mode ShellMode
@@ -96,6 +107,9 @@ type Terminal struct {
 	mu  sync.Mutex
 	sh  *pshell
 	tty *tmuxTerm
+	// held is what a detached shell printed after its last frame: the
+	// next command's output begins with it (see Detach).
+	held []byte
 }
 
 // NewTerminal returns the Terminal of a sandbox in mode.
@@ -104,6 +118,49 @@ func NewTerminal(h ShellHost, mode ShellMode) *Terminal {
 		mode = ShellFresh
 	}
 	return &Terminal{host: h, mode: mode}
+}
+
+// Detach lets go of the persistent shell without ending it, when its
+// ShellProc can (ShellProc.Detach), else ends it: the next Exec starts the
+// shell again, which on a provider whose shell lives on in the sandbox is
+// the same shell, with its state. Output the shell printed after its last
+// frame comes with this Terminal's next command, as it would have without
+// the detach; a fork's Terminal does not have it.
+func (t *Terminal) Detach() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sh == nil {
+		return
+	}
+	if t.sh.proc.Detach != nil {
+		t.sh.proc.Detach()
+		held := append(t.held, t.sh.carry...)
+		// The connection is gone: what was still on its way ends soon.
+		drain := time.After(ShellGrace)
+	read:
+		for {
+			select {
+			case b, ok := <-t.sh.chunk:
+				if !ok {
+					break read
+				}
+				held = append(held, b...)
+			case <-drain:
+				go func(ch chan []byte) {
+					for range ch {
+					}
+				}(t.sh.chunk)
+				break read
+			}
+		}
+		t.held = held
+	} else {
+		t.sh.kill()
+	}
+	t.sh = nil
 }
 
 // Persistent reports whether exec runs in the persistent shell.
@@ -198,6 +255,13 @@ func (t *Terminal) Exec(ctx context.Context, a runtime.Action) (runtime.Observat
 		obs.ExitCode, obs.Error, obs.ErrorKind, obs.TimedOut = -1, true, runtime.ErrTimeout, true
 	case shellEnded:
 		<-sh.proc.Exited
+		if sh.proc.Err != nil {
+			if err := sh.proc.Err(); err != nil {
+				sh.kill()
+				t.sh = nil
+				return runtime.Observation{}, err
+			}
+		}
 		code := sh.proc.Code()
 		sh.kill()
 		t.sh = nil
@@ -234,14 +298,27 @@ func (t *Terminal) start(ctx context.Context) (*pshell, error) {
 			}
 		}
 	}()
-	// The first frame carries the shell's pid, for Kill.
+	// The first frame carries the shell's pid, for Kill. A shell that was
+	// there already (Detach) may have printed before it: that output comes
+	// with the next command's.
 	var pid bytes.Buffer
-	_, state, err := sh.run(ctx, "", "printf %d $$", &pid, 30*time.Second, func() {})
+	_, state, err := sh.run(ctx, "", "printf 'pid:%d' $$", &pid, 30*time.Second, func() {})
+	if err == nil && state == shellEnded && proc.Err != nil {
+		<-proc.Exited
+		err = proc.Err()
+	}
 	if err == nil && state != frameSeen {
 		err = fmt.Errorf("%s: the persistent shell did not start (%s)", t.host.Provider, strings.TrimSpace(pid.String()))
 	}
 	if err == nil {
-		sh.pid, err = strconv.Atoi(pid.String())
+		said := pid.String()
+		i := strings.LastIndex(said, "pid:")
+		if i < 0 {
+			i = len(said)
+		}
+		sh.carry = append(append(t.held, said[:i]...), sh.carry...)
+		t.held = nil
+		sh.pid, err = strconv.Atoi(strings.TrimPrefix(said[i:], "pid:"))
 	}
 	if err != nil {
 		sh.kill()

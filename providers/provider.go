@@ -176,8 +176,10 @@ type Spec struct {
 
 	// Shell is how exec runs commands: ShellFresh ("" too) or
 	// ShellPersistent (one shell per sandbox; see Terminal). Forks keep
-	// the mode and start a new shell. A provider without a persistent
-	// shell refuses ShellPersistent with ErrNotSupported.
+	// the mode; they start a new shell, or, on a provider whose
+	// checkpoints hold processes (Capabilities().ForksMemory), go on with
+	// the checkpointed one. A provider without a persistent shell refuses
+	// ShellPersistent with ErrNotSupported.
 	Shell ShellMode
 }
 

@@ -29,6 +29,7 @@ type Factory func(ctx context.Context, opts Options) (Provider, error)
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Factory{}
+	declared   = map[string]Capabilities{}
 )
 
 // Register makes a provider available by name. It panics if name is empty,
@@ -47,6 +48,25 @@ func Register(name string, f Factory) {
 		panic("providers: Register called twice for " + name)
 	}
 	registry[name] = f
+}
+
+// Declare records what a registered provider's Capabilities are whatever
+// its options, so that a caller can know them before opening it (collect
+// tells its policy how the exec tool behaves before the provider starts).
+func Declare(name string, caps Capabilities) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	declared[name] = caps
+}
+
+// Declared returns what Declare recorded for name; ok is false when the
+// provider declared nothing (its capabilities depend on how it is opened,
+// or it is not registered).
+func Declared(name string) (caps Capabilities, ok bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	caps, ok = declared[name]
+	return caps, ok
 }
 
 // Names returns the registered provider names, sorted.

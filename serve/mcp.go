@@ -283,7 +283,9 @@ func param(params map[string]json.RawMessage, key string, dst any) (ok bool, err
 // step answers. With persistent, exec's description is the one a policy
 // offers for a task whose shell persists (aci.ToolsFor): a client told
 // that its commands share a shell when they do not reads a lost cd as done.
-func mcpTools(kinds []runtime.ActionKind, persistent bool) []any {
+// With forksMemory too (gvisor), it says the shell is setup's, going on in
+// the fork (aci.ExecShell), as collect's policies are told.
+func mcpTools(kinds []runtime.ActionKind, persistent, forksMemory bool) []any {
 	action := actionSchema()
 	defs := action["$defs"]
 	out := make([]any, 0, len(kinds))
@@ -310,7 +312,7 @@ func mcpTools(kinds []runtime.ActionKind, persistent bool) []any {
 		}
 		desc := a["description"]
 		if persistent && a["title"] == string(runtime.ActExec) {
-			if ts, err := aci.ToolsFor([]runtime.ActionKind{runtime.ActExec}, aci.ShellPersistent); err == nil {
+			if ts, err := aci.ToolsFor([]runtime.ActionKind{runtime.ActExec}, aci.ExecShell(aci.ShellPersistent, forksMemory)); err == nil {
 				desc = ts[0].Function.Description
 			}
 		}
@@ -376,7 +378,7 @@ func (s *Server) mcpToolsList(params map[string]json.RawMessage) (any, error) {
 	for _, t := range ts {
 		persistent = persistent && t.spec.Shell == aci.ShellPersistent
 	}
-	return map[string]any{"tools": mcpTools(kindsOf(ts...), persistent)}, nil
+	return map[string]any{"tools": mcpTools(kindsOf(ts...), persistent, s.prov.Capabilities().ForksMemory)}, nil
 }
 
 // callKeys are the params of tools/call: MCP's name, arguments and _meta,

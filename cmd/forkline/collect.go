@@ -109,7 +109,7 @@ func setupCollect(f *cli.FlagSet) cli.Runner {
 	f.Int(&c.Standby, "standby", "K", "keep K ready replicas per task prepared in the background, so a reset is a hand-off; 0 keeps none").ShowDefault("sized to the run: up to -replicas in all, the task the plan reaches first served first")
 	f.Int(&c.MaxCreates, "max-creates", "N", "at most N sandbox creations or forks at once").ShowDefault("2 × -replicas")
 	f.String(&c.WorkDir, "workdir", "DIR", "where sandboxes live on the host").ShowDefault("a temporary directory")
-	f.String(&c.Shell, "shell", "fresh|persistent", "how exec runs every task's commands: fresh (a shell per command) or persistent (one shell per episode: the directory, variables and jobs carry; local and docker); overrides each task's shell").ShowDefault("each task's shell, else fresh")
+	f.String(&c.Shell, "shell", "fresh|persistent", "how exec runs every task's commands: fresh (a shell per command) or persistent (one shell per episode: the directory, variables and jobs carry; on gvisor forks go on with setup's shell); overrides each task's shell").ShowDefault("each task's shell, else fresh")
 
 	f.Group("policy", "-policy openai -base-url http://127.0.0.1:8000/v1 -model Qwen/Qwen3-8B -temperature 0.7 -max-tokens 1024")
 	f.String(&c.Policy, "policy", "NAME", "what drives the episodes: "+strings.Join(policy.Names(), ", ")+" (docs/policies.md)")

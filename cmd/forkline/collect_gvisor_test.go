@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -313,4 +314,120 @@ func TestGvisorGoldenStoreAndBadInput(t *testing.T) {
 		require.Contains(t, printed, "forkline/no-such-image-4242")
 		require.NoDirExists(t, out, "nothing written")
 	})
+}
+
+// A persistent shell on gvisor, through the binary (collect -shell
+// persistent): setup runs in the golden's shell, and every episode — a
+// restore of the golden — goes on with that shell: its directory,
+// variable, function and background job; what one episode exports is not
+// another's. The exec tool an export writes says the shell goes on in
+// forks; on local the same run's says what it always said.
+func TestGvisorPersistentShellGoesOnInEveryFork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	rootfs := gvisorRootfs(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "shell.yaml")
+	require.NoError(t, os.WriteFile(spec, []byte(`id: shell-goes-on
+instruction: look at the shell
+setup:
+  - cd /tmp && export X=1 && f(){ echo hi; }
+  - sleep 1000 &
+solution:
+  - {kind: exec, cmd: "pwd; echo $X; f; jobs"}
+  - {kind: exec, cmd: "echo [${MINE:-unset}]; export MINE=$$"}
+  - {kind: done}
+`), 0o644))
+	run := func(provider string, extra ...string) string {
+		out := filepath.Join(dir, provider)
+		args := append([]string{"-provider", provider, "-tasks", spec, "-out", out, "-repeats", "3", "-replicas", "2",
+			"-shell", "persistent", "-workdir", t.TempDir(), "-quiet"}, extra...)
+		cmd := collectProcess(args...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		require.Equal(t, cli.ExitOK, exitCode(cmd.Run()), "collect on %s", provider)
+		return out
+	}
+	out := run("gvisor", "-provider-opt", "rootfs="+rootfs)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	steps := map[int32][]string{}
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		if s.ActionKind == "exec" {
+			steps[s.StepIndex] = append(steps[s.StepIndex], s.Output)
+		}
+	}
+	require.Len(t, steps[0], 3, "three episodes")
+	for _, o := range steps[0] {
+		require.Regexp(t, `^/tmp\n1\nhi\n\[1\]\+? +Running`, o, "setup's directory, variable, function and job go on in the fork")
+	}
+	require.Equal(t, []string{"[unset]\n", "[unset]\n", "[unset]\n"}, steps[1], "no episode sees another's export")
+
+	tools := func(out string) string {
+		exp := filepath.Join(dir, "chat-"+filepath.Base(out))
+		code, _, stderr := runBin(t, time.Minute, "export", "-in", out, "-to", "chat-jsonl", "-out", exp)
+		require.Equal(t, 0, code, stderr)
+		var all strings.Builder
+		require.NoError(t, filepath.WalkDir(exp, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				b, rerr := os.ReadFile(p)
+				all.Write(b)
+				return rerr
+			}
+			return err
+		}))
+		return all.String()
+	}
+	got := tools(out)
+	require.Contains(t, got, "this episode's persistent shell", "the exec tool says the shell persists")
+	require.Contains(t, got, "forked with its processes", "and that it goes on from the golden")
+	local := tools(run("local"))
+	require.Contains(t, local, "this episode's persistent shell")
+	require.NotContains(t, local, "forked with its processes", "local's description is what it was")
+}
+
+// A branch of a persistent-shell episode on gvisor goes on with the
+// parent's shell (its checkpoint holds the shell process): the variable the
+// parent exported before the branch point is there in every branch, as the
+// parent's file is; local starts a new shell instead
+// (TestPersistentShellBranchCarriesFilesNotShellState).
+func TestGvisorPersistentShellBranchGoesOn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	rootfs := gvisorRootfs(t)
+	dir := t.TempDir()
+	taskFile := filepath.Join(dir, "t.yaml")
+	require.NoError(t, os.WriteFile(taskFile, []byte(`id: shell-branch
+instruction: keep state
+shell: persistent
+solution:
+  - {kind: exec, cmd: "export X=1; cd /tmp; echo carried > f"}
+  - {kind: exec, cmd: "echo ${X:-unset}; pwd; cat f"}
+  - {kind: done}
+`), 0o644))
+	out := filepath.Join(dir, "out")
+	code, _, stderr := runBin(t, 5*time.Minute, "collect", "-provider", "gvisor", "-provider-opt", "rootfs="+rootfs, "-tasks", taskFile, "-out", out,
+		"-branch", "at=1,width=2", "-workdir", t.TempDir(), "-quiet")
+	require.Equal(t, 0, code, stderr)
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	branches := map[string]bool{}
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		if e.ParentEpisodeID != nil && *e.ParentEpisodeID != "" {
+			branches[e.EpisodeID] = true
+		}
+	}
+	require.Len(t, branches, 2)
+	seen := 0
+	for s, err := range ds.Steps() {
+		require.NoError(t, err)
+		if branches[s.EpisodeID] && s.StepIndex == 1 {
+			require.Equal(t, "1\n/tmp\ncarried\n", s.Output, "the parent's shell goes on in the branch")
+			seen++
+		}
+	}
+	require.Equal(t, 2, seen)
 }

@@ -82,8 +82,9 @@ type Episode struct {
 	// (task.Spec.AllowedActions): the tools offered when the conversation
 	// says each task was offered its own (policy.Conversation.TaskActions).
 	TaskActions []runtime.ActionKind
-	// TaskShell is the episode's task's shell mode (task.Spec.Shell): the
-	// exec tool offered said which (aci.ToolsFor).
+	// TaskShell is the episode's task's shell mode (task.Spec.Shell), as
+	// aci.ExecShell gives it for the run's provider: the exec tool offered
+	// said which (aci.ToolsFor).
 	TaskShell string
 
 	// RewardName selects the reward rows Reward and StepReward return.

@@ -68,7 +68,9 @@
 // inside the sandbox with readlink -f per symlink (see fileScript): a
 // target outside the workspace is refused (ErrPathRefused), one inside is
 // followed, as on the other providers. Upload extracts a tar stream with
-// the sandbox's tar.
+// the sandbox's tar. With Spec.Shell persistent, exec runs in one shell
+// that lives in the sandbox and goes on across checkpoints: the sandbox
+// itself after its checkpoint and every fork continue it (see shell.go).
 //
 // # Checkpoint and fork
 //

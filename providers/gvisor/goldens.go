@@ -53,11 +53,17 @@ type storedGolden struct {
 // goldenKey is the store's key of a golden labelled label of a sandbox
 // with spec ss.
 func (p *Provider) goldenKey(label string, ss sandboxSpec) string {
-	b, _ := json.Marshal(map[string]any{
+	key := map[string]any{
 		"label": label, "rootfs": ss.fs.what, "rootfs_dir": ss.fs.dir, "image_env": ss.fs.env, "workdir": ss.fs.workdir,
 		"env": ss.env, "output_cap": ss.outputCap, "cpus": ss.cpus, "memory_mb": ss.memoryMB, "pids": ss.pids,
 		"caps": ss.caps, "network": ss.network, "runsc": p.rs.version, "platform": p.rs.platform,
-	})
+	}
+	if ss.shell == providers.ShellPersistent {
+		// Its image holds the shell setup ran in (absent from a fresh
+		// golden's); the keys of fresh goldens stay what they were.
+		key["shell"] = string(ss.shell)
+	}
+	b, _ := json.Marshal(key)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }

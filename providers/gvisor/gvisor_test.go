@@ -210,3 +210,28 @@ func TestMountsAreRefusedByName(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, left)
 }
+
+func TestPersistentShell(t *testing.T) {
+	providertest.PersistentShell(t, open(t, nil), providers.Spec{})
+}
+
+// What a background job of the persistent shell printed after a command's
+// frame comes with the next command's output, a checkpoint in between or
+// not (Terminal.Detach keeps it for the sandbox's own next command).
+func TestPersistentShellOutputBetweenCommandsOutlivesACheckpoint(t *testing.T) {
+	p := open(t, nil)
+	sb := create(t, p, providers.Spec{Shell: providers.ShellPersistent})
+	obs := sh(t, sb, "(sleep 0.3; echo late) &")
+	require.Equal(t, 0, obs.ExitCode, obs.Text())
+	obs = sh(t, sb, "sleep 1; echo now")
+	require.Equal(t, "late\nnow\n", string(obs.Output), "between commands, without a checkpoint")
+	obs = sh(t, sb, "(sleep 0.3; echo later) &")
+	require.Equal(t, 0, obs.ExitCode, obs.Text())
+	_, err := sb.Act(t.Context(), runtime.Action{Kind: runtime.ActWait, MS: 1500})
+	require.NoError(t, err)
+	cp, err := p.Checkpoint(t.Context(), sb, "held")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Release(context.Background(), cp) })
+	obs = sh(t, sb, "echo now")
+	require.Equal(t, "later\nnow\n", string(obs.Output), "the job's output came before the checkpoint; the sandbox's next command has it")
+}

@@ -112,6 +112,7 @@ func init() {
 	providers.Register(Name, func(ctx context.Context, opts providers.Options) (providers.Provider, error) {
 		return New(ctx, opts)
 	})
+	providers.Declare(Name, capabilities())
 }
 
 // Provider is the gvisor provider. It is safe for concurrent use.
@@ -184,6 +185,7 @@ type sandboxSpec struct {
 	caps      []string // kept capabilities, canonical names
 	network   string
 	labels    map[string]string
+	shell     providers.ShellMode // Spec.Shell; a fork goes on with the checkpointed shell (see shell.go)
 }
 
 // netRaw reports whether the sandbox keeps NET_RAW.
@@ -343,7 +345,9 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities: checkpoints are runsc checkpoint images of the whole
 // sandbox — processes, memory and files — and forks restore them.
-func (p *Provider) Capabilities() providers.Capabilities {
+func (p *Provider) Capabilities() providers.Capabilities { return capabilities() }
+
+func capabilities() providers.Capabilities {
 	return providers.Capabilities{Checkpoint: true, Fork: true, Isolation: "container", ForkMethod: ForkMethod, ForksMemory: true}
 }
 
@@ -398,6 +402,10 @@ func (p *Provider) resolveSpec(ctx context.Context, spec providers.Spec, progres
 	ss := sandboxSpec{
 		env: slices.Clone(spec.Env), outputCap: spec.OutputCap, cpus: spec.Resources.CPUs, memoryMB: spec.Resources.MemoryMB,
 		pids: spec.Resources.Pids, caps: kept, network: spec.Resources.Network, labels: copyLabels(spec.Labels),
+		shell: spec.Shell,
+	}
+	if _, err := providers.ParseShellMode(string(spec.Shell)); err != nil {
+		return sandboxSpec{}, "", fmt.Errorf("gvisor: %w", err)
 	}
 	if ss.outputCap <= 0 {
 		ss.outputCap = providers.DefaultOutputCap
@@ -527,13 +535,6 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.S
 	}
 	if spec.GUI != nil {
 		return nil, fmt.Errorf("gvisor: %w", providers.ErrNoGUI)
-	}
-	if spec.Shell == providers.ShellPersistent {
-		// Its sandboxes fork memory, so a shell would go on in a fork; but
-		// exec here is runsc exec, a process per command, and no stream to
-		// a long-lived shell survives a checkpoint's restore. Refused by
-		// name rather than run in fresh shells a model is told persist.
-		return nil, fmt.Errorf("gvisor: shell %q: %w: exec runs a fresh process per command here (use -provider local or docker for a persistent shell)", spec.Shell, providers.ErrNotSupported)
 	}
 	if err := refuseMounts(spec); err != nil {
 		return nil, err

@@ -40,6 +40,8 @@ type sandbox struct {
 	ownNetwork string // the network the sandbox itself runs on (a golden's setup network)
 	done       chan struct{}
 	execs      atomic.Int64 // numbers the execs: FORKLINE_EXEC marks
+	// term is the persistent shell (spec.shell persistent), nil otherwise.
+	term *providers.Terminal
 
 	// life guards the container: Act holds it shared; checkpoint, resume
 	// and the end of Close hold it alone.
@@ -59,8 +61,12 @@ type sandbox struct {
 }
 
 func newSandbox(p *Provider, id, origin, cpID string, ss sandboxSpec) *sandbox {
-	return &sandbox{p: p, id: id, cid: containerID(id, 0), dir: filepath.Join(p.dir, "sandboxes", id), origin: origin, cpID: cpID, spec: ss,
+	s := &sandbox{p: p, id: id, cid: containerID(id, 0), dir: filepath.Join(p.dir, "sandboxes", id), origin: origin, cpID: cpID, spec: ss,
 		ownNetwork: ss.network, done: make(chan struct{})}
+	if ss.shell == providers.ShellPersistent {
+		s.term = providers.NewTerminal(s.shellHost(), ss.shell)
+	}
+	return s
 }
 
 // Info describes the sandbox. ID is the runsc container id; Workspace is
@@ -127,6 +133,9 @@ func (s *sandbox) checkpoint(ctx context.Context, dir string) (string, error) {
 	if err := os.Remove(dir); err != nil { // runsc makes it, and refuses an existing image
 		return "", fmt.Errorf("gvisor: %w", err)
 	}
+	// The persistent shell goes into the image; its connection to the
+	// host does not (see shell.go).
+	s.term.Detach()
 	if _, err := s.p.rs.simple(ctx, "checkpoint", "--image-path", dir, s.cidNow()); err != nil {
 		if dead := s.deadErr(ctx, "checkpoint", err); dead != nil {
 			return "", dead
@@ -219,6 +228,7 @@ func (s *sandbox) Act(ctx context.Context, a runtime.Action) (runtime.Observatio
 		Exec:      s.exec,
 		ReadFile:  s.readFile,
 		WriteFile: s.writeFile,
+		Term:      s.term,
 		Closed:    s.done,
 		ClosedErr: func() error { return fmt.Errorf("gvisor: sandbox %s: %w", s.id, providers.ErrClosed) },
 	})
@@ -290,6 +300,7 @@ func (s *sandbox) teardown(ctx context.Context) error {
 	first := s.cidNow()
 	err := s.p.rs.deleteContainer(ctx, first)
 	s.acts.Wait()
+	s.term.Detach() // the container is gone: only the host's side is left
 	// A checkpoint or resume under way ends first; a boot that ends after
 	// the delete above deletes its container itself (see boot).
 	s.life.Lock()

@@ -1,6 +1,7 @@
 package providertest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -16,8 +17,11 @@ import (
 // ShellPersistent): state carries between commands, output and exit
 // status stay exact, a hung command times out and the shell goes on, a
 // shell that exits is an observation and the next command gets a new one,
-// and a fork starts a new shell (files carried, shell state not). spec is
-// the base spec (an image for providers that need one).
+// and a fork starts a new shell (files carried, shell state not) — or, on
+// a provider whose checkpoints hold processes (ForksMemory), goes on with
+// the checkpointed shell in every fork and in the checkpointed sandbox
+// itself, each fork's shell its own from there. spec is the base spec (an
+// image for providers that need one).
 func PersistentShell(t *testing.T, p providers.Provider, spec providers.Spec) {
 	spec.Shell = providers.ShellPersistent
 	sb := create(t, p, spec)
@@ -74,11 +78,15 @@ func PersistentShell(t *testing.T, p providers.Provider, spec providers.Spec) {
 	assert.Equal(t, 0, obs.ExitCode)
 	assert.True(t, strings.HasPrefix(string(obs.Output), "[]\n"), obs.Text())
 
-	// A fork carries files, not the shell: its shell starts in the
-	// workspace with no variable set.
-	if !p.Capabilities().Checkpoint || p.Capabilities().ForksMemory {
+	if !p.Capabilities().Checkpoint {
 		return
 	}
+	if p.Capabilities().ForksMemory {
+		forkedShellGoesOn(t, p, sb)
+		return
+	}
+	// A fork carries files, not the shell: its shell starts in the
+	// workspace with no variable set.
 	exec("cd /tmp; export Z=9; echo kept > carried.txt; cd - >/dev/null; echo kept > carried.txt", 0)
 	cp, err := p.Checkpoint(t.Context(), sb, "persistent-shell")
 	require.NoError(t, err)
@@ -126,4 +134,49 @@ func Terminal(t *testing.T, p providers.Provider, spec providers.Spec) {
 	s := screen(0)
 	assert.NotContains(t, s, "line0\n")
 	assert.Contains(t, screen(200), "line0\n")
+}
+
+// forkedShellGoesOn checks, on a provider that forks memory, that the
+// shell's state — directory, variable, function, background job — goes on
+// in the checkpointed sandbox and in two forks of it, and that what one
+// fork's shell then sets is its own.
+func forkedShellGoesOn(t *testing.T, p providers.Provider, sb providers.Sandbox) {
+	exec := func(sb providers.Sandbox, cmd string) runtime.Observation {
+		t.Helper()
+		return act(t, sb, runtime.Action{Kind: runtime.ActExec, Cmd: cmd})
+	}
+	obs := exec(sb, "cd /tmp && export X=1 && f(){ echo hi; }")
+	require.Equal(t, 0, obs.ExitCode, obs.Text())
+	obs = exec(sb, "sleep 1000 &")
+	require.Equal(t, 0, obs.ExitCode, obs.Text())
+	cp, err := p.Checkpoint(t.Context(), sb, "persistent-shell")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Release(t.Context(), cp) })
+	check := func(who string, sb providers.Sandbox) {
+		t.Helper()
+		obs := exec(sb, "pwd; echo $X; f; jobs")
+		require.Equal(t, 0, obs.ExitCode, "%s: %s", who, obs.Text())
+		lines := strings.SplitN(string(obs.Output), "\n", 4)
+		require.Len(t, lines, 4, "%s: %q", who, obs.Output)
+		assert.Equal(t, []string{"/tmp", "1", "hi"}, lines[:3], "%s: the directory, the variable and the function go on", who)
+		assert.Contains(t, lines[3], "[1]", "%s: the background job goes on", who)
+		assert.Contains(t, lines[3], "Running", "%s: the background job goes on", who)
+		// And it is the sleep (jobs need not name it: busybox does not).
+		obs = exec(sb, `for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1000 $'`)
+		assert.Equal(t, "1\n", string(obs.Output), "%s: one sleep 1000 runs", who)
+	}
+	check("the checkpointed sandbox", sb)
+	forks := make([]providers.Sandbox, 2)
+	for i := range forks {
+		forks[i], err = p.Fork(t.Context(), cp)
+		require.NoError(t, err)
+		closeAtEnd(t, forks[i])
+		check(fmt.Sprintf("fork %d", i), forks[i])
+	}
+	obs = exec(forks[0], "export ONLY=zero; cd /")
+	require.Equal(t, 0, obs.ExitCode, obs.Text())
+	obs = exec(forks[1], "echo \"[$ONLY]\"; pwd")
+	assert.Equal(t, "[]\n/tmp\n", string(obs.Output), "what one fork's shell sets is not the other's")
+	obs = exec(forks[0], "echo \"[$ONLY]\"; pwd")
+	assert.Equal(t, "[zero]\n/\n", string(obs.Output), "and it is the fork's own")
 }
