@@ -381,14 +381,17 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 	// their branches carry them. The lossless jsonl view gives the rows as
 	// stored. The progress total counts what is read, so that it ends
 	// at its total.
-	trees := make([]map[string]shard.Lineage, len(inputs))
+	// Only the roots of branch episodes are kept from each tree (an entry
+	// per branch episode): a map with an entry per episode, held through
+	// the export, was most of its memory at a million episodes.
+	rootsOf := make([]map[string]string, len(inputs))
 	var total int64
 	for i, in := range inputs {
 		tree, err := in.ds.Tree()
 		if err != nil {
 			return corruptInput(in.path, err)
 		}
-		trees[i] = tree
+		rootsOf[i] = treeRoots(tree)
 		for _, l := range tree {
 			if spec.file || !l.Branched {
 				total++
@@ -397,8 +400,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 	}
 	progress(0, total)
 	for i, in := range inputs {
-		tree := trees[i]
-		roots := treeRoots(tree)
+		roots := rootsOf[i]
 		each := in.ds.EachTrajectory
 		if spec.file {
 			each = in.ds.EachEpisode

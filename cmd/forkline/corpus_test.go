@@ -53,6 +53,10 @@ import (
 // test log.
 const corpusMatrixEnv = "FORKLINE_CORPUS_MATRIX"
 
+// corpusKeepEnv names an empty or new directory the corpus is built in
+// and left, for comparing two builds' readers on the same datasets.
+const corpusKeepEnv = "FORKLINE_CORPUS_KEEP"
+
 // corpusKind is one kind of dataset.
 type corpusKind struct {
 	name string
@@ -542,6 +546,12 @@ func TestDatasetCorpus(t *testing.T) {
 		t.Skip("builds a dataset of every kind and runs every reader over each")
 	}
 	c := &corpus{root: t.TempDir(), parent: t, dirs: map[string]string{}}
+	if keep := os.Getenv(corpusKeepEnv); keep != "" {
+		if err := os.MkdirAll(keep, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c.root = keep
+	}
 	kinds := corpusKinds()
 	readers := corpusReaders()
 	skipped := map[string]string{}

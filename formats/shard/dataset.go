@@ -272,11 +272,11 @@ func (d *Dataset) eachEpisodeOf(gen int, withSteps bool, fn func(schemas.Episode
 	defer steps.stop()
 	rewards := pullShard[schemas.RewardRow](d, schemas.TableRewards, gen)
 	defer rewards.stop()
+	episodes := pullRows[schemas.EpisodeRow](d.src, eps)
+	defer episodes.stop()
 
-	for ep, err := range readShard[schemas.EpisodeRow](d.src, eps, readBatchRows) {
-		if err != nil {
-			return err
-		}
+	for ; episodes.ok; episodes.advance() {
+		ep := episodes.cur
 		var st []schemas.StepRow
 		for steps.ok && steps.cur.EpisodeID == ep.EpisodeID {
 			st = append(st, steps.cur)
@@ -306,6 +306,9 @@ func (d *Dataset) eachEpisodeOf(gen int, withSteps bool, fn func(schemas.Episode
 		if err := fn(ep, st, rw); err != nil {
 			return err
 		}
+	}
+	if episodes.err != nil {
+		return episodes.err
 	}
 	if steps.ok {
 		return fmt.Errorf("%w: generation %d: step rows of episode %q do not follow the episodes' order", ErrCorrupt, gen, steps.cur.EpisodeID)
@@ -338,12 +341,31 @@ func (p *puller[T]) advance() {
 }
 
 func pullShard[T any](d *Dataset, table string, gen int) *puller[T] {
-	seq := func(func(T, error) bool) {}
-	if s, ok := d.shard(table, gen); ok {
-		seq = readShard[T](d.src, s, readBatchRows)
+	s, ok := d.shard(table, gen)
+	if !ok {
+		return &puller[T]{stop: func() {}}
 	}
+	return pullRows[T](d.src, s)
+}
+
+// pullRows is a cursor over shard s's rows: read column-wise (colRows)
+// when T is a table's row type and the file's columns have its shape,
+// else by parquet-go's row reader.
+func pullRows[T any](src *source, s ShardInfo) *puller[T] {
 	p := &puller[T]{}
-	p.next, p.stop = iter.Pull2(seq)
+	if fields := layoutFor[T](); fields != nil {
+		r, err := openColRows[T](src, s, fields)
+		switch {
+		case err == nil:
+			p.next, p.stop = r.next, r.close
+			p.advance()
+			return p
+		case !errors.Is(err, errNotFlat):
+			p.err, p.stop = err, func() {}
+			return p
+		}
+	}
+	p.next, p.stop = iter.Pull2(readShard[T](src, s, readBatchRows))
 	p.advance()
 	return p
 }

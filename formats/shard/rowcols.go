@@ -1,0 +1,413 @@
+package shard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/forkline/forkline/schemas"
+)
+
+// Column-wise reading of whole rows. parquet-go's row reader reconstructs
+// each row value by value through its generic row form and converts it into
+// the row struct by reflection; for the steps and episodes tables that was a
+// quarter of an export's CPU. Here each row group's column chunks are read
+// one after the other, page by page, each value set straight into the row
+// structs of the group (a field at its offset), list columns by their
+// repetition and definition levels. The rows are the row reader's, field for
+// field (a test compares both readers on every table of many datasets): a
+// null reads as the zero value, a null pointer column as nil, an empty list
+// of numbers as an empty slice and of strings as nil.
+
+// fieldKind is how a row field is stored and set.
+type fieldKind int
+
+const (
+	kString      fieldKind = iota // string (a null reads as "")
+	kBytes                        // []byte (a null reads as nil)
+	kInt32                        // int32
+	kInt64                        // int64
+	kFloat64                      // float64
+	kBool                         // bool
+	kPString                      // *string
+	kPInt32                       // *int32
+	kPFloat64                     // *float64
+	kListInt32                    // []int32 as a LIST of int32
+	kListFloat32                  // []float32 as a LIST of float
+	kListString                   // []string as a LIST of byte arrays
+)
+
+// physical is the Parquet physical type a field kind is read from.
+func (k fieldKind) physical() parquet.Kind {
+	switch k {
+	case kInt32, kPInt32, kListInt32:
+		return parquet.Int32
+	case kInt64:
+		return parquet.Int64
+	case kFloat64, kPFloat64:
+		return parquet.Double
+	case kListFloat32:
+		return parquet.Float
+	case kBool:
+		return parquet.Boolean
+	}
+	return parquet.ByteArray
+}
+
+func (k fieldKind) list() bool { return k >= kListInt32 }
+
+// rowField is one column of a row type: its name and where its value goes.
+type rowField struct {
+	name string
+	off  uintptr
+	kind fieldKind
+}
+
+// layoutOf is the columns of the row struct t, from its parquet tags. It
+// panics on a field type it does not know: the row types are this module's
+// (schemas), and a test reads each.
+func layoutOf(t reflect.Type) []rowField {
+	var fields []rowField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, ok := f.Tag.Lookup("parquet")
+		if !ok || tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		var k fieldKind
+		switch f.Type {
+		case reflect.TypeFor[string]():
+			k = kString
+		case reflect.TypeFor[[]byte]():
+			k = kBytes
+		case reflect.TypeFor[int32]():
+			k = kInt32
+		case reflect.TypeFor[int64]():
+			k = kInt64
+		case reflect.TypeFor[float64]():
+			k = kFloat64
+		case reflect.TypeFor[bool]():
+			k = kBool
+		case reflect.TypeFor[*string]():
+			k = kPString
+		case reflect.TypeFor[*int32]():
+			k = kPInt32
+		case reflect.TypeFor[*float64]():
+			k = kPFloat64
+		case reflect.TypeFor[[]int32]():
+			k = kListInt32
+		case reflect.TypeFor[[]float32]():
+			k = kListFloat32
+		case reflect.TypeFor[[]string]():
+			k = kListString
+		default:
+			panic(fmt.Sprintf("shard: column-wise rows: %s.%s has type %s", t.Name(), f.Name, f.Type))
+		}
+		fields = append(fields, rowField{name: name, off: f.Offset, kind: k})
+	}
+	return fields
+}
+
+// The layouts of the tables read column-wise.
+var (
+	stepLayout    = layoutOf(reflect.TypeFor[schemas.StepRow]())
+	episodeLayout = layoutOf(reflect.TypeFor[schemas.EpisodeRow]())
+	rewardLayout  = layoutOf(reflect.TypeFor[schemas.RewardRow]())
+)
+
+// layoutFor is T's layout, nil for a type not read column-wise.
+func layoutFor[T any]() []rowField {
+	switch any(*new(T)).(type) {
+	case schemas.StepRow:
+		return stepLayout
+	case schemas.EpisodeRow:
+		return episodeLayout
+	case schemas.RewardRow:
+		return rewardLayout
+	}
+	return nil
+}
+
+// colRows reads one shard's rows of type T column-wise, a row group at a
+// time: the rows of one row group are in memory at once (the writer
+// bounds a row group's bytes).
+type colRows[T any] struct {
+	f      *os.File
+	pf     *parquet.File
+	path   string
+	want   int64 // rows the manifest lists
+	fields []rowField
+	index  []int // each field's column index; -1 when the file lacks it
+	rg     int   // the next row group
+	rows   []T
+	pos    int
+	seen   int64
+	buf    []parquet.Value
+}
+
+// openColRows opens shard s to read its rows column-wise; errNotFlat when
+// a column has another shape than T's field (the caller reads rows
+// instead), after which nothing is left open.
+func openColRows[T any](src *source, s ShardInfo, fields []rowField) (*colRows[T], error) {
+	f, pf, err := src.open(s)
+	if err != nil {
+		return nil, err
+	}
+	r := &colRows[T]{f: f, pf: pf, path: src.path(s), want: s.Rows, fields: fields, index: make([]int, len(fields)), buf: make([]parquet.Value, 1024)}
+	schema := pf.Schema()
+	for i, fd := range fields {
+		r.index[i] = -1
+		leaf, flat := schema.Lookup(fd.name)
+		if fd.kind.list() {
+			if flat {
+				f.Close()
+				return nil, errNotFlat
+			}
+			leaf, flat = schema.Lookup(fd.name, "list", "element")
+			if !flat {
+				if _, any := columnNamed(schema, fd.name); any {
+					f.Close()
+					return nil, errNotFlat
+				}
+				continue
+			}
+			if leaf.MaxRepetitionLevel != 1 || leaf.Node.Type().Kind() != fd.kind.physical() {
+				f.Close()
+				return nil, errNotFlat
+			}
+		} else {
+			if !flat {
+				if _, any := columnNamed(schema, fd.name); any {
+					f.Close()
+					return nil, errNotFlat
+				}
+				continue
+			}
+			if len(leaf.Path) != 1 || leaf.MaxRepetitionLevel != 0 || leaf.Node.Type().Kind() != fd.kind.physical() {
+				f.Close()
+				return nil, errNotFlat
+			}
+		}
+		r.index[i] = leaf.ColumnIndex
+	}
+	return r, nil
+}
+
+// columnNamed reports whether the schema has a column under name.
+func columnNamed(schema *parquet.Schema, name string) ([]string, bool) {
+	for _, p := range schema.Columns() {
+		if len(p) > 0 && p[0] == name {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+func (r *colRows[T]) close() { r.f.Close() }
+
+// next returns the next row; ok is false after the last row or an error.
+func (r *colRows[T]) next() (row T, err error, ok bool) {
+	for r.pos >= len(r.rows) {
+		rgs := r.pf.RowGroups()
+		if r.rg >= len(rgs) {
+			if r.seen != r.want {
+				return row, fmt.Errorf("%w: %s: read %d rows, the manifest says %d", ErrCorrupt, r.path, r.seen, r.want), true
+			}
+			return row, nil, false
+		}
+		if err := r.load(rgs[r.rg]); err != nil {
+			return row, err, true
+		}
+		r.rg++
+	}
+	row = r.rows[r.pos]
+	r.pos++
+	return row, nil, true
+}
+
+// load reads row group rg's columns into r.rows.
+func (r *colRows[T]) load(rg parquet.RowGroup) error {
+	n := rg.NumRows()
+	// The rows handed out before are copies; what they point to (strings,
+	// lists) was allocated for them, so the slice is reused.
+	r.rows = slices.Grow(r.rows[:0], int(n))[:n]
+	clear(r.rows)
+	r.pos = 0
+	chunks := rg.ColumnChunks()
+	for i, fd := range r.fields {
+		if r.index[i] < 0 {
+			continue
+		}
+		if r.index[i] >= len(chunks) {
+			return fmt.Errorf("%w: %s: column %s has no chunk in a row group", ErrCorrupt, r.path, fd.name)
+		}
+		if err := r.column(chunks[r.index[i]], fd, n); err != nil {
+			return fmt.Errorf("%w: %s: column %s: %w", ErrCorrupt, r.path, fd.name, err)
+		}
+	}
+	r.seen += n
+	return nil
+}
+
+// column sets field fd of every row of the group from its chunk.
+func (r *colRows[T]) column(chunk parquet.ColumnChunk, fd rowField, rows int64) error {
+	base := unsafe.Pointer(unsafe.SliceData(r.rows))
+	size := unsafe.Sizeof(*new(T))
+	at := func(row int) unsafe.Pointer { return unsafe.Add(base, uintptr(row)*size+fd.off) }
+	if !fd.kind.list() {
+		n, err := readChunk(chunk, r.buf, rows, func(row int, v parquet.Value) { setFlat(at(row), fd.kind, v) })
+		if err != nil {
+			return err
+		}
+		if n != rows {
+			return fmt.Errorf("%d values in a row group of %d rows", n, rows)
+		}
+		return nil
+	}
+	// A list: a value with repetition level 0 starts a row; a value below
+	// the maximum definition level is an empty list's placeholder.
+	var (
+		ints   []int32
+		floats []float32
+		strs   []string
+		starts = make([]int, 0, rows+1)
+		err    error
+	)
+	row := -1
+	each := func(v parquet.Value) error {
+		if v.RepetitionLevel() == 0 {
+			row++
+			if int64(row) >= rows {
+				return fmt.Errorf("more lists than the row group's %d rows", rows)
+			}
+			starts = append(starts, len(ints)+len(floats)+len(strs))
+		}
+		if v.IsNull() {
+			return nil
+		}
+		switch fd.kind {
+		case kListInt32:
+			ints = append(ints, v.Int32())
+		case kListFloat32:
+			floats = append(floats, v.Float())
+		default:
+			strs = append(strs, string(v.ByteArray()))
+		}
+		return nil
+	}
+	if err = readValues(chunk, r.buf, each); err != nil {
+		return err
+	}
+	if int64(row+1) != rows {
+		return fmt.Errorf("%d lists in a row group of %d rows", row+1, rows)
+	}
+	starts = append(starts, len(ints)+len(floats)+len(strs))
+	for j := range int(rows) {
+		a, b := starts[j], starts[j+1]
+		p := at(j)
+		switch {
+		case a == b && fd.kind == kListString:
+			// nil, as readShard normalizes an empty list of strings
+		case a == b && fd.kind == kListInt32:
+			*(*[]int32)(p) = emptyInt32
+		case a == b:
+			*(*[]float32)(p) = emptyFloat32
+		case fd.kind == kListInt32:
+			*(*[]int32)(p) = ints[a:b:b]
+		case fd.kind == kListFloat32:
+			*(*[]float32)(p) = floats[a:b:b]
+		default:
+			*(*[]string)(p) = strs[a:b:b]
+		}
+	}
+	return nil
+}
+
+// An empty list of numbers reads as an empty slice, not nil, as the row
+// reader gives it (JSON exports write it as [], not null). Zero capacity:
+// an append to one allocates.
+var (
+	emptyInt32   = []int32{}
+	emptyFloat32 = []float32{}
+)
+
+// setFlat sets the field at p, of kind k, to v.
+func setFlat(p unsafe.Pointer, k fieldKind, v parquet.Value) {
+	if v.IsNull() {
+		return // the zero value, as cleared
+	}
+	switch k {
+	case kString:
+		*(*string)(p) = string(v.ByteArray())
+	case kBytes:
+		*(*[]byte)(p) = bytes.Clone(v.ByteArray())
+	case kInt32:
+		*(*int32)(p) = v.Int32()
+	case kInt64:
+		*(*int64)(p) = v.Int64()
+	case kFloat64:
+		*(*float64)(p) = v.Double()
+	case kBool:
+		*(*bool)(p) = v.Boolean()
+	case kPString:
+		s := string(v.ByteArray())
+		*(**string)(p) = &s
+	case kPInt32:
+		x := v.Int32()
+		*(**int32)(p) = &x
+	case kPFloat64:
+		x := v.Double()
+		*(**float64)(p) = &x
+	}
+}
+
+// readValues hands every value of a column chunk to each, in order. A page
+// that fails to decode — or panics doing so — is an error.
+func readValues(chunk parquet.ColumnChunk, buf []parquet.Value, each func(parquet.Value) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("decoding a page panicked: %v", p)
+		}
+	}()
+	pages := chunk.Pages()
+	defer pages.Close()
+	for {
+		page, err := pages.ReadPage()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		values := page.Values()
+		for {
+			k, err := values.ReadValues(buf)
+			for _, v := range buf[:k] {
+				if e := each(v); e != nil {
+					parquet.Release(page)
+					return e
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				parquet.Release(page)
+				return err
+			}
+			if k == 0 {
+				break
+			}
+		}
+		parquet.Release(page)
+	}
+}
