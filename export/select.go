@@ -15,6 +15,13 @@ import (
 	"github.com/forkline/forkline/schemas"
 )
 
+// ReadsColumn reports whether f tests the episode column col (through a
+// Where), so that a reader holding only some columns knows whether it can
+// apply f.
+func (f Filter) ReadsColumn(col string) bool {
+	return slices.ContainsFunc(f.Where, func(w Where) bool { return w.Column == col })
+}
+
 // Where is one column filter: an episode column equal to one of Values,
 // or with Not, equal to none of them.
 type Where struct {
@@ -34,8 +41,10 @@ var whereColumns = map[string]func(e *schemas.EpisodeRow) string{
 	"reset_strategy": func(e *schemas.EpisodeRow) string { return e.ResetStrategy },
 	"reset_origin":   func(e *schemas.EpisodeRow) string { return e.ResetOrigin },
 	"exit_reason":    func(e *schemas.EpisodeRow) string { return e.ExitReason },
-	"token_drift":    func(e *schemas.EpisodeRow) string { return strconv.FormatBool(e.TokenDrift) },
-	"has_tokens":     func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseIDs) > 0) },
+	// branched: the episode is a branch (it has a parent episode).
+	"branched":    func(e *schemas.EpisodeRow) string { _, _, ok := e.Branched(); return strconv.FormatBool(ok) },
+	"token_drift": func(e *schemas.EpisodeRow) string { return strconv.FormatBool(e.TokenDrift) },
+	"has_tokens":  func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseIDs) > 0) },
 	// has_logprobs: the episode's token record carries logprobs (verl-agent
 	// cannot batch rows with and without them).
 	"has_logprobs": func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseLogprobs) > 0) },
@@ -96,6 +105,7 @@ func (w Where) String() string {
 type Filter struct {
 	Where     []Where  // column filters (ParseWhere)
 	MinReward *float64 // the reward is at least this; a null reward never is
+	MaxReward *float64 // the reward is at most this; a null reward never is
 	Tasks     []string // the episode's task is one of these; any task when empty
 	Episodes  []string // the episode's id starts with one of these prefixes; any episode when empty
 	Reward    string   // the episode-level reward MinReward tests; DefaultReward when empty
@@ -121,9 +131,9 @@ func (f Filter) Match(row *schemas.EpisodeRow, rewards []schemas.RewardRow) bool
 			return false
 		}
 	}
-	if f.MinReward != nil {
+	if f.MinReward != nil || f.MaxReward != nil {
 		r := f.EpisodeReward(rewards)
-		if r == nil || *r < *f.MinReward {
+		if r == nil || (f.MinReward != nil && *r < *f.MinReward) || (f.MaxReward != nil && *r > *f.MaxReward) {
 			return false
 		}
 	}
