@@ -1,27 +1,33 @@
 // Command export measures forkline export on large datasets against DuckDB
-// copying the same native shards to Parquet, in the same run: it collects
-// datasets of -episodes sizes with a fast scripted policy
-// (each once, kept in -data for the next run), exports each to jsonl, hf
-// and verl-sft with the forkline binary, and runs the DuckDB baseline
+// copying the same native shards to Parquet, in the same run: it makes
+// datasets of -episodes sizes (each once, kept in -data for the next run),
+// exports each to every target with the forkline binary, and runs the DuckDB baseline
 // (benchmarks/export/duckdb, a module of its own: forkline's module never
 // depends on cgo DuckDB) on the same shards. It reports rows/s and peak
 // RSS (each run a child process; its own rusage), and the ratio of each
 // export's time to DuckDB's.
 //
 //	go run ./benchmarks/export                        # 10,000 and 100,000 episodes
-//	go run ./benchmarks/export -episodes 1000,10000 -data /tmp/exportbench
+//	go run ./benchmarks/export -episodes 100000,1000000 -data /tmp/exportbench
+//
+// The datasets are generated (benchmarks/datagen: four shell tasks, three
+// steps an episode, written through collect's own row and shard code), a
+// million episodes in minutes; -collect collects them instead with forkline
+// collect and a scripted policy (about 500 episodes a minute on a loaded
+// 2-core machine; one task, the outputs a few bytes). The token targets
+// (verl-agent, sft-tokens) need token records: they are measured on a
+// second generated dataset whose steps carry model turns with token ids,
+// with DuckDB copying that one too (not with -collect, whose scripted
+// episodes have none).
 //
 // With -max-cpu-ratio it is a regression guard (make bench-guard): it fails
 // when an export's CPU seconds exceed that multiple of DuckDB's in the same
 // run — a ratio, never an absolute time, so a slower or busier machine
 // does not fail it.
-//
-// The targets verl-agent and sft-tokens write the token ids a model server
-// returned (-policy openai against vLLM or SGLang); the scripted episodes
-// here have none, so those targets refuse every one and are not measured.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -33,6 +39,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/forkline/forkline/benchmarks/datagen"
 )
 
 // task is a short shell episode: a command, a file written and read, done.
@@ -68,7 +76,8 @@ type run struct {
 func main() {
 	sizes := flag.String("episodes", "10000,100000", "the datasets' sizes, in episodes")
 	data := flag.String("data", filepath.Join(os.TempDir(), "forkline-export-bench"), "where the datasets are kept between runs")
-	targets := flag.String("to", "jsonl,chat-jsonl,hf,hf-disk,verl-sft", "export targets")
+	targets := flag.String("to", "jsonl,chat-jsonl,hf,hf-disk,verl-sft,verl-agent,sft-tokens", "export targets (verl-agent and sft-tokens on a dataset with token records)")
+	collectIt := flag.Bool("collect", false, "collect the datasets with forkline collect (one scripted task) instead of generating them")
 	jsonOut := flag.String("json", "", "also write the results to `FILE`")
 	given := flag.String("bin", "", "measure this forkline binary instead of building ./cmd/forkline (to compare builds)")
 	maxRatio := flag.Float64("max-cpu-ratio", 0, "fail when an export's CPU seconds exceed this multiple of DuckDB's (0: report only)")
@@ -94,14 +103,27 @@ func main() {
 	for _, f := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		check(err)
-		ds := dataset(bin, *data, n)
-		fmt.Printf("\n%d episodes (%s)\n", n, ds)
+		fmt.Printf("\n%d episodes\n", n)
 		fmt.Printf("  %-31s %10s %9s %12s %8s %13s %14s %13s\n", "what", "rows", "wall s", "rows/s", "CPU s", "peak RSS MB", "time / DuckDB", "CPU / DuckDB")
-		d := duckdb(duck, ds, filepath.Join(tmp, "duck"))
-		d.Episodes = n
-		fmt.Printf("  %-31s %10d %9.2f %12.0f %8.2f %13.1f %14s %13s\n", d.What, d.Rows, d.WallSec, d.RowsPerS, d.CPUSec, d.PeakRSSMB, "1.00", "1.00")
-		all = append(all, d)
+		baselines := map[bool]run{}
 		for _, to := range strings.Split(*targets, ",") {
+			withTokens := to == "verl-agent" || to == "sft-tokens"
+			if withTokens && *collectIt {
+				fmt.Printf("  %-31s not measured: collected scripted episodes have no token records\n", "forkline export -to "+to)
+				continue
+			}
+			ds := dataset(bin, *data, n, *collectIt, withTokens)
+			d, ok := baselines[withTokens]
+			if !ok {
+				d = duckdb(duck, ds, filepath.Join(tmp, "duck"))
+				d.Episodes = n
+				if withTokens {
+					d.What += " (tokens)"
+				}
+				fmt.Printf("  %-31s %10d %9.2f %12.0f %8.2f %13.1f %14s %13s   %s\n", d.What, d.Rows, d.WallSec, d.RowsPerS, d.CPUSec, d.PeakRSSMB, "1.00", "1.00", ds)
+				all = append(all, d)
+				baselines[withTokens] = d
+			}
 			r := export(bin, ds, to, filepath.Join(tmp, "out-"+to), n)
 			r.OfDuckDB = r.WallSec / d.WallSec
 			r.CPUOfDuckDB = r.CPUSec / d.CPUSec
@@ -125,14 +147,31 @@ func main() {
 	}
 }
 
-// dataset returns a dataset of n episodes in dir, collecting it when it
-// is not there yet.
-func dataset(bin, dir string, n int) string {
-	out := filepath.Join(dir, fmt.Sprintf("episodes-%d", n))
+// dataset returns a dataset of n episodes in dir, generating (or
+// collecting) it when it is not there yet.
+func dataset(bin, dir string, n int, collectIt, withTokens bool) string {
+	name := fmt.Sprintf("generated-%d", n)
+	switch {
+	case collectIt:
+		name = fmt.Sprintf("episodes-%d", n)
+	case withTokens:
+		name = fmt.Sprintf("generated-tokens-%d", n)
+	}
+	out := filepath.Join(dir, name)
 	if data, err := os.ReadFile(filepath.Join(out, "manifest.json")); err == nil && strings.Contains(string(data), `"status": "complete"`) {
 		return out
 	}
 	check(os.MkdirAll(dir, 0o755))
+	if !collectIt {
+		os.RemoveAll(out)
+		began := time.Now()
+		res, err := datagen.Generate(context.Background(), datagen.Config{Dir: out, Episodes: n, Tokens: withTokens})
+		if err != nil {
+			fatal("generating %d episodes: %v", n, err)
+		}
+		fmt.Printf("(generated %d episodes, %d steps, in %s: %s)\n", res.Episodes, res.Steps, time.Since(began).Round(time.Second), out)
+		return out
+	}
 	spec := filepath.Join(dir, "export-bench.yaml")
 	check(os.WriteFile(spec, []byte(task), 0o644))
 	os.RemoveAll(out)
