@@ -123,15 +123,6 @@ func newIndex() *index {
 	return x
 }
 
-// size is the number of indexed episodes.
-func (x *index) size() int {
-	n := 0
-	for _, s := range x.order {
-		n += len(s.entries)
-	}
-	return n
-}
-
 // update brings the index to ds's listed shards: a shard already indexed
 // (same sha256) is kept, a new one read, shards in parallel. Callers hold
 // x.mu.

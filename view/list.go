@@ -66,9 +66,10 @@ func (x *index) page(ctx context.Context, ds *shard.Dataset, reward string, q Qu
 	page.Scanned, page.Matched = p+1, len(kept)
 	less := x.entryLess(q.Sort, q.Desc)
 	window := q.Offset + q.Limit
-	if window < len(kept)/8 {
-		// A first page of a long list: keep the window's best while
-		// walking, rather than sorting every match.
+	if window <= len(kept)/64 {
+		// An early page of a long list: keep the window's best while
+		// walking (a sort of 2×window rows each window rows), rather than
+		// sorting every match.
 		kept = topK(kept, window, less)
 	} else {
 		slices.SortFunc(kept, less)
