@@ -15,13 +15,6 @@ import (
 	"github.com/forkline/forkline/schemas"
 )
 
-// ReadsColumn reports whether f tests the episode column col (through a
-// Where), so that a reader holding only some columns knows whether it can
-// apply f.
-func (f Filter) ReadsColumn(col string) bool {
-	return slices.ContainsFunc(f.Where, func(w Where) bool { return w.Column == col })
-}
-
 // Where is one column filter: an episode column equal to one of Values,
 // or with Not, equal to none of them.
 type Where struct {
