@@ -389,31 +389,47 @@ func readRewards(ds *shard.Dataset, s shard.ShardInfo, name string, byID map[str
 	return err
 }
 
-// textBits answers which indexed episodes hold text (lower case) in a
-// step's action, output or model text: one bit per episode in the index's
-// order. Callers hold x.mu.
-func (x *index) textBits(ctx context.Context, ds *shard.Dataset, text string) ([]uint64, error) {
+// cachedText is the kept answer for text over the index as it is, or
+// nil. Callers hold x.mu.
+func (x *index) cachedText(text string) []uint64 {
 	for i, a := range x.texts {
 		if a.text == text && a.version == x.version {
 			x.texts = append(append(x.texts[:i:i], x.texts[i+1:]...), a)
-			return a.bits, nil
+			return a.bits
 		}
 	}
+	return nil
+}
+
+// keepText keeps the answer bits for text over the index at version.
+// Callers hold x.mu.
+func (x *index) keepText(text string, version int, bits []uint64) {
+	x.texts = append(x.texts, textAnswer{text: text, version: version, bits: bits})
+	if len(x.texts) > textCache {
+		x.texts = x.texts[1:]
+	}
+}
+
+// scanText answers which episodes of order hold text (lower case) in a
+// step's action, output or model text: one bit per episode in order's
+// order. It reads only segments' ids, which never change, so it runs
+// without x.mu (a list asked meanwhile is not held up).
+func scanText(ctx context.Context, ds *shard.Dataset, order []*segment, text string) ([]uint64, error) {
 	steps := map[int]shard.ShardInfo{}
 	for _, s := range ds.Shards(schemas.TableSteps) {
 		steps[s.Generation] = s
 	}
-	base := make([]int, len(x.order))
+	base := make([]int, len(order))
 	n := 0
-	for i, s := range x.order {
+	for i, s := range order {
 		base[i] = n
 		n += len(s.entries)
 	}
 	bits := make([]uint64, (n+63)/64)
 	var bmu sync.Mutex
 	needle := []byte(text)
-	err := parallel(ctx, len(x.order), func(k int) error {
-		seg := x.order[k]
+	err := parallel(ctx, len(order), func(k int) error {
+		seg := order[k]
 		s, ok := steps[seg.gen]
 		if !ok {
 			return nil
@@ -478,10 +494,6 @@ func (x *index) textBits(ctx context.Context, ds *shard.Dataset, text string) ([
 	})
 	if err != nil {
 		return nil, err
-	}
-	x.texts = append(x.texts, textAnswer{text: text, version: x.version, bits: bits})
-	if len(x.texts) > textCache {
-		x.texts = x.texts[1:]
 	}
 	return bits, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -86,6 +87,32 @@ func TestIndexAnswersAsTheRowReaders(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, v, x.version, "a dataset whose shards did not change is not read again")
 	assert.LessOrEqual(t, len(x.texts), textCache)
+
+	// Lists asked at once, text searches among them, on a fresh index
+	// (run under -race), answer as one at a time does.
+	y := newIndex()
+	queries := []string{"text=grep -n", "task=fix-config", "text=cat config", "sort=duration_ms&desc=true", "text=grep -n&sort=reward"}
+	type answer struct {
+		page *Page
+		err  error
+	}
+	answers := make([]answer, len(queries))
+	var wg sync.WaitGroup
+	for i, params := range queries {
+		q := parse(t, params)
+		wg.Go(func() {
+			p, err := y.page(context.Background(), ds, "verify", q)
+			answers[i] = answer{p, err}
+		})
+	}
+	wg.Wait()
+	for i, params := range queries {
+		require.NoError(t, answers[i].err, params)
+		alone, err := x.page(t.Context(), ds, "verify", parse(t, params))
+		require.NoError(t, err)
+		assert.Equal(t, alone, answers[i].page, params)
+		assert.NotEmpty(t, alone.Episodes, params)
+	}
 }
 
 func parse(t *testing.T, params string) Query {

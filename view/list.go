@@ -13,23 +13,37 @@ import (
 // listed shards first; reward names the episode-level reward rows carry
 // and the reward filters test. Only the page's rows are built; the
 // matching episodes are held as one pointer each while they are sorted.
-// Queries of one run are answered one at a time.
+// Queries of one run hold the index one at a time, but for a text search's
+// reading of the steps.
 func (x *index) page(ctx context.Context, ds *shard.Dataset, reward string, q Query) (*Page, error) {
 	if err := q.check(); err != nil {
 		return nil, err
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	if err := x.update(ctx, ds, reward); err != nil {
+		x.mu.Unlock()
 		return nil, err
 	}
+	// order is the index as this query sees it: segments never change, a
+	// later update makes a new order, and dictionaries only grow.
+	order, version := x.order, x.version
 	var bits []uint64
-	if q.Text != "" {
+	text := strings.ToLower(q.Text)
+	if text != "" {
+		bits = x.cachedText(text)
+	}
+	x.mu.Unlock()
+	if text != "" && bits == nil {
 		var err error
-		if bits, err = x.textBits(ctx, ds, strings.ToLower(q.Text)); err != nil {
+		if bits, err = scanText(ctx, ds, order, text); err != nil {
 			return nil, err
 		}
+		x.mu.Lock()
+		x.keepText(text, version, bits)
+		x.mu.Unlock()
 	}
+	x.mu.Lock() // for the dictionaries
+	defer x.mu.Unlock()
 	f := q.Filter(reward)
 	// The filter is export.Filter.Match itself, over a row holding the
 	// indexed columns (those export.Where can test, has_tokens and
@@ -41,7 +55,7 @@ func (x *index) page(ctx context.Context, ds *shard.Dataset, reward string, q Qu
 	page := &Page{Reward: reward, Offset: q.Offset, Limit: q.Limit, Episodes: []Row{}}
 	var kept []*entry
 	p := -1
-	for _, seg := range x.order {
+	for _, seg := range order {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
