@@ -91,7 +91,7 @@ func (w Where) String() string {
 }
 
 // Filter is the episode selection export applies (-task, -episode, -where,
-// -min-reward), as a value of its own so that every reader of datasets
+// -min-reward, -max-reward), as a value of its own so that every reader of datasets
 // selects the same episodes: inspect -list and forkline view use it as
 // export does. An episode passes when every part holds; the zero Filter
 // passes every episode.
@@ -106,7 +106,7 @@ type Filter struct {
 
 // Filter is o's selection.
 func (o Options) Filter() Filter {
-	return Filter{Where: o.Where, MinReward: o.MinReward, Tasks: o.Tasks, Episodes: o.Episodes, Reward: o.Reward}
+	return Filter{Where: o.Where, MinReward: o.MinReward, MaxReward: o.MaxReward, Tasks: o.Tasks, Episodes: o.Episodes, Reward: o.Reward}
 }
 
 // Match reports whether the episode row with its rewards (any order; the

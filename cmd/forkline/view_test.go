@@ -377,6 +377,8 @@ func testViewSelectsAsExport(t *testing.T, srv *viewServer) {
 			{{"task", "fix-sum,unverified"}, {"where", "exit_reason!=done"}},
 			{{"where", "exit_reason=done"}, {"min-reward", "1"}},
 			{{"where", "token_drift=false"}, {"where", "branched=false"}, {"min-reward", "0.2"}},
+			{{"min-reward", "0.1"}, {"max-reward", "0.9"}},
+			{{"max-reward", "0"}, {"task", "unverified,fix-sum,too-long"}},
 			{{"where", "reset_strategy=fork,recreate"}, {"where", "provider!=nowhere"}},
 		} {
 			var args []string
