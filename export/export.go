@@ -82,6 +82,7 @@ type Options struct {
 	// Selection: an episode is exported when every filter holds.
 	Where     []Where  // column filters (ParseWhere)
 	MinReward *float64 // the reward is at least this; a null reward never is
+	MaxReward *float64 // the reward is at most this; a null reward never is
 	Tasks     []string // the episode's task is one of these; any task when empty
 	Episodes  []string // the episode's id starts with one of these prefixes; any episode when empty
 	Reward    string   // the episode-level reward row joined; DefaultReward when empty

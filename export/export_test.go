@@ -23,6 +23,7 @@ import (
 	"github.com/forkline/forkline/formats/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/formats/verl"
+	"github.com/forkline/forkline/schemas"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -720,4 +721,33 @@ func TestPairPlan(t *testing.T) {
 	pl = g.plan(PairsAll)
 	assert.Equal(t, []plannedPair{{"g1", "e1", "e3"}, {"g1", "e1", "e4"}, {"g1", "e1", "e5"}, {"g1", "e2", "e3"}, {"g1", "e2", "e4"},
 		{"g1", "e2", "e5"}, {"g1", "e3", "e4"}, {"g1", "e3", "e5"}}, pl.pairs)
+}
+
+// The reward range and the branched column: what forkline view's max_reward
+// and branch filters are.
+func TestFilterRewardRangeAndBranched(t *testing.T) {
+	v := func(x float64) *float64 { return &x }
+	parent, step := "root", int32(2)
+	root := schemas.EpisodeRow{EpisodeID: "a"}
+	branch := schemas.EpisodeRow{EpisodeID: "b", ParentEpisodeID: &parent, BranchStep: &step}
+	reward := func(x *float64) []schemas.RewardRow {
+		return []schemas.RewardRow{{Name: "other", Value: v(9)}, {Name: DefaultReward, Value: x}}
+	}
+	for _, tc := range []struct {
+		f    Filter
+		row  schemas.EpisodeRow
+		r    *float64
+		want bool
+	}{
+		{Filter{MaxReward: v(0.5)}, root, v(0.5), true},
+		{Filter{MaxReward: v(0.5)}, root, v(0.6), false},
+		{Filter{MaxReward: v(0.5)}, root, nil, false},
+		{Filter{MinReward: v(0.2), MaxReward: v(0.8)}, root, v(0.2), true},
+		{Filter{MinReward: v(0.2), MaxReward: v(0.8)}, root, v(0.1), false},
+		{Filter{Where: []Where{{Column: "branched", Values: []string{"true"}}}}, branch, nil, true},
+		{Filter{Where: []Where{{Column: "branched", Values: []string{"true"}}}}, root, nil, false},
+		{Filter{Where: []Where{{Column: "branched", Not: true, Values: []string{"true"}}}}, root, nil, true},
+	} {
+		assert.Equal(t, tc.want, tc.f.Match(&tc.row, reward(tc.r)), "%+v on %s with reward %v", tc.f, tc.row.EpisodeID, tc.r)
+	}
 }

@@ -145,6 +145,9 @@ func provenance(o Options, inputs []*input) []string {
 	if o.MinReward != nil {
 		sel = append(sel, "min reward "+strconv.FormatFloat(*o.MinReward, 'g', -1, 64))
 	}
+	if o.MaxReward != nil {
+		sel = append(sel, "max reward "+strconv.FormatFloat(*o.MaxReward, 'g', -1, 64))
+	}
 	if len(o.Tasks) > 0 {
 		sel = append(sel, "tasks "+strings.Join(o.Tasks, ", "))
 	}

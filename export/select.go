@@ -34,8 +34,10 @@ var whereColumns = map[string]func(e *schemas.EpisodeRow) string{
 	"reset_strategy": func(e *schemas.EpisodeRow) string { return e.ResetStrategy },
 	"reset_origin":   func(e *schemas.EpisodeRow) string { return e.ResetOrigin },
 	"exit_reason":    func(e *schemas.EpisodeRow) string { return e.ExitReason },
-	"token_drift":    func(e *schemas.EpisodeRow) string { return strconv.FormatBool(e.TokenDrift) },
-	"has_tokens":     func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseIDs) > 0) },
+	// branched: the episode is a branch (it has a parent episode).
+	"branched":    func(e *schemas.EpisodeRow) string { _, _, ok := e.Branched(); return strconv.FormatBool(ok) },
+	"token_drift": func(e *schemas.EpisodeRow) string { return strconv.FormatBool(e.TokenDrift) },
+	"has_tokens":  func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseIDs) > 0) },
 	// has_logprobs: the episode's token record carries logprobs (verl-agent
 	// cannot batch rows with and without them).
 	"has_logprobs": func(e *schemas.EpisodeRow) string { return strconv.FormatBool(len(e.ResponseLogprobs) > 0) },
@@ -89,13 +91,14 @@ func (w Where) String() string {
 }
 
 // Filter is the episode selection export applies (-task, -episode, -where,
-// -min-reward), as a value of its own so that every reader of datasets
+// -min-reward, -max-reward), as a value of its own so that every reader of datasets
 // selects the same episodes: inspect -list and forkline view use it as
 // export does. An episode passes when every part holds; the zero Filter
 // passes every episode.
 type Filter struct {
 	Where     []Where  // column filters (ParseWhere)
 	MinReward *float64 // the reward is at least this; a null reward never is
+	MaxReward *float64 // the reward is at most this; a null reward never is
 	Tasks     []string // the episode's task is one of these; any task when empty
 	Episodes  []string // the episode's id starts with one of these prefixes; any episode when empty
 	Reward    string   // the episode-level reward MinReward tests; DefaultReward when empty
@@ -103,7 +106,7 @@ type Filter struct {
 
 // Filter is o's selection.
 func (o Options) Filter() Filter {
-	return Filter{Where: o.Where, MinReward: o.MinReward, Tasks: o.Tasks, Episodes: o.Episodes, Reward: o.Reward}
+	return Filter{Where: o.Where, MinReward: o.MinReward, MaxReward: o.MaxReward, Tasks: o.Tasks, Episodes: o.Episodes, Reward: o.Reward}
 }
 
 // Match reports whether the episode row with its rewards (any order; the
@@ -121,9 +124,9 @@ func (f Filter) Match(row *schemas.EpisodeRow, rewards []schemas.RewardRow) bool
 			return false
 		}
 	}
-	if f.MinReward != nil {
+	if f.MinReward != nil || f.MaxReward != nil {
 		r := f.EpisodeReward(rewards)
-		if r == nil || *r < *f.MinReward {
+		if r == nil || (f.MinReward != nil && *r < *f.MinReward) || (f.MaxReward != nil && *r > *f.MaxReward) {
 			return false
 		}
 	}

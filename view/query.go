@@ -1,27 +1,24 @@
 package view
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
-	"github.com/forkline/forkline/formats/shard"
-	"github.com/forkline/forkline/schemas"
+	"github.com/forkline/forkline/export"
 )
 
 // Query selects, sorts and pages a run's episodes: the episode list. Every
 // filter set must hold (AND); a list filter holds when the episode's value
-// is one of its values.
-//
-// It is the view's own, small on purpose: export's selection (-where,
-// -min-reward, -task) filters whole episodes as it exports them, and when a
-// shared episode query exists this one should become a call to it.
+// is one of its values. The selection is export.Filter's (Filter): the
+// episodes export -task/-where/-min-reward and inspect -list select for
+// the same filters are the ones listed, Text aside (export reads no steps
+// to select).
 type Query struct {
 	Tasks []string // task_id is one of these
 	Exits []string // exit_reason is one of these
@@ -30,6 +27,11 @@ type Query struct {
 	MinReward, MaxReward *float64
 	Drift                *bool // token_drift is this
 	Branch               *bool // the episode is a branch (has a parent) or not
+	// Where are export's column filters (export.ParseWhere: column=v1,v2
+	// or column!=v1,v2), and Episodes episode id prefixes (export
+	// -episode).
+	Where    []export.Where
+	Episodes []string
 	// Text, when set, keeps the episodes one of whose steps holds it in its
 	// action, its observation (the output) or the model's text, case
 	// insensitive. Only then is the steps table read.
@@ -45,10 +47,9 @@ type Query struct {
 // way (SQL's NULLS LAST).
 var SortKeys = []string{"episode_id", "task_id", "exit_reason", "reward", "steps", "duration_ms", "reset_ms", "repeat"}
 
-// Paging bounds. The list keeps at most Offset+Limit rows while it streams
-// the run (MaxWindow rows of a few hundred bytes: a few tens of MB at
-// most, whatever the run's size); a later page of a long sorted list is
-// reached by sorting the other way.
+// Paging bounds. The list is answered from the run's index (index.go);
+// MaxWindow bounds how deep a page may start (a later page of a long
+// sorted list is reached by sorting the other way).
 const (
 	DefaultLimit = 50
 	MaxLimit     = 1000
@@ -86,13 +87,14 @@ type Page struct {
 // and what is accepted).
 var ErrQuery = errors.New("view: bad query")
 
-// ParseQuery reads a Query from URL parameters: task and exit (repeated or
-// comma-separated), min_reward, max_reward, drift and branch (true or
-// false), text, sort, desc, offset, limit. An unknown parameter is refused
-// by name.
+// ParseQuery reads a Query from URL parameters: task, exit and episode
+// (repeated or comma-separated), where (repeated: export -where's
+// column=v1,v2 or column!=v1,v2), min_reward, max_reward, drift and branch
+// (true or false), text, sort, desc, offset, limit. An unknown parameter
+// is refused by name.
 func ParseQuery(v url.Values) (Query, error) {
 	var q Query
-	known := []string{"task", "exit", "min_reward", "max_reward", "drift", "branch", "text", "sort", "desc", "offset", "limit"}
+	known := []string{"task", "exit", "episode", "where", "min_reward", "max_reward", "drift", "branch", "text", "sort", "desc", "offset", "limit"}
 	for k := range v {
 		if !slices.Contains(known, k) {
 			return q, fmt.Errorf("%w: unknown parameter %q (known: %s)", ErrQuery, k, strings.Join(known, ", "))
@@ -109,7 +111,14 @@ func ParseQuery(v url.Values) (Query, error) {
 		}
 		return out
 	}
-	q.Tasks, q.Exits, q.Text = list("task"), list("exit"), v.Get("text")
+	q.Tasks, q.Exits, q.Episodes, q.Text = list("task"), list("exit"), list("episode"), v.Get("text")
+	for _, w := range v["where"] {
+		pw, err := export.ParseWhere(w)
+		if err != nil {
+			return q, fmt.Errorf("%w: where=%q: %v", ErrQuery, w, err)
+		}
+		q.Where = append(q.Where, pw)
+	}
 	for _, f := range []struct {
 		name string
 		dst  **float64
@@ -157,7 +166,16 @@ func ParseQuery(v url.Values) (Query, error) {
 	return q, q.check()
 }
 
+// unindexed are the export.Where columns the list's index does not hold
+// (they are read from the token lists).
+var unindexed = []string{"has_tokens", "has_logprobs"}
+
 func (q *Query) check() error {
+	for _, w := range q.Where {
+		if slices.Contains(unindexed, w.Column) {
+			return fmt.Errorf("%w: where=%q: the episode list cannot filter on %s (export -where and inspect -list -where can)", ErrQuery, w.String(), w.Column)
+		}
+	}
 	if q.Sort == "" {
 		q.Sort = "episode_id"
 	}
@@ -176,22 +194,26 @@ func (q *Query) check() error {
 	return nil
 }
 
-// episodeCols and the others are the projections the list reads: only
-// these columns are decoded (never the token lists, screenshots or trees).
-type episodeCols struct {
-	EpisodeID       string  `parquet:"episode_id"`
-	TaskID          string  `parquet:"task_id"`
-	Repeat          int32   `parquet:"repeat"`
-	ExitReason      string  `parquet:"exit_reason"`
-	Steps           int32   `parquet:"steps"`
-	DurationMS      float64 `parquet:"duration_ms"`
-	ResetMS         float64 `parquet:"reset_ms"`
-	TokenDrift      bool    `parquet:"token_drift"`
-	TokenTurns      int32   `parquet:"token_turns"`
-	ParentEpisodeID *string `parquet:"parent_episode_id,optional"`
-	BranchStep      *int32  `parquet:"branch_step,optional"`
+// Filter is q's selection as export.Filter, reward naming the
+// episode-level reward (MinReward and MaxReward test it): exit is
+// -where exit_reason=..., drift -where token_drift=..., branch
+// -where branched=....
+func (q *Query) Filter(reward string) export.Filter {
+	f := export.Filter{Where: slices.Clone(q.Where), MinReward: q.MinReward, MaxReward: q.MaxReward, Tasks: q.Tasks, Episodes: q.Episodes, Reward: reward}
+	if len(q.Exits) > 0 {
+		f.Where = append(f.Where, export.Where{Column: "exit_reason", Values: q.Exits})
+	}
+	if q.Drift != nil {
+		f.Where = append(f.Where, export.Where{Column: "token_drift", Values: []string{strconv.FormatBool(*q.Drift)}})
+	}
+	if q.Branch != nil {
+		f.Where = append(f.Where, export.Where{Column: "branched", Values: []string{strconv.FormatBool(*q.Branch)}})
+	}
+	return f
 }
 
+// rewardCols and textCols are the row reader's projections for a shard
+// whose columns the column reader cannot read (an older layout).
 type rewardCols struct {
 	EpisodeID string   `parquet:"episode_id"`
 	StepIndex *int32   `parquet:"step_index,optional"`
@@ -206,188 +228,47 @@ type textCols struct {
 	ModelText  *string `parquet:"model_text,optional"`
 }
 
-// cursor is a row stream with one row of look-ahead, for the merge join of
-// the rewards and steps tables onto the episodes: within a generation their
-// rows follow the episodes' order (formats/shard's invariant), and every
-// table is read in generation order.
-type cursor[T any] struct {
-	next func() (T, error, bool)
-	stop func()
-	cur  T
-	ok   bool
-	err  error
-}
-
-func newCursor[T any](seq iter.Seq2[T, error]) *cursor[T] {
-	c := &cursor[T]{}
-	c.next, c.stop = iter.Pull2(seq)
-	c.advance()
-	return c
-}
-
-func (c *cursor[T]) advance() {
-	row, err, ok := c.next()
-	switch {
-	case !ok:
-		c.ok = false
-	case err != nil:
-		c.ok, c.err = false, err
-	default:
-		c.cur, c.ok = row, true
-	}
-}
-
-// Episodes runs q over the dataset ds, reward naming the episode-level
-// reward rows carry. It streams the episodes and rewards tables (and the
-// steps table's action, output and model text columns when q.Text is set)
-// once, keeping at most 2×(Offset+Limit) rows.
-func Episodes(ctx context.Context, ds *shard.Dataset, reward string, q Query) (*Page, error) {
-	if err := q.check(); err != nil {
-		return nil, err
-	}
-	rewards := newCursor(shard.Project[rewardCols](ds, schemas.TableRewards))
-	defer rewards.stop()
-	var steps *cursor[textCols]
-	text := strings.ToLower(q.Text)
-	if text != "" {
-		steps = newCursor(shard.Project[textCols](ds, schemas.TableSteps))
-		defer steps.stop()
-	}
-	window := q.Offset + q.Limit
-	less := rowLess(q.Sort, q.Desc)
-	page := &Page{Reward: reward, Offset: q.Offset, Limit: q.Limit, Episodes: []Row{}}
-	var kept []Row
-	for ep, err := range shard.Project[episodeCols](ds, schemas.TableEpisodes) {
-		if err != nil {
-			return nil, err
-		}
-		if page.Scanned++; page.Scanned%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-		row := Row{EpisodeID: ep.EpisodeID, TaskID: ep.TaskID, Repeat: ep.Repeat, ExitReason: ep.ExitReason, Steps: ep.Steps,
-			DurationMS: ep.DurationMS, ResetMS: ep.ResetMS, TokenDrift: ep.TokenDrift, TokenTurns: ep.TokenTurns, BranchStep: ep.BranchStep}
-		if ep.ParentEpisodeID != nil {
-			row.Parent = *ep.ParentEpisodeID
-		}
-		for rewards.ok && rewards.cur.EpisodeID == ep.EpisodeID {
-			r := rewards.cur
-			if r.StepIndex == nil && r.Name == reward && row.Reward == nil && r.Value != nil {
-				v := *r.Value
-				row.Reward = &v
-			}
-			rewards.advance()
-		}
-		if rewards.err != nil {
-			return nil, rewards.err
-		}
-		found := false
-		if steps != nil {
-			for steps.ok && steps.cur.EpisodeID == ep.EpisodeID {
-				s := &steps.cur
-				if !found && (containsFold(s.ActionJSON, text) || containsFold(s.Output, text) || (s.ModelText != nil && containsFold(*s.ModelText, text))) {
-					found = true
-				}
-				steps.advance()
-			}
-			if steps.err != nil {
-				return nil, steps.err
-			}
-		}
-		if !q.match(&row) || (steps != nil && !found) {
-			continue
-		}
-		page.Matched++
-		kept = append(kept, row)
-		if len(kept) >= 2*window {
-			slices.SortFunc(kept, less)
-			kept = kept[:window]
-		}
-	}
-	if rewards.ok {
-		return nil, fmt.Errorf("%w: %s: reward rows of episode %q do not follow the episodes' order", shard.ErrCorrupt, ds.Dir(), rewards.cur.EpisodeID)
-	}
-	if steps != nil && steps.ok {
-		return nil, fmt.Errorf("%w: %s: step rows of episode %q do not follow the episodes' order", shard.ErrCorrupt, ds.Dir(), steps.cur.EpisodeID)
-	}
-	slices.SortFunc(kept, less)
-	if q.Offset < len(kept) {
-		page.Episodes = append(page.Episodes, kept[q.Offset:min(len(kept), window)]...)
-	}
-	return page, nil
-}
-
-// containsFold reports whether s holds lowerSub (already lower case),
-// ignoring case.
-func containsFold(s, lowerSub string) bool {
+// containsFoldBytes reports whether s holds lowerSub (already lower
+// case), ignoring case as strings.ToLower does.
+func containsFoldBytes(s, lowerSub []byte) bool {
 	if len(s) < len(lowerSub) {
 		return false
 	}
-	return strings.Contains(strings.ToLower(s), lowerSub)
+	for _, c := range s {
+		if c >= utf8.RuneSelf {
+			return strings.Contains(strings.ToLower(string(s)), string(lowerSub))
+		}
+	}
+	for _, c := range lowerSub {
+		if c >= utf8.RuneSelf {
+			return false // an ASCII s lowers to ASCII
+		}
+	}
+	n := len(lowerSub)
+	if n == 0 {
+		return true
+	}
+	first := lowerSub[0]
+	for i := 0; i+n <= len(s); i++ {
+		if lower(s[i]) != first {
+			continue
+		}
+		j := 1
+		for j < n && lower(s[i+j]) == lowerSub[j] {
+			j++
+		}
+		if j == n {
+			return true
+		}
+	}
+	return false
 }
 
-func (q *Query) match(r *Row) bool {
-	if len(q.Tasks) > 0 && !slices.Contains(q.Tasks, r.TaskID) {
-		return false
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
 	}
-	if len(q.Exits) > 0 && !slices.Contains(q.Exits, r.ExitReason) {
-		return false
-	}
-	if q.MinReward != nil && (r.Reward == nil || *r.Reward < *q.MinReward) {
-		return false
-	}
-	if q.MaxReward != nil && (r.Reward == nil || *r.Reward > *q.MaxReward) {
-		return false
-	}
-	if q.Drift != nil && r.TokenDrift != *q.Drift {
-		return false
-	}
-	if q.Branch != nil && (r.Parent != "") != *q.Branch {
-		return false
-	}
-	return true
-}
-
-// rowLess orders rows by key (descending when desc), a missing reward
-// last either way, ties by episode id ascending.
-func rowLess(key string, desc bool) func(a, b Row) int {
-	sign := 1
-	if desc {
-		sign = -1
-	}
-	cmpKey := func(a, b Row) int {
-		switch key {
-		case "task_id":
-			return strings.Compare(a.TaskID, b.TaskID)
-		case "exit_reason":
-			return strings.Compare(a.ExitReason, b.ExitReason)
-		case "steps":
-			return int(a.Steps) - int(b.Steps)
-		case "duration_ms":
-			return cmpFloat(a.DurationMS, b.DurationMS)
-		case "reset_ms":
-			return cmpFloat(a.ResetMS, b.ResetMS)
-		case "repeat":
-			return int(a.Repeat) - int(b.Repeat)
-		case "reward":
-			return cmpFloat(*a.Reward, *b.Reward)
-		}
-		return strings.Compare(a.EpisodeID, b.EpisodeID)
-	}
-	return func(a, b Row) int {
-		if key == "reward" && (a.Reward == nil || b.Reward == nil) {
-			switch {
-			case a.Reward == nil && b.Reward != nil:
-				return 1
-			case a.Reward != nil && b.Reward == nil:
-				return -1
-			}
-		} else if c := cmpKey(a, b); c != 0 {
-			return sign * c
-		}
-		return strings.Compare(a.EpisodeID, b.EpisodeID)
-	}
+	return c
 }
 
 func cmpFloat(a, b float64) int {

@@ -2,14 +2,16 @@
 // one or more datasets — a run's summary (status, plan, provider, policy,
 // capture, rewards by task, exit reasons, the reward histogram, reset
 // latency, token drift), its episode list (filtered, sorted, paged, read
-// as a stream), an episode as the model saw it (transcript, screenshots,
+// from an index of the episodes' summary columns), an episode as the model saw it (transcript, screenshots,
 // accessibility trees, rewards with their verifier output, timings, the
 // token record, the branching tree), runs side by side, and links to the
 // run's replay reports. Its pages are plain HTML, CSS and JavaScript
 // embedded in the binary; they fetch nothing but this server's own JSON API.
 //
 // It reads datasets through formats/shard and inspect (the summary and the
-// transcript are inspect's, so the page shows what inspect prints) and
+// transcript are inspect's, so the page shows what inspect prints), and
+// selects episodes with export.Filter (the selection export and inspect
+// -list apply, so the three agree), and
 // writes nothing anywhere. It must not know how a dataset was collected or
 // any trainer format. It listens where its caller says; the command keeps
 // that to loopback unless told otherwise (CheckAddr), and the server
@@ -31,6 +33,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/inspect"
@@ -79,7 +82,26 @@ type run struct {
 	// manifest: the page shows the problems, and the episode list fails.
 	Damaged string       `json:"damaged,omitempty"`
 	Reports []reportLink `json:"replay_reports"`
-	ds      *shard.Dataset
+	idx     *index       // the episode list's, filled on the first list asked
+
+	mu sync.Mutex
+	ds *shard.Dataset
+}
+
+// dataset is the run's dataset as its manifest lists it now: a run that was
+// not complete when last read is read again (the manifest only), so the
+// list of a collection still running grows with its closed generations.
+func (r *run) dataset() *shard.Dataset {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.ds.Manifest()
+	if m.Status == shard.StatusComplete {
+		return r.ds
+	}
+	if ds, err := shard.Open(r.Dir); err == nil && len(ds.Manifest().Shards) != len(m.Shards) {
+		r.ds = ds
+	}
+	return r.ds
 }
 
 type reportLink struct {
@@ -119,7 +141,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg}
 	for i, dir := range cfg.Dirs {
 		sum, err := inspect.Summarize(ctx, dir, inspect.Options{Reward: cfg.Reward})
-		r := &run{Index: i, Dir: dir, Summary: sum, Reports: []reportLink{}}
+		r := &run{Index: i, Dir: dir, Summary: sum, Reports: []reportLink{}, idx: newIndex()}
 		switch {
 		case errors.Is(err, inspect.ErrDamaged) && sum != nil:
 			r.Damaged = err.Error()
@@ -328,7 +350,7 @@ func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusConflict, errors.New(run.Damaged))
 		return
 	}
-	page, err := Episodes(r.Context(), run.ds, s.cfg.Reward, q)
+	page, err := run.idx.page(r.Context(), run.dataset(), s.cfg.Reward, q)
 	if err != nil {
 		fail(w, http.StatusInternalServerError, err)
 		return
@@ -342,7 +364,7 @@ func (s *Server) handleEpisode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	ep, err := readEpisode(r.Context(), run.ds, id)
+	ep, err := readEpisode(r.Context(), run.dataset(), id)
 	switch {
 	case errors.Is(err, inspect.ErrNoMatch):
 		fail(w, http.StatusNotFound, err)
@@ -373,7 +395,7 @@ func (s *Server) handleScreenshot(w http.ResponseWriter, r *http.Request) {
 		}
 		step = n
 	}
-	png, err := screenshotPNG(run.ds, r.PathValue("id"), step)
+	png, err := screenshotPNG(run.dataset(), r.PathValue("id"), step)
 	switch {
 	case errors.Is(err, errNoScreenshot):
 		fail(w, http.StatusNotFound, err)

@@ -5,8 +5,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/forkline/forkline/export"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +31,11 @@ func TestParseQuery(t *testing.T) {
 			want: Query{Tasks: []string{"a", "b", "c"}, Exits: []string{"done"}, Sort: "episode_id", Limit: DefaultLimit}},
 		{name: "ranges and flags", in: "min_reward=0.5&max_reward=1&drift=true&branch=false&text=ls -la&sort=reward&desc=1&offset=10&limit=20",
 			want: Query{MinReward: f(0.5), MaxReward: f(1), Drift: b(true), Branch: b(false), Text: "ls -la", Sort: "reward", Desc: true, Offset: 10, Limit: 20}},
-		{name: "unknown parameter", in: "where=x", err: `unknown parameter "where" (known: task, exit`},
+		{name: "export's where and episode prefixes", in: "where=provider!=docker&episode=ep-1,ep-2",
+			want: Query{Where: []export.Where{{Column: "provider", Not: true, Values: []string{"docker"}}}, Episodes: []string{"ep-1", "ep-2"}, Sort: "episode_id", Limit: DefaultLimit}},
+		{name: "unknown parameter", in: "colour=x", err: `unknown parameter "colour" (known: task, exit`},
+		{name: "bad where", in: "where=colour=red", err: `where="colour=red"`},
+		{name: "unindexed where", in: "where=has_tokens=true", err: "cannot filter on has_tokens"},
 		{name: "bad number", in: "min_reward=high", err: `min_reward="high": want a number`},
 		{name: "NaN", in: "max_reward=NaN", err: `max_reward="NaN": want a number`},
 		{name: "bad bool", in: "drift=maybe", err: `drift="maybe": want true or false`},
@@ -52,21 +59,26 @@ func TestParseQuery(t *testing.T) {
 	}
 }
 
-func TestRowOrder(t *testing.T) {
-	f := func(x float64) *float64 { return &x }
-	rows := []Row{
-		{EpisodeID: "d", Reward: nil, Steps: 2},
-		{EpisodeID: "c", Reward: f(1), Steps: 2},
-		{EpisodeID: "b", Reward: f(0), Steps: 5},
-		{EpisodeID: "a", Reward: f(1), Steps: 1},
-		{EpisodeID: "e", Reward: nil, Steps: 5},
+func TestEntryOrder(t *testing.T) {
+	x := newIndex()
+	e := func(id string, reward *float64, steps int32) entry {
+		en := entry{id: id, steps: steps}
+		if reward != nil {
+			en.reward, en.hasReward = *reward, true
+		}
+		return en
 	}
+	f := func(x float64) *float64 { return &x }
+	rows := []entry{e("d", nil, 2), e("c", f(1), 2), e("b", f(0), 5), e("a", f(1), 1), e("e", nil, 5)}
 	ids := func(key string, desc bool) []string {
-		r := slices.Clone(rows)
-		slices.SortFunc(r, rowLess(key, desc))
+		var r []*entry
+		for i := range rows {
+			r = append(r, &rows[i])
+		}
+		slices.SortFunc(r, x.entryLess(key, desc))
 		var out []string
 		for _, x := range r {
-			out = append(out, x.EpisodeID)
+			out = append(out, x.id)
 		}
 		return out
 	}
@@ -74,6 +86,34 @@ func TestRowOrder(t *testing.T) {
 	assert.Equal(t, []string{"b", "a", "c", "d", "e"}, ids("reward", false))
 	assert.Equal(t, []string{"a", "c", "b", "d", "e"}, ids("reward", true))
 	assert.Equal(t, []string{"b", "e", "c", "d", "a"}, ids("steps", true), "ties by episode id ascending")
+	// topK keeps the same first rows as a full sort.
+	var all []*entry
+	for i := range rows {
+		all = append(all, &rows[i])
+	}
+	less := x.entryLess("steps", true)
+	top := topK(slices.Clone(all), 2, less)
+	slices.SortFunc(all, less)
+	assert.Equal(t, all[:2], top)
+}
+
+func TestContainsFold(t *testing.T) {
+	for _, tc := range []struct {
+		s, sub string
+		want   bool
+	}{
+		{"wc -l < notes.txt", "wc -l", true},
+		{"WC -L", "wc -l", true},
+		{"MIGRATE the db", "migrate", true},
+		{"migrat", "migrate", false},
+		{"Ärger im Büro", "ärger", true},
+		{"ÄRGER", "ärger", true},
+		{"plain ascii", "ä", false},
+		{"anything", "", true},
+	} {
+		assert.Equal(t, tc.want, containsFoldBytes([]byte(tc.s), []byte(tc.sub)), "%q in %q", tc.sub, tc.s)
+		assert.Equal(t, tc.want, strings.Contains(strings.ToLower(tc.s), tc.sub), "the rule is strings.ToLower's: %q in %q", tc.sub, tc.s)
+	}
 }
 
 func TestCheckAddr(t *testing.T) {
@@ -128,5 +168,12 @@ func TestAssetsAreEmbedded(t *testing.T) {
 		assert.Contains(t, rec.Header().Get("Content-Type"), typ, path)
 		assert.NotContains(t, rec.Body.String(), "http://", "%s: no external fetch", path)
 		assert.NotContains(t, rec.Body.String(), "https://", "%s: no external fetch", path)
+	}
+}
+
+func TestEntrySizeIsTheDocumented(t *testing.T) {
+	// The documented size is a 64-bit platform's (forkline's).
+	if unsafe.Sizeof(uintptr(0)) == 8 {
+		assert.Equal(t, 112, EntryBytes, "view/index.go and docs/cli.md state an indexed episode's fixed size")
 	}
 }

@@ -21,6 +21,7 @@ type exportOptions struct {
 	o           export.Options
 	wheres      []string
 	minReward   string
+	maxReward   string
 	split       string
 	rows        string
 	toolArgs    string
@@ -41,8 +42,8 @@ func exportCommand() *cli.Command {
 		Name:    "export",
 		Summary: "convert datasets into trainer formats: verl, Hugging Face, TRL/OpenAI JSONL",
 		About: `Reads one or more datasets (every shard checked against its manifest's sha256 first), selects
-episodes (-task, -episode, -where, -min-reward: all must hold), assigns each to a split by a hash of
-its episode id (so it stays in its split across exports), joins the reward named -reward and writes
+episodes (-task, -episode, -where, -min-reward, -max-reward: all must hold), assigns each to a
+split by a hash of its episode id (so it stays in its split across exports), joins the reward named -reward and writes
 the target. Output is built in a hidden sibling directory and renamed into place; an existing -out is
 replaced only with -force, and only when an earlier export wrote it. The same inputs and flags give
 the same bytes.
@@ -85,6 +86,7 @@ func setupExport(f *cli.FlagSet) cli.Runner {
 	f.List(&o.Episodes, "episode", "PREFIX,...", "only episodes whose id starts with one of these")
 	f.Strings(&e.wheres, "where", "COL=V1[,V2]", "only episodes whose column has one of the values (COL!=... for none of them); columns: "+strings.Join(export.WhereColumns(), ", "))
 	f.String(&e.minReward, "min-reward", "X", "only episodes whose reward is at least X (a null reward never is)")
+	f.String(&e.maxReward, "max-reward", "X", "only episodes whose reward is at most X (a null reward never is)")
 	f.String(&o.Reward, "reward", "NAME", "the episode-level reward joined from the rewards table")
 
 	f.Group("split", "-split train=0.95,test=0.05")
@@ -183,11 +185,18 @@ func (e *exportOptions) options(inv *cli.Invocation) (export.Options, error) {
 		o.Where = append(o.Where, wh)
 	}
 	if e.minReward != "" {
-		v, err := parseMinReward("export", e.minReward)
+		v, err := parseReward("export", "min-reward", e.minReward)
 		if err != nil {
 			return o, err
 		}
 		o.MinReward = v
+	}
+	if e.maxReward != "" {
+		v, err := parseReward("export", "max-reward", e.maxReward)
+		if err != nil {
+			return o, err
+		}
+		o.MaxReward = v
 	}
 	var err error
 	if o.Split, err = export.ParseSplit(e.split); err != nil {
@@ -269,16 +278,16 @@ func report(inv *cli.Invocation, o export.Options, r *export.Report, ok bool) {
 	}
 }
 
-// parseMinReward reads -min-reward for export and inspect -list: a finite
-// number.
-func parseMinReward(command, s string) (*float64, error) {
+// parseReward reads -min-reward or -max-reward (flag) for export and
+// inspect -list: a finite number.
+func parseReward(command, flag, s string) (*float64, error) {
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return nil, fmt.Errorf("%s: -min-reward %q is not a number", command, s)
+		return nil, fmt.Errorf("%s: -%s %q is not a number", command, flag, s)
 	}
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		// NaN would compare false with every reward and keep them all.
-		return nil, fmt.Errorf("%s: -min-reward %q: want a finite number", command, s)
+		return nil, fmt.Errorf("%s: -%s %q: want a finite number", command, flag, s)
 	}
 	return &v, nil
 }

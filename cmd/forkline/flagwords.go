@@ -46,7 +46,7 @@ var (
 	}
 	exportFlags = fieldFlags{
 		"Inputs": "-in", "Target": "-to", "Out": "-out", "Force": "-force",
-		"Where": "-where", "MinReward": "-min-reward", "Tasks": "-task", "Episodes": "-episode", "Reward": "-reward",
+		"Where": "-where", "MinReward": "-min-reward", "MaxReward": "-max-reward", "Tasks": "-task", "Episodes": "-episode", "Reward": "-reward",
 		"Split": "-split", "Rows": "-rows", "ToolArgs": "-tool-args", "CallContent": "-call-content",
 		"Reasoning": "-reasoning", "Advantage": "-advantage", "MaxPromptTokens": "-max-prompt-tokens",
 		"MaxResponseTokens": "-max-response-tokens", "Pairs": "-pairs", "DPOFormat": "-dpo-format",

@@ -26,6 +26,7 @@ type inspectOptions struct {
 	tasks     []string
 	wheres    []string
 	minReward string
+	maxReward string
 	offset    int
 	limit     int
 }
@@ -46,7 +47,7 @@ same rendering the policy and the exports use), its screenshot, and the rewards.
 writes the episodes' screenshots out as PNG files; -a11y prints the stored accessibility trees of a web
 task's steps (captured with a11y=full) as text, one node a line with its box in the screenshot.
 
-With -list: the episodes -task, -where and -min-reward select (the selection export applies, so the
+With -list: the episodes -task, -where, -min-reward and -max-reward select (the selection export applies, so the
 list is what an export with the same filters reads), one a line, -limit of them from -offset on, and
 how many were selected in all; -json prints them as {"matched", "offset", "limit", "episodes"}. The
 list is read from the episodes and rewards tables only, as a stream.`,
@@ -80,6 +81,7 @@ list is read from the episodes and rewards tables only, as a stream.`,
 			f.List(&o.tasks, "task", "ID,...", "with -list: only episodes of these tasks")
 			f.Strings(&o.wheres, "where", "COL=V1[,V2]", "with -list: only episodes whose column has one of the values (COL!=... for none of them); columns: "+strings.Join(export.WhereColumns(), ", "))
 			f.String(&o.minReward, "min-reward", "X", "with -list: only episodes whose -reward reward is at least X (a null reward never is)")
+			f.String(&o.maxReward, "max-reward", "X", "with -list: only episodes whose -reward reward is at most X (a null reward never is)")
 			f.Int(&o.offset, "offset", "N", "with -list: skip the first N selected episodes")
 			f.Int(&o.limit, "limit", "N", "with -list: show at most N episodes (0: all of them)")
 			f.Group("summary", "-reward verify")
@@ -97,7 +99,7 @@ func runInspect(ctx context.Context, inv *cli.Invocation, o *inspectOptions) int
 	if o.list {
 		return runInspectList(ctx, inv, dir, o)
 	}
-	for _, name := range []string{"task", "where", "min-reward", "offset", "limit"} {
+	for _, name := range []string{"task", "where", "min-reward", "max-reward", "offset", "limit"} {
 		if inv.Given(name) {
 			inv.Errorf("-%s selects the episodes of -list; give -list too", name)
 			return cli.ExitBadInput
@@ -177,11 +179,18 @@ func runInspectList(ctx context.Context, inv *cli.Invocation, dir string, o *ins
 		f.Where = append(f.Where, wh)
 	}
 	if o.minReward != "" {
-		v, err := parseMinReward("inspect", o.minReward)
+		v, err := parseReward("inspect", "min-reward", o.minReward)
 		if err != nil {
 			return inv.Fail(cli.ExitBadInput, err)
 		}
 		f.MinReward = v
+	}
+	if o.maxReward != "" {
+		v, err := parseReward("inspect", "max-reward", o.maxReward)
+		if err != nil {
+			return inv.Fail(cli.ExitBadInput, err)
+		}
+		f.MaxReward = v
 	}
 	// Buffered: a list of 100,000 lines is written in large writes. The
 	// JSON object is written as it goes, its count last.

@@ -26,8 +26,9 @@ func viewCommand() *cli.Command {
 		About: `Serves a local, read-only web application over one or more datasets until SIGINT or SIGTERM: each
 run's status, plan, provider, policy and capture policy, rewards and exit reasons by task, the reward
 histogram, reset latency and token drift; its episode list, filtered by task, exit reason, reward
-range, token drift, branch or not and text in the actions and observations, sorted and paged (read
-as a stream: memory does not grow with the run's episodes); and each episode as the model saw it,
+range, token drift, branch or not, export's -where columns and text in the actions and
+observations (the selection export and inspect -list apply), sorted and paged from an index of the
+episodes' summary columns (about 160 bytes an episode); and each episode as the model saw it,
 with its screenshots, accessibility trees, rewards and verifier output, timings, token record (loss
 mask and logprobs) and branching tree. Given two datasets, the first page compares them.
 

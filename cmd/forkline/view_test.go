@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -214,6 +215,7 @@ func TestView(t *testing.T) {
 	srv.url = startView(t, append(append([]string(nil), srv.dirs...), "-report", report)...)
 
 	t.Run("filters match DuckDB", func(t *testing.T) { testViewFilters(t, srv) })
+	t.Run("view, inspect -list and export select alike", func(t *testing.T) { testViewSelectsAsExport(t, srv) })
 	t.Run("server refuses", func(t *testing.T) { testViewRefusals(t, srv) })
 	t.Run("pages", func(t *testing.T) { testViewPages(t, srv) })
 }
@@ -353,6 +355,79 @@ func testViewFilters(t *testing.T, srv *viewServer) {
 				assert.NotEmpty(t, got, "the dataset gives this query rows")
 			}
 		})
+	}
+}
+
+// testViewSelectsAsExport: the same filters give the same episodes in
+// forkline view's list, inspect -list and export -where (all three apply
+// export.Filter), on the datasets collect wrote. Export writes
+// trajectories, so an episode that branched is not among its lines: the
+// datasets here hold none.
+func testViewSelectsAsExport(t *testing.T, srv *viewServer) {
+	type flag struct{ name, value string }
+	for _, kind := range []string{"script", "tito"} {
+		run, ok := srv.runs[kind]
+		if !ok {
+			continue
+		}
+		dir := srv.dirs[run]
+		for _, filters := range [][]flag{
+			nil,
+			{{"task", "fix-sum"}},
+			{{"task", "fix-sum,unverified"}, {"where", "exit_reason!=done"}},
+			{{"where", "exit_reason=done"}, {"min-reward", "1"}},
+			{{"where", "token_drift=false"}, {"where", "branched=false"}, {"min-reward", "0.2"}},
+			{{"min-reward", "0.1"}, {"max-reward", "0.9"}},
+			{{"max-reward", "0"}, {"task", "unverified,fix-sum,too-long"}},
+			{{"where", "reset_strategy=fork,recreate"}, {"where", "provider!=nowhere"}},
+		} {
+			var args []string
+			params := url.Values{}
+			for _, f := range filters {
+				args = append(args, "-"+f.name, f.value)
+				params.Add(strings.ReplaceAll(f.name, "-", "_"), f.value)
+			}
+			t.Run(kind+"?"+params.Encode(), func(t *testing.T) {
+				viewed, matched := listIDs(t, srv, run, params)
+				require.Len(t, viewed, matched, "one page holds the whole list")
+				slices.Sort(viewed)
+
+				code, stdout, stderr := runBin(t, 2*time.Minute, append([]string{"inspect", dir, "-list", "-limit", "0", "-json"}, args...)...)
+				require.Equal(t, cli.ExitOK, code, "inspect -list: %s%s", stdout, stderr)
+				var list struct {
+					Episodes []struct {
+						ID string `json:"episode_id"`
+					} `json:"episodes"`
+				}
+				require.NoError(t, json.Unmarshal([]byte(stdout), &list), stdout)
+				listed := []string{}
+				for _, e := range list.Episodes {
+					listed = append(listed, e.ID)
+				}
+				slices.Sort(listed)
+
+				out := filepath.Join(t.TempDir(), "out.jsonl")
+				code, stdout, stderr = runBin(t, 2*time.Minute, append([]string{"export", "-in", dir, "-to", "jsonl", "-out", out, "-quiet"}, args...)...)
+				exported := []string{}
+				if len(viewed) > 0 || code == cli.ExitOK {
+					require.Equal(t, cli.ExitOK, code, "export: %s%s", stdout, stderr)
+					sc := bufio.NewScanner(openFile(t, out))
+					sc.Buffer(nil, 256<<20)
+					for sc.Scan() {
+						var line struct {
+							ID string `json:"episode_id"`
+						}
+						require.NoError(t, json.Unmarshal(sc.Bytes(), &line))
+						exported = append(exported, line.ID)
+					}
+					require.NoError(t, sc.Err())
+				}
+				slices.Sort(exported)
+
+				assert.Equal(t, listed, viewed, "view and inspect -list")
+				assert.Equal(t, exported, viewed, "view and export")
+			})
+		}
 	}
 }
 
