@@ -388,15 +388,15 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 	rootsOf := make([]map[string]string, len(inputs))
 	var total int64
 	for i, in := range inputs {
-		tree, err := in.ds.Tree()
+		f, err := in.ds.Forest()
 		if err != nil {
 			return corruptInput(in.path, err)
 		}
-		rootsOf[i] = treeRoots(tree)
-		for _, l := range tree {
-			if spec.file || !l.Branched {
-				total++
-			}
+		rootsOf[i] = f.Roots
+		if spec.file {
+			total += int64(f.Episodes)
+		} else {
+			total += int64(f.Trajectories)
 		}
 	}
 	progress(0, total)
@@ -532,22 +532,4 @@ func splitKey(row schemas.EpisodeRow, roots map[string]string) string {
 		return *row.ParentEpisodeID
 	}
 	return row.EpisodeID
-}
-
-// treeRoots maps every branch episode of tree to its root. The tree was
-// checked when read (shard.Dataset.Tree refuses a loop or a missing
-// parent), so every walk ends.
-func treeRoots(tree map[string]shard.Lineage) map[string]string {
-	roots := map[string]string{}
-	for id, l := range tree {
-		if l.Parent == "" {
-			continue
-		}
-		at := id
-		for tree[at].Parent != "" {
-			at = tree[at].Parent
-		}
-		roots[id] = at
-	}
-	return roots
 }

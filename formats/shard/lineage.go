@@ -75,10 +75,17 @@ func readLineageColumns(src *source, s ShardInfo, add func(lineageRow)) error {
 }
 
 // lineage is the dataset's tree of episodes, read from the episodes table
-// alone: one entry per episode (about a hundred bytes each, as for
-// checkUniqueIDs in an export).
+// alone. It holds an entry for each episode of a tree — one that branched,
+// one that branches from another, one another branches from — and counts
+// the others: a root that nobody branched from is a trajectory on its own,
+// and an entry for each of them (about half a kilobyte with the map's
+// share) was most of an export's memory at a million episodes, and of its
+// garbage collector's work. Tree, for the few readers that need every
+// episode, reads them all again.
 type lineage struct {
-	nodes map[string]*lineageNode
+	nodes        map[string]*lineageNode
+	episodes     int // every episode of the dataset
+	trajectories int // the episodes that did not branch
 }
 
 type lineageNode struct {
@@ -105,26 +112,66 @@ func (n *lineageNode) trajectory() bool { return !n.branched }
 // dataset, a branch starts where its branched parent ends (or within the
 // own steps of a parent that went on), and no episode is its own ancestor. A tree that breaks these is ErrCorrupt.
 func (d *Dataset) readLineage() (*lineage, error) {
-	d.lineageOnce.Do(func() { d.lineage, d.lineageErr = d.loadLineage() })
+	d.lineageOnce.Do(func() { d.lineage, d.lineageErr = d.loadLineage(false) })
 	return d.lineage, d.lineageErr
 }
 
-func (d *Dataset) loadLineage() (*lineage, error) {
-	l := &lineage{nodes: map[string]*lineageNode{}}
-	add := func(r lineageRow) {
-		l.nodes[r.EpisodeID] = &lineageNode{parent: r.parent(), first: r.first(), steps: int(r.Steps), branched: r.ExitReason == exitBranched}
-	}
+// eachLineageRow hands every episode's lineage row to add, shard by shard.
+func (d *Dataset) eachLineageRow(add func(lineageRow)) error {
 	for _, s := range d.Shards(schemas.TableEpisodes) {
 		err := readLineageColumns(d.src, s, add)
 		if errors.Is(err, errNotFlat) {
 			for r, rerr := range readShard[lineageRow](d.src, s, readBatchKeys) {
 				if rerr != nil {
-					return nil, rerr
+					return rerr
 				}
 				add(r)
 			}
 			continue
 		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadLineage reads the tree: with all, an entry for every episode;
+// without, for the episodes of trees only (see lineage), which takes a
+// second read of the lineage columns when a parent that did not branch
+// (one that went on after its checkpoint) is met before it is known to be
+// one.
+func (d *Dataset) loadLineage(all bool) (*lineage, error) {
+	l := &lineage{nodes: map[string]*lineageNode{}}
+	node := func(r lineageRow) *lineageNode {
+		return &lineageNode{parent: r.parent(), first: r.first(), steps: int(r.Steps), branched: r.ExitReason == exitBranched}
+	}
+	parents := map[string]bool{} // parents not held yet
+	err := d.eachLineageRow(func(r lineageRow) {
+		l.episodes++
+		if r.ExitReason != exitBranched {
+			l.trajectories++
+		}
+		if !all && r.parent() == "" && r.ExitReason != exitBranched && !parents[r.EpisodeID] {
+			return
+		}
+		l.nodes[r.EpisodeID] = node(r)
+		delete(parents, r.EpisodeID)
+		if p := r.parent(); p != "" && l.nodes[p] == nil {
+			parents[p] = true
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(parents) > 0 {
+		// Parents read before their branches were: read them now. One not
+		// found is refused below as missing.
+		err := d.eachLineageRow(func(r lineageRow) {
+			if parents[r.EpisodeID] && l.nodes[r.EpisodeID] == nil {
+				l.nodes[r.EpisodeID] = node(r)
+			}
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -225,7 +272,11 @@ type joiner struct {
 func (j *joiner) episode(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
 	n := j.l.nodes[ep.EpisodeID]
 	if n == nil {
-		return fmt.Errorf("%w: episode %q appeared while the dataset was read", ErrCorrupt, ep.EpisodeID)
+		// Not in a tree: a root nobody branched from, a trajectory whole.
+		if (ep.ParentEpisodeID != nil && *ep.ParentEpisodeID != "") || ep.ExitReason == exitBranched {
+			return fmt.Errorf("%w: episode %q appeared while the dataset was read", ErrCorrupt, ep.EpisodeID)
+		}
+		return j.fn(ep, steps, rewards)
 	}
 	if n.descendants > 0 {
 		// A clone: a parent that is a trajectory too is handed to fn, which
@@ -308,9 +359,11 @@ type Lineage struct {
 }
 
 // Tree returns every episode's lineage, keyed by episode id, reading the
-// episodes table only; it refuses a broken tree as EachTrajectory does.
+// episodes table only; it refuses a broken tree as EachTrajectory does. It
+// holds an entry per episode: a reader that needs only the trees' shape
+// asks Forest.
 func (d *Dataset) Tree() (map[string]Lineage, error) {
-	l, err := d.readLineage()
+	l, err := d.loadLineage(true)
 	if err != nil {
 		return nil, err
 	}
@@ -319,4 +372,34 @@ func (d *Dataset) Tree() (map[string]Lineage, error) {
 		out[id] = Lineage{EpisodeID: id, Parent: n.parent, FirstStep: n.first, Steps: n.steps, Children: n.children, Branched: n.branched}
 	}
 	return out, nil
+}
+
+// Forest is the shape of a dataset's trees without an entry per episode.
+type Forest struct {
+	Episodes     int // every episode
+	Trajectories int // the episodes that did not branch (EachTrajectory hands these out)
+	// Roots maps every branch episode (one with a parent) to the root of
+	// its tree.
+	Roots map[string]string
+}
+
+// Forest returns the shape of the dataset's trees, refusing a broken tree
+// as EachTrajectory does; its memory is that of the episodes in trees.
+func (d *Dataset) Forest() (Forest, error) {
+	l, err := d.readLineage()
+	if err != nil {
+		return Forest{}, err
+	}
+	f := Forest{Episodes: l.episodes, Trajectories: l.trajectories, Roots: map[string]string{}}
+	for id, n := range l.nodes {
+		if n.parent == "" {
+			continue
+		}
+		at := n.parent
+		for l.nodes[at].parent != "" {
+			at = l.nodes[at].parent
+		}
+		f.Roots[id] = at
+	}
+	return f, nil
 }

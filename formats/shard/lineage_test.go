@@ -91,6 +91,14 @@ func TestEachTrajectoryJoinsPrefixes(t *testing.T) {
 			tree, err := ds.Tree()
 			require.NoError(t, err)
 			require.Equal(t, Lineage{EpisodeID: "a", Parent: "r", FirstStep: 2, Steps: 1, Children: 2, Branched: true}, tree["a"])
+			require.Len(t, tree, 6, "Tree holds every episode")
+			f, err := ds.Forest()
+			require.NoError(t, err)
+			require.Equal(t, Forest{Episodes: 6, Trajectories: 4, Roots: map[string]string{"a": "r", "b": "r", "a0": "r", "a1": "r"}}, f)
+			l, err := ds.readLineage()
+			require.NoError(t, err)
+			require.NotContains(t, l.nodes, "plain", "a root nobody branched from is counted, not held")
+			require.Len(t, l.nodes, 5)
 			rep, err := Verify(dir)
 			require.NoError(t, err)
 			require.True(t, rep.OK(), "%v", rep.Problems)
@@ -137,6 +145,11 @@ func TestEachTrajectoryJoinsAContinuedParentsFirstSteps(t *testing.T) {
 				return nil
 			}))
 			require.Equal(t, want, got)
+			// The parent that went on is held once a branch names it, read
+			// before or after it.
+			f, err := ds.Forest()
+			require.NoError(t, err)
+			require.Equal(t, Forest{Episodes: 5, Trajectories: 5, Roots: map[string]string{"b0": "p", "b1": "p", "c": "p", "late": "p"}}, f)
 			rep, err := Verify(dir)
 			require.NoError(t, err)
 			require.True(t, rep.OK(), "%v", rep.Problems)
