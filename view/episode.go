@@ -160,12 +160,13 @@ var errNoScreenshot = errors.New("view: no screenshot")
 
 // screenshotPNG returns the PNG of an episode's step (step < 0: its start
 // page): the bytes in the row (pixels=full) or the blob its hash names
-// (pixels=hash).
-func screenshotPNG(ds *shard.Dataset, id string, step int) ([]byte, error) {
+// (pixels=hash), reading generation gen's shard only.
+func screenshotPNG(ds *shard.Dataset, id string, step, gen int) ([]byte, error) {
 	var png []byte
 	var hash string
 	if step < 0 {
-		for c, err := range shard.Project[startShotCols](ds, schemas.TableEpisodes) {
+		eps, _ := shardOf(ds, schemas.TableEpisodes, gen)
+		for c, err := range shard.ProjectShard[startShotCols](ds, eps) {
 			if err != nil {
 				return nil, err
 			}
@@ -178,7 +179,11 @@ func screenshotPNG(ds *shard.Dataset, id string, step int) ([]byte, error) {
 			}
 		}
 	} else {
-		for c, err := range shard.Project[shotCols](ds, schemas.TableSteps) {
+		steps, ok := shardOf(ds, schemas.TableSteps, gen)
+		if !ok {
+			return nil, errNoScreenshot
+		}
+		for c, err := range shard.ProjectShard[shotCols](ds, steps) {
 			if err != nil {
 				return nil, err
 			}

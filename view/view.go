@@ -474,7 +474,15 @@ func (s *Server) handleScreenshot(w http.ResponseWriter, r *http.Request) {
 		}
 		step = n
 	}
-	png, err := screenshotPNG(run.dataset(), r.PathValue("id"), step)
+	ds, id := run.dataset(), r.PathValue("id")
+	gen, ok, err := run.idx.generation(r.Context(), ds, s.cfg.Reward, id)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: no episode %s", errNoScreenshot, id)
+	}
+	var png []byte
+	if err == nil {
+		png, err = screenshotPNG(ds, id, step, gen)
+	}
 	switch {
 	case errors.Is(err, errNoScreenshot):
 		fail(w, http.StatusNotFound, err)
