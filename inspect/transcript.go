@@ -208,22 +208,9 @@ func Transcripts(ctx context.Context, dir string, prefixes []string, o Transcrip
 	if err != nil {
 		return nil, err
 	}
-	conv, err := readConversation(m)
+	conv, specs, err := readSetup(dir, m)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s/%s: %v", ErrDamaged, dir, shard.ManifestFile, err)
-	}
-	if len(m.Capture) > 0 {
-		capt, err := capture.DecodeManifest(m.Capture)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s/%s: capture: %v", ErrDamaged, dir, shard.ManifestFile, err)
-		}
-		conv.noPixels = capt.Pixels == capture.PixelsNone
-	}
-	var specs map[string]task.Spec
-	if len(m.Tasks) > 0 {
-		if specs, err = task.DecodeRecords(m.Tasks); err != nil {
-			return nil, fmt.Errorf("%w: %s/%s: %v", ErrDamaged, dir, shard.ManifestFile, err)
-		}
+		return nil, err
 	}
 	if o.Screenshots != "" {
 		if err := os.MkdirAll(o.Screenshots, 0o755); err != nil {
@@ -279,6 +266,74 @@ func Transcripts(ctx context.Context, dir string, prefixes []string, o Transcrip
 		out[i].Tree = tr[id]
 	}
 	return out, nil
+}
+
+// readSetup reads what a transcript needs of the manifest: the
+// conversation the policy recorded and the task specs.
+func readSetup(dir string, m shard.Manifest) (conversation, map[string]task.Spec, error) {
+	conv, err := readConversation(m)
+	if err != nil {
+		return conv, nil, fmt.Errorf("%w: %s/%s: %v", ErrDamaged, dir, shard.ManifestFile, err)
+	}
+	if len(m.Capture) > 0 {
+		capt, err := capture.DecodeManifest(m.Capture)
+		if err != nil {
+			return conv, nil, fmt.Errorf("%w: %s/%s: capture: %v", ErrDamaged, dir, shard.ManifestFile, err)
+		}
+		conv.noPixels = capt.Pixels == capture.PixelsNone
+	}
+	var specs map[string]task.Spec
+	if len(m.Tasks) > 0 {
+		if specs, err = task.DecodeRecords(m.Tasks); err != nil {
+			return conv, nil, fmt.Errorf("%w: %s/%s: %v", ErrDamaged, dir, shard.ManifestFile, err)
+		}
+	}
+	return conv, specs, nil
+}
+
+// TranscriptIn is Transcripts for one episode whose id (exactly) and
+// generation the caller knows: it reads that generation's shards only
+// (and, for an episode of a branching tree, the episodes and rewards
+// tables for the tree), not the whole run. An id not in the generation
+// fails with ErrNoMatch.
+func TranscriptIn(ctx context.Context, ds *shard.Dataset, id string, gen int, o TranscriptOptions) (*Transcript, error) {
+	conv, specs, err := readSetup(ds.Dir(), ds.Manifest())
+	if err != nil {
+		return nil, err
+	}
+	var t *Transcript
+	errDone := errors.New("found")
+	err = ds.EachEpisodeIn(gen, func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if ep.EpisodeID != id {
+			return nil
+		}
+		var err error
+		if t, err = transcript(ds, ep, steps, rewards, specs, conv, o); err != nil {
+			return err
+		}
+		return errDone
+	})
+	switch {
+	case errors.Is(err, errDone):
+	case errors.Is(err, context.Canceled):
+		return nil, err
+	case errors.Is(err, shard.ErrCorrupt), errors.Is(err, shard.ErrBlobNotFound):
+		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
+	case err != nil:
+		return nil, err
+	}
+	if t == nil {
+		return nil, fmt.Errorf("%w: no episode %s in generation %d of %s", ErrNoMatch, id, gen, ds.Dir())
+	}
+	tr, err := trees(ds, []string{id})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
+	}
+	t.Tree = tr[id]
+	return t, nil
 }
 
 // matchPrefixes finds the one episode id each prefix names, reading the

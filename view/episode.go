@@ -3,7 +3,6 @@ package view
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/inspect"
@@ -63,18 +62,27 @@ type a11yCols struct {
 	Model     *string `parquet:"model,optional"`
 }
 
+// shardOf is the table's shard of generation gen, if it has one.
+func shardOf(ds *shard.Dataset, table string, gen int) (shard.ShardInfo, bool) {
+	for _, s := range ds.Shards(table) {
+		if s.Generation == gen {
+			return s, true
+		}
+	}
+	return shard.ShardInfo{}, false
+}
+
 // readEpisode builds the episode page's data for the episode id (exactly)
-// of the run in dir.
-func readEpisode(ctx context.Context, ds *shard.Dataset, id string) (*Episode, error) {
-	ts, err := inspect.Transcripts(ctx, ds.Dir(), []string{id}, inspect.TranscriptOptions{})
+// of generation gen of the run: it reads that generation's shards (and the
+// episodes and rewards tables for a branching tree), not the whole run.
+func readEpisode(ctx context.Context, ds *shard.Dataset, id string, gen int) (*Episode, error) {
+	t, err := inspect.TranscriptIn(ctx, ds, id, gen, inspect.TranscriptOptions{})
 	if err != nil {
 		return nil, err
 	}
-	if ts[0].EpisodeID != id {
-		return nil, fmt.Errorf("%w: no episode %s", inspect.ErrNoMatch, id)
-	}
-	ep := &Episode{Transcript: ts[0]}
-	for c, err := range shard.Project[tokenCols](ds, schemas.TableEpisodes) {
+	ep := &Episode{Transcript: t}
+	eps, _ := shardOf(ds, schemas.TableEpisodes, gen)
+	for c, err := range shard.ProjectShard[tokenCols](ds, eps) {
 		if err != nil {
 			return nil, err
 		}
@@ -104,8 +112,12 @@ func readEpisode(ctx context.Context, ds *shard.Dataset, id string) (*Episode, e
 		}
 		break
 	}
+	steps, ok := shardOf(ds, schemas.TableSteps, gen)
+	if !ok {
+		return ep, nil
+	}
 	seen := false
-	for s, err := range shard.Project[a11yCols](ds, schemas.TableSteps) {
+	for s, err := range shard.ProjectShard[a11yCols](ds, steps) {
 		if err != nil {
 			return nil, err
 		}
@@ -148,12 +160,13 @@ var errNoScreenshot = errors.New("view: no screenshot")
 
 // screenshotPNG returns the PNG of an episode's step (step < 0: its start
 // page): the bytes in the row (pixels=full) or the blob its hash names
-// (pixels=hash).
-func screenshotPNG(ds *shard.Dataset, id string, step int) ([]byte, error) {
+// (pixels=hash), reading generation gen's shard only.
+func screenshotPNG(ds *shard.Dataset, id string, step, gen int) ([]byte, error) {
 	var png []byte
 	var hash string
 	if step < 0 {
-		for c, err := range shard.Project[startShotCols](ds, schemas.TableEpisodes) {
+		eps, _ := shardOf(ds, schemas.TableEpisodes, gen)
+		for c, err := range shard.ProjectShard[startShotCols](ds, eps) {
 			if err != nil {
 				return nil, err
 			}
@@ -166,7 +179,11 @@ func screenshotPNG(ds *shard.Dataset, id string, step int) ([]byte, error) {
 			}
 		}
 	} else {
-		for c, err := range shard.Project[shotCols](ds, schemas.TableSteps) {
+		steps, ok := shardOf(ds, schemas.TableSteps, gen)
+		if !ok {
+			return nil, errNoScreenshot
+		}
+		for c, err := range shard.ProjectShard[shotCols](ds, steps) {
 			if err != nil {
 				return nil, err
 			}

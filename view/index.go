@@ -165,6 +165,25 @@ func (x *index) update(ctx context.Context, ds *shard.Dataset, reward string) er
 	return nil
 }
 
+// generation returns the generation of the episode id (exactly), reading
+// new shards into the index first; ok is false when no listed episode has
+// that id.
+func (x *index) generation(ctx context.Context, ds *shard.Dataset, reward, id string) (gen int, ok bool, err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err := x.update(ctx, ds, reward); err != nil {
+		return 0, false, err
+	}
+	for _, seg := range x.order {
+		for i := range seg.entries {
+			if seg.entries[i].id == id {
+				return seg.gen, true, nil
+			}
+		}
+	}
+	return 0, false, nil
+}
+
 // parallel runs fn(0..n-1) on GOMAXPROCS goroutines and returns the first
 // error; the rest stop at their next item.
 func parallel(ctx context.Context, n int, fn func(int) error) error {

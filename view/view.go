@@ -83,6 +83,9 @@ type run struct {
 	Damaged string       `json:"damaged,omitempty"`
 	Reports []reportLink `json:"replay_reports"`
 	idx     *index       // the episode list's, filled on the first list asked
+	// ready is closed when Summary and Damaged are set (summarise, in the
+	// background from New): until then neither is read.
+	ready chan struct{}
 
 	mu sync.Mutex
 	ds *shard.Dataset
@@ -127,10 +130,13 @@ type EpisodeInReport struct {
 	Match  int    `json:"steps_matched"`
 }
 
-// New reads each dataset's summary (inspect.Summarize: it verifies every
-// shard once, here, not on each page) and each report, and returns the
-// server. A directory that is not a dataset fails with
-// inspect.ErrNotDataset; a damaged one is served with its problems.
+// New opens each dataset (a directory that is not one fails with
+// inspect.ErrNotDataset) and reads each report, and returns the server at
+// once: each run's summary (inspect.Summarize, which verifies every shard
+// once, here, not on each page) is read in the background, until ctx ends.
+// Until a run's summary is read its page says it is summarising, and its
+// episode list waits for it (a damaged dataset's list fails); a damaged one
+// is served with its problems.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if len(cfg.Dirs) == 0 {
 		return nil, fmt.Errorf("%w: no dataset given", inspect.ErrNotDataset)
@@ -140,18 +146,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg}
 	for i, dir := range cfg.Dirs {
-		sum, err := inspect.Summarize(ctx, dir, inspect.Options{Reward: cfg.Reward})
-		r := &run{Index: i, Dir: dir, Summary: sum, Reports: []reportLink{}, idx: newIndex()}
-		switch {
-		case errors.Is(err, inspect.ErrDamaged) && sum != nil:
-			r.Damaged = err.Error()
-		case err != nil:
-			return nil, err
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = fmt.Errorf("%s is not a directory", dir)
+			}
+			return nil, fmt.Errorf("%w: %v", inspect.ErrNotDataset, err)
 		}
+		r := &run{Index: i, Dir: dir, Reports: []reportLink{}, idx: newIndex(), ready: make(chan struct{})}
+		var err error
 		if r.ds, err = shard.Open(dir); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", inspect.ErrNotDataset, dir, err)
 		}
 		s.runs = append(s.runs, r)
+	}
+	for _, r := range s.runs {
+		go r.summarise(ctx, cfg.Reward)
 	}
 	for i, path := range cfg.Reports {
 		rep, err := readReport(i, path)
@@ -167,6 +176,43 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.routes()
 	return s, nil
+}
+
+// summarise reads the run's summary and closes ready. A summary that
+// cannot be read at all is served as what the manifest says, damaged with
+// the error.
+func (r *run) summarise(ctx context.Context, reward string) {
+	defer close(r.ready)
+	sum, err := inspect.Summarize(ctx, r.Dir, inspect.Options{Reward: reward})
+	if sum == nil {
+		m := r.ds.Manifest()
+		sum = &inspect.Summary{Dir: r.Dir, Status: m.Status, RunID: m.RunID, Tool: m.Tool, ToolVersion: m.ToolVersion,
+			SchemaVersion: m.SchemaVersion, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Problems: []string{}}
+	}
+	r.Summary = sum
+	if err != nil {
+		r.Damaged = err.Error()
+	}
+}
+
+// summarised reports whether the run's summary is read.
+func (r *run) summarised() bool {
+	select {
+	case <-r.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitSummary waits for the run's summary, or for ctx.
+func (r *run) waitSummary(ctx context.Context) error {
+	select {
+	case <-r.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func sameDir(a, b string) bool {
@@ -308,14 +354,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) *run {
 	return s.runs[i]
 }
 
-// runItem is a run in the list of runs.
+// runItem is a run in the list of runs. Until its summary is read
+// (Summarising) it has no episode count and is not known to be damaged.
 type runItem struct {
-	Index    int    `json:"index"`
-	Dir      string `json:"dir"`
-	RunID    string `json:"run_id"`
-	Status   string `json:"status"`
-	Episodes int64  `json:"episodes"`
-	Damaged  bool   `json:"damaged"`
+	Index       int    `json:"index"`
+	Dir         string `json:"dir"`
+	RunID       string `json:"run_id"`
+	Status      string `json:"status"`
+	Episodes    *int64 `json:"episodes"`
+	Damaged     bool   `json:"damaged"`
+	Summarising bool   `json:"summarising,omitempty"`
 }
 
 func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
@@ -324,16 +372,35 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 		Runs   []runItem `json:"runs"`
 	}{Reward: s.cfg.Reward, Runs: []runItem{}}
 	for _, r := range s.runs {
+		if !r.summarised() {
+			m := r.ds.Manifest()
+			out.Runs = append(out.Runs, runItem{Index: r.Index, Dir: r.Dir, RunID: m.RunID, Status: string(m.Status), Summarising: true})
+			continue
+		}
+		n := r.Summary.Episodes
 		out.Runs = append(out.Runs, runItem{Index: r.Index, Dir: r.Dir, RunID: r.Summary.RunID, Status: string(r.Summary.Status),
-			Episodes: r.Summary.Episodes, Damaged: r.Damaged != ""})
+			Episodes: &n, Damaged: r.Damaged != ""})
 	}
 	writeJSON(w, out)
 }
 
+// handleRun answers the run's summary, or, until it is read, that it is
+// summarising (no summary: the page says so and asks again).
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	if run := s.run(w, r); run != nil {
-		writeJSON(w, run)
+	run := s.run(w, r)
+	if run == nil {
+		return
 	}
+	if !run.summarised() {
+		writeJSON(w, struct {
+			Index       int          `json:"index"`
+			Dir         string       `json:"dir"`
+			Summarising bool         `json:"summarising"`
+			Reports     []reportLink `json:"replay_reports"`
+		}{run.Index, run.Dir, true, run.Reports})
+		return
+	}
+	writeJSON(w, run)
 }
 
 func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
@@ -344,6 +411,10 @@ func (s *Server) handleEpisodes(w http.ResponseWriter, r *http.Request) {
 	q, err := ParseQuery(r.URL.Query())
 	if err != nil {
 		fail(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := run.waitSummary(r.Context()); err != nil {
+		fail(w, http.StatusServiceUnavailable, err)
 		return
 	}
 	if run.Damaged != "" {
@@ -364,7 +435,15 @@ func (s *Server) handleEpisode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	ep, err := readEpisode(r.Context(), run.dataset(), id)
+	ds := run.dataset()
+	gen, ok, err := run.idx.generation(r.Context(), ds, s.cfg.Reward, id)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: no episode %s in %s", inspect.ErrNoMatch, id, run.Dir)
+	}
+	var ep *Episode
+	if err == nil {
+		ep, err = readEpisode(r.Context(), ds, id, gen)
+	}
 	switch {
 	case errors.Is(err, inspect.ErrNoMatch):
 		fail(w, http.StatusNotFound, err)
@@ -395,7 +474,15 @@ func (s *Server) handleScreenshot(w http.ResponseWriter, r *http.Request) {
 		}
 		step = n
 	}
-	png, err := screenshotPNG(run.dataset(), r.PathValue("id"), step)
+	ds, id := run.dataset(), r.PathValue("id")
+	gen, ok, err := run.idx.generation(r.Context(), ds, s.cfg.Reward, id)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: no episode %s", errNoScreenshot, id)
+	}
+	var png []byte
+	if err == nil {
+		png, err = screenshotPNG(ds, id, step, gen)
+	}
 	switch {
 	case errors.Is(err, errNoScreenshot):
 		fail(w, http.StatusNotFound, err)

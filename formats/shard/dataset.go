@@ -255,6 +255,12 @@ func (d *Dataset) EachEpisodeRewards(fn func(ep schemas.EpisodeRow, rewards []sc
 	return nil
 }
 
+// EachEpisodeIn is EachEpisode over generation gen only (a reader that
+// knows an episode's generation reads one shard of each table).
+func (d *Dataset) EachEpisodeIn(gen int, fn func(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error) error {
+	return d.eachEpisodeOf(gen, true, fn)
+}
+
 // eachEpisodeOf walks generation gen's episodes with their rewards, and
 // with their steps when withSteps (else the steps table is not read).
 func (d *Dataset) eachEpisodeOf(gen int, withSteps bool, fn func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error) error {

@@ -46,6 +46,17 @@ async function api(path) {
   return body;
 }
 
+// runSummary is a run's summary; while the server is still reading it
+// (it answers summarising) the page says so and asks again.
+async function runSummary(n) {
+  for (;;) {
+    const r = await api(`/api/runs/${n}`);
+    if (!r.summarising) return r;
+    main().replaceChildren(el("p", { id: "summarising", class: "muted" }, `summarising ${r.dir}…`));
+    await new Promise((ok) => setTimeout(ok, 500));
+  }
+}
+
 function kv(obj) {
   const box = el("div", { class: "kv" });
   for (const [k, v] of Object.entries(obj || {})) {
@@ -84,8 +95,8 @@ async function pageRuns() {
   const m = main();
   m.replaceChildren(el("h1", {}, "Runs"));
   m.append(table(["#", "dataset", "status", "episodes", "run id"],
-    data.runs.map((r) => [String(r.index), el("a", { href: `#/run/${r.index}`, class: "volatile" }, r.dir), r.damaged ? el("span", { class: "error" }, "damaged") : r.status,
-      String(r.episodes), volatile(r.run_id)]), [3]));
+    data.runs.map((r) => [String(r.index), el("a", { href: `#/run/${r.index}`, class: "volatile" }, r.dir), r.damaged ? el("span", { class: "error" }, "damaged") : r.summarising ? `${r.status}, summarising…` : r.status,
+      r.episodes === null ? "…" : String(r.episodes), volatile(r.run_id)]), [3]));
   const a = el("select", { id: "cmp-a" }, data.runs.map((r) => el("option", { value: r.index }, `${r.index}: ${r.dir}`)));
   const b = el("select", { id: "cmp-b" }, data.runs.map((r) => el("option", { value: r.index }, `${r.index}: ${r.dir}`)));
   b.value = "1";
@@ -116,7 +127,7 @@ function exits(run, task, by) {
 
 async function pageRun(n) {
   setNav(n);
-  const r = await api(`/api/runs/${n}`);
+  const r = await runSummary(n);
   const s = r.summary;
   const m = main();
   m.replaceChildren(el("h1", {}, "Run ", el("span", { class: "mono volatile" }, r.dir)));
@@ -163,7 +174,7 @@ const sortKeys = ["episode_id", "task_id", "exit_reason", "reward", "steps", "du
 
 async function pageEpisodes(n, params) {
   setNav(n);
-  const run = await api(`/api/runs/${n}`);
+  const run = await runSummary(n);
   const s = run.summary;
   const m = main();
   const form = el("form", { class: "filters", id: "filters" });
@@ -321,7 +332,7 @@ async function pageEpisode(n, id) {
 
 async function pageCompare(a, b) {
   setNav();
-  const [ra, rb] = await Promise.all([api(`/api/runs/${a}`), api(`/api/runs/${b}`)]);
+  const [ra, rb] = await Promise.all([runSummary(a), runSummary(b)]);
   const m = main();
   m.replaceChildren(el("h1", {}, "Compare runs"));
   const byTask = new Map();
