@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/forkline/forkline/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,6 +133,15 @@ func TestVerifyChecksRowsHashesCannot(t *testing.T) {
 // Reading it as other data is possible here (the hash vouches for the
 // damage); crashing is not.
 func TestDecodePanicRecovered(t *testing.T) {
+	if raceBuild {
+		// Under -race the compiler's pointer checks (checkptr) make some of
+		// parquet-go's panics on damaged bytes (unsafe.Slice of a nil
+		// pointer) a fatal runtime error, which no recover catches: the
+		// property checked here exists only in a build without them, which
+		// make test runs. Which damage hits it varies with the fixture's
+		// bytes (its timestamps), so it is not a damage to leave out.
+		testenv.Inapplicable(t, "a race build turns parquet-go's unsafe.Slice panics into fatal errors, which cannot be recovered (make test runs this)")
+	}
 	orig, m := corruptionFixture(t)
 	recovered := 0
 	for _, table := range []string{schemas.TableSteps, schemas.TableRewards} {
