@@ -171,9 +171,8 @@ func TestWhatAClientSendsIsBounded(t *testing.T) {
 	})
 
 	t.Run("a header that claims more than the limit", func(t *testing.T) {
-		cl, err := openenvtest.Dial(ts.base)
-		require.NoError(t, err)
-		_, err = cl.Raw().Write(append(frameHeader(100<<20), bytes.Repeat([]byte("a"), 2<<20)...))
+		cl := dialAdmitted(t, ts.base)
+		_, err := cl.Raw().Write(append(frameHeader(100<<20), bytes.Repeat([]byte("a"), 2<<20)...))
 		if err != nil && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 			require.NoError(t, err)
 		}
@@ -192,4 +191,28 @@ func TestWhatAClientSendsIsBounded(t *testing.T) {
 	ts.stop(t)
 	exits, _ := recorded(t, out)
 	require.Contains(t, exits["too-big"], "cancelled: the client sent a message of more than 1048576 bytes (the server's message limit)")
+}
+
+// dialAdmitted opens a session the server has admitted (its reset
+// answered). A session closed an instant before may still hold its slot —
+// Disconnect returns before the server has let go of it — and the server
+// then refuses the next with CAPACITY_REACHED and close 1013, which is not
+// what a subtest about message limits tests (CI saw it under load).
+func dialAdmitted(t *testing.T, base string) *openenvtest.Client {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cl, err := openenvtest.Dial(base)
+		require.NoError(t, err)
+		resp, err := cl.SendAndReceive(map[string]any{"type": "reset", "data": map[string]any{}})
+		require.NoError(t, err)
+		if resp["type"] == "observation" {
+			return cl
+		}
+		data, _ := resp["data"].(map[string]any)
+		require.Equal(t, "CAPACITY_REACHED", data["code"], "%v", resp)
+		require.True(t, time.Now().Before(deadline), "the server still refused for capacity after 30 s: %v", resp)
+		cl.Disconnect()
+		time.Sleep(50 * time.Millisecond)
+	}
 }
