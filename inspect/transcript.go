@@ -241,13 +241,7 @@ func Transcripts(ctx context.Context, dir string, prefixes []string, o Transcrip
 		}
 		return nil
 	})
-	switch {
-	case errors.Is(err, errDone):
-	case errors.Is(err, context.Canceled):
-		return nil, err
-	case errors.Is(err, shard.ErrCorrupt), errors.Is(err, shard.ErrBlobNotFound):
-		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
-	case err != nil:
+	if err := readFailure(err, errDone); err != nil {
 		return nil, err
 	}
 	out := make([]*Transcript, len(ids))
@@ -316,13 +310,7 @@ func TranscriptIn(ctx context.Context, ds *shard.Dataset, id string, gen int, o 
 		}
 		return errDone
 	})
-	switch {
-	case errors.Is(err, errDone):
-	case errors.Is(err, context.Canceled):
-		return nil, err
-	case errors.Is(err, shard.ErrCorrupt), errors.Is(err, shard.ErrBlobNotFound):
-		return nil, fmt.Errorf("%w: %v", ErrDamaged, err)
-	case err != nil:
+	if err := readFailure(err, errDone); err != nil {
 		return nil, err
 	}
 	if t == nil {
@@ -532,4 +520,19 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// readFailure is how a read of the episodes that stopped with err
+// failed: nil when it ended or stopped at done (the episode was found), a
+// damaged shard as ErrDamaged, anything else (a cancel) as it is.
+func readFailure(err, done error) error {
+	switch {
+	case err == nil, errors.Is(err, done):
+		return nil
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, shard.ErrCorrupt), errors.Is(err, shard.ErrBlobNotFound):
+		return fmt.Errorf("%w: %v", ErrDamaged, err)
+	}
+	return err
 }

@@ -53,9 +53,10 @@ type Config struct {
 	Shards shard.Config
 }
 
-// Tasks are the generator's task specs (YAML), in the order episodes use
-// them.
-const Tasks = `id: export-bench
+// OneTask is the first of Tasks alone: a short shell episode (a command,
+// a file written and read, done), which the benchmarks' -collect paths
+// collect for real.
+const OneTask = `id: export-bench
 instruction: Write the number of lines in notes.txt into count.txt.
 files:
   notes.txt: "buy milk\ncall Ada\nfix the bike\n"
@@ -66,7 +67,11 @@ solution:
 verify:
   cmd: test "$(cat count.txt)" = 3
   reward: exit
----
+`
+
+// Tasks are the generator's task specs (YAML), in the order episodes use
+// them.
+const Tasks = OneTask + `---
 id: grep-errors
 instruction: List the ERROR lines of app.log, with their line numbers, in errors.txt, and say how many there are.
 files:

@@ -43,20 +43,6 @@ import (
 	"github.com/forkline/forkline/benchmarks/datagen"
 )
 
-// task is a short shell episode: a command, a file written and read, done.
-const task = `id: export-bench
-instruction: Write the number of lines in notes.txt into count.txt.
-files:
-  notes.txt: "buy milk\ncall Ada\nfix the bike\n"
-solution:
-  - {kind: exec, cmd: wc -l < notes.txt}
-  - {kind: write_file, path: count.txt, content: "3\n"}
-  - {kind: done, answer: "3"}
-verify:
-  cmd: test "$(cat count.txt)" = 3
-  reward: exit
-`
-
 type run struct {
 	What      string  `json:"what"`
 	Episodes  int     `json:"episodes"`
@@ -173,7 +159,7 @@ func dataset(bin, dir string, n int, collectIt, withTokens bool) string {
 		return out
 	}
 	spec := filepath.Join(dir, "export-bench.yaml")
-	check(os.WriteFile(spec, []byte(task), 0o644))
+	check(os.WriteFile(spec, []byte(datagen.OneTask), 0o644))
 	os.RemoveAll(out)
 	began := time.Now()
 	cmd := exec.Command(bin, "collect", "-tasks", spec, "-repeats", strconv.Itoa(n), "-replicas", "8", "-out", out, "-quiet", "-json")

@@ -33,21 +33,6 @@ import (
 	"github.com/forkline/forkline/benchmarks/datagen"
 )
 
-// task is a short shell episode (the export benchmark's): a command, a
-// file written and read, done.
-const task = `id: view-bench
-instruction: Write the number of lines in notes.txt into count.txt.
-files:
-  notes.txt: "buy milk\ncall Ada\nfix the bike\n"
-solution:
-  - {kind: exec, cmd: wc -l < notes.txt}
-  - {kind: write_file, path: count.txt, content: "3\n"}
-  - {kind: done, answer: "3"}
-verify:
-  cmd: test "$(cat count.txt)" = 3
-  reward: exit
-`
-
 type query struct {
 	name   string
 	params string
@@ -276,7 +261,7 @@ func dataset(bin, dir string, n int, collectIt bool) string {
 		return out
 	}
 	spec := filepath.Join(dir, "view-bench.yaml")
-	check(os.WriteFile(spec, []byte(task), 0o644))
+	check(os.WriteFile(spec, []byte(datagen.OneTask), 0o644))
 	os.RemoveAll(out)
 	began := time.Now()
 	cmd := exec.Command(bin, "collect", "-tasks", spec, "-repeats", strconv.Itoa(n), "-replicas", "8", "-out", out, "-quiet", "-json")

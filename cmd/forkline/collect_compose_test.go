@@ -63,29 +63,7 @@ func TestCollectHarborCompose(t *testing.T) {
 		"-out", out, "-workdir", t.TempDir())
 	require.Equal(t, cli.ExitOK, code, printed)
 
-	ds, err := shard.Open(out)
-	require.NoError(t, err)
-	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
-	runID := ds.Manifest().RunID
-	episodes := map[string]bool{}
-	for e, err := range ds.Episodes() {
-		require.NoError(t, err)
-		require.Equal(t, "done", e.ExitReason, e.Detail)
-		require.Contains(t, []string{"fork", "fork+standby"}, e.ResetStrategy, "forked, or handed a fork the default standby made ahead")
-		episodes[e.EpisodeID] = true
-	}
-	require.Len(t, episodes, 3)
-	rewards := 0
-	for r, err := range ds.Rewards() {
-		require.NoError(t, err)
-		if r.Name != "verify" {
-			continue
-		}
-		require.NotNil(t, r.Value, r.Detail)
-		require.Equal(t, 1.0, *r.Value, "episode %s: %s", r.EpisodeID, r.Detail)
-		rewards++
-	}
-	require.Equal(t, 3, rewards)
+	runID := requireForkedAndSolved(t, out, 3)
 	require.Empty(t, leftovers(t, eng, docker.LabelRun+"="+runID), "the run's containers, networks and images are gone")
 
 	// local and gvisor refuse it before anything runs, naming docker.
@@ -253,25 +231,7 @@ func TestCollectHarborComposeBuild(t *testing.T) {
 	require.Equal(t, cli.ExitOK, code, printed)
 	require.Contains(t, printed, "1 built, 0 pulled, 1 already on the engine", "kv's image built once")
 
-	ds, err := shard.Open(out)
-	require.NoError(t, err)
-	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
-	runID := ds.Manifest().RunID
-	rewards := 0
-	for r, err := range ds.Rewards() {
-		require.NoError(t, err)
-		if r.Name != "verify" {
-			continue
-		}
-		require.NotNil(t, r.Value, r.Detail)
-		require.Equal(t, 1.0, *r.Value, "episode %s: %s", r.EpisodeID, r.Detail)
-		rewards++
-	}
-	require.Equal(t, 3, rewards)
-	for e, err := range ds.Episodes() {
-		require.NoError(t, err)
-		require.Contains(t, []string{"fork", "fork+standby"}, e.ResetStrategy)
-	}
+	runID := requireForkedAndSolved(t, out, 3)
 	require.Empty(t, leftovers(t, eng, docker.LabelRun+"="+runID), "the run's containers, networks and images are gone")
 	ins, err := eng.ImageInspect(t.Context(), tag)
 	require.NoError(t, err, "the built image is kept for later runs")
@@ -284,7 +244,7 @@ func TestCollectHarborComposeBuild(t *testing.T) {
 		"-out", out2, "-workdir", t.TempDir())
 	require.Equal(t, cli.ExitOK, code, printed)
 	require.Contains(t, printed, "0 built, 0 pulled, 2 already on the engine")
-	ds, err = shard.Open(out2)
+	ds, err := shard.Open(out2)
 	require.NoError(t, err)
 	require.Empty(t, leftovers(t, eng, docker.LabelRun+"="+ds.Manifest().RunID))
 }
@@ -354,4 +314,34 @@ func TestCollectHarborComposeBuildBadInput(t *testing.T) {
 			require.NoDirExists(t, out)
 		})
 	}
+}
+
+// requireForkedAndSolved checks the complete dataset in out: n episodes,
+// each done, forked (or handed a fork the default standby made ahead), and
+// rewarded 1 by its verifier; it returns the run's id.
+func requireForkedAndSolved(t *testing.T, out string, n int) string {
+	t.Helper()
+	ds, err := shard.Open(out)
+	require.NoError(t, err)
+	require.Equal(t, shard.StatusComplete, ds.Manifest().Status)
+	episodes := map[string]bool{}
+	for e, err := range ds.Episodes() {
+		require.NoError(t, err)
+		require.Equal(t, "done", e.ExitReason, e.Detail)
+		require.Contains(t, []string{"fork", "fork+standby"}, e.ResetStrategy, "forked, or handed a fork the default standby made ahead")
+		episodes[e.EpisodeID] = true
+	}
+	require.Len(t, episodes, n)
+	rewards := 0
+	for r, err := range ds.Rewards() {
+		require.NoError(t, err)
+		if r.Name != "verify" {
+			continue
+		}
+		require.NotNil(t, r.Value, r.Detail)
+		require.Equal(t, 1.0, *r.Value, "episode %s: %s", r.EpisodeID, r.Detail)
+		rewards++
+	}
+	require.Equal(t, n, rewards)
+	return ds.Manifest().RunID
 }

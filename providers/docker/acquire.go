@@ -658,34 +658,41 @@ func walkTree(dir string, visit func(rel string, info fs.FileInfo, link string, 
 	})
 }
 
+// writeTarEntry writes one entry named name (a directory's with a slash
+// added) with info's mode and time, link's target for a symlink, owned by
+// root, and the content open gives (nil: none).
+func writeTarEntry(tw *tar.Writer, name string, info fs.FileInfo, link string, open func() (io.ReadCloser, error)) error {
+	hdr, err := tar.FileInfoHeader(info, link)
+	if err != nil {
+		return err
+	}
+	hdr.Name = name
+	if info.IsDir() {
+		hdr.Name += "/"
+	}
+	hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+	hdr.Format = tar.FormatPAX
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	if open == nil {
+		return nil
+	}
+	f, err := open()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(tw, f)
+	return err
+}
+
 // writeContextTar writes dir as the tar stream a build takes, as the
 // docker CLI sends it: modes and modification times kept, owners root.
 func writeContextTar(dir string, w io.Writer) error {
 	tw := tar.NewWriter(w)
 	err := walkContext(dir, func(rel string, info fs.FileInfo, link string, open func() (io.ReadCloser, error)) error {
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = rel
-		if info.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		hdr.Format = tar.FormatPAX
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if open == nil {
-			return nil
-		}
-		f, err := open()
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
+		return writeTarEntry(tw, rel, info, link, open)
 	})
 	if err != nil {
 		return err

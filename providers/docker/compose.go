@@ -512,32 +512,11 @@ func (p *Provider) copyInto(ctx context.Context, id string, c providers.Copy) er
 func writeCopyTar(src, name string, w io.Writer) error {
 	tw := tar.NewWriter(w)
 	add := func(rel string, info fs.FileInfo, link string, open func() (io.ReadCloser, error)) error {
-		hdr, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = name
+		full := name
 		if rel != "" {
-			hdr.Name += "/" + rel
+			full += "/" + rel
 		}
-		if info.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		hdr.Format = tar.FormatPAX
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if open == nil {
-			return nil
-		}
-		f, err := open()
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
+		return writeTarEntry(tw, full, info, link, open)
 	}
 	info, err := os.Lstat(src)
 	if err != nil {
