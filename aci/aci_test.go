@@ -211,3 +211,24 @@ func TestExecToolSaysForksGoOnWithTheShell(t *testing.T) {
 	assert.Contains(t, forked[0].Function.Description, "forked with its processes")
 	assert.Contains(t, forked[0].Function.Description, "setup")
 }
+
+// The offered tools are encoded once per list and shell and shared: each
+// answer is the encoding of its own list, whatever was asked before, and a
+// caller appending to one does not change what the next gets.
+func TestOfferedToolsJSONForIsPerListAndShell(t *testing.T) {
+	kinds := []runtime.ActionKind{runtime.ActExec, runtime.ActDone}
+	for range 2 {
+		for _, shell := range []string{"", ShellPersistent, ShellPersistentForked, "fresh"} {
+			want, err := ToolsJSONFor(kinds, shell)
+			require.NoError(t, err)
+			got := OfferedToolsJSONFor(kinds, shell)
+			require.Equal(t, string(want), string(got), "shell %q", shell)
+			_ = append(got, "junk"...)
+		}
+	}
+	require.NotEqual(t, string(OfferedToolsJSONFor(kinds, "")), string(OfferedToolsJSONFor(kinds, ShellPersistent)))
+	require.NotEqual(t, string(OfferedToolsJSONFor(kinds, "")), string(OfferedToolsJSONFor(kinds[:1], "")))
+	all, err := ToolsJSONFor(runtime.ActionKinds(), "")
+	require.NoError(t, err)
+	require.Equal(t, string(all), string(OfferedToolsJSONFor(nil, "")), "no kinds: every canonical action")
+}

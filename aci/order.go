@@ -2,6 +2,9 @@ package aci
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/forkline/forkline/runtime"
 )
@@ -16,16 +19,56 @@ func OfferedToolsJSON(kinds []runtime.ActionKind) json.RawMessage {
 }
 
 // OfferedToolsJSONFor is OfferedToolsJSON for a task whose shell mode is
-// shell (see ToolsFor).
+// shell (see ToolsFor). The bytes are shared between callers asking for the
+// same tools and must not be modified: an export asks once per episode, and
+// encoding the list each time was a fifth of a chat-jsonl export's CPU.
 func OfferedToolsJSONFor(kinds []runtime.ActionKind, shell string) json.RawMessage {
 	if len(kinds) == 0 {
 		kinds = runtime.ActionKinds()
+	}
+	key := offeredKey(kinds, shell)
+	offered.mu.Lock()
+	raw, ok := offered.m[key]
+	offered.mu.Unlock()
+	if ok {
+		return raw
 	}
 	raw, err := ToolsJSONFor(kinds, shell)
 	if err != nil {
 		panic(err)
 	}
+	// Capacity clipped: a caller's append copies instead of writing into
+	// what the next caller gets.
+	raw = slices.Clip(raw)
+	offered.mu.Lock()
+	// Bounded: the lists come from tasks and conversations, a handful per
+	// run; past the bound a list is encoded each time, as before.
+	if len(offered.m) < offeredCacheMax {
+		offered.m[key] = raw
+	}
+	offered.mu.Unlock()
 	return raw
+}
+
+// offeredCacheMax bounds OfferedToolsJSONFor's cache.
+const offeredCacheMax = 256
+
+// offered caches OfferedToolsJSONFor by offeredKey.
+var offered = struct {
+	mu sync.Mutex
+	m  map[string]json.RawMessage
+}{m: map[string]json.RawMessage{}}
+
+// offeredKey identifies a tool list: the shell mode and the kinds in order
+// (kinds are identifiers, never holding the separators).
+func offeredKey(kinds []runtime.ActionKind, shell string) string {
+	var b strings.Builder
+	b.WriteString(shell)
+	for _, k := range kinds {
+		b.WriteByte('|')
+		b.WriteString(string(k))
+	}
+	return b.String()
 }
 
 // NotRunResult is the tool result a policy sends for each tool call of a

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkline/forkline/formats/model/tabletest"
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/internal/cli"
 
@@ -136,4 +137,80 @@ solution:
 		}
 	}
 	require.Equal(t, 2, seen)
+}
+
+// Two tasks offering the same actions, one with a persistent shell and one
+// without, exported together: every row carries the exec description its
+// own task's model was offered. The Parquet targets keep one encoding of a
+// tool list per list, and a key that left out the shell gave every row the
+// first task's list.
+func TestEachRowHasItsOwnTasksShellTools(t *testing.T) {
+	dir := t.TempDir()
+	tasks := filepath.Join(dir, "tasks")
+	require.NoError(t, os.Mkdir(tasks, 0o755))
+	for name, shell := range map[string]string{"kept": "shell: persistent\n", "fresh": ""} {
+		require.NoError(t, os.WriteFile(filepath.Join(tasks, name+".yaml"), []byte("id: "+name+`
+instruction: count
+`+shell+`actions: [exec, write_file]
+solution:
+  - {kind: exec, cmd: "echo 1"}
+  - {kind: done}
+`), 0o644))
+	}
+	out := filepath.Join(dir, "out")
+	code, _, stderr := runBin(t, 3*time.Minute, "collect", "-tasks", tasks, "-out", out, "-policy", "script", "-repeats", "2")
+	require.Equal(t, 0, code, stderr)
+
+	// What the task's exec says: the persistent shell's description names
+	// the shell that keeps its state, the fresh one does not.
+	persistent := "persistent shell"
+	check := func(target, task string, tools any) {
+		t.Helper()
+		// verl-sft's tools are one JSON string, hf's a list of them.
+		var s string
+		switch v := tools.(type) {
+		case string:
+			s = v
+		case []any:
+			for _, item := range v {
+				s += item.(string)
+			}
+		default:
+			t.Fatalf("%s %s: tools %T", target, task, tools)
+		}
+		require.Contains(t, s, `"exec"`, "%s %s: %s", target, task, s)
+		if task == "kept" {
+			assert.Contains(t, s, persistent, "%s: the persistent-shell task's row", target)
+		} else {
+			assert.NotContains(t, s, persistent, "%s: the fresh-shell task's row", target)
+		}
+	}
+	seen := map[string]map[string]int{}
+	count := func(target, task string) {
+		if seen[target] == nil {
+			seen[target] = map[string]int{}
+		}
+		seen[target][task]++
+	}
+
+	for _, target := range []string{"hf", "verl-sft"} {
+		d := filepath.Join(dir, target)
+		code, _, stderr = runBin(t, time.Minute, "export", "-in", out, "-to", target, "-out", d, "-quiet")
+		require.Equal(t, 0, code, stderr)
+		file := filepath.Join(d, "train.parquet")
+		if target == "hf" {
+			file = filepath.Join(d, "data", "train-00000-of-00001.parquet")
+		}
+		tab, err := tabletest.ReadParquetFile(file)
+		require.NoError(t, err)
+		require.Len(t, tab.Rows, 4)
+		for _, row := range tab.Rows {
+			task := row["task_id"].(string)
+			check(target, task, row["tools"])
+			count(target, task)
+		}
+	}
+	for _, target := range []string{"hf", "verl-sft"} {
+		assert.Equal(t, map[string]int{"kept": 2, "fresh": 2}, seen[target], target)
+	}
 }

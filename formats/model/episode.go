@@ -181,7 +181,15 @@ func (e *Episode) ToolsKey() string {
 	for i, k := range e.offered() {
 		ks[i] = string(k)
 	}
-	return "fn:" + strings.Join(ks, ",")
+	key := "fn:" + strings.Join(ks, ",")
+	if shell := e.TaskShell; shell == aci.ShellPersistent || shell == aci.ShellPersistentForked {
+		// exec's description says the shell carries (aci.ToolsFor): another
+		// list than a fresh shell's with the same kinds. A fresh shell's key
+		// is the one it always was, so the group ids derived from it
+		// (GroupID) stay what earlier exports wrote.
+		key += ";shell:" + shell
+	}
+	return key
 }
 
 // GroupID is the episode's group: the episodes that started from the same
