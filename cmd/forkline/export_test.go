@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -167,4 +168,27 @@ func TestMinRewardMustBeFinite(t *testing.T) {
 		assert.Contains(t, r.stderr, `-min-reward "`+v+`": want a finite number`)
 		assert.NoFileExists(t, out)
 	}
+}
+
+// An export collects less often, and puts the collector back as it was
+// after; a GOGC or GOMEMLIMIT the user set is left alone.
+func TestExportGCKeepsTheUsersSetting(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	restore := exportGC()
+	assert.Equal(t, exportGCPercent, debug.SetGCPercent(exportGCPercent))
+	assert.Equal(t, int64(exportMemoryLimit), debug.SetMemoryLimit(-1))
+	restore()
+	assert.Equal(t, 100, debug.SetGCPercent(100), "put back")
+
+	t.Setenv("GOGC", "50")
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	debug.SetGCPercent(50)
+	limit := debug.SetMemoryLimit(-1)
+	restore = exportGC()
+	assert.Equal(t, 50, debug.SetGCPercent(50), "the user's GOGC")
+	assert.Equal(t, limit, debug.SetMemoryLimit(-1), "the user's GOMEMLIMIT")
+	restore()
 }
