@@ -257,17 +257,21 @@ func (a Action) MarshalJSON() ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("runtime: %w: unknown kind %q", ErrInvalidAction, a.Kind)
 	}
-	var b bytes.Buffer
-	b.WriteString(`{"kind":`)
-	k, _ := json.Marshal(string(a.Kind))
-	b.Write(k)
+	// Room for a short action at once: growing from empty reallocated
+	// three or four times.
+	b := bytes.NewBuffer(make([]byte, 0, 128))
+	// A known kind is a lower-case identifier (TestKindsArePlain): its
+	// JSON is itself in quotes.
+	b.WriteString(`{"kind":"`)
+	b.WriteString(string(a.Kind))
+	b.WriteByte('"')
 	for _, f := range specs {
 		v := a.fieldValue(f.name)
 		if !f.required && isZero(v) {
 			continue
 		}
 		b.WriteString(`,"` + f.name + `":`)
-		if plainValue(&b, v) {
+		if plainValue(b, v) {
 			continue
 		}
 		enc, err := json.Marshal(v)
@@ -312,12 +316,15 @@ func plainValue(b *bytes.Buffer, v any) bool {
 // repeated key: the last wins), and reports whether data was such an
 // object; anything else (whitespace, escapes, other values, a syntax
 // error) is left to json.Unmarshal.
-func flatObject(data []byte) (map[string]json.RawMessage, bool) {
+//
+// The fields are appended to out in the order they appear (an action has
+// a handful: a caller passes a small array's slice and nothing is
+// allocated; a map per decoded action was a third of the decode).
+func flatObject(data []byte, out rawFields) (rawFields, bool) {
 	n := len(data)
 	if n < 2 || data[0] != '{' || data[n-1] != '}' {
 		return nil, false
 	}
-	out := make(map[string]json.RawMessage, 4)
 	i := 1
 	if i == n-1 {
 		return out, true
@@ -346,7 +353,7 @@ func flatObject(data []byte) (map[string]json.RawMessage, bool) {
 				return nil, false
 			}
 		}
-		out[string(key)] = json.RawMessage(data[start:i])
+		out = append(out, rawField{name: key, value: json.RawMessage(data[start:i])})
 		if i == n-1 {
 			return out, true
 		}
@@ -355,6 +362,27 @@ func flatObject(data []byte) (map[string]json.RawMessage, bool) {
 		}
 		i++
 	}
+}
+
+// rawField is one member of a decoded object: its key and its value's
+// JSON.
+type rawField struct {
+	name  []byte
+	value json.RawMessage
+}
+
+// rawFields are an object's members in order, a key possibly repeated.
+type rawFields []rawField
+
+// get returns the value of the last member named name, as json.Unmarshal
+// into a map keeps the last.
+func (r rawFields) get(name string) (json.RawMessage, bool) {
+	for i := len(r) - 1; i >= 0; i-- {
+		if string(r[i].name) == name {
+			return r[i].value, true
+		}
+	}
+	return nil, false
 }
 
 // plainString reads a JSON string at data[i] that holds no backslash and
@@ -536,13 +564,19 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 		*a = Action{}
 		return nil
 	}
-	raw, ok := flatObject(data)
+	var buf [8]rawField
+	raw, ok := flatObject(data, buf[:0])
 	if !ok {
-		if err := json.Unmarshal(data, &raw); err != nil {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(data, &m); err != nil {
 			return fmt.Errorf("runtime: %w: %v", ErrInvalidAction, err)
 		}
+		raw = raw[:0]
+		for k, v := range m {
+			raw = append(raw, rawField{name: []byte(k), value: v})
+		}
 	}
-	kindRaw, ok := raw["kind"]
+	kindRaw, ok := raw.get("kind")
 	if !ok {
 		return fmt.Errorf("runtime: %w: missing field \"kind\" (known kinds: %s)", ErrInvalidAction, kindList())
 	}
@@ -558,7 +592,7 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 	}
 	out := Action{Kind: ActionKind(kind)}
 	for _, f := range specs {
-		v, present := raw[f.name]
+		v, present := raw.get(f.name)
 		if !present {
 			if f.required {
 				return fmt.Errorf("runtime: %w: %s needs field %q", ErrInvalidAction, kind, f.name)
@@ -572,8 +606,8 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 			return fmt.Errorf("runtime: %w: %s field %q: %v", ErrInvalidAction, kind, f.name, err)
 		}
 	}
-	for name := range raw {
-		if name != "kind" && !slices.ContainsFunc(specs, func(f fieldSpec) bool { return f.name == name }) {
+	for _, m := range raw {
+		if name := m.name; string(name) != "kind" && !slices.ContainsFunc(specs, func(f fieldSpec) bool { return f.name == string(name) }) {
 			names := []string{}
 			for _, f := range specs {
 				names = append(names, f.name)

@@ -53,7 +53,16 @@ func TestFlatObjectMatchesEncodingJSON(t *testing.T) {
 		`{"x":"a"`, `{"x":"a",}`, `{"x" :"a"}`, `{ "x":"a"}`, `{"x":"a"}}`, `{"x""a"}`, `{"x":"a"b}`, `{"x":[1]}`, "{\"x\":\"\xff\"}",
 		`{"x":-0}`, `{"x":0}`, `{,}`, `{"":""}`, `{"x":"a\"b"}`, `{"x":"\\"}`, `{"x":"\x"}`, `{"x":"\u12"}`, `{"x":"\u12g4"}`,
 		`{"x":"\"}`, `{"x":"a\n","y":"\u00e9"}`, "{\"x\":\"a\tb\"}", `{"x":"\ud800"}`, `{"kind":"write_file","path":"p","content":"3\n"}`} {
-		got, ok := flatObject([]byte(in))
+		fields, ok := flatObject([]byte(in), nil)
+		got := map[string]json.RawMessage{}
+		for _, f := range fields {
+			got[string(f.name)] = f.value // the last wins, as in json's map
+		}
+		for k := range got {
+			if v, _ := fields.get(k); string(v) != string(got[k]) {
+				t.Errorf("%s: get(%q) = %s, the last member is %s", in, k, v, got[k])
+			}
+		}
 		var want map[string]json.RawMessage
 		err := json.Unmarshal([]byte(in), &want)
 		if !ok {
@@ -70,6 +79,17 @@ func TestFlatObjectMatchesEncodingJSON(t *testing.T) {
 			if string(got[k]) != string(v) {
 				t.Errorf("%s: key %q: flatObject %s, json %s", in, k, got[k], v)
 			}
+		}
+	}
+}
+
+// A kind is written into the canonical JSON as it is, in quotes: that is
+// its JSON only when it needs no escape.
+func TestKindsArePlain(t *testing.T) {
+	for _, k := range ActionKinds() {
+		b, err := json.Marshal(string(k))
+		if err != nil || string(b) != `"`+string(k)+`"` {
+			t.Errorf("kind %q encodes as %s", k, b)
 		}
 	}
 }

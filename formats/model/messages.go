@@ -553,16 +553,17 @@ func argumentsOf(a runtime.Action) (json.RawMessage, error) {
 	}
 	// The canonical form starts with the kind (runtime.Action.MarshalJSON);
 	// what follows it is the fields.
-	kind, _ := json.Marshal(string(a.Kind))
-	head := append([]byte(`{"kind":`), kind...)
-	rest, ok := bytes.CutPrefix(canon, head)
+	rest, ok := bytes.CutPrefix(canon, []byte(`{"kind":"`+string(a.Kind)+`"`))
 	if !ok {
 		return nil, fmt.Errorf("canonical action %s does not start with its kind", canon)
 	}
 	if bytes.Equal(rest, []byte("}")) {
 		return json.RawMessage("{}"), nil
 	}
-	obj := append([]byte("{"), rest[1:]...)
+	// rest is ",field..." in canon, which is ours: its comma becomes the
+	// object's brace, in place.
+	obj := rest
+	obj[0] = '{'
 	if !bytes.Contains(obj, []byte(`\u00`)) {
 		// No escape unescapeHTML could rewrite (\u003c, \u003e, \u0026
 		// are the only ones it changes; every other escape and every
