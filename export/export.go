@@ -406,7 +406,7 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		if spec.file {
 			each = in.ds.EachEpisode
 		}
-		err = each(func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+		err = readAhead(ctx, each, func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -463,6 +463,86 @@ func runPipeline(ctx context.Context, o Options, spec targetSpec, dir string, oc
 		return nil // jsonl is a view of the run; an empty view is still one
 	}
 	return checkWritten(o, rep)
+}
+
+// episodeFunc is what a dataset's readers call with each episode.
+type episodeFunc = func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error
+
+// The reader hands episodes over in batches of readAheadBatch, at most
+// readAheadDepth batches ahead: enough to keep both busy, few hand-offs
+// between the goroutines (one per episode cost more than it saved), and
+// memory that of a few hundred episodes.
+const (
+	readAheadBatch = 32
+	readAheadDepth = 4
+)
+
+// readAhead is each(fn) with the reading on a goroutine of its own: it
+// decodes the next episodes (the shards' pages, the joins of branches)
+// while fn builds and writes the ones before, so an export uses a second
+// core. fn is called on the caller's goroutine, in each's order. The
+// slices each hands out are the episode's own (fresh per episode,
+// shard.Dataset), so they may cross. The first error, fn's or the
+// reader's, ends both and is returned.
+func readAhead(ctx context.Context, each func(episodeFunc) error, fn episodeFunc) error {
+	type item struct {
+		row     schemas.EpisodeRow
+		steps   []schemas.StepRow
+		rewards []schemas.RewardRow
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan []item, readAheadDepth)
+	var readErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ch)
+		batch := make([]item, 0, readAheadBatch)
+		send := func() error {
+			if err := ctx.Err(); err != nil {
+				return err // not a select's coin toss with room in ch
+			}
+			select {
+			case ch <- batch:
+				batch = make([]item, 0, readAheadBatch)
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		readErr = each(func(row schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
+			batch = append(batch, item{row, steps, rewards})
+			if len(batch) < readAheadBatch {
+				return nil
+			}
+			return send()
+		})
+		// What was read before an error is written, as it would have been
+		// without the read-ahead.
+		if len(batch) > 0 {
+			if err := send(); readErr == nil {
+				readErr = err
+			}
+		}
+	}()
+	var err error
+read:
+	for b := range ch {
+		for _, it := range b {
+			if err = fn(it.row, it.steps, it.rewards); err != nil {
+				break read
+			}
+		}
+	}
+	cancel() // a reader still going stops at its next hand-off
+	for range ch {
+	}
+	<-done
+	if err != nil {
+		return err
+	}
+	return readErr
 }
 
 // describe fills what the manifest says of ep's task: the instruction (the
