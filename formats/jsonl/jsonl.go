@@ -9,8 +9,6 @@
 package jsonl
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -28,37 +26,73 @@ type Episode struct {
 // Encoder writes episodes as lines, one per Encode, through a buffer: the
 // lines reach the underlying writer by Flush (or when the buffer fills). It
 // is the one place a line is encoded, so every writer of this format writes
-// the same bytes. An Encoder is not safe for concurrent use.
+// the same bytes: those encoding/json writes for an Episode with HTML
+// escaping off, appended by hand (encode.go) without reflection. An Encoder
+// is not safe for concurrent use.
 type Encoder struct {
-	bw  *bufio.Writer
-	enc *json.Encoder
+	w   io.Writer
+	buf []byte // lines not yet written to w
+	err error  // the first write error; every later Encode and Flush returns it
 }
+
+// flushAt is the buffered size at which Encode writes the lines out.
+const flushAt = 256 << 10
+
+// keepAt bounds the buffer kept after a flush: one kept after an episode
+// larger than that (screenshots) is dropped.
+const keepAt = 8 << 20
 
 // NewEncoder returns an Encoder writing to w.
 func NewEncoder(w io.Writer) *Encoder {
-	bw := bufio.NewWriterSize(w, 256<<10)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
-	return &Encoder{bw: bw, enc: enc}
+	return &Encoder{w: w, buf: make([]byte, 0, flushAt+flushAt/4)}
 }
 
 // Encode writes one episode with its steps and rewards as one line. Nil
-// steps or rewards are written as empty arrays, never null.
+// steps or rewards are written as empty arrays, never null. A float JSON
+// cannot hold (NaN, an infinity) refuses the episode: nothing of it is
+// written, and the error names the episode and the field.
 func (e *Encoder) Encode(ep schemas.EpisodeRow, steps []schemas.StepRow, rewards []schemas.RewardRow) error {
-	if steps == nil {
-		steps = []schemas.StepRow{}
+	if e.err != nil {
+		return fmt.Errorf("jsonl: episode %s: %w", ep.EpisodeID, e.err)
 	}
-	if rewards == nil {
-		rewards = []schemas.RewardRow{}
-	}
-	if err := e.enc.Encode(Episode{EpisodeRow: ep, Steps: steps, Rewards: rewards}); err != nil {
+	n := len(e.buf)
+	b, err := appendLine(e.buf, &ep, steps, rewards)
+	if err != nil {
+		e.buf = b[:n]
 		return fmt.Errorf("jsonl: episode %s: %w", ep.EpisodeID, err)
+	}
+	e.buf = b
+	if len(b) >= flushAt {
+		if err := e.Flush(); err != nil {
+			return fmt.Errorf("jsonl: episode %s: %w", ep.EpisodeID, err)
+		}
 	}
 	return nil
 }
 
 // Flush writes the buffered lines to the underlying writer.
-func (e *Encoder) Flush() error { return e.bw.Flush() }
+func (e *Encoder) Flush() error {
+	if e.err != nil {
+		return e.err
+	}
+	if len(e.buf) == 0 {
+		return nil
+	}
+	n, err := e.w.Write(e.buf)
+	if err == nil && n < len(e.buf) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		e.err = err
+		return err
+	}
+	if cap(e.buf) > keepAt {
+		e.buf = make([]byte, 0, flushAt+flushAt/4)
+	} else {
+		e.buf = e.buf[:0]
+	}
+	return nil
+}
 
 // Writer is the jsonl export target: one line per episode written, as
 // Encoder encodes it, from any number of inputs.
