@@ -219,19 +219,19 @@ func (w *lineWriter) optIntPtr(key string, v *int32) {
 }
 
 func (w *lineWriter) ints(key string, vs []int32) {
-	w.b = append(w.b, key...)
+	b := append(w.b, key...)
 	if vs == nil {
-		w.b = append(w.b, "null"...)
+		w.b = append(b, "null"...)
 		return
 	}
-	w.b = append(slices.Grow(w.b, 2+11*len(vs)), '[')
+	b = append(slices.Grow(b, 2+12*len(vs)), '[')
 	for i, v := range vs {
 		if i > 0 {
-			w.b = append(w.b, ',')
+			b = append(b, ',')
 		}
-		w.b = appendInt32(w.b, v)
+		b = appendInt32(b, v)
 	}
-	w.b = append(w.b, ']')
+	w.b = append(b, ']')
 }
 
 func (w *lineWriter) bool(key string, v bool) {
@@ -258,25 +258,25 @@ func (w *lineWriter) f64(key string, f float64) {
 }
 
 func (w *lineWriter) f32s(key string, vs []float32) {
-	w.b = append(w.b, key...)
+	b := append(w.b, key...)
 	if vs == nil {
-		w.b = append(w.b, "null"...)
+		w.b = append(b, "null"...)
 		return
 	}
-	w.b = append(w.b, '[')
+	b = append(b, '[')
 	for i, v := range vs {
 		if i > 0 {
-			w.b = append(w.b, ',')
+			b = append(b, ',')
 		}
 		f := float64(v)
 		if math.IsInf(f, 0) || math.IsNaN(f) {
 			w.bad(key, f, 32)
-			w.b = append(w.b, "null"...)
+			b = append(b, "null"...)
 			continue
 		}
-		w.b = appendFloat(w.b, f, 32)
+		b = appendFloat(b, f, 32)
 	}
-	w.b = append(w.b, ']')
+	w.b = append(b, ']')
 }
 
 // bad records the first float JSON cannot hold, named by its key.
