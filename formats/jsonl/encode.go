@@ -280,32 +280,32 @@ func (w *lineWriter) f32s(key string, vs []float32) {
 }
 
 // bad records the first float JSON cannot hold, named by its key.
-func (w *lineWriter) bad(key string, f float64, bits int) {
+func (w *lineWriter) bad(key string, f float64, size int) {
 	if w.badField != "" {
 		return
 	}
 	w.badField = key[2 : len(key)-2] // ,"name": → name
-	w.badValue = strconv.FormatFloat(f, 'g', -1, bits)
+	w.badValue = strconv.FormatFloat(f, 'g', -1, size)
 }
 
 // appendFloat appends a finite f as encoding/json's float encoder does: like
 // JavaScript's number to string, the shortest decimal that reads back as
-// the same float of its size (bits, 32 or 64), in exponent form below 1e-6
+// the same float of its size (size: 32 or 64 bits), in exponent form below 1e-6
 // and from 1e21 (compared as that size), the exponent's leading zero cut.
-func appendFloat(b []byte, f float64, bits int) []byte {
+func appendFloat(b []byte, f float64, size int) []byte {
 	abs := math.Abs(f)
-	if bits == 64 && abs >= 1e-6 && abs < 1e9 {
+	if size == 64 && abs >= 1e-6 && abs < 1e9 {
 		if b, ok := appendShortDecimal(b, f); ok {
 			return b
 		}
 	}
 	format := byte('f')
 	if abs != 0 {
-		if bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
+		if size == 64 && (abs < 1e-6 || abs >= 1e21) || size == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
 			format = 'e'
 		}
 	}
-	b = strconv.AppendFloat(b, f, format, -1, bits)
+	b = strconv.AppendFloat(b, f, format, -1, size)
 	if format == 'e' {
 		// e-09 → e-9
 		n := len(b)
@@ -341,7 +341,7 @@ var decimalScale = [...]float64{1, 10, 100, 1e3, 1e4, 1e5, 1e6}
 // at, next to and between such decimals.
 func appendShortDecimal(b []byte, f float64) ([]byte, bool) {
 	for k, p := range decimalScale {
-		n := int64(math.Round(f * p))
+		n := int64(math.RoundToEven(f * p)) // how it rounds a tie does not matter: n is checked
 		if float64(n)/p != f {
 			continue
 		}

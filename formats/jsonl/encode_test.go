@@ -661,3 +661,17 @@ func FuzzAppendFloatDecimal(f *testing.F) {
 		}
 	})
 }
+
+// A line larger than the buffer kept (an episode with screenshots) is
+// written whole, and its buffer is not kept after the flush.
+func TestEncoderDropsAnOversizedBuffer(t *testing.T) {
+	var buf bytes.Buffer
+	enc := NewEncoder(&buf)
+	ep := schemas.EpisodeRow{EpisodeID: "big", StartScreenshot: bytes.Repeat([]byte{0x89, 'P', 'N', 'G'}, keepAt/3)}
+	require.NoError(t, enc.Encode(ep, nil, nil))
+	require.LessOrEqual(t, cap(enc.buf), keepAt, "flushed, as it is past flushAt, and dropped")
+	require.NoError(t, enc.Flush())
+	want, err := oracleLine(t, ep, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, want, buf.Bytes())
+}

@@ -16,7 +16,9 @@ import (
 	"github.com/forkline/forkline/schemas"
 )
 
-// Episode is one output line.
+// Episode is one output line: the line is the bytes encoding/json writes
+// for it with HTML escaping off, appended by hand (encode.go) and checked
+// against encoding/json by the tests.
 type Episode struct {
 	schemas.EpisodeRow
 	Steps   []schemas.StepRow   `json:"step_rows"` // "steps" is the episode row's step count
