@@ -751,3 +751,14 @@ func TestFilterRewardRangeAndBranched(t *testing.T) {
 		assert.Equal(t, tc.want, tc.f.Match(&tc.row, reward(tc.r)), "%+v on %s with reward %v", tc.f, tc.row.EpisodeID, tc.r)
 	}
 }
+
+// A target is columnar exactly when what it writes is Parquet or Arrow
+// (the command's collector setting follows it).
+func TestColumnarTargetsWriteParquetOrArrow(t *testing.T) {
+	for _, name := range Targets() {
+		info, err := Describe(name)
+		require.NoError(t, err)
+		files := strings.Contains(info.Layout, ".parquet") || strings.Contains(info.Layout, ".arrow")
+		assert.Equal(t, files, info.Columnar, "%s: %s", name, info.Layout)
+	}
+}

@@ -35,10 +35,13 @@ type targetSpec struct {
 	summary string
 	layout  string // for the usage text
 	file    bool   // Out is a file (or -), not a directory
-	rows    []string
-	options []string // the target options it takes (Options fields); Rows when rows is set
-	groups  bool     // needs every selected episode's group and reward first (a first pass)
-	open    func(dir string, c *openContext) (sink, error)
+	// columnar: it writes Parquet or Arrow row groups, holding the batch
+	// being built and the one being encoded (TargetInfo.Columnar).
+	columnar bool
+	rows     []string
+	options  []string // the target options it takes (Options fields); Rows when rows is set
+	groups   bool     // needs every selected episode's group and reward first (a first pass)
+	open     func(dir string, c *openContext) (sink, error)
 }
 
 func (s targetSpec) takes(field string) bool {
@@ -82,11 +85,12 @@ var targets = map[string]targetSpec{
 		},
 	},
 	"verl-agent": {
-		summary: "verl AgentLoopOutput token rows, per episode or per model turn (Rows turn); refuses episodes without a token record or a reward",
-		layout:  "DIR/<split>.parquet",
-		rows:    []string{string(verl.RowsEpisode), string(verl.RowsTurn)},
-		options: []string{"Advantage", "MaxPromptTokens", "MaxResponseTokens"},
-		groups:  true,
+		columnar: true,
+		summary:  "verl AgentLoopOutput token rows, per episode or per model turn (Rows turn); refuses episodes without a token record or a reward",
+		layout:   "DIR/<split>.parquet",
+		rows:     []string{string(verl.RowsEpisode), string(verl.RowsTurn)},
+		options:  []string{"Advantage", "MaxPromptTokens", "MaxResponseTokens"},
+		groups:   true,
 		open: func(dir string, c *openContext) (sink, error) {
 			return verl.NewAgentWriter(dir, c.splits, verl.AgentOptions{Rows: verl.RowsPer(c.o.Rows),
 				MaxPromptTokens: c.o.MaxPromptTokens, MaxResponseTokens: c.o.MaxResponseTokens,
@@ -94,36 +98,40 @@ var targets = map[string]targetSpec{
 		},
 	},
 	"verl-sft": {
-		summary: "verl MultiTurnSFTDataset parquet: messages, tools, enable_thinking, images with <image> placeholders when the model saw screenshots (with docs/verl_sft_dataset.py)",
-		layout:  "DIR/<split>.parquet",
-		options: conversationOptions,
+		columnar: true,
+		summary:  "verl MultiTurnSFTDataset parquet: messages, tools, enable_thinking, images with <image> placeholders when the model saw screenshots (with docs/verl_sft_dataset.py)",
+		layout:   "DIR/<split>.parquet",
+		options:  conversationOptions,
 		open: func(dir string, c *openContext) (sink, error) {
 			return verl.NewSFTWriter(dir, c.splits, c.allThinking, c.anyImages, c.o.conversation()), nil
 		},
 	},
 	"hf": {
-		summary: "Hugging Face parquet with features metadata and a dataset card (Rows)",
-		layout:  "DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet",
-		rows:    []string{string(hf.RowsEpisode), string(hf.RowsStep)},
-		options: append(slices.Clone(conversationOptions), cardOptions...),
+		columnar: true,
+		summary:  "Hugging Face parquet with features metadata and a dataset card (Rows)",
+		layout:   "DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet",
+		rows:     []string{string(hf.RowsEpisode), string(hf.RowsStep)},
+		options:  append(slices.Clone(conversationOptions), cardOptions...),
 		open: func(dir string, c *openContext) (sink, error) {
 			return hf.NewWriter(dir, c.splits, hfOptions(c))
 		},
 	},
 	"hf-disk": {
-		summary: "Hugging Face save_to_disk layout, Arrow IPC streams (Rows)",
-		layout:  "DIR/dataset_dict.json, DIR/<split>/{data-NNNNN-of-MMMMM.arrow,state.json,dataset_info.json}",
-		rows:    []string{string(hf.RowsEpisode), string(hf.RowsStep)},
-		options: append(slices.Clone(conversationOptions), "License"),
+		columnar: true,
+		summary:  "Hugging Face save_to_disk layout, Arrow IPC streams (Rows)",
+		layout:   "DIR/dataset_dict.json, DIR/<split>/{data-NNNNN-of-MMMMM.arrow,state.json,dataset_info.json}",
+		rows:     []string{string(hf.RowsEpisode), string(hf.RowsStep)},
+		options:  append(slices.Clone(conversationOptions), "License"),
 		open: func(dir string, c *openContext) (sink, error) {
 			return hf.NewDiskWriter(dir, c.splits, hfOptions(c))
 		},
 	},
 	"sft-tokens": {
-		summary: "TRL pre-tokenized SFT from the server's token ids: input_ids, assistant_masks (Rows episode|turn)",
-		layout:  "DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet",
-		rows:    []string{"episode", "turn"},
-		options: cardOptions,
+		columnar: true,
+		summary:  "TRL pre-tokenized SFT from the server's token ids: input_ids, assistant_masks (Rows episode|turn)",
+		layout:   "DIR/README.md, DIR/data/<split>-NNNNN-of-MMMMM.parquet",
+		rows:     []string{"episode", "turn"},
+		options:  cardOptions,
 		open: func(dir string, c *openContext) (sink, error) {
 			o := hfOptions(c)
 			o.Rows = hf.RowsTokens
@@ -177,6 +185,10 @@ type TargetInfo struct {
 	Summary string // what the target writes, one line
 	Layout  string // the files it writes under Out
 	File    bool   // Out is a file (or "-" for Stdout), not a directory
+	// Columnar targets write Parquet or Arrow row groups: an export to one
+	// holds a batch being built and one being encoded (about 100 MB); the
+	// others write lines as they go and hold tens of MB.
+	Columnar bool
 }
 
 // Describe returns what target writes. An unknown name fails with the list
@@ -186,7 +198,7 @@ func Describe(target string) (TargetInfo, error) {
 	if err != nil {
 		return TargetInfo{}, err
 	}
-	return TargetInfo{Summary: spec.summary, Layout: spec.layout, File: spec.file}, nil
+	return TargetInfo{Summary: spec.summary, Layout: spec.layout, File: spec.file, Columnar: spec.columnar}, nil
 }
 
 func lookup(target string) (targetSpec, error) {

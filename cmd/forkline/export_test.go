@@ -170,8 +170,8 @@ func TestMinRewardMustBeFinite(t *testing.T) {
 	}
 }
 
-// An export collects less often, and puts the collector back as it was
-// after; a GOGC or GOMEMLIMIT the user set is left alone.
+// An export to a lines target collects less often, and puts the collector
+// back as it was after; a GOGC or GOMEMLIMIT the user set is left alone.
 func TestExportGCKeepsTheUsersSetting(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
