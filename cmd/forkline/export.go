@@ -305,11 +305,11 @@ func parseReward(command, flag, s string) (*float64, error) {
 // small heap. It collects when the heap has grown 4× instead, with a soft
 // limit of 256 MiB that makes it collect sooner rather than grow past it.
 // The columnar targets keep the default: their live heap (a batch being
-// built and one being encoded, about 100 MB at 1,000,000 episodes and up
-// to 200 MB) would sit near any such limit, and collecting at the limit
-// cost more than the default (verl-sft of 1,000,000 episodes: 42.8 s of
-// CPU, against 38.3 s with the default and 36.3 s with GOGC 400 and a
-// 1 GiB limit, which more than doubled its peak memory to 426 MB).
+// built and one being encoded, 100–200 MB) sits near such a limit, and
+// what they would save is small against the memory it costs: verl-sft of
+// 1,000,000 episodes took 36–39 s of CPU at a 196 MB peak with the
+// default, 35 s at 279 MB with GOGC 400 and the 256 MiB limit, 36 s at
+// 426 MB with a 1 GiB limit.
 // GOGC or GOMEMLIMIT in the environment are the user's choice and are
 // kept.
 func exportGC() (restore func()) {
