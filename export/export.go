@@ -488,10 +488,10 @@ const (
 // readAhead is each(fn) with the reading on a goroutine of its own: it
 // decodes the next episodes (the shards' pages, the joins of branches)
 // while fn builds and writes the ones before, so an export to a lines
-// target uses a second core. fn is called on the caller's goroutine, in each's order. The
-// slices each hands out are the episode's own (fresh per episode,
-// shard.Dataset), so they may cross. The first error, fn's or the
-// reader's, ends both and is returned.
+// target uses a second core. fn is called on the caller's goroutine, in
+// each's order. The slices each hands out are the episode's own (fresh
+// per episode, shard.Dataset), so they may cross. The first error, fn's or
+// the reader's, ends both and is returned.
 func readAhead(ctx context.Context, each func(episodeFunc) error, fn episodeFunc) error {
 	type item struct {
 		row     schemas.EpisodeRow
