@@ -213,8 +213,8 @@ func TestExecToolSaysForksGoOnWithTheShell(t *testing.T) {
 }
 
 // The offered tools are encoded once per list and shell and shared: each
-// answer is the encoding of its own list, whatever was asked before, and a
-// caller appending to one does not change what the next gets.
+// answer is the encoding of its own list, whatever was asked before, and
+// two callers appending to what they got do not write into each other's.
 func TestOfferedToolsJSONForIsPerListAndShell(t *testing.T) {
 	kinds := []runtime.ActionKind{runtime.ActExec, runtime.ActDone}
 	for range 2 {
@@ -223,9 +223,12 @@ func TestOfferedToolsJSONForIsPerListAndShell(t *testing.T) {
 			require.NoError(t, err)
 			got := OfferedToolsJSONFor(kinds, shell)
 			require.Equal(t, string(want), string(got), "shell %q", shell)
-			_ = append(got, "junk"...)
 		}
 	}
+	a := append(OfferedToolsJSONFor(kinds, ""), 'A')
+	b := append(OfferedToolsJSONFor(kinds, ""), 'B')
+	require.Equal(t, byte('A'), a[len(a)-1], "the second caller's append wrote into the first's")
+	require.Equal(t, byte('B'), b[len(b)-1])
 	require.NotEqual(t, string(OfferedToolsJSONFor(kinds, "")), string(OfferedToolsJSONFor(kinds, ShellPersistent)))
 	require.NotEqual(t, string(OfferedToolsJSONFor(kinds, "")), string(OfferedToolsJSONFor(kinds[:1], "")))
 	all, err := ToolsJSONFor(runtime.ActionKinds(), "")

@@ -571,7 +571,7 @@ func (a *Action) UnmarshalJSON(data []byte) error {
 		if err := json.Unmarshal(data, &m); err != nil {
 			return fmt.Errorf("runtime: %w: %v", ErrInvalidAction, err)
 		}
-		raw = raw[:0]
+		raw = make(rawFields, 0, len(m))
 		for k, v := range m {
 			raw = append(raw, rawField{name: []byte(k), value: v})
 		}
