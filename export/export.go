@@ -559,7 +559,14 @@ read:
 func (in *input) describe(ep *model.Episode, needTask bool) error {
 	if t, ok := in.tasks[ep.Row.TaskID]; ok {
 		ep.Instruction = t.Instruction
-		ep.TaskActions = t.AllowedActions()
+		actions, ok := in.actions[ep.Row.TaskID]
+		if !ok {
+			// Once per task, not per episode: the list is the same for
+			// all its episodes, which only read it.
+			actions = t.AllowedActions()
+			in.actions[ep.Row.TaskID] = actions
+		}
+		ep.TaskActions = actions
 		ep.TaskShell = policy.ExecShell(t.Shell, in.forksMemory)
 		if t.Verify != nil {
 			ep.VerifyCmd = t.Verify.Cmd

@@ -12,6 +12,7 @@ import (
 	"github.com/forkline/forkline/formats/shard"
 	"github.com/forkline/forkline/manifest"
 	"github.com/forkline/forkline/policy"
+	"github.com/forkline/forkline/runtime"
 	"github.com/forkline/forkline/task"
 )
 
@@ -21,6 +22,8 @@ type input struct {
 	ds    *shard.Dataset
 	m     shard.Manifest
 	tasks map[string]task.Spec
+	// actions are the tasks' allowed actions, each computed once (describe).
+	actions map[string][]runtime.ActionKind
 	// conversation is how the run's policy talked to its model, as the
 	// manifest's policy record shows it (manifest.Policy.Shown).
 	conversation policy.Conversation
@@ -40,7 +43,7 @@ func openInputs(o Options, needTasks bool) ([]*input, error) {
 		if err != nil {
 			return nil, badInput{fielderr.New("export", "Inputs", p, err)}
 		}
-		in := &input{path: p, ds: ds, m: ds.Manifest()}
+		in := &input{path: p, ds: ds, m: ds.Manifest(), actions: map[string][]runtime.ActionKind{}}
 		if len(out) > 0 && in.m.SchemaVersion != out[0].m.SchemaVersion {
 			return nil, badField(fielderr.Sentence("export", "Inputs", p, "has schema version %d, Inputs %s has %d; export runs of one schema version together",
 				in.m.SchemaVersion, out[0].path, out[0].m.SchemaVersion).Mentions("Inputs"))

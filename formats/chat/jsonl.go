@@ -2,7 +2,6 @@ package chat
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/forkline/forkline/formats/model"
 )
@@ -96,6 +96,7 @@ func (l *lines) close() error {
 type JSONLWriter struct {
 	opt model.Options
 	out *lines
+	buf []byte // the line being built (Write)
 }
 
 // NewJSONLWriter writes into dir, one file per split that gets an episode.
@@ -114,6 +115,17 @@ func NewJSONLWriter(dir string, splits []string, opt model.Options) *JSONLWriter
 // text, OpenAI's chat and fine-tuning form (the bytes come from the step
 // rows, or from blobs/ under pixels hash).
 func Encode(ep *model.Episode, opt model.Options) ([]byte, error) {
+	return appendEncoded(nil, ep, opt)
+}
+
+// The weights an assistant message carries (Encode).
+var (
+	weightKept   = []model.Member{{Key: "weight", Value: json.RawMessage("1")}}
+	weightFailed = []model.Member{{Key: "weight", Value: json.RawMessage("0")}}
+)
+
+// appendEncoded appends Encode's line to b.
+func appendEncoded(b []byte, ep *model.Episode, opt model.Options) ([]byte, error) {
 	msgs, err := model.Messages(ep, opt)
 	if err != nil {
 		return nil, err
@@ -128,39 +140,40 @@ func Encode(ep *model.Episode, opt model.Options) ([]byte, error) {
 			im.URL = "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)
 		}
 	}
-	var b bytes.Buffer
-	b.WriteString(`{"messages":[`)
+	b = append(b, `{"messages":[`...)
 	parallel := false
 	for i, m := range msgs {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
 		var extra []model.Member
 		if m.Role == model.RoleAssistant {
-			w := json.RawMessage("1")
+			extra = weightKept
 			if m.Failed {
-				w = json.RawMessage("0")
+				extra = weightFailed
 			}
-			extra = append(extra, model.Member{Key: "weight", Value: w})
 		}
 		parallel = parallel || len(m.ToolCalls) > 1
-		b.Write(model.EncodeMessage(m, opt, extra...))
+		b = model.AppendMessage(b, m, opt, extra...)
 	}
-	b.WriteByte(']')
+	b = append(b, ']')
 	if tools := ep.Tools(); tools != nil {
-		b.WriteString(`,"tools":`)
-		b.Write(tools)
+		b = append(append(b, `,"tools":`...), tools...)
 	}
-	fmt.Fprintf(&b, `,"parallel_tool_calls":%t}`, parallel)
-	return b.Bytes(), nil
+	b = append(b, `,"parallel_tool_calls":`...)
+	b = strconv.AppendBool(b, parallel)
+	return append(b, '}'), nil
 }
 
 // Write appends ep's line to its split's file.
 func (w *JSONLWriter) Write(ep *model.Episode) error {
-	b, err := Encode(ep, w.opt)
+	// The line is built in a buffer kept from line to line: write copies
+	// it out before the next.
+	b, err := appendEncoded(w.buf[:0], ep, w.opt)
 	if err != nil {
 		return err
 	}
+	w.buf = b
 	return w.out.write(ep.Split, ep.Row.EpisodeID, b)
 }
 

@@ -137,9 +137,19 @@ func EpisodeRow(ep *model.Episode, tools any, opt model.Options) (model.Row, err
 	if err != nil {
 		return nil, err
 	}
+	// The messages are appended to one buffer and handed out as slices of
+	// it once it no longer grows: one allocation a row, not one a message.
 	messages := make([]any, len(msgs))
+	ends := make([]int, len(msgs))
+	var buf []byte
 	for i, m := range msgs {
-		messages[i] = model.ValidJSON(model.EncodeMessage(m, opt))
+		buf = model.AppendMessage(buf, m, opt)
+		ends[i] = len(buf)
+	}
+	start := 0
+	for i, end := range ends {
+		messages[i] = model.ValidJSON(buf[start:end:end])
+		start = end
 	}
 	// TRL's VLM format: the images the messages' {"type": "image"} parts
 	// stand for, in the same order; empty for a text conversation.

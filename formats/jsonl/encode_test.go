@@ -468,19 +468,6 @@ func jsonString(t testing.TB, v any) string {
 	return strings.TrimSuffix(buf.String(), "\n")
 }
 
-func FuzzAppendString(f *testing.F) {
-	for _, p := range stringPieces {
-		f.Add(p)
-	}
-	f.Add("plain ascii text longer than eight bytes \" with a quote\x01")
-	f.Add("\xe2\x80\xa8\xe2\x80\xa9 abcdefgh\xff")
-	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := string(appendString(nil, s)), jsonString(t, s); got != want {
-			t.Fatalf("%q: hand %s, encoding/json %s", s, got, want)
-		}
-	})
-}
-
 func FuzzAppendFloat(f *testing.F) {
 	for _, v := range []float64{0, math.Copysign(0, -1), 1e-6, 1e21, 1e-7, 5e-324, math.MaxFloat64, -0.1} {
 		f.Add(math.Float64bits(v))

@@ -81,6 +81,7 @@ type Episode struct {
 	// TaskActions are the actions the episode's task allows
 	// (task.Spec.AllowedActions): the tools offered when the conversation
 	// says each task was offered its own (policy.Conversation.TaskActions).
+	// The episodes of a task may share it: read it, never change it.
 	TaskActions []runtime.ActionKind
 	// TaskShell is the episode's task's shell mode (task.Spec.Shell), as
 	// aci.ExecShell gives it for the run's provider: the exec tool offered

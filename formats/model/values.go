@@ -1,7 +1,6 @@
 package model
 
 import (
-	"bytes"
 	"encoding/json"
 )
 
@@ -40,118 +39,99 @@ type Member struct {
 // DeepSeek-V3) and TRL 1.x, which no longer drops None keys, see messages
 // as a chat client sends them.
 func EncodeMessage(m Message, o Options, extra ...Member) json.RawMessage {
-	o = o.WithDefaults()
-	var b bytes.Buffer
-	b.WriteString(`{"role":`)
-	b.Write(mustJSON(m.Role))
-	b.WriteString(`,"content":`)
-	switch {
-	case len(m.Images) > 0:
-		b.Write(contentParts(m))
-	case m.Role == RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && o.CallContent.NullContent():
-		b.WriteString("null")
-	default:
-		b.Write(mustJSON(m.Content))
-	}
-	if m.Reasoning != "" {
-		b.WriteString(`,"reasoning_content":`)
-		b.Write(mustJSON(m.Reasoning))
-	}
-	if len(m.ToolCalls) > 0 {
-		b.WriteString(`,"tool_calls":[`)
-		for i, tc := range m.ToolCalls {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(`{"id":`)
-			b.Write(mustJSON(tc.ID))
-			b.WriteString(`,"type":"function","function":{"name":`)
-			b.Write(mustJSON(tc.Name))
-			b.WriteString(`,"arguments":`)
-			b.Write(tc.Encoded(o.Args))
-			b.WriteString(`}}`)
-		}
-		b.WriteByte(']')
-	}
-	if m.ToolCallID != "" {
-		b.WriteString(`,"tool_call_id":`)
-		b.Write(mustJSON(m.ToolCallID))
-	}
-	for _, e := range extra {
-		b.WriteByte(',')
-		b.Write(mustJSON(e.Key))
-		b.WriteByte(':')
-		b.Write(e.Value)
-	}
-	b.WriteByte('}')
-	return b.Bytes()
+	return AppendMessage(nil, m, o, extra...)
 }
 
-// contentParts is the content of a message with images: a text part
+// AppendMessage appends EncodeMessage's object to b: a target writing many
+// messages appends them to one buffer instead of allocating each.
+func AppendMessage(b []byte, m Message, o Options, extra ...Member) []byte {
+	o = o.WithDefaults()
+	b = AppendJSONString(append(b, `{"role":`...), m.Role)
+	b = append(b, `,"content":`...)
+	switch {
+	case len(m.Images) > 0:
+		b = appendContentParts(b, m)
+	case m.Role == RoleAssistant && m.Content == "" && len(m.ToolCalls) > 0 && o.CallContent.NullContent():
+		b = append(b, "null"...)
+	default:
+		b = AppendJSONString(b, m.Content)
+	}
+	if m.Reasoning != "" {
+		b = AppendJSONString(append(b, `,"reasoning_content":`...), m.Reasoning)
+	}
+	if len(m.ToolCalls) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for i, tc := range m.ToolCalls {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendJSONString(append(b, `{"id":`...), tc.ID)
+			b = AppendJSONString(append(b, `,"type":"function","function":{"name":`...), tc.Name)
+			b = append(b, `,"arguments":`...)
+			if o.Args == ArgsString {
+				b = AppendJSONString(b, tc.Text)
+			} else {
+				b = append(b, tc.Arguments...)
+			}
+			b = append(b, `}}`...)
+		}
+		b = append(b, ']')
+	}
+	if m.ToolCallID != "" {
+		b = AppendJSONString(append(b, `,"tool_call_id":`...), m.ToolCallID)
+	}
+	for _, e := range extra {
+		b = AppendJSONString(append(b, ','), e.Key)
+		b = append(append(b, ':'), e.Value...)
+	}
+	return append(b, '}')
+}
+
+// appendContentParts appends the content of a message with images: a text part
 // (when it has text), then one part per image — image_url with its data URL
 // when the target set one (OpenAI's chat and fine-tuning format), else
 // {"type": "image"}, the placeholder part TRL's VLM collator and the chat
 // templates of VLMs (Gemma 3, Qwen2.5-VL) read, the image itself being the
 // row's images column, in the same order.
-func contentParts(m Message) json.RawMessage {
-	var b bytes.Buffer
-	b.WriteByte('[')
+func appendContentParts(b []byte, m Message) []byte {
+	b = append(b, '[')
 	if m.Content != "" {
-		b.WriteString(`{"type":"text","text":`)
-		b.Write(mustJSON(m.Content))
-		b.WriteString(`}`)
+		b = AppendJSONString(append(b, `{"type":"text","text":`...), m.Content)
+		b = append(b, '}')
 	}
 	for i, im := range m.Images {
 		if i > 0 || m.Content != "" {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
 		if im.URL != "" {
-			b.WriteString(`{"type":"image_url","image_url":{"url":`)
-			b.Write(mustJSON(im.URL))
-			b.WriteString(`}}`)
+			b = AppendJSONString(append(b, `{"type":"image_url","image_url":{"url":`...), im.URL)
+			b = append(b, `}}`...)
 		} else {
-			b.WriteString(`{"type":"image"}`)
+			b = append(b, `{"type":"image"}`...)
 		}
 	}
-	b.WriteByte(']')
-	return b.Bytes()
+	return append(b, ']')
 }
 
 // EncodeMessages is msgs as a JSON array of EncodeMessage objects.
 func EncodeMessages(msgs []Message, o Options) json.RawMessage {
-	var b bytes.Buffer
-	b.WriteByte('[')
+	b := []byte{'['}
 	for i, m := range msgs {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.Write(EncodeMessage(m, o))
+		b = AppendMessage(b, m, o)
 	}
-	b.WriteByte(']')
-	return b.Bytes()
+	return append(b, ']')
 }
 
 // Encoded is the call's arguments as enc writes them: the object (the
 // model's key order), or the model's text as a JSON string.
 func (tc ToolCall) Encoded(enc ArgsEncoding) json.RawMessage {
 	if enc == ArgsString {
-		return mustJSON(tc.Text)
+		return AppendJSONString(nil, tc.Text)
 	}
 	return tc.Arguments
-}
-
-// mustJSON encodes a string (which cannot fail) without HTML escaping.
-func mustJSON(s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			b, _ := EncodeJSON(s)
-			return b
-		}
-	}
-	// Printable ASCII without a quote or a backslash: encoding/json
-	// (HTML escaping off) writes it as it is, quoted.
-	b := make([]byte, 0, len(s)+2)
-	return append(append(append(b, '"'), s...), '"')
 }
 
 // ValidJSON is a JSON value its producer guarantees valid (EncodeMessage's
