@@ -1,11 +1,16 @@
 package shard
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/forkline/forkline/schemas"
 )
@@ -95,6 +100,30 @@ func TestColumnWiseRowsAreTheRowReaders(t *testing.T) {
 	}
 	sameDataset(t, dir)
 	sameDataset(t, "testdata/v2-dataset")
+	// Row groups of many windows (flatColumns), with their pages ending
+	// inside windows: the default row group size.
+	big := t.TempDir()
+	w, err = Create(big, testManifest(), Config{RollBytes: 64 << 20, RowGroupBytes: DefaultRowGroupBytes, RollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1200 {
+		b := makeBatch(testRunID, i)
+		for j := range b.Steps {
+			// long enough that a column's chunk is several pages
+			b.Steps[j].Output += strings.Repeat(fmt.Sprintf(" %d.%d", i, j), 40)
+		}
+		if err := w.Commit(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(StatusComplete); err != nil {
+		t.Fatal(err)
+	}
+	if rows, pages := largestGroup(t, big, schemas.TableSteps); rows <= 2*flatWindow || pages < 2 {
+		t.Fatalf("the largest steps row group has %d rows in %d pages of a column; want over %d rows in several pages", rows, pages, 2*flatWindow)
+	}
+	sameDataset(t, big)
 	for _, extra := range strings.Split(os.Getenv("FORKLINE_ROWS_DIRS"), ":") {
 		if extra == "" {
 			continue
@@ -122,4 +151,39 @@ func TestColumnWiseRowsAreTheRowReaders(t *testing.T) {
 	if got != len(batches) {
 		t.Fatalf("EachEpisode gave %d episodes of %d", got, len(batches))
 	}
+}
+
+// largestGroup returns the most rows a row group of table's shards has, and
+// the most pages one of its column chunks has.
+func largestGroup(t *testing.T, dir, table string) (rows int64, pages int) {
+	t.Helper()
+	d, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range d.Shards(table) {
+		f, pf, err := d.src.open(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rg := range pf.RowGroups() {
+			rows = max(rows, rg.NumRows())
+			for _, c := range rg.ColumnChunks() {
+				ps := c.Pages()
+				n := 0
+				for {
+					p, err := ps.ReadPage()
+					if err != nil {
+						break
+					}
+					parquet.Release(p)
+					n++
+				}
+				ps.Close()
+				pages = max(pages, n)
+			}
+		}
+		f.Close()
+	}
+	return rows, pages
 }
