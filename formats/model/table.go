@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/arrow-go/v18/parquet/schema"
 )
 
 // Row is one row to append: column name → value. A missing column is null.
@@ -105,13 +106,21 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // the types datasets expects. w is not closed.
 func NewParquetWriter(w io.Writer, fs Features) (*TableWriter, error) {
 	t := newTableWriter(w, fs)
-	props := parquet.NewWriterProperties(
+	opts := []parquet.WriterProperty{
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithDictionaryDefault(true),
-		parquet.WithMaxRowGroupLength(1<<30),
+		parquet.WithMaxRowGroupLength(1 << 30),
 		parquet.WithAllocator(memory.DefaultAllocator),
-	)
-	fw, err := pqarrow.NewFileWriter(t.schema, t.bw, props, pqarrow.NewArrowWriterProperties())
+	}
+	arrowProps := pqarrow.NewArrowWriterProperties()
+	plain, err := numberLists(t.schema, arrowProps)
+	if err != nil {
+		return nil, fmt.Errorf("model: parquet writer: %w", err)
+	}
+	for _, path := range plain {
+		opts = append(opts, parquet.WithDictionaryFor(path, false))
+	}
+	fw, err := pqarrow.NewFileWriter(t.schema, t.bw, parquet.NewWriterProperties(opts...), arrowProps)
 	if err != nil {
 		return nil, fmt.Errorf("model: parquet writer: %w", err)
 	}
@@ -121,6 +130,37 @@ func NewParquetWriter(w io.Writer, fs Features) (*TableWriter, error) {
 	}
 	t.pq = fw
 	return t, nil
+}
+
+// numberLists are the Parquet column paths of the lists of 32- and 64-bit
+// numbers in sc (token ids, logprobs): they are written without a
+// dictionary. A token id list draws on a vocabulary of 150,000 ids, too few
+// for the dictionary to reach its size limit and fall back, so every id was
+// looked up in a hash table of that size: a third of the CPU of an export
+// to sft-tokens, for files about as large as plain values and zstd make
+// them. An int8 mask (two values) and the strings keep the dictionary.
+func numberLists(sc *arrow.Schema, props pqarrow.ArrowWriterProperties) ([]string, error) {
+	pq, err := pqarrow.ToParquet(sc, parquet.NewWriterProperties(), props)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := range pq.NumColumns() {
+		c := pq.Column(i)
+		switch c.PhysicalType() {
+		case parquet.Types.Int32, parquet.Types.Int64, parquet.Types.Float, parquet.Types.Double:
+		default:
+			continue
+		}
+		if c.MaxRepetitionLevel() == 0 {
+			continue
+		}
+		if l, ok := c.LogicalType().(schema.IntLogicalType); ok && l.BitWidth() < 32 {
+			continue
+		}
+		out = append(out, c.Path())
+	}
+	return out, nil
 }
 
 // NewStreamWriter writes an Arrow IPC stream (not the IPC file format) to w,
