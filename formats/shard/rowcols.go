@@ -401,25 +401,38 @@ func (r *colRows[T]) listColumn(chunk parquet.ColumnChunk, fd rowField, rows int
 		starts = make([]int, 0, rows+1)
 		err    error
 	)
+	// The values are about as many as the chunk holds (an empty list's
+	// placeholder is one too): room for them at once.
+	switch values := int(max(chunk.NumValues(), 0)); fd.kind {
+	case kListInt32:
+		ints = make([]int32, 0, values)
+	case kListFloat32:
+		floats = make([]float32, 0, values)
+	}
 	row := -1
-	each := func(v parquet.Value) error {
-		if v.RepetitionLevel() == 0 {
-			row++
-			if int64(row) >= rows {
-				return fmt.Errorf("more lists than the row group's %d rows", rows)
+	// Each run of values in one loop per kind, the kind switched on once a
+	// run (a call a value was most of reading token ids).
+	each := func(vs []parquet.Value) error {
+		for i := range vs {
+			v := &vs[i]
+			if v.RepetitionLevel() == 0 {
+				row++
+				if int64(row) >= rows {
+					return fmt.Errorf("more lists than the row group's %d rows", rows)
+				}
+				starts = append(starts, len(ints)+len(floats)+len(strs))
 			}
-			starts = append(starts, len(ints)+len(floats)+len(strs))
-		}
-		if v.IsNull() {
-			return nil
-		}
-		switch fd.kind {
-		case kListInt32:
-			ints = append(ints, v.Int32())
-		case kListFloat32:
-			floats = append(floats, v.Float())
-		default:
-			strs = append(strs, string(v.ByteArray()))
+			if v.IsNull() {
+				continue
+			}
+			switch fd.kind {
+			case kListInt32:
+				ints = append(ints, v.Int32())
+			case kListFloat32:
+				floats = append(floats, v.Float())
+			default:
+				strs = append(strs, string(v.ByteArray()))
+			}
 		}
 		return nil
 	}
@@ -534,44 +547,27 @@ func setFlats(p unsafe.Pointer, stride uintptr, k fieldKind, vs []parquet.Value)
 	}
 }
 
-// readValues hands every value of a column chunk to each, in order. A page
-// that fails to decode — or panics doing so — is an error.
-func readValues(chunk parquet.ColumnChunk, buf []parquet.Value, each func(parquet.Value) error) (err error) {
+// readValues hands the values of a column chunk to each, a run at a time,
+// in order. A page that fails to decode — or panics doing so — is an error.
+func readValues(chunk parquet.ColumnChunk, buf []parquet.Value, each func([]parquet.Value) error) (err error) {
+	c := valueCursor{pages: chunk.Pages(), buf: buf}
 	defer func() {
+		c.close()
 		if p := recover(); p != nil {
 			err = fmt.Errorf("decoding a page panicked: %v", p)
 		}
 	}()
-	pages := chunk.Pages()
-	defer pages.Close()
 	for {
-		page, err := pages.ReadPage()
+		vs, err := c.values()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		values := page.Values()
-		for {
-			k, err := values.ReadValues(buf)
-			for _, v := range buf[:k] {
-				if e := each(v); e != nil {
-					parquet.Release(page)
-					return e
-				}
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				parquet.Release(page)
-				return err
-			}
-			if k == 0 {
-				break
-			}
+		if err := each(vs); err != nil {
+			return err
 		}
-		parquet.Release(page)
+		c.consume(len(vs))
 	}
 }
