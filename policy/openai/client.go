@@ -174,7 +174,27 @@ const maxBody = 256 << 20
 
 // defaultHTTP is shared by every policy without its own client, so episodes
 // reuse connections. Attempts are bounded by contexts, not by the client.
-var defaultHTTP = &http.Client{}
+//
+// Its transport keeps every idle connection to a server, not Go's default
+// of two per host: a run of N replicas has up to N requests in flight to
+// one model server, and with two kept, each answer but two closed its
+// connection and the next request dialled a new one: a connect and a
+// socket left in TIME_WAIT a step, a round trip more to a remote server,
+// and at 256 replicas against a loopback server 0.22 s of the collector's
+// 4.1 s of CPU in dialling (0.03 s now). The idle ones still close after
+// the default 90 s.
+var defaultHTTP = &http.Client{Transport: keepAllIdle()}
+
+func keepAllIdle() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0 // no limit across hosts
+	t.MaxIdleConnsPerHost = maxIdlePerHost
+	return t
+}
+
+// maxIdlePerHost bounds the idle connections kept to one server: more than
+// the replicas a machine runs.
+const maxIdlePerHost = 4096
 
 // client sends requests to the model server (and to a separate renderer,
 // when one is configured) with retries.

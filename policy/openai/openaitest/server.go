@@ -38,11 +38,13 @@ import (
 	_ "image/jpeg"
 	_ "image/png"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -225,7 +227,11 @@ type Server struct {
 	failed    map[string]int // scenario/turn → failures answered
 	requests  []Request
 	refusals  []string
+	conns     atomic.Int64 // connections accepted
 }
+
+// Connections is how many connections the server has accepted so far.
+func (s *Server) Connections() int64 { return s.conns.Load() }
 
 // New starts a server answering the scripted scenarios; it is closed when
 // the test ends.
@@ -236,7 +242,13 @@ func New(t testing.TB, scenarios map[string][]Turn) *Server {
 // Start starts a server with the options; it is closed when the test ends.
 func Start(t testing.TB, o Options) *Server {
 	s := &Server{scenarios: o.Scenarios, model: o.Model, failed: map[string]int{}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.handle))
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.handle))
+	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.srv.Start()
 	s.URL = s.srv.URL + "/v1"
 	t.Cleanup(s.srv.Close)
 	return s
