@@ -284,6 +284,42 @@ func (a Action) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// AppendArguments appends a's fields as a JSON object: the canonical form
+// (MarshalJSON) without its kind, the fields in canonical order, the
+// integers in decimal and each string as appendString quotes it (a caller
+// that writes JSON without HTML escaping gives its own quoting, which this
+// package does not own). A tool call's arguments are this object.
+func (a Action) AppendArguments(b []byte, appendString func([]byte, string) []byte) ([]byte, error) {
+	specs, ok := actionFields[a.Kind]
+	if !ok {
+		return nil, fmt.Errorf("runtime: %w: unknown kind %q", ErrInvalidAction, a.Kind)
+	}
+	b = append(b, '{')
+	first := true
+	for _, f := range specs {
+		v := a.fieldValue(f.name)
+		if !f.required && isZero(v) {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(append(append(b, '"'), f.name...), '"', ':')
+		switch x := v.(type) {
+		case string:
+			b = appendString(b, x)
+		case int:
+			b = strconv.AppendInt(b, int64(x), 10)
+		case int64:
+			b = strconv.AppendInt(b, x, 10)
+		default:
+			return nil, fmt.Errorf("runtime: action field %s has type %T, which AppendArguments does not write", f.name, v)
+		}
+	}
+	return append(b, '}'), nil
+}
+
 // plainValue writes v as json.Marshal would when that needs no escape
 // (an integer, or a string of printable ASCII without '"', '\\' and the
 // HTML characters json.Marshal escapes) and reports whether it did: the

@@ -545,75 +545,11 @@ func parseAction(actionJSON string) (parsedAction, error) {
 	return parsedAction{action: a, args: args}, nil
 }
 
-// argumentsOf is a's fields as Arguments writes them.
+// argumentsOf is a's fields as Arguments writes them: the canonical form's
+// fields, its strings quoted without HTML escaping (in string-encoded
+// arguments \u003c would be what a model is trained to write).
 func argumentsOf(a runtime.Action) (json.RawMessage, error) {
-	canon, err := a.MarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	// The canonical form starts with the kind (runtime.Action.MarshalJSON);
-	// what follows it is the fields.
-	rest, ok := bytes.CutPrefix(canon, []byte(`{"kind":"`+string(a.Kind)+`"`))
-	if !ok {
-		return nil, fmt.Errorf("canonical action %s does not start with its kind", canon)
-	}
-	if bytes.Equal(rest, []byte("}")) {
-		return json.RawMessage("{}"), nil
-	}
-	// rest is ",field..." in canon, which is ours: its comma becomes the
-	// object's brace, in place.
-	obj := rest
-	obj[0] = '{'
-	if !bytes.Contains(obj, []byte(`\u00`)) {
-		// No escape unescapeHTML could rewrite (\u003c, \u003e, \u0026
-		// are the only ones it changes; every other escape and every
-		// number reads back and re-encodes as it was, and the fields are
-		// flat strings and integers): the object is already its output.
-		return obj, nil
-	}
-	return unescapeHTML(obj)
-}
-
-// unescapeHTML rewrites the HTML escapes encoding/json adds (\u003c for
-// <, \u003e for >, \u0026 for &) in a compact JSON object that
-// encoding/json wrote, as the characters they stand for: in
-// string-encoded arguments they would be what a model is trained to write.
-// Every other escape is kept as it is, which is what decoding the object
-// and encoding it again without HTML escaping gives (EncodeJSON writes the
-// same escapes for the rest: quote, backslash, control characters,
-// U+2028 and U+2029).
-func unescapeHTML(obj []byte) (json.RawMessage, error) {
-	out := make([]byte, 0, len(obj))
-	for i := 0; i < len(obj); i++ {
-		c := obj[i]
-		if c != '\\' {
-			out = append(out, c)
-			continue
-		}
-		if i+1 >= len(obj) {
-			return nil, fmt.Errorf("model: arguments end in a backslash: %.40q", obj)
-		}
-		if obj[i+1] == 'u' && i+5 < len(obj) {
-			switch string(obj[i+2 : i+6]) {
-			case "003c", "003C":
-				out = append(out, '<')
-				i += 5
-				continue
-			case "003e", "003E":
-				out = append(out, '>')
-				i += 5
-				continue
-			case "0026":
-				out = append(out, '&')
-				i += 5
-				continue
-			}
-		}
-		// Any other escape: both bytes as they are.
-		out = append(out, c, obj[i+1])
-		i++
-	}
-	return out, nil
+	return a.AppendArguments(nil, AppendJSONString)
 }
 
 // ToolResult is the text of step s's observation as the policy showed it
