@@ -41,7 +41,7 @@ func TestNumberListsHaveNoDictionary(t *testing.T) {
 		for _, c := range rg.Columns {
 			name := strings.Join(c.MetaData.PathInSchema, ".")
 			for _, e := range c.MetaData.Encoding {
-				if e == format.RLEDictionary || e == format.PlainDictionary {
+				if e == format.RLEDictionary {
 					dictionary[name] = true
 				}
 			}
