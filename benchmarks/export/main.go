@@ -9,6 +9,7 @@
 //
 //	go run ./benchmarks/export                        # 10,000 and 100,000 episodes
 //	go run ./benchmarks/export -episodes 100000,1000000 -data /tmp/exportbench
+//	go run ./benchmarks/export -episodes 100000 -repeat 3   # the median of three runs of each
 //
 // The datasets are generated (benchmarks/datagen: four shell tasks, three
 // steps an episode, written through collect's own row and shard code), a
@@ -27,6 +28,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -35,6 +37,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,6 +70,7 @@ func main() {
 	jsonOut := flag.String("json", "", "also write the results to `FILE`")
 	given := flag.String("bin", "", "measure this forkline binary instead of building ./cmd/forkline (to compare builds)")
 	maxRatio := flag.Float64("max-cpu-ratio", 0, "fail when an export's CPU seconds exceed this multiple of DuckDB's (0: report only)")
+	repeat := flag.Int("repeat", 1, "run each export and each DuckDB copy `N` times and report the run of median CPU (DuckDB's CPU for the same copy moves by a third from run to run)")
 	flag.Parse()
 
 	tmp, err := os.MkdirTemp("", "forkline-exportbench-")
@@ -101,7 +105,7 @@ func main() {
 			ds := dataset(bin, *data, n, *collectIt, withTokens)
 			d, ok := baselines[withTokens]
 			if !ok {
-				d = duckdb(duck, ds, filepath.Join(tmp, "duck"))
+				d = median(*repeat, func() run { return duckdb(duck, ds, filepath.Join(tmp, "duck")) })
 				d.Episodes = n
 				if withTokens {
 					d.What += " (tokens)"
@@ -110,7 +114,7 @@ func main() {
 				all = append(all, d)
 				baselines[withTokens] = d
 			}
-			r := export(bin, ds, to, filepath.Join(tmp, "out-"+to), n)
+			r := median(*repeat, func() run { return export(bin, ds, to, filepath.Join(tmp, "out-"+to), n) })
 			r.OfDuckDB = r.WallSec / d.WallSec
 			r.CPUOfDuckDB = r.CPUSec / d.CPUSec
 			fmt.Printf("  %-31s %10d %9.2f %12.0f %8.2f %13.1f %14.2f %13.2f\n", r.What, r.Rows, r.WallSec, r.RowsPerS, r.CPUSec, r.PeakRSSMB, r.OfDuckDB, r.CPUOfDuckDB)
@@ -131,6 +135,17 @@ func main() {
 	if *maxRatio > 0 {
 		fmt.Printf("every export within %.2fx DuckDB's CPU\n", *maxRatio)
 	}
+}
+
+// median runs measure n times (at least once) and returns the run of
+// median CPU seconds, the lower middle one of an even count.
+func median(n int, measure func() run) run {
+	runs := make([]run, 0, max(n, 1))
+	for range max(n, 1) {
+		runs = append(runs, measure())
+	}
+	slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(a.CPUSec, b.CPUSec) })
+	return runs[(len(runs)-1)/2]
 }
 
 // dataset returns a dataset of n episodes in dir, generating (or
