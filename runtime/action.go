@@ -169,39 +169,50 @@ func kindList() string {
 	return strings.Join(s, ", ")
 }
 
-// fieldValue returns the Go value of the named JSON field of a.
+// fieldValue returns the Go value of the named JSON field of a: a string,
+// or an integer as an int64.
 func (a *Action) fieldValue(name string) any {
+	s, n, isString := a.scalar(name)
+	if isString {
+		return s
+	}
+	return n
+}
+
+// scalar returns the named JSON field of a without boxing it: the string
+// of a string field (isString), else the integer.
+func (a *Action) scalar(name string) (s string, n int64, isString bool) {
 	switch name {
 	case "cmd":
-		return a.Cmd
+		return a.Cmd, 0, true
 	case "timeout_ms":
-		return a.TimeoutMS
+		return "", a.TimeoutMS, false
 	case "path":
-		return a.Path
+		return a.Path, 0, true
 	case "content":
-		return a.Content
+		return a.Content, 0, true
 	case "x":
-		return a.X
+		return "", int64(a.X), false
 	case "y":
-		return a.Y
+		return "", int64(a.Y), false
 	case "button":
-		return a.Button
+		return a.Button, 0, true
 	case "text":
-		return a.Text
+		return a.Text, 0, true
 	case "keys":
-		return a.Keys
+		return a.Keys, 0, true
 	case "dx":
-		return a.DX
+		return "", int64(a.DX), false
 	case "dy":
-		return a.DY
+		return "", int64(a.DY), false
 	case "url":
-		return a.URL
+		return a.URL, 0, true
 	case "ms":
-		return a.MS
+		return "", a.MS, false
 	case "answer":
-		return a.Answer
+		return a.Answer, 0, true
 	case "scrollback":
-		return a.Scrollback
+		return "", int64(a.Scrollback), false
 	}
 	panic("runtime: no action field " + name)
 }
@@ -297,8 +308,8 @@ func (a Action) AppendArguments(b []byte, appendString func([]byte, string) []by
 	b = append(b, '{')
 	first := true
 	for _, f := range specs {
-		v := a.fieldValue(f.name)
-		if !f.required && isZero(v) {
+		str, n, isString := a.scalar(f.name)
+		if !f.required && str == "" && n == 0 {
 			continue
 		}
 		if !first {
@@ -306,15 +317,10 @@ func (a Action) AppendArguments(b []byte, appendString func([]byte, string) []by
 		}
 		first = false
 		b = append(append(append(b, '"'), f.name...), '"', ':')
-		switch x := v.(type) {
-		case string:
-			b = appendString(b, x)
-		case int:
-			b = strconv.AppendInt(b, int64(x), 10)
-		case int64:
-			b = strconv.AppendInt(b, x, 10)
-		default:
-			return nil, fmt.Errorf("runtime: action field %s has type %T, which AppendArguments does not write", f.name, v)
+		if isString {
+			b = appendString(b, str)
+		} else {
+			b = strconv.AppendInt(b, n, 10)
 		}
 	}
 	return append(b, '}'), nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -293,7 +294,9 @@ func Messages(ep *Episode, o Options) ([]Message, error) {
 	if ep.IsAgent() {
 		return agentMessages(ep, o)
 	}
-	out := Prompt(ep)
+	// Room for a call and its result a step: the slice is not regrown
+	// step after step.
+	out := slices.Grow(Prompt(ep), 2*len(ep.Steps)+1)
 	text := ep.Conversation.TextToolCalls()
 	for i := range ep.Steps {
 		s := &ep.Steps[i]
