@@ -116,6 +116,10 @@ func TestObservationText(t *testing.T) {
 		{"invalid UTF-8", runtime.Step{Action: read, Observation: runtime.Observation{Output: []byte("a\xffb")}}, 0, "a\uFFFDb"},
 		{"elided", runtime.Step{Action: read, Observation: runtime.Observation{Output: []byte("0123456789abcdefghij")}}, 10,
 			"01234\n[... forkline: 10 bytes elided from the middle of this output ...]\nfghij"},
+		{"at the limit", runtime.Step{Action: exec, Observation: runtime.Observation{Output: []byte("é123456789")}}, 11, "exit code: 0\né123456789"},
+		// The limit applies to the text after the replacement.
+		{"invalid UTF-8 over the limit once replaced", runtime.Step{Action: read, Observation: runtime.Observation{Output: []byte("a\xffb\xffc")}}, 6,
+			"a\n[... forkline: 7 bytes elided from the middle of this output ...]\nc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, ObservationText(tc.step, tc.limit))

@@ -2,6 +2,7 @@ package aci
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -24,9 +25,12 @@ import (
 func ObservationText(s runtime.Step, limit int) string {
 	o := s.Observation
 	var b strings.Builder
+	b.Grow(len(o.Output) + 64)
 	exec := s.Action.Kind == runtime.ActExec
 	if exec {
-		fmt.Fprintf(&b, "exit code: %d\n", o.ExitCode)
+		b.WriteString("exit code: ")
+		b.WriteString(strconv.Itoa(o.ExitCode))
+		b.WriteByte('\n')
 	}
 	switch {
 	case o.TimedOut:
@@ -36,6 +40,12 @@ func ObservationText(s runtime.Step, limit int) string {
 	}
 	if o.Screenshot != nil {
 		fmt.Fprintf(&b, "[forkline: a %dx%d screenshot was taken; this policy sends text only]\n", o.Screenshot.Width, o.Screenshot.Height)
+	}
+	if len(o.Output) > 0 && (limit <= 0 || len(o.Output) <= limit) && utf8.Valid(o.Output) {
+		// Valid text that needs no elision is written as it is, without
+		// the string Text makes of it first.
+		b.Write(o.Output)
+		return b.String()
 	}
 	text := o.Text()
 	switch {
