@@ -401,17 +401,19 @@ func (r *colRows[T]) listColumn(chunk parquet.ColumnChunk, fd rowField, rows int
 		starts = make([]int, 0, rows+1)
 		err    error
 	)
-	// The values are about as many as the chunk holds (an empty list's
-	// placeholder is one too): room for them at once.
-	switch values := int(max(chunk.NumValues(), 0)); fd.kind {
+	// The values are about as many as the chunk says it holds (an empty
+	// list's placeholder is one too): room for them at once, up to
+	// maxListPrealloc (the count is the file's word, and a shard is
+	// untrusted input; past it the slice grows as values come).
+	switch values := int(min(max(chunk.NumValues(), 0), maxListPrealloc)); fd.kind {
 	case kListInt32:
 		ints = make([]int32, 0, values)
 	case kListFloat32:
 		floats = make([]float32, 0, values)
 	}
 	row := -1
-	// Each run of values in one loop per kind, the kind switched on once a
-	// run (a call a value was most of reading token ids).
+	// A run of values a call (a call a value, and the slices regrown, were
+	// most of reading token ids).
 	each := func(vs []parquet.Value) error {
 		for i := range vs {
 			v := &vs[i]
@@ -463,6 +465,11 @@ func (r *colRows[T]) listColumn(chunk parquet.ColumnChunk, fd rowField, rows int
 	}
 	return nil
 }
+
+// maxListPrealloc bounds the values a list column's slice is made with
+// before any is read: 4 Mi values, 16 MiB of token ids (a row group of the
+// default 8 MiB holds at most about 2 Mi).
+const maxListPrealloc = 4 << 20
 
 // An empty list of numbers reads as an empty slice, not nil, as the row
 // reader gives it (JSON exports write it as [], not null). Zero capacity:
