@@ -482,74 +482,76 @@ var (
 // setFlats sets the field of kind k at p, and at each stride after it, to
 // the values in order: one call and one switch a run of values (a call a
 // value, with the value copied through the stack, was a fifth of an export
-// to jsonl). A null leaves the zero value, as cleared.
+// to jsonl). A null leaves the zero value, as cleared. Each field's address
+// is computed from p, never stepped past the last row (a pointer one row
+// beyond the rows' allocation is invalid: checkptr, under -race, stops it).
 func setFlats(p unsafe.Pointer, stride uintptr, k fieldKind, vs []parquet.Value) {
 	switch k {
 	case kString:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
-				*(*string)(p) = string(v.ByteArray())
+				q := unsafe.Add(p, uintptr(i)*stride)
+				*(*string)(q) = string(v.ByteArray())
 			}
-			p = unsafe.Add(p, stride)
 		}
 	case kBytes:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
-				*(*[]byte)(p) = bytes.Clone(v.ByteArray())
+				q := unsafe.Add(p, uintptr(i)*stride)
+				*(*[]byte)(q) = bytes.Clone(v.ByteArray())
 			}
-			p = unsafe.Add(p, stride)
 		}
 	case kInt32:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
-				*(*int32)(p) = v.Int32()
+				q := unsafe.Add(p, uintptr(i)*stride)
+				*(*int32)(q) = v.Int32()
 			}
-			p = unsafe.Add(p, stride)
 		}
 	case kInt64:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
-				*(*int64)(p) = v.Int64()
+				q := unsafe.Add(p, uintptr(i)*stride)
+				*(*int64)(q) = v.Int64()
 			}
-			p = unsafe.Add(p, stride)
 		}
 	case kFloat64:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
-				*(*float64)(p) = v.Double()
+				q := unsafe.Add(p, uintptr(i)*stride)
+				*(*float64)(q) = v.Double()
 			}
-			p = unsafe.Add(p, stride)
 		}
 	case kBool:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
-				*(*bool)(p) = v.Boolean()
+				q := unsafe.Add(p, uintptr(i)*stride)
+				*(*bool)(q) = v.Boolean()
 			}
-			p = unsafe.Add(p, stride)
 		}
 	case kPString:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
+				q := unsafe.Add(p, uintptr(i)*stride)
 				s := string(v.ByteArray())
-				*(**string)(p) = &s
+				*(**string)(q) = &s
 			}
-			p = unsafe.Add(p, stride)
 		}
 	case kPInt32:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
+				q := unsafe.Add(p, uintptr(i)*stride)
 				x := v.Int32()
-				*(**int32)(p) = &x
+				*(**int32)(q) = &x
 			}
-			p = unsafe.Add(p, stride)
 		}
 	case kPFloat64:
 		for i := range vs {
 			if v := &vs[i]; !v.IsNull() {
+				q := unsafe.Add(p, uintptr(i)*stride)
 				x := v.Double()
-				*(**float64)(p) = &x
+				*(**float64)(q) = &x
 			}
-			p = unsafe.Add(p, stride)
 		}
 	}
 }
