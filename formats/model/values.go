@@ -67,13 +67,7 @@ func AppendMessage(b []byte, m Message, o Options, extra ...Member) []byte {
 			}
 			b = AppendJSONString(append(b, `{"id":`...), tc.ID)
 			b = AppendJSONString(append(b, `,"type":"function","function":{"name":`...), tc.Name)
-			b = append(b, `,"arguments":`...)
-			if o.Args == ArgsString {
-				b = AppendJSONString(b, tc.Text)
-			} else {
-				b = append(b, tc.Arguments...)
-			}
-			b = append(b, `}}`...)
+			b = append(tc.appendArguments(append(b, `,"arguments":`...), o.Args), `}}`...)
 		}
 		b = append(b, ']')
 	}
@@ -125,13 +119,13 @@ func EncodeMessages(msgs []Message, o Options) json.RawMessage {
 	return append(b, ']')
 }
 
-// Encoded is the call's arguments as enc writes them: the object (the
-// model's key order), or the model's text as a JSON string.
-func (tc ToolCall) Encoded(enc ArgsEncoding) json.RawMessage {
+// appendArguments appends the call's arguments as enc writes them: the
+// object (the model's key order), or the model's text as a JSON string.
+func (tc ToolCall) appendArguments(b []byte, enc ArgsEncoding) []byte {
 	if enc == ArgsString {
-		return AppendJSONString(nil, tc.Text)
+		return AppendJSONString(b, tc.Text)
 	}
-	return tc.Arguments
+	return append(b, tc.Arguments...)
 }
 
 // ValidJSON is a JSON value its producer guarantees valid (EncodeMessage's
