@@ -501,6 +501,10 @@ func readAhead(ctx context.Context, each func(episodeFunc) error, fn episodeFunc
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := make(chan []item, readAheadDepth)
+	// Written batches go back to the reader to be filled again, so a
+	// batch's array is made readAheadDepth+2 times per export, not once per
+	// readAheadBatch episodes.
+	free := make(chan []item, readAheadDepth+2)
 	var readErr error
 	done := make(chan struct{})
 	go func() {
@@ -513,7 +517,11 @@ func readAhead(ctx context.Context, each func(episodeFunc) error, fn episodeFunc
 			}
 			select {
 			case ch <- batch:
-				batch = make([]item, 0, readAheadBatch)
+				select {
+				case batch = <-free:
+				default:
+					batch = make([]item, 0, readAheadBatch)
+				}
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -541,6 +549,11 @@ read:
 			if err = fn(it.row, it.steps, it.rewards); err != nil {
 				break read
 			}
+		}
+		clear(b) // fn may keep the steps; the batch must not
+		select {
+		case free <- b[:0]:
+		default:
 		}
 	}
 	cancel() // a reader still going stops at its next hand-off

@@ -261,6 +261,10 @@ func (d *Dataset) EachEpisodeIn(gen int, fn func(ep schemas.EpisodeRow, steps []
 	return d.eachEpisodeOf(gen, true, fn)
 }
 
+// maxStepPrealloc bounds the step rows eachEpisodeOf makes room for ahead
+// of reading them.
+const maxStepPrealloc = 1024
+
 // eachEpisodeOf walks generation gen's episodes with their rewards, and
 // with their steps when withSteps (else the steps table is not read).
 func (d *Dataset) eachEpisodeOf(gen int, withSteps bool, fn func(schemas.EpisodeRow, []schemas.StepRow, []schemas.RewardRow) error) error {
@@ -284,6 +288,13 @@ func (d *Dataset) eachEpisodeOf(gen int, withSteps bool, fn func(schemas.Episode
 	for ; episodes.ok; episodes.advance() {
 		ep := episodes.cur
 		var st []schemas.StepRow
+		if withSteps && ep.Steps > 0 {
+			// Room for the steps the row says follow, made once (growing
+			// from nil allocated more than twice the rows an export
+			// reads). The count is the file's word, so only up to
+			// maxStepPrealloc; a longer episode grows past it.
+			st = make([]schemas.StepRow, 0, min(int(ep.Steps), maxStepPrealloc))
+		}
 		for steps.ok && steps.cur.EpisodeID == ep.EpisodeID {
 			st = append(st, steps.cur)
 			steps.advance()
