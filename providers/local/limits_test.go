@@ -78,9 +78,12 @@ func TestPidsLimitCgroup(t *testing.T) {
 	cg := sandboxCgroup(t, p, sb)
 	require.Equal(t, int64(20), readInt(t, filepath.Join(cg, "pids.max")))
 
-	// Every command runs inside the sandbox's cgroup.
-	self := run(t, sb, "cat /proc/self/cgroup")
-	require.Contains(t, self, "/"+filepath.Base(filepath.Dir(cg))+"/"+sb.Info().ID)
+	// Every command runs inside the sandbox's cgroup, each one joining
+	// it through the same open cgroup.procs.
+	for range 3 {
+		self := run(t, sb, "cat /proc/self/cgroup")
+		require.Contains(t, self, "/"+filepath.Base(filepath.Dir(cg))+"/"+sb.Info().ID)
+	}
 
 	obs, err := sb.Act(t.Context(), runtime.Action{Kind: runtime.ActExec,
 		Cmd: "for i in $(seq 60); do sleep 5 & done; echo all-started", TimeoutMS: 20000})
@@ -104,6 +107,31 @@ func TestPidsLimitCgroup(t *testing.T) {
 	f, err := p.Fork(t.Context(), cp)
 	require.NoError(t, err)
 	require.Equal(t, int64(20), readInt(t, filepath.Join(sandboxCgroup(t, p, f), "pids.max")))
+}
+
+// TestCgroupFilesClosedWithTheSandbox: the cgroup.procs a sandbox keeps
+// open is closed when it closes, so a long run does not gather descriptors.
+func TestCgroupFilesClosedWithTheSandbox(t *testing.T) {
+	p := cgroupProvider(t, nil)
+	warm, err := p.Create(t.Context(), providers.Spec{})
+	require.NoError(t, err)
+	run(t, warm, "true")
+	require.NoError(t, warm.Close(t.Context()))
+	before := openFiles(t)
+	for range 20 {
+		sb, err := p.Create(t.Context(), providers.Spec{})
+		require.NoError(t, err)
+		run(t, sb, "true")
+		require.NoError(t, sb.Close(t.Context()))
+	}
+	require.InDelta(t, before, openFiles(t), 3, "descriptors left open by 20 closed sandboxes")
+}
+
+func openFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(fds)
 }
 
 // TestForkBombLocal runs a real fork bomb in a local sandbox whose spec sets
