@@ -31,6 +31,11 @@ func openLocal(t testing.TB, fork string) *local.Provider {
 	var p *local.Provider
 	open := func() (err error) {
 		p, err = local.New(providers.Options{Dir: t.TempDir(), Params: map[string]string{local.ParamFork: fork}})
+		if err == nil {
+			// A provider the test leaves open would leave its cgroup
+			// behind on the host; Close is idempotent.
+			t.Cleanup(func() { _ = p.Close(context.Background()) })
+		}
 		return err
 	}
 	if fork != local.ForkOverlay {
