@@ -478,20 +478,27 @@ func stepCallsOf(s *schemas.StepRow, act parsedAction) ([]ToolCall, error) {
 	if s.ActionKind == "" {
 		return nil, nil
 	}
-	return []ToolCall{{ID: CallID(int(s.StepIndex)), Name: s.ActionKind, Arguments: act.args, Text: string(act.args)}}, nil
+	args, err := act.arguments()
+	if err != nil {
+		return nil, err
+	}
+	return []ToolCall{{ID: CallID(int(s.StepIndex)), Name: s.ActionKind, Arguments: args, Text: string(args)}}, nil
 }
 
 // argumentsObject is the model's arguments text as a compact JSON object in
 // its own key order, or, when the text is not a JSON object (an empty
 // string is {}), the text as a JSON string.
 func argumentsObject(text string) json.RawMessage {
-	t := bytes.TrimSpace([]byte(text))
+	t := strings.TrimSpace(text)
 	if len(t) == 0 {
 		return json.RawMessage("{}")
 	}
-	if t[0] == '{' && json.Valid(t) {
+	if t[0] == '{' {
+		// Compact validates as it goes: it fails on what json.Valid
+		// would refuse, so the text is scanned once.
 		var b bytes.Buffer
-		if json.Compact(&b, t) == nil {
+		b.Grow(len(t))
+		if json.Compact(&b, []byte(t)) == nil {
 			return b.Bytes()
 		}
 	}
@@ -502,10 +509,14 @@ func argumentsObject(text string) json.RawMessage {
 // textCall writes a canonical action as the <tool_call> block of the text
 // dialect, for a text-mode step that recorded no model text.
 func textCall(act parsedAction) (string, error) {
+	args, err := act.arguments()
+	if err != nil {
+		return "", err
+	}
 	call, err := EncodeJSON(struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
-	}{string(act.action.Kind), act.args})
+	}{string(act.action.Kind), args})
 	if err != nil {
 		return "", err
 	}
@@ -520,17 +531,27 @@ func CallID(step int) string { return "call_" + strconv.Itoa(step) }
 // {"cmd":"ls"}. It validates the action first.
 func Arguments(actionJSON string) (json.RawMessage, error) {
 	act, err := parseAction(actionJSON)
-	return act.args, err
+	if err != nil {
+		return nil, err
+	}
+	return act.arguments()
 }
 
-// parsedAction is a step's action decoded once: the action and its
-// arguments (Arguments).
+// parsedAction is a step's action decoded once, for everything a step's
+// messages take from it.
 type parsedAction struct {
 	action runtime.Action
-	args   json.RawMessage
 }
 
-// parseAction decodes a canonical action JSON and its arguments.
+// arguments is the action's arguments (Arguments). They are written only
+// when asked for: a step that recorded the model's tool calls shows those,
+// and writing the action's own for every step of such a run was a twentieth
+// of a chat-jsonl export's CPU.
+func (p parsedAction) arguments() (json.RawMessage, error) {
+	return argumentsOf(p.action)
+}
+
+// parseAction decodes a canonical action JSON.
 func parseAction(actionJSON string) (parsedAction, error) {
 	var a runtime.Action
 	// Its own decoder directly: json.Unmarshal would scan the text once
@@ -541,11 +562,7 @@ func parseAction(actionJSON string) (parsedAction, error) {
 	if a.Kind == "" {
 		return parsedAction{}, fmt.Errorf("action_json %q holds no action", actionJSON)
 	}
-	args, err := argumentsOf(a)
-	if err != nil {
-		return parsedAction{}, err
-	}
-	return parsedAction{action: a, args: args}, nil
+	return parsedAction{action: a}, nil
 }
 
 // argumentsOf is a's fields as Arguments writes them: the canonical form's
