@@ -169,16 +169,6 @@ func kindList() string {
 	return strings.Join(s, ", ")
 }
 
-// fieldValue returns the Go value of the named JSON field of a: a string,
-// or an integer as an int64.
-func (a *Action) fieldValue(name string) any {
-	s, n, isString := a.scalar(name)
-	if isString {
-		return s
-	}
-	return n
-}
-
 // scalar returns the named JSON field of a without boxing it: the string
 // of a string field (isString), else the integer.
 func (a *Action) scalar(name string) (s string, n int64, isString bool) {
@@ -270,29 +260,12 @@ func (a Action) MarshalJSON() ([]byte, error) {
 	}
 	// Room for a short action at once: growing from empty reallocated
 	// three or four times.
-	b := bytes.NewBuffer(make([]byte, 0, 128))
+	b := make([]byte, 0, 128)
 	// A known kind is a lower-case identifier (TestKindsArePlain): its
 	// JSON is itself in quotes.
-	b.WriteString(`{"kind":"`)
-	b.WriteString(string(a.Kind))
-	b.WriteByte('"')
-	for _, f := range specs {
-		v := a.fieldValue(f.name)
-		if !f.required && isZero(v) {
-			continue
-		}
-		b.WriteString(`,"` + f.name + `":`)
-		if plainValue(b, v) {
-			continue
-		}
-		enc, err := json.Marshal(v)
-		if err != nil {
-			return nil, err
-		}
-		b.Write(enc)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	b = append(append(append(b, `{"kind":"`...), a.Kind...), '"')
+	b = a.appendFields(b, specs, true, appendMarshalString)
+	return append(b, '}'), nil
 }
 
 // AppendArguments appends a's fields as a JSON object: the canonical form
@@ -306,16 +279,25 @@ func (a Action) AppendArguments(b []byte, appendString func([]byte, string) []by
 		return nil, fmt.Errorf("runtime: %w: unknown kind %q", ErrInvalidAction, a.Kind)
 	}
 	b = append(b, '{')
-	first := true
+	b = a.appendFields(b, specs, false, appendString)
+	return append(b, '}'), nil
+}
+
+// appendFields appends a's fields of specs as JSON object members, in
+// their order, each after a comma when comma (else the first without one):
+// an optional field at its zero value is left out, an integer written in
+// decimal, a string as appendString quotes it. It is the one field loop of
+// the canonical form (MarshalJSON) and of the arguments (AppendArguments).
+func (a *Action) appendFields(b []byte, specs []fieldSpec, comma bool, appendString func([]byte, string) []byte) []byte {
 	for _, f := range specs {
 		str, n, isString := a.scalar(f.name)
 		if !f.required && str == "" && n == 0 {
 			continue
 		}
-		if !first {
+		if comma {
 			b = append(b, ',')
 		}
-		first = false
+		comma = true
 		b = append(append(append(b, '"'), f.name...), '"', ':')
 		if isString {
 			b = appendString(b, str)
@@ -323,33 +305,21 @@ func (a Action) AppendArguments(b []byte, appendString func([]byte, string) []by
 			b = strconv.AppendInt(b, n, 10)
 		}
 	}
-	return append(b, '}'), nil
+	return b
 }
 
-// plainValue writes v as json.Marshal would when that needs no escape
-// (an integer, or a string of printable ASCII without '"', '\\' and the
-// HTML characters json.Marshal escapes) and reports whether it did: the
-// common fields without encoding/json's reflection, byte for byte the same.
-func plainValue(b *bytes.Buffer, v any) bool {
-	switch x := v.(type) {
-	case int:
-		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(x), 10))
-		return true
-	case int64:
-		b.Write(strconv.AppendInt(b.AvailableBuffer(), x, 10))
-		return true
-	case string:
-		for i := 0; i < len(x); i++ {
-			if c := x[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return false
-			}
+// appendMarshalString appends s quoted as json.Marshal quotes it (HTML
+// characters escaped, invalid UTF-8 replaced): a string of printable ASCII
+// without '"', '\\' and the HTML characters as it is, in quotes, without
+// encoding/json's reflection; anything else through json.Marshal.
+func appendMarshalString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			enc, _ := json.Marshal(s) // a string always marshals
+			return append(b, enc...)
 		}
-		b.WriteByte('"')
-		b.WriteString(x)
-		b.WriteByte('"')
-		return true
 	}
-	return false
+	return append(append(append(b, '"'), s...), '"')
 }
 
 // flatObject reads a compact JSON object whose keys are plain strings and
@@ -583,18 +553,6 @@ func decodePlain(raw json.RawMessage, p any) bool {
 		}
 		*x = n
 		return true
-	}
-	return false
-}
-
-func isZero(v any) bool {
-	switch x := v.(type) {
-	case string:
-		return x == ""
-	case int:
-		return x == 0
-	case int64:
-		return x == 0
 	}
 	return false
 }

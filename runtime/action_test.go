@@ -76,3 +76,67 @@ func TestExitReasonsAndLosses(t *testing.T) {
 		t.Fatal("classification wrong")
 	}
 }
+
+// TestMarshalEveryKindLikeEncodingJSON checks the canonical form of every
+// kind against encoding/json writing the same members: kind first, then
+// the kind's fields in order, an optional field at its zero value left
+// out, each key and value quoted as json.Marshal quotes it.
+func TestMarshalEveryKindLikeEncodingJSON(t *testing.T) {
+	strs := []string{"ls -la", "a<b>&c", "é\u2028", "bad \xff utf-8", `q"\`, ""}
+	for i, k := range ActionKinds() {
+		names, required, _ := ActionFieldNames(k)
+		for j, s := range strs {
+			a := Action{Kind: k}
+			// Each field set to a string or an integer (zero for every
+			// other action, so that optional zero fields are left out).
+			for f, name := range names {
+				v := s
+				n := int64(i*100 + j*10 + f)
+				if j%2 == 1 {
+					n = 0
+				}
+				switch p := a.fieldPointer(name).(type) {
+				case *string:
+					*p = v
+				case *int:
+					*p = int(n)
+				case *int64:
+					*p = n
+				default:
+					t.Fatalf("%s.%s: a field of type %T", k, name, p)
+				}
+			}
+			want := `{"kind":` + marshal(t, string(k))
+			for f, name := range names {
+				str, n, isString := a.scalar(name)
+				if !required[f] && str == "" && n == 0 {
+					continue
+				}
+				var v any = n
+				if isString {
+					v = str
+				}
+				want += "," + marshal(t, name) + ":" + marshal(t, v)
+			}
+			want += "}"
+			// MarshalJSON itself: json.Marshal would escape its output's
+			// HTML characters again and hide a quoting that did not.
+			got, err := a.MarshalJSON()
+			if err != nil {
+				t.Fatalf("%+v: %v", a, err)
+			}
+			if string(got) != want {
+				t.Errorf("%+v:\n got %s\nwant %s", a, got, want)
+			}
+		}
+	}
+}
+
+func marshal(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
