@@ -87,7 +87,7 @@ func stopBranchingRunThenResume(t *testing.T, grace string, stop func(*exec.Cmd)
 	t.Helper()
 	work = t.TempDir()
 	cmd, spec, out := startCollect(t, work, "-grace", grace, "-branch", "at=2,width=3", "-repeats", "4")
-	waitStarted(t, spec)
+	waitStarted(t, spec, cmd, nil)
 	time.Sleep(600 * time.Millisecond) // past the first branch point
 	stop(cmd)
 	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))

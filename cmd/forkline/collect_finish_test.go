@@ -96,7 +96,7 @@ func TestPrintedFinishCommandResumesTheRun(t *testing.T) {
 		"-text", "cap:100000", "-pixels", "none", "-tokens", "drop", "-shard-count", "2", "-standby", "1",
 		"-max-creates", "3", "-grace", "0s", "-roll-mb", "8", "-roll-interval", "300ms", "-max-loss", "50%",
 		"-workdir", work, "-quiet")
-	waitStarted(t, spec)
+	waitStarted(t, spec, cmd, printed)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()), printed.String())
 	require.Equal(t, shard.StatusPartial, manifestStatus(t, out))
@@ -154,7 +154,7 @@ func TestDoubleSignalSaysSandboxesStayUntilTheSweep(t *testing.T) {
 	work := t.TempDir()
 	out := filepath.Join(t.TempDir(), "run")
 	cmd, spec, printed := startMarked(t, out, nil, "-replicas", "2", "-repeats", "12", "-grace", "1m", "-workdir", work, "-quiet")
-	waitStarted(t, spec)
+	waitStarted(t, spec, cmd, printed)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.Eventually(t, func() bool { return strings.Contains(printed.String(), "signal again to stop at once") },
 		time.Minute, 10*time.Millisecond)

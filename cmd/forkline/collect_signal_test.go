@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,12 +61,48 @@ func startCollect(t *testing.T, work string, extra ...string) (*exec.Cmd, string
 }
 
 // waitStarted waits until an episode of the run whose task is spec has
-// finished its first step.
-func waitStarted(t *testing.T, spec string) {
+// finished its first step. A collector that exits first fails the test at
+// once, with what it printed (printed is nil when the collector writes to
+// this test's own output); one still without a second step after three
+// minutes is sent SIGQUIT, so its goroutines are in what it printed. The
+// wait is long because a step takes a quarter second alone but can take
+// far longer on a machine whose disk every other package's test fills at
+// once (one CI run waited more than a minute, and printed nothing).
+func waitStarted(t *testing.T, spec string, cmd *exec.Cmd, printed *syncBuffer) {
 	t.Helper()
+	said := func() string {
+		if printed == nil {
+			return "(the collector's output is above)"
+		}
+		return printed.String()
+	}
 	mark := filepath.Join(filepath.Dir(spec), "started")
-	require.Eventually(t, func() bool { _, err := os.Stat(mark); return err == nil }, time.Minute, 10*time.Millisecond,
-		"no episode got to its second step")
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(mark); err == nil {
+			return
+		}
+		if exited(cmd.Process) {
+			err := cmd.Wait()
+			t.Fatalf("the collector exited (%v) before an episode got to its second step:\n%s", err, said())
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			err := cmd.Wait()
+			t.Fatalf("no episode got to its second step in three minutes; the collector, sent SIGQUIT, exited (%v):\n%s", err, said())
+		}
+	}
+}
+
+// exited reports whether the process has exited and waits to be reaped
+// (a zombie), without reaping it: cmd.Wait still returns its status.
+func exited(p *os.Process) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
+	if err != nil {
+		return false // no /proc here: the deadline still ends the wait
+	}
+	// The state follows the command's name, which is in parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
 }
 
 func exitCode(err error) int {
@@ -142,7 +179,7 @@ func TestSIGTERMKeepsCancelledEpisodesThenResumeRedoesThem(t *testing.T) {
 	}
 	work := t.TempDir()
 	cmd, spec, out := startCollect(t, work, "-grace", "0s")
-	waitStarted(t, spec)
+	waitStarted(t, spec, cmd, nil)
 	time.Sleep(100 * time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, cli.ExitInterrupted, exitCode(cmd.Wait()))
@@ -187,7 +224,7 @@ func TestSIGKILLLosesAtMostTheOpenGenerationThenResumeCompletes(t *testing.T) {
 	}
 	work := t.TempDir()
 	cmd, spec, out := startCollect(t, work, "-roll-interval", "300ms")
-	waitStarted(t, spec)
+	waitStarted(t, spec, cmd, nil)
 	time.Sleep(1500 * time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	cmd.Wait()
