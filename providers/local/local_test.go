@@ -233,38 +233,44 @@ func TestCloseKillsBackgroundJobs(t *testing.T) {
 
 // TestCloseKillsDetachedJobs: jobs that left the exec's process group, by
 // setsid or by a double fork under setsid (what daemons do), are found by
-// the mark in their environment and killed at Close, not left on the host.
+// the mark in their environment, or the sandbox's cgroup, and killed at
+// Close, not left on the host — in either shell mode: a persistent shell's
+// end does not look for them itself where the cgroup holds them.
 func TestCloseKillsDetachedJobs(t *testing.T) {
-	p := openLocal(t, local.ForkCopy)
-	defer p.Close(context.Background())
-	ctx := t.Context()
-	sb, err := p.Create(ctx, providers.Spec{})
-	require.NoError(t, err)
-	other, err := p.Create(ctx, providers.Spec{})
-	require.NoError(t, err)
-	defer other.Close(context.Background())
-	start := func(sb providers.Sandbox, cmd string) int {
-		t.Helper()
-		obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: cmd})
-		require.NoError(t, err)
-		require.False(t, obs.Error, obs.Text())
-		pid, err := strconv.Atoi(strings.TrimSpace(string(obs.Output)))
-		require.NoError(t, err, obs.Text())
-		require.False(t, hostProcessGone(pid), "a detached job outlives its exec")
-		return pid
+	for _, mode := range providers.ShellModes() {
+		t.Run(string(mode), func(t *testing.T) {
+			p := openLocal(t, local.ForkCopy)
+			defer p.Close(context.Background())
+			ctx := t.Context()
+			sb, err := p.Create(ctx, providers.Spec{Shell: mode})
+			require.NoError(t, err)
+			other, err := p.Create(ctx, providers.Spec{Shell: mode})
+			require.NoError(t, err)
+			defer other.Close(context.Background())
+			start := func(sb providers.Sandbox, cmd string) int {
+				t.Helper()
+				obs, err := sb.Act(ctx, runtime.Action{Kind: runtime.ActExec, Cmd: cmd})
+				require.NoError(t, err)
+				require.False(t, obs.Error, obs.Text())
+				pid, err := strconv.Atoi(strings.TrimSpace(string(obs.Output)))
+				require.NoError(t, err, obs.Text())
+				require.False(t, hostProcessGone(pid), "a detached job outlives its exec")
+				return pid
+			}
+			setsid := start(sb, "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!")
+			daemon := start(sb, `setsid sh -c 'sleep 60 </dev/null >/dev/null 2>&1 & echo $!' </dev/null`)
+			sibling := start(other, "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!")
+			pg, err := syscall.Getpgid(setsid)
+			require.NoError(t, err)
+			require.Equal(t, setsid, pg, "setsid made its own group")
+			require.NoError(t, sb.Close(ctx))
+			waitGone(t, setsid)
+			waitGone(t, daemon)
+			require.False(t, hostProcessGone(sibling), "another sandbox's detached job is left alone")
+			require.NoError(t, other.Close(ctx))
+			waitGone(t, sibling)
+		})
 	}
-	setsid := start(sb, "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!")
-	daemon := start(sb, `setsid sh -c 'sleep 60 </dev/null >/dev/null 2>&1 & echo $!' </dev/null`)
-	sibling := start(other, "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!")
-	pg, err := syscall.Getpgid(setsid)
-	require.NoError(t, err)
-	require.Equal(t, setsid, pg, "setsid made its own group")
-	require.NoError(t, sb.Close(ctx))
-	waitGone(t, setsid)
-	waitGone(t, daemon)
-	require.False(t, hostProcessGone(sibling), "another sandbox's detached job is left alone")
-	require.NoError(t, other.Close(ctx))
-	waitGone(t, sibling)
 }
 
 func TestContextCancelKillsGroup(t *testing.T) {
