@@ -58,6 +58,7 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "child: write a CPU profile of the collection to `FILE`")
 	standby := flag.Int("standby", collect.StandbyAuto, "the collector's standby: -1 sized to the run (the default), 0 none, K per task")
 	shell := flag.String("shell", "", "the tasks' shell: fresh (the default: a shell per command) or persistent (one per episode)")
+	workdir := flag.String("workdir", "", "where the sandboxes (and the dataset) live: a directory made in `DIR` (default: the system's temporary directory, as forkline collect's -workdir)")
 	minOfIdeal := flag.Float64("min-of-ideal", 0, "fail (exit 1) when a measurement reaches less than this `FRACTION` of the ideal: the regression guard CI runs")
 	flag.Parse()
 
@@ -72,7 +73,7 @@ func main() {
 			check(pprof.StartCPUProfile(f))
 			defer pprof.StopCPUProfile()
 		}
-		r, err := collectOnce(*child, *rounds, *standby, *shell, *base)
+		r, err := collectOnce(*child, *rounds, *standby, *shell, *workdir, *base)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			pprof.StopCPUProfile()
@@ -96,8 +97,16 @@ func main() {
 
 	load0 := loadavg()
 	fmt.Printf("forkline scale benchmark — %s, %d cores, %s, %s\n", kernel(), runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02"))
-	fmt.Printf("model: loopback OpenAI-compatible server (its own process), answers after %s; %d steps per episode (%d exec + done); %d episodes per replica; local provider\n",
-		*latency, *steps, *steps-1, *rounds)
+	where := *workdir
+	if where == "" {
+		where = os.TempDir()
+	}
+	sh := *shell
+	if sh == "" {
+		sh = "fresh"
+	}
+	fmt.Printf("model: loopback OpenAI-compatible server (its own process), answers after %s; %d steps per episode (%d exec + done); %d episodes per replica; local provider, sandboxes under %s (%s), %s shell\n",
+		*latency, *steps, *steps-1, *rounds, where, fsType(where), sh)
 	fmt.Printf("load average before: %s\n\n", load0)
 	fmt.Printf("%-9s %-9s %9s %12s %10s %8s %14s %15s %12s %13s %12s\n", "replicas", "episodes", "wall s", "episodes/s", "ideal", "of ideal", "CPU s/step", "commands s/step", "machine CPU", "peak RSS MB", "RSS/replica")
 	var all []result
@@ -105,7 +114,7 @@ func main() {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		check(err)
 		cpu0 := machineCPU()
-		out, err := exec.Command(self, "-child", strconv.Itoa(n), "-rounds", strconv.Itoa(*rounds), "-standby", strconv.Itoa(*standby), "-shell", *shell, "-base-url", "http://"+addr+"/v1").Output()
+		out, err := exec.Command(self, "-child", strconv.Itoa(n), "-rounds", strconv.Itoa(*rounds), "-standby", strconv.Itoa(*standby), "-shell", *shell, "-workdir", *workdir, "-base-url", "http://"+addr+"/v1").Output()
 		if err != nil {
 			srv.Process.Kill()
 			fatal("collect with %d replicas: %v\n%s", n, err, out)
@@ -161,8 +170,8 @@ type result struct {
 }
 
 // collectOnce runs one collection in this process and measures it.
-func collectOnce(replicas, rounds, standby int, shell, baseURL string) (result, error) {
-	tmp, err := os.MkdirTemp("", "forkline-scale-")
+func collectOnce(replicas, rounds, standby int, shell, workdir, baseURL string) (result, error) {
+	tmp, err := os.MkdirTemp(workdir, "forkline-scale-")
 	if err != nil {
 		return result{}, err
 	}
@@ -217,6 +226,37 @@ func resetLine(m map[string]manifest.Latency) string {
 		return "none recorded"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// fsType names the filesystem dir is on, from /proc/self/mountinfo (the
+// longest mount point that holds dir): a fork is a mount and a teardown
+// a tree removal there, so the filesystem is part of what is measured.
+func fsType(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "?"
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = r
+	}
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "?"
+	}
+	best, kind := -1, "?"
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID parent major:minor root mountpoint options... - fstype source
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if len(f) < 5 || sep < 0 || sep+1 >= len(f) {
+			continue
+		}
+		mp := f[4]
+		if (abs == mp || strings.HasPrefix(abs, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > best {
+			best, kind = len(mp), f[sep+1]
+		}
+	}
+	return kind
 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
