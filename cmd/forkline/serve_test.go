@@ -42,7 +42,7 @@ func startServe(t *testing.T, args ...string) (*exec.Cmd, string) {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill() })
+	t.Cleanup(func() { stopServe(cmd) })
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -64,6 +64,31 @@ func startServe(t *testing.T, args ...string) (*exec.Cmd, string) {
 		t.Fatal("forkline serve did not say where it listens")
 	}
 	return nil, ""
+}
+
+// stopServe stops a server a test left running as an operator would, with
+// SIGTERM: it closes its sessions and unmounts and removes their sandboxes
+// before the test's directories are removed (after a SIGKILL a session's
+// overlay could still be mounted, its teardown in the background cut off,
+// and removing the work directory then failed on the whiteouts deleting
+// through the mount made); SIGKILL after a minute. A server the test
+// already waited for is left alone.
+func stopServe(cmd *exec.Cmd) {
+	if cmd.ProcessState != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // SIGTERM drains the real binary: the step in flight finishes and is
