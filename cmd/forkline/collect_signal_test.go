@@ -64,10 +64,12 @@ func startCollect(t *testing.T, work string, extra ...string) (*exec.Cmd, string
 // finished its first step. A collector that exits first fails the test at
 // once, with what it printed (printed is nil when the collector writes to
 // this test's own output); one still without a second step after three
-// minutes is sent SIGQUIT, so its goroutines are in what it printed. The
-// wait is long because a step takes a quarter second alone but can take
-// far longer on a machine whose disk every other package's test fills at
-// once (one CI run waited more than a minute, and printed nothing).
+// minutes is sent SIGQUIT, so its goroutines are in what it printed. A
+// step takes a quarter second alone; one CI run under -race waited more
+// than the minute this wait once allowed, for a reason its log did not
+// show (the collector's output was not in it) and that 38 runs here beside
+// the heaviest tests and large synced writes did not reproduce: the longer
+// wait and the dump are there so that a repeat says why.
 func waitStarted(t *testing.T, spec string, cmd *exec.Cmd, printed *syncBuffer) {
 	t.Helper()
 	said := func() string {
